@@ -1,0 +1,153 @@
+"""The single exception tree of rmq_spark.
+
+Every error raised on purpose by this package is an ``RmqError``. Errors are grouped by when
+they happen::
+
+    RmqError
+    ├── ConfigError                bad or missing config key; names the key path
+    ├── EnvironmentCheckError      Java / jars / venv missing: what to install and how
+    ├── StoreError                 the CommitLog store
+    │   ├── CorruptRecordError     bad bytes on disk: path, position, reason (and CRCs)
+    │   ├── OffsetOutOfRangeError  requested offset outside [min, max)
+    │   ├── StoreClosedError       the store was closed
+    │   ├── StoreLockedError       another process holds the store's lock file
+    │   └── StoreIOError           the OS refused a write/fsync/truncate (ENOSPC, EIO, ...)
+    ├── ProtocolError              a peer broke the wire protocol
+    │   ├── LocalProtocolError     we were asked to send something invalid
+    │   └── RemoteProtocolError    the peer sent something invalid
+    ├── SourceError                bad Spark option, or an offset we did not issue
+    │   └── DataLossError          data the query needed was deleted (failOnDataLoss=true)
+    └── BrokerError                broker lifecycle: port taken, broker down, shutting down
+
+Expected outcomes of a put (message too large, flush timeout, ...) are *values*
+(``PutStatus``), not exceptions. Foreign errors (OSError, Py4J, Delta) are caught at the
+boundary and re-raised as one of these with ``raise ... from err``.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokerError",
+    "ConfigError",
+    "CorruptRecordError",
+    "DataLossError",
+    "EnvironmentCheckError",
+    "LocalProtocolError",
+    "OffsetOutOfRangeError",
+    "ProtocolError",
+    "RemoteProtocolError",
+    "RmqError",
+    "SourceError",
+    "StoreClosedError",
+    "StoreError",
+    "StoreIOError",
+    "StoreLockedError",
+]
+
+
+class RmqError(Exception):
+    """Base of every error rmq_spark raises on purpose."""
+
+
+class ConfigError(RmqError):
+    """A config key is unknown, missing or out of range. ``key_path`` names it."""
+
+    def __init__(self, key_path: str, reason: str) -> None:
+        super().__init__(f"{key_path}: {reason}")
+        self.key_path = key_path
+        self.reason = reason
+
+
+class EnvironmentCheckError(RmqError):
+    """The machine lacks something the project needs (Java, the Delta jars, ...)."""
+
+
+class StoreError(RmqError):
+    """Something went wrong in the CommitLog store."""
+
+
+class CorruptRecordError(StoreError):
+    """Bytes on disk that are not a valid record where one must be.
+
+    ``path`` is the segment file (or a label such as ``<buffer>``), ``position`` the byte
+    position inside it, ``reason`` a short sentence; CRC mismatches also carry
+    ``stored_crc`` and ``computed_crc``.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        position: int,
+        reason: str,
+        *,
+        stored_crc: int | None = None,
+        computed_crc: int | None = None,
+    ) -> None:
+        detail = reason
+        if stored_crc is not None and computed_crc is not None:
+            detail = f"{reason} (stored 0x{stored_crc:08x}, computed 0x{computed_crc:08x})"
+        super().__init__(f"{path}: {detail} at position {position}")
+        self.path = path
+        self.position = position
+        self.reason = reason
+        self.stored_crc = stored_crc
+        self.computed_crc = computed_crc
+
+
+class OffsetOutOfRangeError(StoreError):
+    """A physical offset outside the store's valid range ``[min_offset, max_offset)``."""
+
+    def __init__(self, offset: int, min_offset: int, max_offset: int) -> None:
+        super().__init__(
+            f"physical offset {offset} is outside the readable range [{min_offset}, {max_offset})"
+        )
+        self.offset = offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+
+
+class StoreClosedError(StoreError):
+    """The store was used after ``close()``."""
+
+
+class StoreLockedError(StoreError):
+    """Another process (a second broker) holds the store's ``lock`` file."""
+
+
+class StoreIOError(StoreError):
+    """The operating system refused a write, fsync or truncate (disk full, I/O error)."""
+
+
+class ProtocolError(RmqError):
+    """A wire-protocol rule was broken."""
+
+
+class LocalProtocolError(ProtocolError):
+    """We were asked to send something the protocol does not allow."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent something the protocol does not allow."""
+
+
+class SourceError(RmqError):
+    """A bad Spark option, or an offset this source did not issue."""
+
+
+class DataLossError(SourceError):
+    """Records a query needed were deleted before it read them (``failOnDataLoss=true``)."""
+
+    def __init__(self, start_offset: int, end_offset: int, detail: str = "") -> None:
+        message = (
+            f"physical offsets [{start_offset}, {end_offset}) were deleted before they were read"
+        )
+        if detail:
+            message = f"{message}: {detail}"
+        message += "; set failOnDataLoss=false to skip the lost range and continue"
+        super().__init__(message)
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+
+
+class BrokerError(RmqError):
+    """Broker lifecycle errors: the port or store is taken, the broker is down or stopping."""
