@@ -1,0 +1,1 @@
+"""The rmq-spark command line."""

@@ -1,0 +1,1 @@
+"""Delay-level and timer redelivery."""

@@ -1,0 +1,1 @@
+"""Spark integration: the session builder, the rocketmq data source, Delta tables."""

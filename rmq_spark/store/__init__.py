@@ -1,0 +1,1 @@
+"""The CommitLog store: RocketMQ-compatible segments, put path, flush, recovery."""

@@ -1,0 +1,48 @@
+# rmq-spark: every entry point bootstraps what it needs (venv, pinned deps, Delta jars).
+#   make run     the end-to-end demo
+#   make test    lint + the whole test suite (what CI runs)
+#   make bench   the benchmarks in bench/ (figures go to BENCHMARKS.md by hand)
+#   make lint    ruff check + ruff format --check
+SHELL := /bin/bash
+VENV ?= .venv
+BIN := $(VENV)/bin
+DEPS_STAMP := $(VENV)/.deps-installed
+JARS_STAMP := jars/manifest.txt
+PYTEST_ARGS ?=
+
+.PHONY: setup run test test-fast lint format bench clean help
+
+help:
+	@sed -n '1,6p' Makefile
+
+setup: $(DEPS_STAMP) $(JARS_STAMP)
+
+$(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
+	@scripts/bootstrap_venv.sh
+	@touch $@
+
+$(JARS_STAMP): scripts/delta-jars.pom.xml scripts/fetch_jars.sh
+	@scripts/fetch_jars.sh
+
+run: setup
+	$(BIN)/rmq-spark demo $(DEMO_ARGS)
+
+lint: $(DEPS_STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: $(DEPS_STAMP)
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+test: setup lint
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: setup
+	$(BIN)/python -m pytest -m "not spark and not slow" $(PYTEST_ARGS)
+
+bench: setup
+	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+clean:
+	rm -rf .pytest_cache .ruff_cache .hypothesis spark-warehouse metastore_db derby.log work

@@ -1,0 +1,51 @@
+"""Helpers every subcommand shares: config flags, logging set-up, JSON lines output."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import IO, Any
+
+from rmq_spark.config import RmqConfig, default_config_path, load_config, parse_override
+
+__all__ = ["add_config_arguments", "config_from_args", "print_json_line", "setup_logging"]
+
+
+def add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config FILE`` and repeatable ``--set section.key=value``."""
+    group = parser.add_argument_group("configuration")
+    group.add_argument(
+        "--config",
+        metavar="FILE",
+        help="TOML config file (default: conf/rmq.toml of the checkout, else built-in defaults)",
+    )
+    group.add_argument(
+        "--set",
+        dest="overrides",
+        metavar="SECTION.KEY=VALUE",
+        action="append",
+        default=[],
+        help="override one config key, e.g. --set store.flush_policy=SYNC (repeatable)",
+    )
+
+
+def config_from_args(args: argparse.Namespace) -> RmqConfig:
+    path = getattr(args, "config", None) or default_config_path()
+    overrides = dict(parse_override(item) for item in getattr(args, "overrides", []) or [])
+    return load_config(path, overrides)
+
+
+def setup_logging(level: str = "INFO") -> None:
+    logging.basicConfig(
+        level=getattr(logging, level.upper(), logging.INFO),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        stream=sys.stderr,
+    )
+
+
+def print_json_line(obj: Any, out: IO[str] | None = None) -> None:
+    stream = out or sys.stdout
+    stream.write(json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")) + "\n")

@@ -1,0 +1,55 @@
+"""``rmq-spark doctor``: check that this machine can run rmq-spark, and say what is missing."""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+from importlib import metadata
+
+from rmq_spark.envcheck import check_java, find_delta_jars
+from rmq_spark.errors import EnvironmentCheckError
+
+__all__ = ["register", "run_checks"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "doctor",
+        help="check Python, Java, Spark, Delta and the jars",
+        description="Check that this machine can run rmq-spark: Python >= 3.11, Java >= 17, "
+        "pyspark and delta-spark installed, the Delta Lake jars fetched. Exits 1 and says "
+        "what to do if anything is missing.",
+    )
+    parser.set_defaults(handler=_handle)
+
+
+def run_checks() -> list[tuple[str, bool, str]]:
+    """(name, ok, detail) for each check."""
+    results: list[tuple[str, bool, str]] = []
+    ok_python = sys.version_info >= (3, 11)
+    results.append(("python", ok_python, f"{platform.python_version()} ({sys.executable})"))
+    try:
+        java = check_java()
+        results.append(("java", True, f"{java.version_text} ({java.executable})"))
+    except EnvironmentCheckError as err:
+        results.append(("java", False, str(err)))
+    for dist in ("pyspark", "delta-spark", "pyarrow", "grpcio"):
+        try:
+            results.append((dist, True, metadata.version(dist)))
+        except metadata.PackageNotFoundError:
+            results.append((dist, False, "not installed: run `make setup`"))
+    try:
+        jars = find_delta_jars()
+        results.append(("delta jars", True, f"{len(jars)} jars in {jars[0].parent}"))
+    except EnvironmentCheckError as err:
+        results.append(("delta jars", False, str(err)))
+    return results
+
+
+def _handle(args: argparse.Namespace) -> int:
+    results = run_checks()
+    width = max(len(name) for name, _, _ in results)
+    for name, ok, detail in results:
+        print(f"{'ok ' if ok else 'BAD'} {name:<{width}}  {detail}")
+    return 0 if all(ok for _, ok, _ in results) else 1

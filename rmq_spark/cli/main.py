@@ -1,0 +1,71 @@
+"""``rmq-spark``: the command line. Each subcommand lives in its own module with a
+``register(subparsers)`` function; this module only wires them together and turns our errors
+into one readable line and a non-zero exit code.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from rmq_spark.errors import RmqError
+
+__all__ = ["build_parser", "main"]
+
+# Subcommand modules, in the order --help lists them.
+_COMMAND_MODULES = (
+    "rmq_spark.cli.doctor",
+    "rmq_spark.cli.config_command",
+    "rmq_spark.cli.demo",
+)
+
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="rmq-spark",
+        description=(
+            "A Spark-native distributed log on Apache RocketMQ's storage format: a broker that "
+            "appends RocketMQ-compatible CommitLog segments, a Spark source that tails them, "
+            "and Spark jobs that build ConsumeQueue/IndexFile tables in Delta Lake and "
+            "redeliver delayed messages."
+        ),
+        epilog="Run `rmq-spark COMMAND --help` for the options of one command.",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="INFO",
+        choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+        help="log level of rmq-spark's own messages on stderr (default: INFO)",
+    )
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module_name in _COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from rmq_spark.cli.common import setup_logging
+
+    setup_logging(args.log_level)
+    try:
+        result = args.handler(args)
+    except RmqError as err:
+        print(f"rmq-spark {args.command}: error: {err}", file=sys.stderr)
+        logging.getLogger("rmq_spark").debug("details", exc_info=True)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(f"rmq-spark {args.command}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return int(result or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

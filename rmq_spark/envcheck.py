@@ -1,0 +1,91 @@
+"""Checks of the machine the project runs on: Java for Spark, the Delta jars.
+
+Each check raises ``EnvironmentCheckError`` with what is missing and how to get it, so that a
+newcomer sees one readable sentence instead of a Py4J trace.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmq_spark.errors import EnvironmentCheckError
+
+__all__ = ["JavaInfo", "check_java", "find_delta_jars", "repo_root"]
+
+JAVA_MAJOR_MIN = 17
+JARS_MANIFEST = "manifest.txt"
+
+
+@dataclass(frozen=True, slots=True)
+class JavaInfo:
+    executable: str
+    major_version: int
+    version_text: str
+
+
+def repo_root() -> Path:
+    """The source checkout this package runs from (editable install)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def check_java() -> JavaInfo:
+    """Find a Java >= 17 the way Spark does (``JAVA_HOME``, then ``PATH``)."""
+    java_home = os.environ.get("JAVA_HOME")
+    candidates = []
+    if java_home:
+        candidates.append(str(Path(java_home) / "bin" / "java"))
+    on_path = shutil.which("java")
+    if on_path:
+        candidates.append(on_path)
+    for executable in candidates:
+        if not Path(executable).exists():
+            continue
+        try:
+            done = subprocess.run(
+                [executable, "-version"], capture_output=True, text=True, timeout=30, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise EnvironmentCheckError(f"cannot run {executable} -version: {err}") from err
+        text = (done.stderr or done.stdout).strip()
+        match = re.search(r'version "(\d+)(?:\.(\d+))?', text)
+        if not match:
+            continue
+        major = int(match.group(1))
+        if major == 1 and match.group(2):  # "1.8.0" style
+            major = int(match.group(2))
+        if major < JAVA_MAJOR_MIN:
+            raise EnvironmentCheckError(
+                f"Spark 4 needs Java {JAVA_MAJOR_MIN} or newer; {executable} is Java {major}. "
+                "Install OpenJDK 17 (Debian: apt-get install openjdk-17-jdk-headless) "
+                "or point JAVA_HOME at one."
+            )
+        return JavaInfo(executable, major, text.splitlines()[0])
+    raise EnvironmentCheckError(
+        "Java was not found (JAVA_HOME unset or wrong, no `java` on PATH). Spark needs Java "
+        f"{JAVA_MAJOR_MIN}+: install OpenJDK 17 (Debian: apt-get install openjdk-17-jdk-headless)."
+    )
+
+
+def find_delta_jars(jars_dir: Path | None = None) -> list[Path]:
+    """The Delta Lake jars fetched by ``make setup`` (listed in ``jars/manifest.txt``)."""
+    folder = jars_dir if jars_dir is not None else repo_root() / "jars"
+    manifest = folder / JARS_MANIFEST
+    if not manifest.is_file():
+        raise EnvironmentCheckError(
+            f"the Delta Lake jars are not in {folder} (no {JARS_MANIFEST}); run `make setup` "
+            "(or scripts/fetch_jars.sh) to fetch them from Maven Central once"
+        )
+    names = [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
+    jars = [folder / name for name in names]
+    missing = [str(jar) for jar in jars if not jar.is_file()]
+    if missing or not jars:
+        raise EnvironmentCheckError(
+            f"Delta jars listed in {manifest} are missing: {missing or 'none listed'}; "
+            "run `make setup` again"
+        )
+    return jars

@@ -1,0 +1,39 @@
+"""Shared fixtures: the one session-scoped SparkSession (local[2], UI off, 2 shuffle partitions).
+
+Each Spark test gets its own ``tmp_path`` for checkpoints and tables; the session is shared
+because starting a JVM costs seconds [Delta's DeltaTestCase does the same].
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
+    from rmq_spark.spark.config import SparkConfig
+    from rmq_spark.spark.session import build_session
+
+    warehouse = tmp_path_factory.mktemp("spark-warehouse")
+    session = build_session(
+        SparkConfig(
+            master="local[2]",
+            app_name="rmq-spark-tests",
+            shuffle_partitions=2,
+            ui_enabled=False,
+            log_level="ERROR",
+            warehouse_dir=warehouse,
+            extra_conf=(
+                "spark.sql.streaming.stopTimeout=30s",
+                "spark.databricks.delta.properties.defaults.checkpointInterval=1000",
+            ),
+        )
+    )
+    yield session
+    session.stop()
