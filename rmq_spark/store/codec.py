@@ -1,0 +1,639 @@
+"""PURE: one CommitLog message record <-> bytes (spec STORE_FORMAT.md sections 1.1-1.7).
+
+Owns the record header structs, the length formula, BODYCRC, the v1/v2 magic choice, the
+8-byte BLANK end-of-file record and the in-place patch of the fields the put path fills in
+under its lock. Decoding returns explicit outcomes (``DecodedRecord``, ``BlankPadding``,
+``NeedMoreData``, ``Unwritten``, ``SkippedRecord``) and raises ``CorruptRecordError`` only
+for bytes that cannot be a record.
+
+Does not own: files, segments, recovery policy (what a torn tail is), the properties string
+syntax (``properties.py``) or message ids (``msg_id.py``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import mmap
+import struct
+import zlib
+from collections.abc import Collection
+from dataclasses import dataclass, replace
+
+from rmq_spark.errors import CorruptRecordError, StoreError
+from rmq_spark.store.layout import (
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    END_FILE_MIN_BLANK_LENGTH,
+    MAX_PROPERTIES_SIZE_BYTES,
+    MAX_TOPIC_LENGTH_V1,
+    MESSAGE_MAGIC_CODE_V1,
+    MESSAGE_MAGIC_CODE_V2,
+    PHYSICAL_OFFSET_POSITION,
+    QUEUE_OFFSET_POSITION,
+    STOREHOST_V6_FLAG,
+)
+from rmq_spark.store.message import HostAddress, MessageRecord
+
+__all__ = [
+    "MAX_TOPIC_SIZE_BYTES_V2",
+    "MIN_RECORD_SIZE_BYTES",
+    "BlankPadding",
+    "ByteSource",
+    "DecodedRecord",
+    "DecodeOutcome",
+    "InvalidMessageError",
+    "NeedMoreData",
+    "SkippedRecord",
+    "Unwritten",
+    "body_crc",
+    "decode_record",
+    "encode_blank",
+    "encode_record",
+    "encode_record_mutable",
+    "patch_record",
+    "peek_header",
+    "record_size",
+    "stored_form",
+    "store_timestamp_position",
+]
+
+_I32_MIN = -(1 << 31)
+_I32_MAX = (1 << 31) - 1
+_I64_MIN = -(1 << 63)
+_I64_MAX = (1 << 63) - 1
+_HOST_FLAGS = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
+
+MAX_TOPIC_SIZE_BYTES_V2 = 32767
+"""A v2 topic length is a signed int16."""
+
+MIN_RECORD_SIZE_BYTES = 74 + 8 + 8 + 1
+"""The smallest possible message record: IPv4 hosts, v1, empty topic, body and properties."""
+
+
+class InvalidMessageError(StoreError):
+    """A message that cannot be encoded: a field out of range, a topic or properties too long.
+
+    Raised *before* anything is written; ``field`` names the offending field.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+# --- outcomes ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DecodedRecord:
+    """A whole, valid message record at ``position``; the next one starts at ``next_position``."""
+
+    record: MessageRecord
+    position: int
+    total_size: int
+    magic_version: int
+
+    @property
+    def next_position(self) -> int:
+        return self.position + self.total_size
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedRecord:
+    """A valid record of a topic the caller did not ask for (``topics=`` filter)."""
+
+    position: int
+    total_size: int
+
+    @property
+    def next_position(self) -> int:
+        return self.position + self.total_size
+
+
+@dataclass(frozen=True, slots=True)
+class BlankPadding:
+    """The 8-byte BLANK record: the rest of the segment (``remaining_bytes`` from here) is unused."""
+
+    position: int
+    remaining_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class NeedMoreData:
+    """The buffer ends inside a record: ``have`` bytes from ``position`` on, ``need`` needed."""
+
+    have: int
+    need: int
+
+
+@dataclass(frozen=True, slots=True)
+class Unwritten:
+    """Zero bytes (TOTALSIZE 0 and magic 0) where a record header would start."""
+
+    position: int
+
+
+ByteSource = bytes | bytearray | memoryview | mmap.mmap
+"""What the decoder reads from: anything supporting the buffer protocol and slicing."""
+
+DecodeOutcome = DecodedRecord | SkippedRecord | BlankPadding | NeedMoreData | Unwritten
+
+# --- structs ----------------------------------------------------------------------------------
+
+# TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP
+_PREFIX = struct.Struct(">iIiiiqqiq")
+_HEADER8 = struct.Struct(">iI")
+_I8 = struct.Struct(">b")
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_BLANK = struct.Struct(">iI")
+
+
+def _tail_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    # BORNHOST(ip, port), STORETIMESTAMP, STOREHOST(ip, port), RECONSUMETIMES,
+    # PREPAREDTRANSACTIONOFFSET, BODYLENGTH
+    b = 16 if born_v6 else 4
+    s = 16 if store_v6 else 4
+    return struct.Struct(f">{b}siq{s}siiqi")
+
+
+def _fixed_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    b = 16 if born_v6 else 4
+    s = 16 if store_v6 else 4
+    return struct.Struct(f">iIiiiqqiq{b}siq{s}siiqi")
+
+
+# Indexed by (sys_flag & 0x30) >> 4: bit 0 = born host IPv6, bit 1 = store host IPv6.
+_TAILS = tuple(_tail_struct(bool(i & 1), bool(i & 2)) for i in range(4))
+_FIXED = tuple(_fixed_struct(bool(i & 1), bool(i & 2)) for i in range(4))
+_BODY_START = tuple(s.size for s in _FIXED)  # 72 + bh + sh
+_STORE_TS_POSITION = tuple(48 + (20 if i & 1 else 8) for i in range(4))
+
+# --- small bounded caches (topics and hosts repeat; bytes per record do not) -----------------
+
+_CACHE_MAX = 4096
+_topic_out: dict[str, tuple[bytes, int, int]] = {}  # topic -> (len+utf8, magic, T)
+_topic_in: dict[bytes, str] = {}
+_host_out: dict[HostAddress, tuple[bytes, int, bool]] = {}  # host -> (packed ip, port, v6)
+_host_in: dict[tuple[bytes, int], HostAddress] = {}
+
+
+def body_crc(body: bytes | bytearray | memoryview) -> int:
+    """BODYCRC of ``body``: zlib/IEEE CRC-32 masked to 31 bits (spec 1.5).
+
+    Examples
+    --------
+    >>> body_crc(b"123456789")
+    1274296614
+    """
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def record_size(
+    topic_bytes: int,
+    body_len: int,
+    props_bytes: int,
+    born_v6: bool = False,
+    store_v6: bool = False,
+    v2: bool = False,
+) -> int:
+    """TOTALSIZE of a record from its variable lengths (spec 1.3, ``calMsgLength``).
+
+    Parameters
+    ----------
+    topic_bytes, body_len, props_bytes
+        UTF-8 byte length of the topic, body length, UTF-8 byte length of the properties.
+    born_v6, store_v6
+        Whether BORNHOST / STOREHOST are IPv6 (20 bytes instead of 8).
+    v2
+        Whether the record uses the v2 magic (2-byte topic length).
+
+    Examples
+    --------
+    >>> record_size(9, 100, 0)
+    200
+    """
+    return (
+        74
+        + (20 if born_v6 else 8)
+        + (20 if store_v6 else 8)
+        + (2 if v2 else 1)
+        + body_len
+        + topic_bytes
+        + props_bytes
+    )
+
+
+def store_timestamp_position(sys_flag: int) -> int:
+    """Byte position of STORETIMESTAMP inside a record with this SYSFLAG (48 + born host size)."""
+    return _STORE_TS_POSITION[(sys_flag & _HOST_FLAGS) >> 4]
+
+
+def _topic_entry(topic: str) -> tuple[bytes, int, int]:
+    entry = _topic_out.get(topic)
+    if entry is not None:
+        return entry
+    if not isinstance(topic, str) or not topic:
+        raise InvalidMessageError("topic", f"must be a non-empty string, got {topic!r}")
+    try:
+        data = topic.encode("utf-8")
+    except UnicodeEncodeError as err:
+        raise InvalidMessageError("topic", f"not encodable as UTF-8: {err}") from err
+    size = len(data)
+    # 5.x picks v2 iff the topic has more than 127 UTF-16 code units. A topic of <= 127 units
+    # but > 127 UTF-8 bytes would overflow Java's signed-byte length (an unreadable record);
+    # we write v2 for it instead, which every 5.x reader accepts.
+    utf16_units = len(topic) + sum(1 for ch in topic if ord(ch) > 0xFFFF)
+    if utf16_units <= MAX_TOPIC_LENGTH_V1 and size <= MAX_TOPIC_LENGTH_V1:
+        entry = (_I8.pack(size) + data, MESSAGE_MAGIC_CODE_V1, size)
+    elif size <= MAX_TOPIC_SIZE_BYTES_V2:
+        entry = (_I16.pack(size) + data, MESSAGE_MAGIC_CODE_V2, size)
+    else:
+        raise InvalidMessageError(
+            "topic", f"{size} UTF-8 bytes; at most {MAX_TOPIC_SIZE_BYTES_V2} fit a record"
+        )
+    if len(_topic_out) >= _CACHE_MAX:
+        _topic_out.clear()
+    _topic_out[topic] = entry
+    return entry
+
+
+def _host_entry(host: HostAddress, field: str) -> tuple[bytes, int, bool]:
+    entry = _host_out.get(host)
+    if entry is not None:
+        return entry
+    if not isinstance(host, HostAddress):
+        raise InvalidMessageError(field, f"must be a HostAddress, got {host!r}")
+    packed = host.packed()
+    entry = (packed, host.port, len(packed) == 16)
+    if len(_host_out) >= _CACHE_MAX:
+        _host_out.clear()
+    _host_out[host] = entry
+    return entry
+
+
+def _host_from(packed: bytes, port: int) -> HostAddress:
+    key = (packed, port)
+    host = _host_in.get(key)
+    if host is None:
+        if port < 0:
+            # HostAddress refuses negative ports; Java writes whatever int it was given.
+            raise ValueError(f"negative port {port}")
+        host = HostAddress(str(ipaddress.ip_address(packed)), port)
+        if len(_host_in) >= _CACHE_MAX:
+            _host_in.clear()
+        _host_in[key] = host
+    return host
+
+
+def _check_ranges(r: MessageRecord) -> None:
+    """Name the first field of ``r`` outside its stored range (slow path of the encoder)."""
+    checks = (
+        ("queue_id", r.queue_id, 0, _I32_MAX),
+        ("flag", r.flag, _I32_MIN, _I32_MAX),
+        ("queue_offset", r.queue_offset, 0, _I64_MAX),
+        ("physical_offset", r.physical_offset, 0, _I64_MAX),
+        ("sys_flag", r.sys_flag, _I32_MIN, _I32_MAX),
+        ("born_timestamp_ms", r.born_timestamp_ms, _I64_MIN, _I64_MAX),
+        ("store_timestamp_ms", r.store_timestamp_ms, _I64_MIN, _I64_MAX),
+        ("reconsume_times", r.reconsume_times, _I32_MIN, _I32_MAX),
+        ("prepared_transaction_offset", r.prepared_transaction_offset, _I64_MIN, _I64_MAX),
+    )
+    for name, value, low, high in checks:
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise InvalidMessageError(name, f"must be an int, got {value!r}")
+        if not low <= value <= high:
+            raise InvalidMessageError(name, f"{value} is outside [{low}, {high}]")
+
+
+def _encode_parts(r: MessageRecord) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+    topic_prefix, magic, _ = _topic_entry(r.topic)
+    born_ip, born_port, born_v6 = _host_entry(r.born_host, "born_host")
+    store_ip, store_port, store_v6 = _host_entry(r.store_host, "store_host")
+    body = r.body
+    if not isinstance(body, bytes | bytearray | memoryview):
+        raise InvalidMessageError("body", f"must be bytes, got {type(body).__name__}")
+    props = r.properties
+    try:
+        props_data = props.encode("utf-8") if props else b""
+    except (UnicodeEncodeError, AttributeError) as err:
+        raise InvalidMessageError("properties", f"not a UTF-8 encodable string: {err}") from err
+    props_size = len(props_data)
+    if props_size > MAX_PROPERTIES_SIZE_BYTES:
+        raise InvalidMessageError(
+            "properties", f"{props_size} UTF-8 bytes; at most {MAX_PROPERTIES_SIZE_BYTES} allowed"
+        )
+    crc = zlib.crc32(body) & 0x7FFFFFFF
+    if r.body_crc is not None and r.body_crc != crc:
+        raise InvalidMessageError(
+            "body_crc", f"given 0x{r.body_crc:08x} but the body's CRC is 0x{crc:08x}"
+        )
+    hosts = (16 if born_v6 else 0) | (32 if store_v6 else 0)
+    sys_flag = (r.sys_flag & ~_HOST_FLAGS) | hosts
+    body_size = len(body)
+    fixed = _FIXED[hosts >> 4]
+    total = fixed.size + body_size + len(topic_prefix) + 2 + props_size
+    if total > _I32_MAX:
+        raise InvalidMessageError("body", f"record of {total} bytes does not fit an int32 size")
+    try:
+        head = fixed.pack(
+            total,
+            magic,
+            crc,
+            r.queue_id,
+            r.flag,
+            r.queue_offset,
+            r.physical_offset,
+            sys_flag,
+            r.born_timestamp_ms,
+            born_ip,
+            born_port,
+            r.store_timestamp_ms,
+            store_ip,
+            store_port,
+            r.reconsume_times,
+            r.prepared_transaction_offset,
+            body_size,
+        )
+    except struct.error as err:
+        _check_ranges(r)
+        raise InvalidMessageError("record", f"a field does not fit its type: {err}") from err
+    if r.queue_id < 0 or r.queue_offset < 0 or r.physical_offset < 0:
+        _check_ranges(r)
+    return head, bytes(body), topic_prefix, _I16.pack(props_size), props_data
+
+
+def encode_record(record: MessageRecord) -> bytes:
+    """Encode one message record, byte-exact per spec 1.2.
+
+    Computes BODYCRC and TOTALSIZE, picks v1 or v2 magic from the topic length (v2 iff the
+    topic has more than 127 UTF-16 code units, as 5.x's ``autoMessageVersionOnTopicLen``;
+    also when its UTF-8 form exceeds 127 bytes, where Java would overflow) and sets SYSFLAG's
+    IPv6 bits (0x10, 0x20) from the host address types, whatever ``record.sys_flag`` says.
+
+    Parameters
+    ----------
+    record
+        The message. ``body_crc`` may be ``None`` (computed) or must equal the body's CRC.
+
+    Returns
+    -------
+    bytes
+        The record, TOTALSIZE bytes long.
+
+    Raises
+    ------
+    InvalidMessageError
+        Empty topic, topic over 32767 UTF-8 bytes, properties over 32767 bytes, a negative
+        queue id / queue offset / physical offset, an int outside its int32/int64 field,
+        a ``body_crc`` that does not match the body.
+    """
+    return b"".join(_encode_parts(record))
+
+
+def encode_record_mutable(record: MessageRecord) -> bytearray:
+    """``encode_record`` into a ``bytearray``, ready for ``patch_record`` under the put lock."""
+    return bytearray().join(_encode_parts(record))
+
+
+def stored_form(record: MessageRecord) -> MessageRecord:
+    """``record`` as it decodes after ``encode_record``: host bits in SYSFLAG and BODYCRC set.
+
+    Examples
+    --------
+    >>> stored_form(MessageRecord("T", b"123456789")).body_crc
+    1274296614
+    """
+    hosts = (BORNHOST_V6_FLAG if record.born_host.is_ipv6 else 0) | (
+        STOREHOST_V6_FLAG if record.store_host.is_ipv6 else 0
+    )
+    return replace(
+        record,
+        body=bytes(record.body),
+        sys_flag=(record.sys_flag & ~_HOST_FLAGS) | hosts,
+        body_crc=body_crc(record.body),
+    )
+
+
+def patch_record(
+    buf: bytearray | memoryview,
+    position: int = 0,
+    *,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp_ms: int,
+) -> None:
+    """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP into an encoded record in place.
+
+    None of the three is covered by BODYCRC, so a pre-encoded record stays valid. This is
+    RocketMQ's put path: encode outside the lock, patch inside it (spec 1.4 step 6).
+
+    Raises
+    ------
+    InvalidMessageError
+        A negative offset, or a value that does not fit int64.
+    """
+    if not 0 <= queue_offset <= _I64_MAX:
+        raise InvalidMessageError("queue_offset", f"{queue_offset} is outside [0, {_I64_MAX}]")
+    if not 0 <= physical_offset <= _I64_MAX:
+        raise InvalidMessageError(
+            "physical_offset", f"{physical_offset} is outside [0, {_I64_MAX}]"
+        )
+    if not _I64_MIN <= store_timestamp_ms <= _I64_MAX:
+        raise InvalidMessageError("store_timestamp_ms", f"{store_timestamp_ms} does not fit int64")
+    assert _HEADER8.unpack_from(buf, position)[1] in (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2)
+    (sys_flag,) = _I32.unpack_from(buf, position + 36)
+    _I64.pack_into(buf, position + QUEUE_OFFSET_POSITION, queue_offset)
+    _I64.pack_into(buf, position + PHYSICAL_OFFSET_POSITION, physical_offset)
+    _I64.pack_into(buf, position + store_timestamp_position(sys_flag), store_timestamp_ms)
+
+
+def encode_blank(remaining_bytes: int) -> bytes:
+    """The 8-byte BLANK record: int32 ``remaining_bytes`` (to the end of the file), BLANK magic.
+
+    Raises
+    ------
+    ValueError
+        ``remaining_bytes`` below 8 or above int32 max.
+    """
+    if not END_FILE_MIN_BLANK_LENGTH <= remaining_bytes <= _I32_MAX:
+        raise ValueError(
+            f"remaining_bytes: a BLANK record covers 8..{_I32_MAX} bytes, got {remaining_bytes}"
+        )
+    return _BLANK.pack(remaining_bytes, BLANK_MAGIC_CODE)
+
+
+def peek_header(buf: ByteSource, position: int = 0) -> tuple[int, int] | NeedMoreData:
+    """``(total_size, magic)`` of the record at ``position`` without decoding it.
+
+    ``total_size`` is TOTALSIZE as a signed int32, ``magic`` the unsigned magic code.
+    Returns ``NeedMoreData`` if fewer than 8 bytes are left. Performs no validation.
+    """
+    have = len(buf) - position
+    if have < 8:
+        return NeedMoreData(have, 8)
+    total, magic = _HEADER8.unpack_from(buf, position)
+    return total, magic
+
+
+def _corrupt(path: str, position: int, reason: str) -> CorruptRecordError:
+    return CorruptRecordError(path, position, reason)
+
+
+def decode_record(
+    buf: ByteSource,
+    position: int = 0,
+    *,
+    path: str = "<buffer>",
+    check_crc: bool = True,
+    with_body: bool = True,
+    topics: Collection[str] | None = None,
+) -> DecodeOutcome:
+    """Decode the record starting at ``position`` of ``buf``.
+
+    Parameters
+    ----------
+    buf
+        ``bytes``, ``bytearray``, ``memoryview`` or ``mmap``; a ``memoryview`` avoids copies.
+    position
+        Byte position of the record inside ``buf`` (and inside the segment, for messages).
+    path
+        Label used in errors (the segment file name).
+    check_crc
+        Verify BODYCRC (spec 1.5). RocketMQ checks it on recovery; readers may skip it.
+    with_body
+        ``False`` returns the record with an empty body (still CRC-checked if asked).
+    topics
+        If given, a record of any other topic returns ``SkippedRecord`` (still validated).
+
+    Returns
+    -------
+    DecodedRecord
+        A whole valid record; ``record.body_crc`` is the stored BODYCRC.
+    SkippedRecord
+        A whole valid record of a topic not in ``topics``.
+    BlankPadding
+        The BLANK end-of-file record: continue in the next segment.
+    NeedMoreData
+        The buffer ends before the record does.
+    Unwritten
+        TOTALSIZE and magic are both zero: nothing was written here.
+
+    Raises
+    ------
+    CorruptRecordError
+        An unknown magic, an impossible size, TOTALSIZE disagreeing with the length formula,
+        a BODYCRC mismatch, or a topic / properties that are not UTF-8.
+    """
+    have = len(buf) - position
+    if have >= 48:
+        prefix = _PREFIX.unpack_from(buf, position)
+        total, magic = prefix[0], prefix[1]
+    elif have >= 8:
+        prefix = None
+        total, magic = _HEADER8.unpack_from(buf, position)
+    else:
+        return NeedMoreData(have, 8)
+
+    if magic == MESSAGE_MAGIC_CODE_V1:
+        v2 = False
+    elif magic == MESSAGE_MAGIC_CODE_V2:
+        v2 = True
+    elif magic == BLANK_MAGIC_CODE:
+        if total < END_FILE_MIN_BLANK_LENGTH:
+            raise _corrupt(path, position, f"BLANK record with impossible size {total}")
+        return BlankPadding(position, total)
+    elif magic == 0 and total == 0:
+        return Unwritten(position)
+    else:
+        raise _corrupt(path, position, f"bad magic code 0x{magic:08x} (TOTALSIZE {total})")
+
+    if total < MIN_RECORD_SIZE_BYTES:
+        raise _corrupt(path, position, f"impossible TOTALSIZE {total}")
+    if have < total:
+        return NeedMoreData(have, total)
+    if prefix is None:
+        prefix = _PREFIX.unpack_from(buf, position)
+    _, _, stored_crc, queue_id, flag, queue_offset, physical_offset, sys_flag, born_ts = prefix
+
+    hosts = (sys_flag & _HOST_FLAGS) >> 4
+    (born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared, body_size) = _TAILS[
+        hosts
+    ].unpack_from(buf, position + 48)
+    body_at = position + _BODY_START[hosts]
+    end = position + total
+    topic_len_at = body_at + body_size
+    if body_size < 0 or topic_len_at + (4 if v2 else 3) > end:
+        raise _corrupt(path, position, f"BODYLENGTH {body_size} does not fit TOTALSIZE {total}")
+    if v2:
+        (topic_size,) = _I16.unpack_from(buf, topic_len_at)
+        topic_at = topic_len_at + 2
+    else:
+        (topic_size,) = _I8.unpack_from(buf, topic_len_at)
+        topic_at = topic_len_at + 1
+    props_len_at = topic_at + topic_size
+    if topic_size < 0 or props_len_at + 2 > end:
+        raise _corrupt(path, position, f"TOPICLENGTH {topic_size} does not fit TOTALSIZE {total}")
+    (props_size,) = _I16.unpack_from(buf, props_len_at)
+    if props_len_at + 2 + props_size != end:
+        raise _corrupt(
+            path,
+            position,
+            f"TOTALSIZE {total} disagrees with the length formula "
+            f"(body {body_size}, topic {topic_size}, properties {props_size})",
+        )
+
+    raw_body = buf[body_at:topic_len_at]
+    if check_crc:
+        computed = zlib.crc32(raw_body) & 0x7FFFFFFF
+        if computed != stored_crc:
+            raise CorruptRecordError(
+                path,
+                position,
+                "BODYCRC mismatch",
+                stored_crc=stored_crc & 0xFFFFFFFF,
+                computed_crc=computed,
+            )
+
+    topic_raw = bytes(buf[topic_at:props_len_at])
+    topic = _topic_in.get(topic_raw)
+    if topic is None:
+        try:
+            topic = topic_raw.decode("utf-8")
+        except UnicodeDecodeError as err:
+            raise _corrupt(path, position, f"topic is not UTF-8 ({err.reason})") from err
+        if len(_topic_in) >= _CACHE_MAX:
+            _topic_in.clear()
+        _topic_in[topic_raw] = topic
+    if topics is not None and topic not in topics:
+        return SkippedRecord(position, total)
+
+    try:
+        props = str(buf[props_len_at + 2 : end], "utf-8") if props_size else ""
+        born_host = _host_from(born_ip, born_port)
+        store_host = _host_from(store_ip, store_port)
+    except UnicodeDecodeError as err:
+        raise _corrupt(path, position, f"properties are not UTF-8 ({err.reason})") from err
+    except ValueError as err:
+        raise _corrupt(path, position, f"bad host address: {err}") from err
+
+    record = MessageRecord(
+        topic,
+        bytes(raw_body) if with_body else b"",
+        props,
+        queue_id,
+        flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        stored_crc,
+    )
+    return DecodedRecord(record, position, total, 2 if v2 else 1)
