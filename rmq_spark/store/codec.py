@@ -35,13 +35,13 @@ from rmq_spark.store.layout import (
 from rmq_spark.store.message import HostAddress, MessageRecord
 
 __all__ = [
-    "MAX_TOPIC_SIZE_BYTES_V2",
-    "MIN_RECORD_SIZE_BYTES",
     "BlankPadding",
     "ByteSource",
-    "DecodedRecord",
     "DecodeOutcome",
+    "DecodedRecord",
     "InvalidMessageError",
+    "MAX_TOPIC_SIZE_BYTES_V2",
+    "MIN_RECORD_SIZE_BYTES",
     "NeedMoreData",
     "SkippedRecord",
     "Unwritten",
@@ -53,8 +53,8 @@ __all__ = [
     "patch_record",
     "peek_header",
     "record_size",
-    "stored_form",
     "store_timestamp_position",
+    "stored_form",
 ]
 
 _I32_MIN = -(1 << 31)
@@ -113,7 +113,7 @@ class SkippedRecord:
 
 @dataclass(frozen=True, slots=True)
 class BlankPadding:
-    """The 8-byte BLANK record: the rest of the segment (``remaining_bytes`` from here) is unused."""
+    """The 8-byte BLANK record: the segment's last ``remaining_bytes`` from here are unused."""
 
     position: int
     remaining_bytes: int
