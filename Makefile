@@ -8,6 +8,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEPS_STAMP := $(VENV)/.deps-installed
 JARS_STAMP := jars/manifest.txt
+LINK_STAMP := $(VENV)/.delta-jars-linked
 PYTEST_ARGS ?=
 
 .PHONY: setup run test test-fast lint format bench clean help
@@ -15,7 +16,7 @@ PYTEST_ARGS ?=
 help:
 	@sed -n '1,6p' Makefile
 
-setup: $(DEPS_STAMP) $(JARS_STAMP)
+setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP)
 
 $(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
 	@scripts/bootstrap_venv.sh
@@ -23,6 +24,10 @@ $(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
 
 $(JARS_STAMP): scripts/delta-jars.pom.xml scripts/fetch_jars.sh
 	@scripts/fetch_jars.sh
+
+$(LINK_STAMP): $(DEPS_STAMP) $(JARS_STAMP) scripts/link_jars.sh
+	@scripts/link_jars.sh
+	@touch $@
 
 run: setup
 	$(BIN)/rmq-spark demo $(DEMO_ARGS)

@@ -27,7 +27,6 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
     """The Spark settings ``build_session`` applies, as strings (also used for spark-submit)."""
     jars = find_delta_jars(config.jars_dir)
     conf = {
-        "spark.jars": ",".join(str(jar) for jar in jars),
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
         "spark.sql.shuffle.partitions": str(config.shuffle_partitions),
@@ -38,6 +37,10 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     }
+    if not _jars_in_pyspark(jars):
+        # `make setup` links the jars into pyspark/jars (needed by spark-submit); when they
+        # are not there, the session started from Python still gets them this way.
+        conf["spark.jars"] = ",".join(str(jar) for jar in jars)
     log4j = _log4j_file()
     if log4j is not None:
         option = f"-Dlog4j2.configurationFile=file:{log4j}"
@@ -100,6 +103,13 @@ def _register_sources(spark: SparkSession) -> None:
     from rmq_spark.spark import source
 
     source.register(spark)
+
+
+def _jars_in_pyspark(jars: list[Path]) -> bool:
+    import pyspark
+
+    pyspark_jars = Path(pyspark.__file__).parent / "jars"
+    return all((pyspark_jars / jar.name).exists() for jar in jars)
 
 
 def _log4j_file() -> Path | None:
