@@ -1,0 +1,123 @@
+"""BrokerConfig: the ``[broker]`` config section (listen address, topics, limits, timer).
+
+Owns the broker's settings and their validation only. The store's own settings (root
+directory, flush policy, segment size) are ``store/config.py: StoreConfig``; the gRPC wire
+details derived from these values (receive limit, Telemetry settings) live in ``grpc_api.py``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["BrokerConfig", "parse_listen", "parse_topic_spec"]
+
+_TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_TOPIC_LENGTH_MAX = 127
+_QUEUE_COUNT_MAX = 1024
+_MIB = 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    listen: str = "127.0.0.1:8081"  # host:port the gRPC server binds (port 0: any free port)
+    advertised_host: str = ""  # host put in routes for clients; empty: the listen host
+    broker_name: str = "broker-a"  # broker name in routes and the CLUSTER-less route entry
+    cluster_name: str = "DefaultCluster"  # stored as the CLUSTER property of every message
+    auto_create_topics: bool = True  # unknown topics are created on first route/send
+    default_queue_count: int = 8  # queues of an auto-created topic (RocketMQ default 8)
+    topics: tuple[str, ...] = ()  # topics that exist from the start: "name" or "name:queues"
+    max_message_size_bytes: int = 4 * _MIB  # largest accepted body (RocketMQ maxMessageSize)
+    grpc_receive_limit_bytes: int = 130 * _MIB  # gRPC inbound frame limit (Java proxy: 130 MiB)
+    user_property_count_max: int = 128  # user properties per message (Java proxy limit)
+    user_properties_size_bytes_max: int = 16 * 1024  # total key+value bytes of user properties
+    message_group_length_max: int = 64  # longest FIFO message group (Java proxy limit)
+    delay_ms_max: int = 86_400_000  # furthest delivery time ahead (Java proxy: 1 day)
+    timer_precision_ms: int = 1000  # TIMER_OUT_MS rounding step (RocketMQ timerPrecisionMs)
+    send_max_attempts: int = 3  # send attempts the Telemetry settings tell clients to make
+    grpc_worker_threads: int = 8  # threads that run store puts for gRPC requests
+    shutdown_grace_ms: int = 5000  # how long a stop waits for in-flight requests
+
+    def __post_init__(self) -> None:
+        try:
+            parse_listen(self.listen)
+        except ValueError as err:
+            raise ValueError(f"listen: {err}") from None
+        if not self.broker_name or "|" in self.broker_name:
+            raise ValueError(
+                f"broker_name: must be non-empty without '|', got {self.broker_name!r}"
+            )
+        if not 1 <= self.default_queue_count <= _QUEUE_COUNT_MAX:
+            raise ValueError(
+                f"default_queue_count: must be in [1, {_QUEUE_COUNT_MAX}], "
+                f"got {self.default_queue_count}"
+            )
+        for spec in self.topics:
+            try:
+                parse_topic_spec(spec, self.default_queue_count)
+            except ValueError as err:
+                raise ValueError(f"topics: {err}") from None
+        if self.max_message_size_bytes < 1:
+            raise ValueError(
+                f"max_message_size_bytes: must be >= 1, got {self.max_message_size_bytes}"
+            )
+        if self.grpc_receive_limit_bytes < self.max_message_size_bytes + 64 * 1024:
+            raise ValueError(
+                "grpc_receive_limit_bytes: must leave 64 KiB above max_message_size_bytes "
+                f"({self.max_message_size_bytes}) for the request envelope, "
+                f"got {self.grpc_receive_limit_bytes}"
+            )
+        for name in (
+            "user_property_count_max",
+            "user_properties_size_bytes_max",
+            "message_group_length_max",
+            "delay_ms_max",
+            "timer_precision_ms",
+            "send_max_attempts",
+            "grpc_worker_threads",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        if self.shutdown_grace_ms < 0:
+            raise ValueError(f"shutdown_grace_ms: must be >= 0, got {self.shutdown_grace_ms}")
+
+    @property
+    def route_host(self) -> str:
+        """The host clients are told to connect to (``advertised_host`` or the listen host)."""
+        return self.advertised_host or parse_listen(self.listen)[0]
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """Split ``host:port`` (``[::1]:8081`` for IPv6) into ``(host, port)``.
+
+    Raises
+    ------
+    ValueError
+        Not ``host:port``, or the port is outside ``[0, 65535]``.
+    """
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"expected host:port, got {text!r}")
+    if not 0 <= int(port) <= 65535:
+        raise ValueError(f"port must be in [0, 65535], got {text!r}")
+    return host, int(port)
+
+
+def parse_topic_spec(spec: str, default_queue_count: int) -> tuple[str, int]:
+    """``"orders:4"`` -> ``("orders", 4)``; ``"orders"`` -> ``("orders", default_queue_count)``.
+
+    Raises
+    ------
+    ValueError
+        A bad topic name or queue count.
+    """
+    name, sep, count = spec.partition(":")
+    name = name.strip()
+    if not name or len(name) > _TOPIC_LENGTH_MAX or not _TOPIC_RE.match(name):
+        raise ValueError(f"bad topic name in {spec!r}")
+    if not sep:
+        return name, default_queue_count
+    if not count.strip().isdigit() or not 1 <= int(count) <= _QUEUE_COUNT_MAX:
+        raise ValueError(f"queue count in {spec!r} must be in [1, {_QUEUE_COUNT_MAX}]")
+    return name, int(count)

@@ -1,0 +1,334 @@
+"""Broker process lifecycle: bind the port, open the store, serve gRPC, stop cleanly on a signal.
+
+Owns ``GrpcEndpoint`` (a ``grpc.aio`` server on its own event-loop thread, used by the broker
+process and by the embedded broker), ``run_broker`` (the long-running process: SIGTERM/SIGINT
+stop it gracefully) and ``main`` for ``python -m rmq_spark.broker.server``. Logs one line per
+start, stop and error.
+
+Does not own: message logic (``service.py``), wire translation (``grpc_api.py``), the store's
+flush/checkpoint/abort handling (``MessageStore.close`` does that).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import errno
+import logging
+import signal
+import socket
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from rmq_spark.broker.config import BrokerConfig, parse_listen
+from rmq_spark.broker.grpc_api import MessagingServicer, grpc_server_options
+from rmq_spark.broker.proto import service_pb2_grpc
+from rmq_spark.broker.service import BrokerService
+from rmq_spark.clock import Clock, SystemClock
+from rmq_spark.errors import BrokerError, RmqError, StoreLockedError
+from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.message import HostAddress
+
+__all__ = ["GrpcEndpoint", "check_port_free", "main", "open_store", "run_broker"]
+
+log = logging.getLogger("rmq_spark.broker")
+
+EXIT_ERROR = 2
+_DEFAULT_STORE_HOST = StoreConfig().store_host
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Raise ``BrokerError`` if ``host:port`` cannot be bound (taken, or not our address).
+
+    grpc would only log a C-level line and raise a bare RuntimeError; this gives the reason.
+    """
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    probe = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc does
+        probe.bind((host, port))
+    except OSError as err:
+        if err.errno == errno.EADDRINUSE:
+            raise BrokerError(
+                f"cannot listen on {host}:{port}: the port is already in use "
+                "(another broker running?)"
+            ) from err
+        raise BrokerError(f"cannot listen on {host}:{port}: {err.strerror}") from err
+    finally:
+        probe.close()
+
+
+def open_store(store_config: StoreConfig, clock: Clock) -> Any:
+    """Open the MessageStore, turning "locked by another process" into a clear BrokerError."""
+    from rmq_spark.store.message_store import MessageStore
+
+    try:
+        return MessageStore.open(store_config, clock=clock)
+    except StoreLockedError as err:
+        raise BrokerError(
+            f"store {store_config.root_dir} is in use by another process "
+            f"(its lock file is held): {err}"
+        ) from err
+
+
+def store_config_for(store_config: StoreConfig, listen_host: str, listen_port: int) -> StoreConfig:
+    """Record the broker's own address as STOREHOST unless the config names one."""
+    if store_config.store_host != _DEFAULT_STORE_HOST or listen_port == 0:
+        return store_config
+    try:
+        host = HostAddress(listen_host, listen_port)
+    except ValueError:
+        return store_config  # a host name: keep the configured address
+    return dataclasses.replace(store_config, store_host=str(host))
+
+
+class GrpcEndpoint:
+    """The gRPC face of a ``BrokerService``: a ``grpc.aio`` server on a private loop thread.
+
+    ``start()`` returns once the port is bound and the server accepts calls (``port`` is the
+    bound port, useful with ``:0``); ``stop()`` ends Telemetry streams, stops accepting,
+    waits up to ``grace_s`` for in-flight calls and joins the thread.
+    """
+
+    def __init__(self, service: BrokerService, config: BrokerConfig) -> None:
+        self._service = service
+        self._config = config
+        self._host, self._requested_port = parse_listen(config.listen)
+        self.port = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: Any = None
+        self._shutdown: asyncio.Event | None = None
+        self._thread: threading.Thread | None = None
+        self._executor = ThreadPoolExecutor(
+            max_workers=config.grpc_worker_threads, thread_name_prefix="broker-put"
+        )
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+        self._stopped = threading.Event()
+        self._grace_s = config.shutdown_grace_ms / 1000
+
+    @property
+    def address(self) -> str:
+        """``host:port`` clients use as the endpoint (the advertised host, the bound port)."""
+        host = self._config.route_host
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
+
+    def start(self) -> GrpcEndpoint:
+        check_port_free(self._host, self._requested_port)
+        self._thread = threading.Thread(target=self._run, name="broker-grpc", daemon=True)
+        self._thread.start()
+        self._started.wait()
+        if self._start_error is not None:
+            self._thread.join()
+            raise self._start_error
+        return self
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._serve())
+        finally:
+            loop.close()
+            self._stopped.set()
+
+    async def _serve(self) -> None:
+        self._shutdown = asyncio.Event()
+        try:
+            server = grpc.aio.server(
+                options=grpc_server_options(self._config.grpc_receive_limit_bytes)
+            )
+            bind_host = f"[{self._host}]" if ":" in self._host else self._host
+            try:
+                self.port = server.add_insecure_port(f"{bind_host}:{self._requested_port}")
+            except RuntimeError as err:
+                raise BrokerError(f"cannot listen on {self._config.listen}: {err}") from err
+            servicer = MessagingServicer(
+                self._service,
+                self._executor,
+                route_host=self._config.route_host,
+                route_port=self.port,
+                shutdown=self._shutdown,
+            )
+            service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
+            await server.start()
+        except BaseException as err:
+            self._start_error = err
+            self._started.set()
+            return
+        self._server = server
+        self._started.set()
+        await self._shutdown.wait()
+        # Telemetry handlers watch the same event and return; unary calls get the grace.
+        await server.stop(self._grace_s)
+
+    def stop(self, grace_s: float | None = None) -> None:
+        """Stop serving: refuse sends, end streams, wait for in-flight calls, join the thread."""
+        if self._loop is None or self._stopped.is_set():
+            self._executor.shutdown(wait=True)
+            return
+        if grace_s is not None:
+            self._grace_s = grace_s
+        loop, shutdown = self._loop, self._shutdown
+        assert shutdown is not None
+        try:
+            loop.call_soon_threadsafe(shutdown.set)
+        except RuntimeError:
+            pass  # the loop already ended
+        if self._thread is not None:
+            self._thread.join(timeout=self._grace_s + 30)
+        self._executor.shutdown(wait=True)
+
+
+def run_broker(
+    store_config: StoreConfig,
+    broker_config: BrokerConfig,
+    *,
+    clock: Clock | None = None,
+    ready_file: Path | None = None,
+) -> int:
+    """Run the broker until SIGTERM or SIGINT, then stop gracefully. Returns the exit code.
+
+    Graceful stop: refuse new sends, end Telemetry streams, stop accepting, let in-flight
+    sends finish (``shutdown_grace_ms``), then close the store (flush, clean checkpoint,
+    ``abort`` removed).
+
+    Raises
+    ------
+    BrokerError
+        The port or the store is taken.
+    """
+    clock = clock or SystemClock()
+    host, port = parse_listen(broker_config.listen)
+    stop_requested = threading.Event()
+    received: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        received.append(signal.Signals(signum).name)
+        stop_requested.set()
+
+    # Installed first: a signal during start-up still ends in a clean close.
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        check_port_free(host, port)
+        store = open_store(store_config_for(store_config, host, port), clock)
+    except BaseException:
+        _restore(previous)
+        raise
+    try:
+        service = BrokerService(store, broker_config, clock=clock)
+        endpoint = GrpcEndpoint(service, broker_config).start()
+    except BaseException:
+        store.close()
+        _restore(previous)
+        raise
+    started_s = time.monotonic()
+    log.info(
+        "broker started: listening on %s (pid %d), store %s, flush %s, topics %s",
+        endpoint.address,
+        _pid(),
+        store_config.root_dir,
+        store_config.flush_policy.name,
+        f"auto-created with {broker_config.default_queue_count} queues"
+        if broker_config.auto_create_topics
+        else "must exist",
+    )
+    if ready_file is not None:
+        ready_file.write_text(f"{endpoint.address}\n", encoding="utf-8")
+    try:
+        while not stop_requested.wait(timeout=1.0):
+            pass
+    finally:
+        service.begin_shutdown()
+        endpoint.stop()
+        idle = service.wait_idle(broker_config.shutdown_grace_ms / 1000)
+        store.close()
+        _restore(previous)
+    log.info(
+        "broker stopped: %s after %.1f s; store closed cleanly%s",
+        received[0] if received else "stop",
+        time.monotonic() - started_s,
+        "" if idle else " (some sends were still running at the deadline)",
+    )
+    return 0
+
+
+def _restore(previous: dict[Any, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def _pid() -> int:
+    import os
+
+    return os.getpid()
+
+
+def build_parser(prog: str = "python -m rmq_spark.broker.server") -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description="Run the RocketMQ 5 gRPC broker over a store directory.",
+    )
+    add_broker_arguments(parser)
+    return parser
+
+
+def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--store``, ``--listen``, ``--ready-file`` (``--config``/``--set`` come from the CLI)."""
+    parser.add_argument("--store", metavar="DIR", help="store root directory (store.root_dir)")
+    parser.add_argument(
+        "--listen", metavar="HOST:PORT", help="address to serve gRPC on (broker.listen)"
+    )
+    parser.add_argument(
+        "--ready-file",
+        metavar="FILE",
+        type=Path,
+        help="write the served host:port here once the broker accepts calls",
+    )
+
+
+def configs_from_args(args: argparse.Namespace) -> tuple[StoreConfig, BrokerConfig]:
+    """Store and broker sections from ``--config``/``--set`` plus ``--store``/``--listen``."""
+    from rmq_spark.config import load_config, parse_override
+
+    overrides = dict(parse_override(item) for item in getattr(args, "overrides", None) or [])
+    if args.store:
+        overrides["store.root_dir"] = args.store
+    if args.listen:
+        overrides["broker.listen"] = args.listen
+    config = load_config(getattr(args, "config", None), overrides)
+    return config.store, config.broker
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    parser.add_argument("--config", metavar="FILE", help="TOML config file")
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.KEY=VALUE"
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        store_config, broker_config = configs_from_args(args)
+        return run_broker(store_config, broker_config, ready_file=args.ready_file)
+    except RmqError as err:
+        log.error("broker error: %s", err)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,470 @@
+"""The broker's logic: validate a send, pick its queue, build the stored message, put it.
+
+Owns the decisions a RocketMQ 5 broker (proxy + broker) makes for a producer's message:
+validation and the matching status code, the topic/route table (``topics.py``), FIFO and
+round-robin queue choice, the properties a record carries (TAGS, KEYS, UNIQ_KEY, CLUSTER, user
+properties, ``__SHARDINGKEY``), the timer transform of delayed messages (spec STORE_FORMAT.md
+9.6: ``rmq_sys_wheel_timer`` queue 0 with TIMER_OUT_MS, REAL_TOPIC, REAL_QID), idempotence of
+retried sends, and refusing work once a shutdown began.
+
+Does not own: protobuf or gRPC (``grpc_api.py`` translates), process lifecycle (``server.py``),
+record encoding and durability (the store: a put is acknowledged only when the store says OK).
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
+from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id
+from rmq_spark.clock import Clock, SystemClock
+from rmq_spark.errors import StoreClosedError, StoreError
+from rmq_spark.store.layout import MAX_PROPERTIES_SIZE_BYTES, RMQ_SYS_WHEEL_TIMER_TOPIC
+from rmq_spark.store.message import HostAddress
+from rmq_spark.store.put import PutRequest, PutResult, PutStatus
+from rmq_spark.store.properties import (
+    BORN_TIMESTAMP,
+    CLUSTER,
+    KEYS,
+    REAL_QID,
+    REAL_TOPIC,
+    SHARDING_KEY,
+    TAGS,
+    TIMER_DELIVER_MS,
+    TIMER_OUT_MS,
+    UNIQ_KEY,
+    encode_properties,
+)
+
+__all__ = [
+    "RESERVED_PROPERTY_KEYS",
+    "BrokerService",
+    "MessageKind",
+    "RouteOutcome",
+    "SendCode",
+    "SendCommand",
+    "SendOutcome",
+]
+
+# Properties the broker writes that properties.py has no constant for (spec 3.2).
+BORN_HOST = "__BORNHOST"
+TRACE_CONTEXT = "TRACE_CONTEXT"
+
+# MessageConst.STRING_HASH_SET: keys a user property may not use (RocketMQ 5 plus TIMER_*).
+RESERVED_PROPERTY_KEYS = frozenset(
+    {
+        "TRACE_ON", "MSG_REGION", KEYS, TAGS, "WAIT", "DELAY", "RETRY_TOPIC", REAL_TOPIC,
+        REAL_QID, "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID",
+        "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG", "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME",
+        UNIQ_KEY, "MAX_RECONSUME_TIMES", "CONSUME_START_TIME", "POP_CK", "POP_CK_OFFSET",
+        "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME",
+        "PUSH_REPLY_TIME", CLUSTER, "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
+        "INNER_MULTI_DISPATCH", "INNER_NUM", "INNER_BASE", "TRANSACTION_CHECK_TIMES",
+        "CHECK_IMMUNITY_TIME_IN_SECONDS", "__transactionId__", "TIMER_DELAY_SEC",
+        TIMER_DELIVER_MS, "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS", "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES", TIMER_OUT_MS, "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
+        SHARDING_KEY, BORN_HOST, TRACE_CONTEXT, BORN_TIMESTAMP, "__CRC32#",
+        "DLQ_ORIGIN_TOPIC", "DLQ_ORIGIN_MESSAGE_ID", "REDIRECT", "PROPERTY_FORWARD_QUEUE_ID",
+    }
+)  # fmt: skip
+_MESSAGE_ID_LENGTH_MAX = 128
+_KEY_LENGTH_MAX = 128 * 1024
+
+
+class MessageKind(enum.Enum):
+    """The message type a producer declared (``apache.rocketmq.v2.MessageType``)."""
+
+    UNSPECIFIED = 0
+    NORMAL = 1
+    FIFO = 2
+    DELAY = 3
+    TRANSACTION = 4
+    LITE = 5
+    PRIORITY = 6
+
+
+class SendCode(enum.Enum):
+    """Outcome of a send; ``grpc_api`` maps each to the RocketMQ status code of the same name."""
+
+    OK = "OK"
+    BAD_REQUEST = "BAD_REQUEST"
+    ILLEGAL_TOPIC = "ILLEGAL_TOPIC"
+    ILLEGAL_MESSAGE_TAG = "ILLEGAL_MESSAGE_TAG"
+    ILLEGAL_MESSAGE_KEY = "ILLEGAL_MESSAGE_KEY"
+    ILLEGAL_MESSAGE_GROUP = "ILLEGAL_MESSAGE_GROUP"
+    ILLEGAL_MESSAGE_PROPERTY_KEY = "ILLEGAL_MESSAGE_PROPERTY_KEY"
+    ILLEGAL_MESSAGE_ID = "ILLEGAL_MESSAGE_ID"
+    ILLEGAL_DELIVERY_TIME = "ILLEGAL_DELIVERY_TIME"
+    MESSAGE_PROPERTY_CONFLICT_WITH_TYPE = "MESSAGE_PROPERTY_CONFLICT_WITH_TYPE"
+    TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
+    MESSAGE_BODY_EMPTY = "MESSAGE_BODY_EMPTY"
+    MESSAGE_BODY_TOO_LARGE = "MESSAGE_BODY_TOO_LARGE"
+    MESSAGE_PROPERTIES_TOO_LARGE = "MESSAGE_PROPERTIES_TOO_LARGE"
+    UNSUPPORTED = "UNSUPPORTED"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    FLUSH_TIMEOUT = "FLUSH_TIMEOUT"
+    STORE_ERROR = "STORE_ERROR"
+
+
+@dataclass(frozen=True, slots=True)
+class SendCommand:
+    """One message a producer asks us to store, already out of its wire form.
+
+    ``delivery_timestamp_ms`` is absolute epoch milliseconds (the wire layer normalises the
+    client's seconds/milliseconds quirk). ``born_host`` is the peer address when known;
+    ``born_host_text`` is what the client said its host was.
+    """
+
+    topic: str
+    body: bytes
+    message_id: str
+    namespace: str = ""
+    kind: MessageKind = MessageKind.UNSPECIFIED
+    tag: str | None = None
+    keys: tuple[str, ...] = ()
+    user_properties: Mapping[str, str] = field(default_factory=dict)
+    message_group: str | None = None
+    delivery_timestamp_ms: int | None = None
+    born_timestamp_ms: int = 0
+    born_host: HostAddress | None = None
+    born_host_text: str = ""
+    trace_context: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SendOutcome:
+    """What happened to a send. On ``OK``: where the message is (its stored topic/queue)."""
+
+    code: SendCode
+    reason: str = ""
+    message_id: str = ""
+    topic: str = ""
+    queue_id: int = -1
+    queue_offset: int = -1
+    physical_offset: int = -1
+    duplicate: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return self.code is SendCode.OK
+
+
+@dataclass(frozen=True, slots=True)
+class RouteOutcome:
+    """A route answer: ``code`` is OK, ILLEGAL_TOPIC or TOPIC_NOT_FOUND."""
+
+    code: SendCode
+    topic: str
+    queue_count: int = 0
+    reason: str = ""
+
+
+def _reject(code: SendCode, reason: str, message_id: str = "") -> SendOutcome:
+    return SendOutcome(code, reason, message_id)
+
+
+def _has_control_chars(text: str) -> bool:
+    return any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
+
+
+class BrokerService:
+    """Puts producers' messages into a ``MessageStore``; thread-safe.
+
+    Parameters
+    ----------
+    store
+        The open store (anything with ``put(PutRequest) -> PutResult``). The service does not
+        close it.
+    config
+        The broker section of the configuration.
+    clock
+        Used for delivery-time checks of delayed messages.
+    store_host
+        The address recorded as STOREHOST (the broker's own listen address).
+    """
+
+    def __init__(
+        self,
+        store: object,
+        config: BrokerConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        store_host: HostAddress | None = None,
+    ) -> None:
+        self._store = store
+        self._config = config or BrokerConfig()
+        self._clock = clock or SystemClock()
+        self._store_host = store_host
+        self.topics = TopicTable(
+            auto_create=self._config.auto_create_topics,
+            default_queue_count=self._config.default_queue_count,
+            initial=[
+                parse_topic_spec(spec, self._config.default_queue_count)
+                for spec in self._config.topics
+            ],
+        )
+        self._state_lock = threading.Condition()
+        self._shutting_down = False
+        self._in_flight = 0
+
+    @property
+    def config(self) -> BrokerConfig:
+        return self._config
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def begin_shutdown(self) -> None:
+        """Refuse new sends from now on (``SHUTTING_DOWN``); sends in progress finish."""
+        with self._state_lock:
+            self._shutting_down = True
+            self._state_lock.notify_all()
+
+    @property
+    def shutting_down(self) -> bool:
+        return self._shutting_down
+
+    def wait_idle(self, timeout_s: float) -> bool:
+        """Wait until no send is in progress; ``False`` if ``timeout_s`` passed first."""
+        with self._state_lock:
+            return self._state_lock.wait_for(lambda: self._in_flight == 0, timeout=timeout_s)
+
+    # --- routes ---------------------------------------------------------------------------
+
+    def route(self, topic: str, namespace: str = "") -> RouteOutcome:
+        """The queues of ``topic`` (creating it when auto-creation is on)."""
+        found = self.topics.lookup(topic, namespace)
+        if found.status is TopicStatus.ILLEGAL:
+            return RouteOutcome(SendCode.ILLEGAL_TOPIC, found.topic, reason=found.reason)
+        if found.status is TopicStatus.NOT_FOUND:
+            return RouteOutcome(SendCode.TOPIC_NOT_FOUND, found.topic, reason=found.reason)
+        return RouteOutcome(SendCode.OK, found.topic, found.queue_count)
+
+    # --- sends ----------------------------------------------------------------------------
+
+    def send(self, command: SendCommand) -> SendOutcome:
+        """Validate, place and store one message.
+
+        Returns
+        -------
+        SendOutcome
+            ``OK`` only once the store acknowledged the record (durable under the store's
+            flush policy). A retried send (same topic and message id) returns the first
+            outcome's position with ``duplicate=True`` and stores nothing new.
+        """
+        with self._state_lock:
+            if self._shutting_down:
+                return _reject(
+                    SendCode.SHUTTING_DOWN, "broker is shutting down", command.message_id
+                )
+            self._in_flight += 1
+        try:
+            return self._send(command)
+        finally:
+            with self._state_lock:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._state_lock.notify_all()
+
+    def _send(self, command: SendCommand) -> SendOutcome:
+        problem = self._validate(command)
+        if problem is not None:
+            return problem
+        route = self.route(command.topic, command.namespace)
+        if route.code is not SendCode.OK:
+            return _reject(route.code, route.reason, command.message_id)
+        if command.message_group is not None:
+            queue_id = group_queue_id(command.message_group, route.queue_count)
+        else:
+            queue_id = self.topics.next_queue_id(route.topic, route.queue_count)
+        properties = self._properties(command, route.topic)
+        topic, stored_queue_id = route.topic, queue_id
+        if command.delivery_timestamp_ms is not None:
+            timer = self._timer_transform(command.delivery_timestamp_ms, properties)
+            if isinstance(timer, SendOutcome):
+                return timer
+            if timer:
+                properties[REAL_TOPIC] = route.topic
+                properties[REAL_QID] = str(queue_id)
+                topic, stored_queue_id = RMQ_SYS_WHEEL_TIMER_TOPIC, 0
+        properties_text = encode_properties(properties)
+        if len(properties_text.encode("utf-8")) > MAX_PROPERTIES_SIZE_BYTES:
+            return _reject(
+                SendCode.MESSAGE_PROPERTIES_TOO_LARGE,
+                f"stored properties would be {len(properties_text.encode('utf-8'))} bytes, "
+                f"the limit is {MAX_PROPERTIES_SIZE_BYTES}",
+                command.message_id,
+            )
+        request = PutRequest(
+            topic=topic,
+            queue_id=stored_queue_id,
+            body=command.body,
+            properties=properties_text,
+            born_timestamp_ms=command.born_timestamp_ms or self._clock.now_ms(),
+            born_host=command.born_host,
+            uniq_key=command.message_id,
+        )
+        return self._put(request, command.message_id)
+
+    def _put(self, request: PutRequest, message_id: str) -> SendOutcome:
+        try:
+            result: PutResult = self._store.put(request)  # type: ignore[attr-defined]
+        except StoreClosedError:
+            return _reject(SendCode.SHUTTING_DOWN, "the store is closed", message_id)
+        except StoreError as err:
+            return _reject(SendCode.STORE_ERROR, f"store error: {err}", message_id)
+        status = result.status
+        if status in (PutStatus.OK, PutStatus.DUPLICATE):
+            return SendOutcome(
+                SendCode.OK,
+                message_id=message_id,
+                topic=result.topic,
+                queue_id=result.queue_id,
+                queue_offset=result.queue_offset,
+                physical_offset=result.physical_offset,
+                duplicate=status is PutStatus.DUPLICATE,
+            )
+        if status is PutStatus.MESSAGE_TOO_LARGE:
+            return _reject(
+                SendCode.MESSAGE_BODY_TOO_LARGE, "the store refused the record as too large"
+            )
+        if status is PutStatus.FLUSH_TIMEOUT:
+            return _reject(SendCode.FLUSH_TIMEOUT, "the record was written but not flushed in time")
+        return _reject(SendCode.STORE_ERROR, f"store put failed: {status.name}", message_id)
+
+    # --- the pieces -----------------------------------------------------------------------
+
+    def _validate(self, command: SendCommand) -> SendOutcome | None:
+        cfg, mid = self._config, command.message_id
+        if not mid or len(mid) > _MESSAGE_ID_LENGTH_MAX or _has_control_chars(mid):
+            return _reject(SendCode.ILLEGAL_MESSAGE_ID, f"bad message id {mid!r}", mid)
+        if not command.body:
+            return _reject(SendCode.MESSAGE_BODY_EMPTY, "message body is empty", mid)
+        if len(command.body) > cfg.max_message_size_bytes:
+            return _reject(
+                SendCode.MESSAGE_BODY_TOO_LARGE,
+                f"message body is {len(command.body)} bytes, "
+                f"the limit is {cfg.max_message_size_bytes}",
+                mid,
+            )
+        kind = command.kind
+        if kind in (MessageKind.TRANSACTION, MessageKind.LITE, MessageKind.PRIORITY):
+            return _reject(
+                SendCode.UNSUPPORTED, f"{kind.name} messages are not supported by this broker", mid
+            )
+        has_group = command.message_group is not None
+        has_delay = command.delivery_timestamp_ms is not None
+        conflict = (
+            (kind is MessageKind.NORMAL and (has_group or has_delay))
+            or (kind is MessageKind.FIFO and not has_group)
+            or (kind is MessageKind.DELAY and not has_delay)
+            or (has_group and has_delay)
+        )
+        if conflict:
+            return _reject(
+                SendCode.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"message type {kind.name} conflicts with "
+                f"message_group={command.message_group!r}, "
+                f"delivery_timestamp_ms={command.delivery_timestamp_ms!r}",
+                mid,
+            )
+        if command.tag is not None and (
+            not command.tag.strip() or "|" in command.tag or _has_control_chars(command.tag)
+        ):
+            return _reject(SendCode.ILLEGAL_MESSAGE_TAG, f"bad tag {command.tag!r}", mid)
+        for key in command.keys:
+            if not key.strip() or _has_control_chars(key) or len(key) > _KEY_LENGTH_MAX:
+                return _reject(SendCode.ILLEGAL_MESSAGE_KEY, f"bad message key {key!r}", mid)
+        if has_group:
+            group = command.message_group or ""
+            if (
+                not group.strip()
+                or _has_control_chars(group)
+                or len(group) > cfg.message_group_length_max
+            ):
+                return _reject(
+                    SendCode.ILLEGAL_MESSAGE_GROUP,
+                    f"bad message group {group[:80]!r} (1 to {cfg.message_group_length_max} "
+                    "characters, no control characters)",
+                    mid,
+                )
+        return self._validate_user_properties(command.user_properties, mid)
+
+    def _validate_user_properties(
+        self, properties: Mapping[str, str], mid: str
+    ) -> SendOutcome | None:
+        cfg = self._config
+        if len(properties) > cfg.user_property_count_max:
+            return _reject(
+                SendCode.MESSAGE_PROPERTIES_TOO_LARGE,
+                f"{len(properties)} user properties, the limit is {cfg.user_property_count_max}",
+                mid,
+            )
+        size_bytes = 0
+        for key, value in properties.items():
+            if not key or _has_control_chars(key) or key in RESERVED_PROPERTY_KEYS:
+                return _reject(
+                    SendCode.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                    f"user property key {key!r} is empty, reserved or has control characters",
+                    mid,
+                )
+            if _has_control_chars(value):
+                return _reject(
+                    SendCode.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                    f"user property {key!r} has control characters in its value",
+                    mid,
+                )
+            size_bytes += len(key.encode("utf-8")) + len(value.encode("utf-8"))
+        if size_bytes > cfg.user_properties_size_bytes_max:
+            return _reject(
+                SendCode.MESSAGE_PROPERTIES_TOO_LARGE,
+                f"user properties take {size_bytes} bytes, "
+                f"the limit is {cfg.user_properties_size_bytes_max}",
+                mid,
+            )
+        return None
+
+    def _properties(self, command: SendCommand, topic: str) -> dict[str, str]:
+        properties = {key: value for key, value in command.user_properties.items() if value}
+        if command.tag is not None:
+            properties[TAGS] = command.tag
+        if command.keys:
+            properties[KEYS] = " ".join(command.keys)
+        properties[UNIQ_KEY] = command.message_id
+        if command.message_group is not None:
+            properties[SHARDING_KEY] = command.message_group
+        if command.delivery_timestamp_ms is not None:
+            properties[TIMER_DELIVER_MS] = str(command.delivery_timestamp_ms)
+        if command.born_host_text and not _has_control_chars(command.born_host_text):
+            properties[BORN_HOST] = command.born_host_text
+        if command.trace_context and not _has_control_chars(command.trace_context):
+            properties[TRACE_CONTEXT] = command.trace_context
+        properties[CLUSTER] = self._config.cluster_name
+        return properties
+
+    def _timer_transform(self, deliver_ms: int, properties: dict[str, str]) -> bool | SendOutcome:
+        """HookUtils.transformTimerMessage: True when the message must wait in the timer topic.
+
+        A delivery time already past is stored in the real topic at once (as RocketMQ does).
+        """
+        now_ms = self._clock.now_ms()
+        if deliver_ms <= now_ms:
+            return False
+        if deliver_ms - now_ms > self._config.delay_ms_max:
+            return _reject(
+                SendCode.ILLEGAL_DELIVERY_TIME,
+                f"delivery time {deliver_ms} is {deliver_ms - now_ms} ms ahead, "
+                f"the limit is {self._config.delay_ms_max} ms",
+                properties[UNIQ_KEY],
+            )
+        precision_ms = self._config.timer_precision_ms
+        # RocketMQ rounds down to the wheel's precision, and an exact multiple one step down.
+        if deliver_ms % precision_ms == 0:
+            out_ms = deliver_ms - precision_ms
+        else:
+            out_ms = deliver_ms // precision_ms * precision_ms
+        properties[TIMER_OUT_MS] = str(out_ms)
+        return True
