@@ -47,6 +47,8 @@ import org.apache.rocketmq.store.index.IndexFile;
  *   <li>{@code msgid}: host, offset -&gt; MessageDecoder.createMessageId and its decoding.</li>
  *   <li>{@code props}: properties (map) -&gt; messageProperties2String; or string -&gt;
  *       string2messageProperties.</li>
+ *   <li>{@code decode}: hex (one record) -&gt; MessageDecoder.decode with the CRC check on;
+ *       {@code "decoded": null} when RocketMQ cannot decode it.</li>
  * </ul>
  */
 final class EncodeCommand {
@@ -107,6 +109,13 @@ final class EncodeCommand {
                 return msgId(request);
             case "props":
                 return props(request);
+            case "decode": {
+                JSONObject o = new JSONObject();
+                byte[] record = UtilAll.string2bytes(request.getString("hex"));
+                MessageExt decoded = Records.decode(ByteBuffer.wrap(record));
+                o.put("decoded", decoded == null ? null : Records.toJson(decoded));
+                return o;
+            }
             default:
                 throw new IllegalArgumentException("unknown op: " + op);
         }

@@ -1,0 +1,202 @@
+"""Build and run the Java interop harness (``interop/java``), which drives Apache RocketMQ's own
+store code (``MessageExtEncoder``, ``MessageDecoder``, ``DefaultMessageStore``, 5.3.3) so that
+our store can be checked byte for byte against it.
+
+Owns: finding ``mvn`` and ``java``, building the harness once (skipped when its classpath file
+is newer than every source), and running its subcommands with JSON lines in and out. Does not
+own any comparison logic (``tests/interop/``) or the Java code itself (``interop/java/``).
+
+The first build downloads RocketMQ and its dependencies from Maven's default central
+repository into ``maven_repo`` (by default ``<repo>/.cache/m2``, ignored by git); later builds
+run offline.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rmq_spark.envcheck import check_java, repo_root
+from rmq_spark.errors import EnvironmentCheckError, RmqError
+
+__all__ = [
+    "HARNESS_MAIN_CLASS",
+    "Harness",
+    "InteropError",
+    "build_harness",
+    "default_harness_dir",
+    "default_maven_repo",
+]
+
+HARNESS_MAIN_CLASS = "org.rmqspark.interop.Main"
+_CLASSPATH_FILE = "classpath.txt"
+_BUILD_TIMEOUT_S = 1800
+_RUN_TIMEOUT_S = 600
+
+
+class InteropError(RmqError):
+    """The Java harness failed to build or a subcommand exited with an error."""
+
+
+def default_harness_dir() -> Path:
+    """``<repo>/interop/java``: the Maven project of the harness."""
+    return repo_root() / "interop" / "java"
+
+
+def default_maven_repo() -> Path:
+    """``<repo>/.cache/m2``: the local Maven repository used for the harness (git-ignored)."""
+    return repo_root() / ".cache" / "m2"
+
+
+@dataclass(frozen=True, slots=True)
+class Harness:
+    """A built harness: ``java -cp <classpath> org.rmqspark.interop.Main <command> ...``."""
+
+    java: str
+    classpath: str
+
+    def run(self, args: Sequence[str], stdin_lines: Iterable[str] = ()) -> list[dict[str, Any]]:
+        """Run one subcommand; its stdout JSON lines, parsed.
+
+        Raises
+        ------
+        InteropError
+            A non-zero exit (the message carries the tail of stderr) or a non-JSON line.
+        """
+        command = [self.java, "-cp", self.classpath, HARNESS_MAIN_CLASS, *args]
+        text_in = "".join(line + "\n" for line in stdin_lines)
+        try:
+            done = subprocess.run(
+                command,
+                input=text_in.encode("utf-8"),
+                capture_output=True,
+                timeout=_RUN_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            raise InteropError(f"harness {' '.join(args)!r} did not run: {err}") from err
+        out = done.stdout.decode("utf-8")
+        if done.returncode != 0:
+            tail = done.stderr.decode("utf-8", "replace")[-4000:]
+            raise InteropError(
+                f"harness {' '.join(args)!r} exited with {done.returncode}; stderr tail:\n{tail}"
+                f"\nstdout tail:\n{out[-2000:]}"
+            )
+        try:
+            return [json.loads(line) for line in out.splitlines() if line.strip()]
+        except json.JSONDecodeError as err:
+            raise InteropError(f"harness {' '.join(args)!r} printed non-JSON: {err}") from err
+
+    def encode(self, requests: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Answer ``encode`` requests (ops ``record``, ``string``, ``bytes``, ``msgid``,
+        ``props``, ``decode``), one answer per request, in order."""
+        answers = self.run(["encode"], (json.dumps(r) for r in requests))
+        if len(answers) != len(requests):
+            raise InteropError(f"{len(requests)} requests but {len(answers)} answers")
+        return answers
+
+    def write_store(
+        self, root_dir: Path, message_count: int, segment_size_bytes: int = 64 * 1024
+    ) -> list[dict[str, Any]]:
+        """Let RocketMQ's DefaultMessageStore write ``message_count`` messages in ``root_dir``."""
+        return self.run(["write-store", str(root_dir), str(message_count), str(segment_size_bytes)])
+
+    def read_store(self, root_dir: Path) -> list[dict[str, Any]]:
+        """Let RocketMQ's DefaultMessageStore load and read ``root_dir`` (which it modifies)."""
+        return self.run(["read-store", str(root_dir)])
+
+
+def _newest_source_mtime_ns(harness_dir: Path) -> int:
+    paths = [harness_dir / "pom.xml", *(harness_dir / "src").rglob("*")]
+    return max(p.stat().st_mtime_ns for p in paths if p.is_file())
+
+
+def _is_up_to_date(harness_dir: Path) -> bool:
+    classpath_file = harness_dir / "target" / _CLASSPATH_FILE
+    classes = harness_dir / "target" / "classes" / "org" / "rmqspark" / "interop" / "Main.class"
+    if not classpath_file.is_file() or not classes.is_file():
+        return False
+    built = min(classpath_file.stat().st_mtime_ns, classes.stat().st_mtime_ns)
+    return built > _newest_source_mtime_ns(harness_dir)
+
+
+def _maven(mvn: str, harness_dir: Path, maven_repo: Path, offline: bool) -> subprocess.Popen[str]:
+    command = [mvn, "-q", "-B", f"-Dmaven.repo.local={maven_repo}", "compile"]
+    if offline:
+        command.insert(1, "-o")
+    return subprocess.Popen(
+        command, cwd=harness_dir, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def _run_maven(mvn: str, harness_dir: Path, maven_repo: Path, offline: bool) -> tuple[int, str]:
+    process = _maven(mvn, harness_dir, maven_repo, offline)
+    try:
+        output, _ = process.communicate(timeout=_BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired as err:
+        process.kill()
+        process.communicate()
+        raise InteropError(f"mvn compile in {harness_dir} took over {_BUILD_TIMEOUT_S} s") from err
+    return process.returncode, output
+
+
+def build_harness(
+    harness_dir: Path | None = None, maven_repo: Path | None = None, *, force: bool = False
+) -> Harness:
+    """Build the harness if needed and return it.
+
+    Parameters
+    ----------
+    harness_dir
+        The Maven project; default ``<repo>/interop/java``.
+    maven_repo
+        Local Maven repository; default ``<repo>/.cache/m2``.
+    force
+        Build even if ``target/`` is newer than every source file.
+
+    Raises
+    ------
+    EnvironmentCheckError
+        ``java`` (17+) or ``mvn`` is missing: says what to install.
+    InteropError
+        The Maven build failed (its output is in the message).
+    """
+    harness_dir = harness_dir or default_harness_dir()
+    maven_repo = maven_repo or default_maven_repo()
+    java = check_java().executable
+    if force or not _is_up_to_date(harness_dir):
+        mvn = shutil.which("mvn")
+        if mvn is None:
+            raise EnvironmentCheckError(
+                "Maven (`mvn`) is not on PATH; the RocketMQ interop harness needs it to build "
+                "(Debian: apt-get install maven)."
+            )
+        maven_repo.mkdir(parents=True, exist_ok=True)
+        # Offline first: after the first resolve everything is in maven_repo.
+        returncode, output = _run_maven(mvn, harness_dir, maven_repo, offline=True)
+        if returncode != 0:
+            returncode, output = _run_maven(mvn, harness_dir, maven_repo, offline=False)
+        if returncode != 0:
+            raise InteropError(f"mvn compile failed in {harness_dir}:\n{output[-6000:]}")
+    classpath = (harness_dir / "target" / _CLASSPATH_FILE).read_text().strip()
+    return Harness(java, f"{harness_dir / 'target' / 'classes'}:{classpath}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rmq_spark.interop <command> ...``: build if needed, run, print JSON lines."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    harness = build_harness()
+    stdin_lines = sys.stdin.read().splitlines() if args[:1] == ["encode"] else []
+    for line in harness.run(args, stdin_lines):
+        print(json.dumps(line, ensure_ascii=False))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
