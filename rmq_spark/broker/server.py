@@ -297,8 +297,13 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def configs_from_args(args: argparse.Namespace) -> tuple[StoreConfig, BrokerConfig]:
-    """Store and broker sections from ``--config``/``--set`` plus ``--store``/``--listen``."""
+def configs_from_args(
+    args: argparse.Namespace, default_path: Path | None = None
+) -> tuple[StoreConfig, BrokerConfig]:
+    """Store and broker sections from ``--config``/``--set`` plus ``--store``/``--listen``.
+
+    ``default_path`` is read when ``--config`` is not given (``None``: built-in defaults).
+    """
     from rmq_spark.config import load_config, parse_override
 
     overrides = dict(parse_override(item) for item in getattr(args, "overrides", None) or [])
@@ -306,7 +311,7 @@ def configs_from_args(args: argparse.Namespace) -> tuple[StoreConfig, BrokerConf
         overrides["store.root_dir"] = args.store
     if args.listen:
         overrides["broker.listen"] = args.listen
-    config = load_config(getattr(args, "config", None), overrides)
+    config = load_config(getattr(args, "config", None) or default_path, overrides)
     return config.store, config.broker
 
 

@@ -1,0 +1,151 @@
+"""The broker in-process: ``Broker(store_dir)`` puts messages into a store with broker rules.
+
+Owns opening/closing the store and the service for code that runs next to the store (jobs,
+notebooks, tests), and optionally serving gRPC from the same process (``listen=``) so the
+official client can produce to it too. Does not own the rules of a send (``service.py``).
+
+Examples
+--------
+>>> with Broker(tmp_path / "store") as broker:            # doctest: +SKIP
+...     outcome = broker.send("orders", b"hello", tag="TagA", keys=("order-1",))
+...     assert outcome.ok
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.message_id import MessageIdGenerator
+from rmq_spark.broker.server import GrpcEndpoint, open_store
+from rmq_spark.broker.service import BrokerService, MessageKind, SendCommand, SendOutcome
+from rmq_spark.clock import Clock, SystemClock
+from rmq_spark.errors import BrokerError
+from rmq_spark.store.config import StoreConfig
+
+__all__ = ["Broker"]
+
+
+class Broker:
+    """A broker over the store at ``store_dir``, in this process; a context manager.
+
+    Parameters
+    ----------
+    store_dir
+        Store root directory (created if missing). Overrides ``store_config.root_dir``.
+    broker_config, store_config
+        Sections of the configuration; defaults when omitted.
+    clock
+        Clock for the store and the delay checks (``ManualClock`` in tests).
+    listen
+        ``host:port`` to also serve gRPC on (``127.0.0.1:0`` picks a free port; see
+        ``address``). ``None`` (default): no network at all.
+
+    Raises
+    ------
+    BrokerError
+        The store is used by another process, or the port is taken.
+    """
+
+    def __init__(
+        self,
+        store_dir: str | Path,
+        *,
+        broker_config: BrokerConfig | None = None,
+        store_config: StoreConfig | None = None,
+        clock: Clock | None = None,
+        listen: str | None = None,
+    ) -> None:
+        self._clock = clock or SystemClock()
+        self._broker_config = broker_config or BrokerConfig()
+        if listen is not None:
+            self._broker_config = dataclasses.replace(self._broker_config, listen=listen)
+        store_config = dataclasses.replace(store_config or StoreConfig(), root_dir=Path(store_dir))
+        self.store: Any = open_store(store_config, self._clock)
+        self.service = BrokerService(self.store, self._broker_config, clock=self._clock)
+        self._ids = MessageIdGenerator(self._clock)
+        self._endpoint: GrpcEndpoint | None = None
+        self._closed = False
+        if listen is not None:
+            try:
+                self._endpoint = GrpcEndpoint(self.service, self._broker_config).start()
+            except BaseException:
+                self.store.close()
+                raise
+
+    @property
+    def address(self) -> str:
+        """``host:port`` of the gRPC endpoint (only when started with ``listen=``)."""
+        if self._endpoint is None:
+            raise BrokerError("this embedded broker was started without listen=; no address")
+        return self._endpoint.address
+
+    def send(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tag: str | None = None,
+        keys: tuple[str, ...] | list[str] = (),
+        properties: Mapping[str, str] | None = None,
+        message_group: str | None = None,
+        delivery_timestamp_ms: int | None = None,
+        message_id: str | None = None,
+    ) -> SendOutcome:
+        """Store one message exactly as a gRPC ``SendMessage`` would.
+
+        Returns
+        -------
+        SendOutcome
+            ``outcome.ok`` once the store acknowledged it; otherwise ``outcome.code`` and
+            ``outcome.reason`` say why (same codes as the gRPC path). Reusing a
+            ``message_id`` for the same topic stores nothing new (``outcome.duplicate``).
+        """
+        if self._closed:
+            raise BrokerError("the embedded broker is closed")
+        kind = MessageKind.NORMAL
+        if message_group is not None:
+            kind = MessageKind.FIFO
+        elif delivery_timestamp_ms is not None:
+            kind = MessageKind.DELAY
+        command = SendCommand(
+            topic=topic,
+            body=bytes(body),
+            message_id=message_id or self._ids.next_id(),
+            kind=kind,
+            tag=tag,
+            keys=tuple(keys),
+            user_properties=dict(properties or {}),
+            message_group=message_group,
+            delivery_timestamp_ms=delivery_timestamp_ms,
+            born_timestamp_ms=self._clock.now_ms(),
+        )
+        return self.service.send(command)
+
+    def close(self) -> None:
+        """Refuse new sends, stop serving, let in-flight sends finish, close the store."""
+        if self._closed:
+            return
+        self._closed = True
+        self.service.begin_shutdown()
+        try:
+            if self._endpoint is not None:
+                self._endpoint.stop()
+            self.service.wait_idle(self._broker_config.shutdown_grace_ms / 1000)
+        finally:
+            self.store.close()
+
+    def __enter__(self) -> Broker:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

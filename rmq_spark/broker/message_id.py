@@ -1,0 +1,53 @@
+"""Client-side message ids in the RocketMQ 5 client layout (spec GRPC_V2_PROTOCOL.md section 5).
+
+Owns ``MessageIdGenerator`` for producers that are not the official client (our ``Producer``
+and the embedded broker): 34 upper-case hex characters, ``01`` ‖ MAC (6 bytes) ‖ pid (2) ‖
+seconds since 2021-01-01 UTC (4) ‖ per-generator sequence (4). Does not own UNIQ_KEY storage
+(``service.py`` stores whatever id the producer sent).
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import uuid
+
+from rmq_spark.clock import Clock, SystemClock
+
+__all__ = ["MessageIdGenerator"]
+
+_EPOCH_2021_MS = 1_609_459_200_000
+_VERSION = b"\x01"
+
+
+class MessageIdGenerator:
+    """Makes unique message ids like ``0102FC00000001 20DB 0B146215 00000000`` (no spaces).
+
+    Thread-safe: the sequence is an ``itertools.count`` (atomic under the GIL).
+
+    Parameters
+    ----------
+    clock
+        Source of the seconds field.
+    mac, pid
+        Fixed parts; default to this machine's ``uuid.getnode()`` and ``os.getpid()``.
+    """
+
+    def __init__(
+        self, clock: Clock | None = None, *, mac: int | None = None, pid: int | None = None
+    ) -> None:
+        self._clock = clock or SystemClock()
+        mac = uuid.getnode() if mac is None else mac
+        pid = os.getpid() if pid is None else pid
+        self._prefix = (
+            _VERSION + (mac & 0xFFFFFFFFFFFF).to_bytes(6, "big") + (pid & 0xFFFF).to_bytes(2, "big")
+        )
+        self._sequence = itertools.count()
+
+    def next_id(self) -> str:
+        """A new id; ids from one generator never repeat (the sequence wraps after 2**32)."""
+        seconds = max(0, (self._clock.now_ms() - _EPOCH_2021_MS) // 1000) & 0xFFFFFFFF
+        sequence = next(self._sequence) & 0xFFFFFFFF
+        return (
+            (self._prefix + seconds.to_bytes(4, "big") + sequence.to_bytes(4, "big")).hex().upper()
+        )
