@@ -12,12 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from rmq_java import JAVA_STORE_MESSAGE_COUNT, JAVA_STORE_SEGMENT_SIZE_BYTES
 
 from rmq_spark.errors import EnvironmentCheckError
 from rmq_spark.interop import Harness, build_harness
-
-JAVA_STORE_MESSAGE_COUNT = 100
-JAVA_STORE_SEGMENT_SIZE_BYTES = 64 * 1024
 
 
 @pytest.fixture(scope="session")

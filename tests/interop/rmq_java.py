@@ -10,6 +10,8 @@ from typing import Any
 from rmq_spark.store.message import HostAddress, MessageRecord
 
 __all__ = [
+    "JAVA_STORE_MESSAGE_COUNT",
+    "JAVA_STORE_SEGMENT_SIZE_BYTES",
     "b64",
     "random_record_specs",
     "record_from_java",
@@ -17,6 +19,10 @@ __all__ = [
     "spec_for_record",
     "unb64",
 ]
+
+
+JAVA_STORE_MESSAGE_COUNT = 100
+JAVA_STORE_SEGMENT_SIZE_BYTES = 64 * 1024
 
 
 def b64(data: bytes) -> str:
