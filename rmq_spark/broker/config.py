@@ -27,8 +27,8 @@ class BrokerConfig:
     auto_create_topics: bool = True  # unknown topics are created on first route/send
     default_queue_count: int = 8  # queues of an auto-created topic (RocketMQ default 8)
     topics: tuple[str, ...] = ()  # topics that exist from the start: "name" or "name:queues"
-    max_message_size_bytes: int = 4 * _MIB  # largest accepted body (RocketMQ maxMessageSize)
-    grpc_receive_limit_bytes: int = 130 * _MIB  # gRPC inbound frame limit (Java proxy: 130 MiB)
+    # gRPC inbound limit; raised to store.max_message_size_bytes + 1 MiB if lower (Java: 130 MiB)
+    grpc_receive_limit_bytes: int = 130 * _MIB
     user_property_count_max: int = 128  # user properties per message (Java proxy limit)
     user_properties_size_bytes_max: int = 16 * 1024  # total key+value bytes of user properties
     message_group_length_max: int = 64  # longest FIFO message group (Java proxy limit)
@@ -57,15 +57,9 @@ class BrokerConfig:
                 parse_topic_spec(spec, self.default_queue_count)
             except ValueError as err:
                 raise ValueError(f"topics: {err}") from None
-        if self.max_message_size_bytes < 1:
+        if self.grpc_receive_limit_bytes < 1 * _MIB:
             raise ValueError(
-                f"max_message_size_bytes: must be >= 1, got {self.max_message_size_bytes}"
-            )
-        if self.grpc_receive_limit_bytes < self.max_message_size_bytes + 64 * 1024:
-            raise ValueError(
-                "grpc_receive_limit_bytes: must leave 64 KiB above max_message_size_bytes "
-                f"({self.max_message_size_bytes}) for the request envelope, "
-                f"got {self.grpc_receive_limit_bytes}"
+                f"grpc_receive_limit_bytes: must be >= 1 MiB, got {self.grpc_receive_limit_bytes}"
             )
         for name in (
             "user_property_count_max",

@@ -66,7 +66,12 @@ class Broker:
             self._broker_config = dataclasses.replace(self._broker_config, listen=listen)
         store_config = dataclasses.replace(store_config or StoreConfig(), root_dir=Path(store_dir))
         self.store: Any = open_store(store_config, self._clock)
-        self.service = BrokerService(self.store, self._broker_config, clock=self._clock)
+        self.service = BrokerService(
+            self.store,
+            self._broker_config,
+            clock=self._clock,
+            max_message_size_bytes=store_config.max_message_size_bytes,
+        )
         self._ids = MessageIdGenerator(self._clock)
         self._endpoint: GrpcEndpoint | None = None
         self._closed = False

@@ -187,7 +187,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         self._endpoints = endpoints_of(route_host, route_port)
         self._shutdown = shutdown
         config = service.config
-        self._max_body_size = min(config.max_message_size_bytes, 2**31 - 1)
+        self._max_body_size = min(service.max_message_size_bytes, 2**31 - 1)
         self._send_max_attempts = config.send_max_attempts
         self.telemetry_streams = 0
 

@@ -146,7 +146,12 @@ class GrpcEndpoint:
         self._shutdown = asyncio.Event()
         try:
             server = grpc.aio.server(
-                options=grpc_server_options(self._config.grpc_receive_limit_bytes)
+                options=grpc_server_options(
+                    max(
+                        self._config.grpc_receive_limit_bytes,
+                        self._service.max_message_size_bytes + 1024 * 1024,
+                    )
+                )
             )
             bind_host = f"[{self._host}]" if ":" in self._host else self._host
             try:
@@ -226,7 +231,12 @@ def run_broker(
         _restore(previous)
         raise
     try:
-        service = BrokerService(store, broker_config, clock=clock)
+        service = BrokerService(
+            store,
+            broker_config,
+            clock=clock,
+            max_message_size_bytes=store_config.max_message_size_bytes,
+        )
         endpoint = GrpcEndpoint(service, broker_config).start()
     except BaseException:
         store.close()

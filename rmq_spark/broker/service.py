@@ -22,9 +22,8 @@ from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
 from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
-from rmq_spark.store.layout import MAX_PROPERTIES_SIZE_BYTES, RMQ_SYS_WHEEL_TIMER_TOPIC
-from rmq_spark.store.message import HostAddress
-from rmq_spark.store.put import PutRequest, PutResult, PutStatus
+from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
+from rmq_spark.store.message import LOCALHOST, HostAddress
 from rmq_spark.store.properties import (
     BORN_TIMESTAMP,
     CLUSTER,
@@ -36,8 +35,8 @@ from rmq_spark.store.properties import (
     TIMER_DELIVER_MS,
     TIMER_OUT_MS,
     UNIQ_KEY,
-    encode_properties,
 )
+from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
 __all__ = [
     "RESERVED_PROPERTY_KEYS",
@@ -163,6 +162,17 @@ class RouteOutcome:
     reason: str = ""
 
 
+# How a store refusal reaches the producer (RocketMQ's SendMessageProcessor + proxy mapping).
+_PUT_CODES = {
+    PutStatus.FLUSH_DISK_TIMEOUT: SendCode.FLUSH_TIMEOUT,
+    PutStatus.MESSAGE_ILLEGAL: SendCode.BAD_REQUEST,
+    PutStatus.PROPERTIES_SIZE_EXCEEDED: SendCode.MESSAGE_PROPERTIES_TOO_LARGE,
+    PutStatus.SERVICE_NOT_AVAILABLE: SendCode.SHUTTING_DOWN,
+    PutStatus.CREATE_MAPPED_FILE_FAILED: SendCode.STORE_ERROR,
+    PutStatus.UNKNOWN_ERROR: SendCode.STORE_ERROR,
+}
+
+
 def _reject(code: SendCode, reason: str, message_id: str = "") -> SendOutcome:
     return SendOutcome(code, reason, message_id)
 
@@ -183,8 +193,9 @@ class BrokerService:
         The broker section of the configuration.
     clock
         Used for delivery-time checks of delayed messages.
-    store_host
-        The address recorded as STOREHOST (the broker's own listen address).
+    max_message_size_bytes
+        Largest body accepted: the store's ``StoreConfig.max_message_size_bytes`` (one knob
+        for both, so the broker never accepts what the store would refuse).
     """
 
     def __init__(
@@ -193,12 +204,12 @@ class BrokerService:
         config: BrokerConfig | None = None,
         *,
         clock: Clock | None = None,
-        store_host: HostAddress | None = None,
+        max_message_size_bytes: int = 4 * 1024 * 1024,
     ) -> None:
         self._store = store
         self._config = config or BrokerConfig()
         self._clock = clock or SystemClock()
-        self._store_host = store_host
+        self.max_message_size_bytes = max_message_size_bytes
         self.topics = TopicTable(
             auto_create=self._config.auto_create_topics,
             default_queue_count=self._config.default_queue_count,
@@ -290,22 +301,14 @@ class BrokerService:
                 properties[REAL_TOPIC] = route.topic
                 properties[REAL_QID] = str(queue_id)
                 topic, stored_queue_id = RMQ_SYS_WHEEL_TIMER_TOPIC, 0
-        properties_text = encode_properties(properties)
-        if len(properties_text.encode("utf-8")) > MAX_PROPERTIES_SIZE_BYTES:
-            return _reject(
-                SendCode.MESSAGE_PROPERTIES_TOO_LARGE,
-                f"stored properties would be {len(properties_text.encode('utf-8'))} bytes, "
-                f"the limit is {MAX_PROPERTIES_SIZE_BYTES}",
-                command.message_id,
-            )
         request = PutRequest(
             topic=topic,
             queue_id=stored_queue_id,
             body=command.body,
-            properties=properties_text,
-            born_timestamp_ms=command.born_timestamp_ms or self._clock.now_ms(),
-            born_host=command.born_host,
-            uniq_key=command.message_id,
+            properties=properties,
+            born_timestamp_ms=command.born_timestamp_ms or None,
+            born_host=command.born_host or LOCALHOST,
+            idempotent=True,
         )
         return self._put(request, command.message_id)
 
@@ -316,8 +319,7 @@ class BrokerService:
             return _reject(SendCode.SHUTTING_DOWN, "the store is closed", message_id)
         except StoreError as err:
             return _reject(SendCode.STORE_ERROR, f"store error: {err}", message_id)
-        status = result.status
-        if status in (PutStatus.OK, PutStatus.DUPLICATE):
+        if result.status is PutStatus.PUT_OK:
             return SendOutcome(
                 SendCode.OK,
                 message_id=message_id,
@@ -325,15 +327,10 @@ class BrokerService:
                 queue_id=result.queue_id,
                 queue_offset=result.queue_offset,
                 physical_offset=result.physical_offset,
-                duplicate=status is PutStatus.DUPLICATE,
+                duplicate=result.duplicate,
             )
-        if status is PutStatus.MESSAGE_TOO_LARGE:
-            return _reject(
-                SendCode.MESSAGE_BODY_TOO_LARGE, "the store refused the record as too large"
-            )
-        if status is PutStatus.FLUSH_TIMEOUT:
-            return _reject(SendCode.FLUSH_TIMEOUT, "the record was written but not flushed in time")
-        return _reject(SendCode.STORE_ERROR, f"store put failed: {status.name}", message_id)
+        code = _PUT_CODES.get(result.status, SendCode.STORE_ERROR)
+        return _reject(code, f"{result.status.name}: {result.detail}", message_id)
 
     # --- the pieces -----------------------------------------------------------------------
 
@@ -343,11 +340,11 @@ class BrokerService:
             return _reject(SendCode.ILLEGAL_MESSAGE_ID, f"bad message id {mid!r}", mid)
         if not command.body:
             return _reject(SendCode.MESSAGE_BODY_EMPTY, "message body is empty", mid)
-        if len(command.body) > cfg.max_message_size_bytes:
+        if len(command.body) > self.max_message_size_bytes:
             return _reject(
                 SendCode.MESSAGE_BODY_TOO_LARGE,
                 f"message body is {len(command.body)} bytes, "
-                f"the limit is {cfg.max_message_size_bytes}",
+                f"the limit is {self.max_message_size_bytes}",
                 mid,
             )
         kind = command.kind
