@@ -21,7 +21,7 @@ __all__ = [
 DEFAULT_MESSAGE_DELAY_LEVEL = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_NUMBER = re.compile(r"\+?[0-9]+", re.ASCII)
+_NUMBER = re.compile(r"\+?\d+")  # Long.parseLong: any Unicode decimal digits
 _UNKNOWN_LEVEL_DELAY_MS = 1000
 
 

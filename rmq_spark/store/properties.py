@@ -125,7 +125,8 @@ CRC32 = "__CRC32#"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 
-_JAVA_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+# Java parseInt accepts an optional sign and any Unicode decimal digits (Character.digit).
+_JAVA_INT = re.compile(r"[+-]?\d+")
 
 
 def encode_properties(properties: Mapping[str, str], trailing_separator: bool = True) -> str:
