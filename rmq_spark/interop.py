@@ -32,6 +32,8 @@ __all__ = [
     "build_harness",
     "default_harness_dir",
     "default_maven_repo",
+    "read_hex",
+    "write_golden_vectors",
 ]
 
 HARNESS_MAIN_CLASS = "org.rmqspark.interop.Main"
@@ -100,6 +102,11 @@ class Harness:
         if len(answers) != len(requests):
             raise InteropError(f"{len(requests)} requests but {len(answers)} answers")
         return answers
+
+    def version(self) -> str:
+        """The RocketMQ version on the harness classpath, e.g. ``V5_3_3``."""
+        (line,) = self.run(["version"])
+        return str(line["rocketmq"])
 
     def write_store(
         self, root_dir: Path, message_count: int, segment_size_bytes: int = 64 * 1024
@@ -188,10 +195,65 @@ def build_harness(
     return Harness(java, f"{harness_dir / 'target' / 'classes'}:{classpath}")
 
 
+GOLDEN_CASES_FILE = "cases.json"
+GOLDEN_EXPECTED_FILE = "expected.json"
+_HEX_LINE_CHARS = 64
+
+
+def read_hex(path: Path) -> bytes:
+    """The bytes of a golden ``*.hex`` file: ``#`` starts a comment, whitespace is ignored."""
+    digits = "".join(line.split("#", 1)[0] for line in path.read_text().splitlines())
+    return bytes.fromhex("".join(digits.split()))
+
+
+def write_golden_vectors(harness: Harness, directory: Path, rocketmq_version: str) -> list[str]:
+    """(Re)write ``<name>.hex`` and ``expected.json`` in ``directory`` from ``cases.json``.
+
+    ``cases.json`` maps a case name to an ``encode`` request of op ``record``. Each answer's
+    bytes go to ``<name>.hex`` (64 hex digits a line, under a comment naming the RocketMQ
+    version); ``expected.json`` maps the name to the fields RocketMQ's MessageDecoder reads
+    back from those bytes. Returns the case names written.
+
+    Raises
+    ------
+    InteropError
+        RocketMQ refused to encode a case, or could not decode its own record.
+    """
+    cases: dict[str, dict[str, Any]] = json.loads((directory / GOLDEN_CASES_FILE).read_text())
+    names = sorted(cases)
+    answers = harness.encode([{**cases[name], "op": "record"} for name in names])
+    expected = {}
+    for name, answer in zip(names, answers, strict=True):
+        if "hex" not in answer or answer.get("decoded") is None:
+            raise InteropError(f"golden case {name!r}: RocketMQ answered {answer}")
+        hex_text = answer["hex"]
+        lines = [
+            f"# {name}: a CommitLog record written by Apache RocketMQ {rocketmq_version}",
+            "# (MessageExtEncoder + doAppend patches; see README.md). Do not edit by hand.",
+        ]
+        lines += [
+            hex_text[i : i + _HEX_LINE_CHARS] for i in range(0, len(hex_text), _HEX_LINE_CHARS)
+        ]
+        (directory / f"{name}.hex").write_text("\n".join(lines) + "\n")
+        expected[name] = answer["decoded"]
+    (directory / GOLDEN_EXPECTED_FILE).write_text(
+        json.dumps(expected, indent=1, sort_keys=True, ensure_ascii=True) + "\n"
+    )
+    return names
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m rmq_spark.interop <command> ...``: build if needed, run, print JSON lines."""
+    """``python -m rmq_spark.interop <command> ...``: build if needed, run, print JSON lines.
+
+    ``golden DIR`` rewrites the Java golden vectors in DIR (see ``write_golden_vectors``).
+    """
     args = list(sys.argv[1:] if argv is None else argv)
     harness = build_harness()
+    if args[:1] == ["golden"]:
+        version = harness.version()
+        for name in write_golden_vectors(harness, Path(args[1]), version):
+            print(name)
+        return 0
     stdin_lines = sys.stdin.read().splitlines() if args[:1] == ["encode"] else []
     for line in harness.run(args, stdin_lines):
         print(json.dumps(line, ensure_ascii=False))

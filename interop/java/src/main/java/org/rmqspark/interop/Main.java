@@ -17,7 +17,7 @@ import java.util.Arrays;
  *       varied messages (see {@link WriteStoreCommand}).</li>
  *   <li>{@code read-store DIR}: a real DefaultMessageStore loads, recovers and reads an
  *       existing store (see {@link ReadStoreCommand}).</li>
- *   <li>{@code version}: the RocketMQ version on the classpath.</li>
+ *   <li>{@code version}: the RocketMQ version on the classpath, as {@code {"rocketmq": "V5_3_3"}}.</li>
  * </ul>
  */
 public final class Main {
@@ -53,8 +53,8 @@ public final class Main {
             case "read-store":
                 return ReadStoreCommand.run(rest, out);
             case "version":
-                out.println(org.apache.rocketmq.common.MQVersion.getVersionDesc(
-                    org.apache.rocketmq.common.MQVersion.CURRENT_VERSION));
+                out.println("{\"rocketmq\":\"" + org.apache.rocketmq.common.MQVersion.getVersionDesc(
+                    org.apache.rocketmq.common.MQVersion.CURRENT_VERSION) + "\"}");
                 return 0;
             default:
                 System.err.println("unknown command: " + args[0]);
