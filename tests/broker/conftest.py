@@ -1,110 +1,19 @@
-"""Fixtures for the broker tests: a broker subprocess, the official client, a store reader.
+"""Fixtures for the broker tests: broker subprocesses and the official client.
 
 The official ``rocketmq-python-client`` is the real peer: it is imported once per session with
-HOME pointed at a temp dir (it writes ``~/logs/rocketmq_python`` on import). The broker runs as
-``python -m rmq_spark.broker.server`` on 127.0.0.1 with an OS-chosen port, reported through
-``--ready-file``. Waits poll with a deadline; nothing sleeps for timing.
+HOME pointed at a temp dir (it writes ``~/logs/rocketmq_python`` on import).
 """
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-from rmq_spark.store.codec import BlankPadding, DecodedRecord, decode_record
-from rmq_spark.store.layout import COMMITLOG_DIR, is_segment_name
-from rmq_spark.store.message import MessageRecord
-from rmq_spark.store.properties import parse_properties
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-START_DEADLINE_S = 60.0
-STOP_DEADLINE_S = 60.0
-
-
-def wait_for(predicate: Callable[[], Any], deadline_s: float, what: str) -> Any:
-    """Poll ``predicate`` every 20 ms until it returns something truthy, or fail at the deadline."""
-    end = time.monotonic() + deadline_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
-        time.sleep(0.02)
-
-
-@dataclass
-class BrokerProcess:
-    """A broker subprocess: its address, store directory and stderr log."""
-
-    proc: subprocess.Popen[bytes]
-    store_dir: Path
-    log_path: Path
-    address: str = ""
-    args: list[str] = field(default_factory=list)
-
-    def log_text(self) -> str:
-        return self.log_path.read_text(encoding="utf-8", errors="replace")
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        """Send ``sig`` and wait for the exit code."""
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=STOP_DEADLINE_S)
-
-    def kill(self) -> None:
-        """SIGKILL: no shutdown code runs."""
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(timeout=STOP_DEADLINE_S)
-
-
-def broker_command(store_dir: Path, listen: str, *extra: str) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "rmq_spark.broker.server",
-        "--store",
-        str(store_dir),
-        "--listen",
-        listen,
-        *extra,
-    ]
-
-
-def start_broker(
-    store_dir: Path, work_dir: Path, *settings: str, listen: str = "127.0.0.1:0"
-) -> BrokerProcess:
-    """Start a broker subprocess and wait until it serves; ``settings`` are ``section.key=v``."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    ready = work_dir / f"ready-{time.monotonic_ns()}"
-    log_path = work_dir / f"broker-{time.monotonic_ns()}.log"
-    extra = ["--ready-file", str(ready)]
-    for item in settings:
-        extra += ["--set", item]
-    args = broker_command(store_dir, listen, *extra)
-    with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
-    broker = BrokerProcess(proc, store_dir, log_path, args=args)
-
-    def ready_or_dead() -> bool:
-        if proc.poll() is not None:
-            raise AssertionError(f"broker exited with {proc.returncode}:\n{broker.log_text()}")
-        return ready.exists() and ready.read_text().endswith("\n")
-
-    wait_for(ready_or_dead, START_DEADLINE_S, "the broker to serve")
-    broker.address = ready.read_text().strip()
-    return broker
+from broker_harness import BrokerProcess, start_broker
 
 
 @pytest.fixture
@@ -157,33 +66,3 @@ def official_producer(rocketmq: ModuleType) -> Iterator[Callable[..., Any]]:
     for producer in producers:
         if producer.is_running:
             producer.shutdown()
-
-
-def read_records(store_dir: Path) -> list[MessageRecord]:
-    """Every message record in the store's CommitLog, in order, decoded with CRC checks."""
-    records: list[MessageRecord] = []
-    segment_dir = store_dir / COMMITLOG_DIR
-    for path in sorted(p for p in segment_dir.iterdir() if is_segment_name(p.name)):
-        data = path.read_bytes()
-        position = 0
-        while position < len(data):
-            outcome = decode_record(data, position, path=path.name)
-            if isinstance(outcome, DecodedRecord):
-                records.append(outcome.record)
-                position = outcome.next_position
-            elif isinstance(outcome, BlankPadding):
-                break
-            else:
-                break  # Unwritten / NeedMoreData: the end of the written log
-    return records
-
-
-def props(record: MessageRecord) -> dict[str, str]:
-    return parse_properties(record.properties)
-
-
-def by_uniq_key(records: list[MessageRecord]) -> dict[str, list[MessageRecord]]:
-    found: dict[str, list[MessageRecord]] = {}
-    for record in records:
-        found.setdefault(props(record).get("UNIQ_KEY", ""), []).append(record)
-    return found

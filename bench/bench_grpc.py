@@ -1,0 +1,176 @@
+"""Benchmark: sends through the gRPC broker with the official client vs embedded puts.
+
+Starts ``python -m rmq_spark.broker.server`` on 127.0.0.1 (OS-chosen port) over a temp store
+and drives it with ``rocketmq-python-client`` 5.1.2 Producers: 1 and 8 threads, 100 B and
+1 KiB bodies; reports messages/s and p50/p99 send latency. The baseline, measured in the same
+run over the same store settings, is the embedded broker (``rmq_spark.broker.embedded.Broker``)
+putting the same messages in-process from one thread; the table shows gRPC/embedded as a ratio.
+
+Usage: python bench/bench_grpc.py [--messages N] [--flush SYNC|ASYNC] [--json]
+Default: 2000 messages per case (a few minutes in all on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from rmq_spark.broker.embedded import Broker  # noqa: E402
+from rmq_spark.store.config import FlushPolicy, StoreConfig  # noqa: E402
+
+BODY_SIZES = (100, 1024)
+THREAD_COUNTS = (1, 8)
+START_DEADLINE_S = 60.0
+
+
+def _percentile(sorted_values: list[float], fraction: float) -> float:
+    index = min(len(sorted_values) - 1, max(0, round(fraction * (len(sorted_values) - 1))))
+    return sorted_values[index]
+
+
+def start_broker(store_dir: Path, flush: str, work_dir: Path) -> tuple[subprocess.Popen, str]:
+    ready = work_dir / "ready"
+    log = (work_dir / "broker.log").open("wb")
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rmq_spark.broker.server",
+            "--store",
+            str(store_dir),
+            "--listen",
+            "127.0.0.1:0",
+            "--ready-file",
+            str(ready),
+            "--set",
+            f"store.flush_policy={flush}",
+        ],
+        cwd=REPO_ROOT,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + START_DEADLINE_S
+    while not (ready.exists() and ready.read_text().endswith("\n")):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit(f"broker did not start; see {work_dir / 'broker.log'}")
+        time.sleep(0.05)
+    return proc, ready.read_text().strip()
+
+
+def grpc_case(rocketmq: Any, address: str, threads: int, body_size: int, total: int) -> dict:
+    config = rocketmq.ClientConfiguration(address, rocketmq.Credentials(), request_timeout=10)
+    producers = [rocketmq.Producer(config, ("bench",)) for _ in range(threads)]
+    for producer in producers:
+        producer.startup()
+    body = os.urandom(body_size)
+    per_thread = total // threads
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+
+    def work(index: int) -> None:
+        producer, mine = producers[index], latencies[index]
+        for _ in range(per_thread):
+            message = rocketmq.Message()
+            message.topic = "bench"
+            message.body = body
+            started = time.perf_counter()
+            producer.send(message)
+            mine.append(time.perf_counter() - started)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    started = time.perf_counter()
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    for producer in producers:
+        producer.shutdown()
+    flat = sorted(x for per in latencies for x in per)
+    return {
+        "case": f"grpc {threads} thread{'s' if threads > 1 else ''}",
+        "body_bytes": body_size,
+        "messages": len(flat),
+        "msgs_per_s": len(flat) / elapsed,
+        "p50_ms": statistics.median(flat) * 1000,
+        "p99_ms": _percentile(flat, 0.99) * 1000,
+    }
+
+
+def embedded_case(store_dir: Path, flush: str, body_size: int, total: int) -> dict:
+    body = os.urandom(body_size)
+    latencies = []
+    store_config = StoreConfig(flush_policy=FlushPolicy[flush])
+    with Broker(store_dir, store_config=store_config) as broker:
+        started = time.perf_counter()
+        for _ in range(total):
+            t0 = time.perf_counter()
+            outcome = broker.send("bench", body)
+            latencies.append(time.perf_counter() - t0)
+            if not outcome.ok:
+                raise SystemExit(f"embedded put failed: {outcome}")
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {
+        "case": "embedded 1 thread",
+        "body_bytes": body_size,
+        "messages": total,
+        "msgs_per_s": total / elapsed,
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": _percentile(latencies, 0.99) * 1000,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2000, help="messages per case")
+    parser.add_argument("--flush", choices=["SYNC", "ASYNC"], default="SYNC")
+    parser.add_argument("--json", action="store_true", help="also print one JSON line per case")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
+        tmp_dir = Path(tmp)
+        os.environ["HOME"] = str(tmp_dir)  # the client logs under ~/logs on import
+        import rocketmq
+
+        rows = []
+        for body_size in BODY_SIZES:
+            rows.append(
+                embedded_case(
+                    tmp_dir / f"embedded-{body_size}", args.flush, body_size, args.messages
+                )
+            )
+        proc, address = start_broker(tmp_dir / "grpc-store", args.flush, tmp_dir)
+        try:
+            for threads in THREAD_COUNTS:
+                for body_size in BODY_SIZES:
+                    rows.append(grpc_case(rocketmq, address, threads, body_size, args.messages))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=60)
+    baseline = {r["body_bytes"]: r["msgs_per_s"] for r in rows if r["case"].startswith("embedded")}
+    print(f"flush={args.flush}, {args.messages} messages per case, baseline = embedded puts")
+    print(f"{'case':<20} {'body':>6} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs embedded':>12}")
+    for row in rows:
+        ratio = row["msgs_per_s"] / baseline[row["body_bytes"]]
+        print(
+            f"{row['case']:<20} {row['body_bytes']:>6} {row['msgs_per_s']:>9.0f} "
+            f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} {ratio:>11.2f}x"
+        )
+        if args.json:
+            print(json.dumps({**row, "flush": args.flush, "ratio_vs_embedded": ratio}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
