@@ -1,0 +1,279 @@
+"""The CommitLog: the ordered, contiguous list of segments under ``<root>/commitlog``.
+
+Owns loading the directory (spec 5.2: sorted by name; a non-20-digit name is ignored with a
+warning; a trailing 0-length file is deleted; a file whose length is not the segment size, or
+a gap between files, fails the load), rolling to a new segment (the BLANK record first,
+spec 1.6), physical offset -> segment lookup, reads across segments, flushing the segments
+written since the last flush, truncation to a physical offset (recovery) and deleting the
+oldest segments (retention). Knows nothing of record contents (``codec.py``), of queue
+offsets (``put.py``) or of when to flush (``flush.py``).
+
+Thread safety: mutations (``segment_for_append``, ``truncate_to``, ``delete_oldest``) run
+under the store's put lock. The segment list is replaced, never mutated in place, so readers
+see a consistent snapshot without locking. ``flush`` serialises itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+from pathlib import Path
+
+from rmq_spark.errors import OffsetOutOfRangeError, StoreError
+from rmq_spark.store.fileio import FileKind, FileOpener, fsync_dir
+from rmq_spark.store.layout import is_segment_name, segment_name
+from rmq_spark.store.segment import Segment
+
+__all__ = ["CommitLog", "SegmentLayoutError"]
+
+_log = logging.getLogger(__name__)
+
+
+class SegmentLayoutError(StoreError):
+    """The ``commitlog/`` directory cannot be loaded: a file of the wrong size, or a gap."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class CommitLog:
+    """Ordered segments of one store.
+
+    Parameters
+    ----------
+    directory
+        ``<root>/commitlog``.
+    segment_size_bytes
+        The configured (fixed) file size.
+    opener
+        Opens and creates the files (``OsOpener`` or a ``FaultyOpener`` in tests).
+    segments
+        Already opened segments, oldest first (``CommitLog.load`` builds them).
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        segment_size_bytes: int,
+        opener: FileOpener,
+        segments: list[Segment] | None = None,
+    ) -> None:
+        self.directory = directory
+        self.segment_size_bytes = segment_size_bytes
+        self._opener = opener
+        self._segments: list[Segment] = list(segments or [])
+        self._flush_lock = threading.Lock()
+
+    # --- loading ------------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        directory: Path,
+        segment_size_bytes: int,
+        opener: FileOpener,
+        *,
+        read_only: bool = False,
+    ) -> CommitLog:
+        """Open every segment in ``directory`` (created if missing, unless ``read_only``).
+
+        Each segment's write position is set to its full size; recovery sets the real one.
+
+        Raises
+        ------
+        SegmentLayoutError
+            A segment whose length is not ``segment_size_bytes`` (RocketMQ refuses to start
+            too), or segments that are not exactly one segment size apart.
+        """
+        if not directory.exists():
+            if read_only:
+                return cls(directory, segment_size_bytes, opener)
+            directory.mkdir(parents=True)
+            fsync_dir(directory.parent)
+        names = []
+        for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+            if entry.is_dir():
+                _log.warning("ignoring directory %s in %s", entry.name, directory)
+            elif not is_segment_name(entry.name):
+                _log.warning(
+                    "ignoring %s in %s: not a 20-digit segment name", entry.name, directory
+                )
+            else:
+                names.append(entry.name)
+        while names and (directory / names[-1]).stat().st_size == 0 and not read_only:
+            _log.warning("deleting empty trailing segment %s", directory / names[-1])
+            (directory / names.pop()).unlink()
+            fsync_dir(directory)
+        expected = None
+        for name in names:
+            path = directory / name
+            size = path.stat().st_size
+            if size != segment_size_bytes:
+                raise SegmentLayoutError(
+                    path,
+                    f"length {size} does not match segment_size_bytes {segment_size_bytes} "
+                    "(RocketMQ refuses to load such a file; move it away or fix the config)",
+                )
+            if expected is not None and int(name) != expected:
+                raise SegmentLayoutError(
+                    path, f"segments are not contiguous: expected {segment_name(expected)} next"
+                )
+            expected = int(name) + segment_size_bytes
+        segments: list[Segment] = []
+        try:
+            for name in names:
+                file = opener.open(directory / name, FileKind.SEGMENT, read_only=read_only)
+                segments.append(Segment(int(name), file, write_position=segment_size_bytes))
+        except BaseException:
+            for segment in segments:
+                segment.close()
+            raise
+        return cls(directory, segment_size_bytes, opener, segments)
+
+    # --- offsets and lookup -------------------------------------------------------------------
+
+    @property
+    def segments(self) -> list[Segment]:
+        """Oldest first. A snapshot: do not mutate."""
+        return self._segments
+
+    @property
+    def min_offset(self) -> int:
+        """Base offset of the oldest segment (0 when there is none)."""
+        segments = self._segments
+        return segments[0].base_offset if segments else 0
+
+    @property
+    def max_offset(self) -> int:
+        """Physical offset where the next record goes."""
+        segments = self._segments
+        return segments[-1].write_offset if segments else 0
+
+    @property
+    def last(self) -> Segment | None:
+        segments = self._segments
+        return segments[-1] if segments else None
+
+    def segment_for(self, physical_offset: int) -> Segment | None:
+        """The segment holding ``physical_offset``, or ``None`` outside the files."""
+        segments = self._segments
+        if not segments:
+            return None
+        index = (physical_offset - segments[0].base_offset) // self.segment_size_bytes
+        if 0 <= index < len(segments):
+            return segments[index]
+        return None
+
+    def read(self, physical_offset: int, size: int) -> bytes:
+        """``size`` bytes from ``physical_offset``; never crosses a segment boundary.
+
+        Raises
+        ------
+        OffsetOutOfRangeError
+            ``physical_offset`` is not inside ``[min_offset, max_offset)``.
+        """
+        segment = self.segment_for(physical_offset)
+        if segment is None or physical_offset >= self.max_offset:
+            raise OffsetOutOfRangeError(physical_offset, self.min_offset, self.max_offset)
+        position = physical_offset - segment.base_offset
+        return segment.read(position, min(size, segment.size_bytes - position))
+
+    def next_segment_offset(self, physical_offset: int) -> int:
+        """Start of the segment after the one holding ``physical_offset`` (``rollNextFile``)."""
+        return physical_offset + self.segment_size_bytes - physical_offset % self.segment_size_bytes
+
+    # --- appending ----------------------------------------------------------------------------
+
+    def segment_for_append(self, size_bytes: int) -> Segment:
+        """The segment the next ``size_bytes`` go into, rolling to a new one if needed.
+
+        Rolling creates the new file *first*, then writes the BLANK record into the current
+        one, so a failure leaves the log as it was (a created but unused trailing file is
+        tolerated on load). Caller holds the put lock and has checked that ``size_bytes + 8``
+        fits an empty segment.
+
+        Raises
+        ------
+        OSError
+            Creating the next segment or writing the BLANK failed (nothing was appended).
+        """
+        last = self.last
+        if last is not None and last.fits(size_bytes):
+            return last
+        base = 0 if last is None else last.end_offset
+        path = self.directory / segment_name(base)
+        file = self._opener.create(path, self.segment_size_bytes, FileKind.SEGMENT)
+        segment = Segment(base, file)
+        if last is not None and not last.is_full:
+            try:
+                last.append_blank()
+            except BaseException:
+                segment.close()
+                raise
+        self._segments = [*self._segments, segment]
+        return segment
+
+    # --- flushing -----------------------------------------------------------------------------
+
+    def flush(self, from_offset: int) -> int:
+        """fsync every segment written since ``from_offset``; returns the flushed offset."""
+        with self._flush_lock:
+            segments = self._segments
+            if not segments:
+                return 0
+            flushed = from_offset
+            for segment in segments:
+                if segment.end_offset <= from_offset:
+                    continue
+                position = segment.flush()
+                flushed = segment.base_offset + position
+            return flushed
+
+    # --- truncation and deletion --------------------------------------------------------------
+
+    def truncate_to(self, physical_offset: int) -> None:
+        """Make ``physical_offset`` the end of the log: zero the rest of its segment and
+        delete every later segment (RocketMQ ``truncateDirtyFiles``, but zeroing the tail)."""
+        keep: list[Segment] = []
+        drop: list[Segment] = []
+        for segment in self._segments:
+            (drop if segment.base_offset > physical_offset else keep).append(segment)
+        if keep:
+            last = keep[-1]
+            position = physical_offset - last.base_offset
+            if position < last.size_bytes:
+                last.truncate_to(position)
+            else:
+                last.write_position = position
+        self._segments = keep
+        for segment in drop:
+            segment.close()
+            _log.warning("deleting segment %s past the end of the log", segment.path)
+            segment.path.unlink()
+        if drop:
+            fsync_dir(self.directory)
+
+    def delete_oldest(self, count: int) -> list[Path]:
+        """Delete the ``count`` oldest segments, never the last one; returns their paths."""
+        segments = self._segments
+        count = min(count, len(segments) - 1)
+        if count <= 0:
+            return []
+        doomed = segments[:count]
+        self._segments = segments[count:]
+        paths = []
+        for segment in doomed:
+            segment.close()
+            with contextlib.suppress(FileNotFoundError):
+                segment.path.unlink()
+            paths.append(segment.path)
+        fsync_dir(self.directory)
+        return paths
+
+    def close(self) -> None:
+        for segment in self._segments:
+            segment.close()

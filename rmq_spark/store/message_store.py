@@ -1,0 +1,700 @@
+"""``MessageStore``: the store facade — open (lock, load, recover), put, read, flush, close.
+
+Owns the put lock and what happens under it (store timestamp, physical offset and queue
+offset assigned together, the record patched and written), the acknowledgement rule of each
+flush policy, failing closed after an I/O error, and the lifecycle of the ``lock``/``abort``
+files, the checkpoint and the queue-offset snapshot. Delegates validation and encoding to
+``put.py``, files to ``commitlog.py``, the scan to ``recovery.py``, flush timing to
+``flush.py`` and retention decisions to ``retention.py``.
+
+Acknowledged means durable under the configured policy: SYNC returns ``PUT_OK`` only after an
+fsync covered the record; ASYNC after the record is in the page cache (it survives a crash of
+the process; the background flush makes it survive a crash of the machine within
+``flush_interval_ms``).
+
+Failing closed: when a write cannot be undone (a failed append whose bytes could not be
+zeroed) or an fsync failed, the store stops accepting puts (``SERVICE_NOT_AVAILABLE``) but
+keeps serving reads; reopening runs recovery, which truncates whatever the failure left.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from rmq_spark.clock import Clock, SystemClock
+from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
+from rmq_spark.store.checkpoint import (
+    Checkpoint,
+    QueueOffsetSnapshot,
+    read_snapshot,
+    write_snapshot,
+)
+from rmq_spark.store.codec import DecodedRecord, decode_record
+from rmq_spark.store.commitlog import CommitLog
+from rmq_spark.store.config import FlushPolicy, StoreConfig
+from rmq_spark.store.delay_levels import parse_message_delay_level
+from rmq_spark.store.fileio import FileOpener, OsOpener
+from rmq_spark.store.flush import FlushWait, GroupCommit, Housekeeper, PeriodicTask
+from rmq_spark.store.layout import MAX_PROPERTIES_SIZE_BYTES, MAX_TOPIC_LENGTH_V1
+from rmq_spark.store.lockfile import StoreLock, abort_exists, create_abort, remove_abort
+from rmq_spark.store.message import HostAddress, MessageRecord
+from rmq_spark.store.msg_id import UniqKeyGenerator
+from rmq_spark.store.put import (
+    MAX_RECORD_OVERHEAD_BYTES,
+    PreparedMessage,
+    PutContext,
+    PutRequest,
+    PutResult,
+    PutStatus,
+    WindowEntry,
+    prepare,
+)
+from rmq_spark.store.recovery import RecoveryReport, recover
+from rmq_spark.store.retention import deletable_segment_count, disk_used_ratio
+
+__all__ = ["MessageStore"]
+
+_log = logging.getLogger(__name__)
+_OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET @20 and PHYSICALOFFSET @28 are adjacent
+_I64 = struct.Struct(">q")
+_QUEUE_OFFSET_POSITION = 20
+_SIZE = struct.Struct(">i")
+
+
+class MessageStore:
+    """A RocketMQ-compatible CommitLog store in ``config.root_dir``. Use ``MessageStore.open``."""
+
+    def __init__(self, config: StoreConfig, clock: Clock, opener: FileOpener) -> None:
+        self.config = config
+        self._clock = clock
+        self._opener = opener
+        self._root = config.root_dir
+        self._put_lock = threading.Lock()
+        self._flush_lock = threading.Lock()
+        self._closed = False
+        self._failure: OSError | None = None
+        self._lock: StoreLock | None = None
+        self._housekeeper: Housekeeper | None = None
+        self._sync = config.flush_policy is FlushPolicy.SYNC
+        self._timeout_ms = config.sync_flush_timeout_ms
+        host = HostAddress.parse(config.store_host)
+        self.store_host = host
+        self._msg_id_prefix = (host.packed() + _SIZE.pack(host.port)).hex().upper()
+        uniq = UniqKeyGenerator(clock, host.ip, os.getpid())
+        self._ctx = PutContext(
+            max_body_bytes=config.max_message_size_bytes,
+            max_delay_level=len(parse_message_delay_level(config.message_delay_level)),
+            store_host=host,
+            new_uniq_key=uniq.next_key,
+        )
+        self._published_confirm = -1
+        self._closed_at_cache: dict[int, int] = {}
+
+    # --- opening ------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        config: StoreConfig,
+        clock: Clock | None = None,
+        *,
+        file_opener: FileOpener | None = None,
+    ) -> MessageStore:
+        """Open (creating if needed) the store at ``config.root_dir`` and recover it.
+
+        Raises
+        ------
+        StoreLockedError
+            Another ``MessageStore`` or broker has the store open.
+        SegmentLayoutError
+            A segment file of the wrong size, or a gap between segments.
+        CorruptRecordError
+            Recovery found damaged data that is not a torn tail.
+        StoreIOError
+            The OS refused a file operation.
+        """
+        store = cls(config, clock or SystemClock(), file_opener or OsOpener(config.io_mode))
+        store._root.mkdir(parents=True, exist_ok=True)
+        store._lock = StoreLock.acquire(store._root)
+        try:
+            store._load()
+        except BaseException:
+            store._lock.release()
+            raise
+        return store
+
+    def _load(self) -> None:
+        config = self.config
+        clean = not abort_exists(self._root)
+        self._commitlog = CommitLog.load(
+            config.commitlog_dir, config.segment_size_bytes, self._opener
+        )
+        try:
+            self._checkpoint = Checkpoint.open(self._root, self._opener)
+            durable = self._checkpoint.values.master_flushed_offset
+            state = recover(
+                self._commitlog,
+                durable_offset=durable,
+                snapshot=read_snapshot(self._root),
+                clean_shutdown=clean,
+                check_crc=config.check_crc_on_recover,
+                window_capacity=config.idempotency_window_messages,
+                max_record_bytes=_max_record_bytes(config),
+            )
+        except BaseException:
+            self._commitlog.close()
+            raise
+        self.recovery_report: RecoveryReport = state.report
+        self._queue_offsets = state.queue_offsets.offsets
+        self._window = state.window
+        self._last_record_offset = state.last_record_offset
+        self._last_store_ts = state.last_store_timestamp_ms
+        end = state.report.end_offset
+        # Whatever recovery kept is now made durable and readable before anything is added.
+        self._commitlog.flush(min(durable, end))
+        self._checkpoint.reset(end, end)
+        self._flushed_offset = end
+        self._published_confirm = end
+        self._group = GroupCommit(self._flush_and_publish, end)
+        self._write_snapshot_locked()
+        create_abort(self._root)
+        tasks = [
+            PeriodicTask("snapshot", config.snapshot_interval_ms, self.snapshot),
+            PeriodicTask("retention", config.clean_resource_interval_ms, self._retention_task),
+        ]
+        if not self._sync:
+            tasks.append(PeriodicTask("flush", config.flush_interval_ms, self._flush_task))
+            tasks.append(
+                PeriodicTask("publish", config.confirm_publish_interval_ms, self._publish_task)
+            )
+        self._housekeeper = Housekeeper(tasks)
+        self._housekeeper.start()
+
+    # --- offsets --------------------------------------------------------------------------------
+
+    @property
+    def root_dir(self) -> Path:
+        return self._root
+
+    @property
+    def commitlog(self) -> CommitLog:
+        return self._commitlog
+
+    @property
+    def min_offset(self) -> int:
+        """Physical offset of the oldest readable byte (base of the oldest segment)."""
+        return self._commitlog.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        """Physical offset where the next record goes (end of the last written record)."""
+        return self._commitlog.max_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        """Physical offset up to which the log is fsynced."""
+        return self._group.flushed_offset
+
+    @property
+    def confirmed_offset(self) -> int:
+        """Up to here readers may read: fsynced (SYNC) or fully written (ASYNC)."""
+        return self._group.flushed_offset if self._sync else self._commitlog.max_offset
+
+    def queue_offset(self, topic: str, queue_id: int) -> int:
+        """Next queue offset of (``topic``, ``queue_id``) (0 for a queue never written)."""
+        return self._queue_offsets.get((topic, queue_id), 0)
+
+    def queue_offsets(self) -> dict[tuple[str, int], int]:
+        """A copy of the whole queue-offset table."""
+        with self._put_lock:
+            return dict(self._queue_offsets)
+
+    @property
+    def failure(self) -> OSError | None:
+        """The I/O error that made the store fail closed, if any."""
+        return self._failure
+
+    # --- put ----------------------------------------------------------------------------------
+
+    def put(self, request: PutRequest) -> PutResult:
+        """Store one message; the outcome is in ``PutResult.status`` (never an exception for a
+        bad message or a full disk)."""
+        if self._closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
+        prepared = prepare(request, self._ctx, self._clock.now_ms())
+        if type(prepared) is PutResult:
+            return prepared
+        assert isinstance(prepared, PreparedMessage)
+        buf = prepared.buf
+        key = (prepared.topic, prepared.queue_id)
+        with self._put_lock:
+            if self._failure is not None or self._closed:
+                return self._unavailable()
+            if prepared.idempotent and prepared.uniq_key is not None:
+                entry = self._window.get(prepared.topic, prepared.uniq_key)
+                if entry is not None:
+                    return self._await(self._duplicate(prepared, entry))
+            try:
+                segment = self._commitlog.segment_for_append(prepared.size)
+            except OSError as err:
+                return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+            physical_offset = segment.base_offset + segment.write_position
+            queue_offset = self._queue_offsets.get(key, 0) if prepared.consumes_queue_offset else 0
+            now = self._clock.now_ms()
+            _OFFSETS.pack_into(buf, _QUEUE_OFFSET_POSITION, queue_offset, physical_offset)
+            _I64.pack_into(buf, prepared.timestamp_position, now)
+            try:
+                segment.append(buf)
+            except OSError as err:
+                self._undo_failed_write(segment, prepared.size, err)
+                return _failed(PutStatus.UNKNOWN_ERROR, "writing the record", err)
+            if prepared.consumes_queue_offset:
+                self._queue_offsets[key] = queue_offset + 1
+            if prepared.uniq_key is not None:
+                self._window.add(
+                    prepared.topic,
+                    prepared.uniq_key,
+                    WindowEntry(physical_offset, prepared.size, queue_offset, key[1], now),
+                )
+            self._last_record_offset = physical_offset
+            self._last_store_ts = now
+        result = PutResult(
+            PutStatus.PUT_OK,
+            physical_offset,
+            queue_offset,
+            self._msg_id_prefix + format(physical_offset, "016X"),
+            prepared.topic,
+            prepared.queue_id,
+            now,
+            prepared.uniq_key,
+            prepared.size,
+        )
+        return self._await(result) if self._sync else result
+
+    def put_batch(self, requests: Sequence[PutRequest]) -> list[PutResult]:
+        """Store many messages with one lock acquisition and one write.
+
+        All or nothing for validity: if any message is illegal, none is stored (each result
+        says why). The batch goes into one segment (BLANK and a new segment first if it does
+        not fit); each (topic, queue id) gets consecutive queue offsets. Idempotent messages
+        already in the window, or repeated inside the batch, are written once.
+        """
+        count = len(requests)
+        if not count:
+            return []
+        if self._closed:
+            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")] * count
+        now = self._clock.now_ms()
+        ctx = self._ctx
+        prepared = [prepare(request, ctx, now) for request in requests]
+        rejected = _reject_batch(prepared)
+        if rejected is not None:
+            return rejected
+        messages: list[PreparedMessage] = prepared  # type: ignore[assignment]
+        total = sum(message.size for message in messages)
+        if total + 8 > self.config.segment_size_bytes:
+            detail = f"batch of {total} bytes does not fit a segment"
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count
+        with self._put_lock:
+            if self._failure is not None or self._closed:
+                return [self._unavailable()] * count
+            copies = self._duplicates_in(messages)
+            writes = [m for m in messages if id(m) not in copies] if copies else messages
+            placed: dict[int, tuple[int, int]] = {}
+            if writes:
+                failed = self._write_batch(writes, total, bool(copies), now, placed)
+                if failed is not None:
+                    return [failed] * count
+        prefix = self._msg_id_prefix
+        results = []
+        end = 0
+        for message in messages:
+            copy_of = copies.get(id(message)) if copies else None
+            if isinstance(copy_of, WindowEntry):
+                results.append(self._duplicate(message, copy_of))
+                end = max(end, copy_of.physical_offset + copy_of.total_size)
+                continue
+            physical_offset, queue_offset = placed[id(copy_of or message)]
+            end = max(end, physical_offset + message.size)
+            results.append(
+                PutResult(
+                    PutStatus.PUT_OK,
+                    physical_offset,
+                    queue_offset,
+                    prefix + format(physical_offset, "016X"),
+                    message.topic,
+                    message.queue_id,
+                    now,
+                    message.uniq_key,
+                    message.size,
+                    duplicate=copy_of is not None,
+                )
+            )
+        if self._sync:
+            status = self._wait_durable(end)
+            if status is not None:
+                for result in results:
+                    result.status, result.detail = status
+        return results
+
+    def _write_batch(
+        self,
+        writes: list[PreparedMessage],
+        total: int,
+        filtered: bool,
+        now: int,
+        placed: dict[int, tuple[int, int]],
+    ) -> PutResult | None:
+        """Place and write ``writes`` (put lock held); fills ``placed``; a result on failure."""
+        size = sum(message.size for message in writes) if filtered else total
+        buf = writes[0].buf if len(writes) == 1 else bytearray().join(m.buf for m in writes)
+        try:
+            segment = self._commitlog.segment_for_append(size)
+        except OSError as err:
+            return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+        base = segment.base_offset + segment.write_position
+        pending: dict[tuple[str, int], int] = {}
+        offsets = self._queue_offsets
+        pack_offsets = _OFFSETS.pack_into
+        pack_i64 = _I64.pack_into
+        position = 0
+        for message in writes:
+            if message.consumes_queue_offset:
+                key = (message.topic, message.queue_id)
+                queue_offset = pending.get(key)
+                if queue_offset is None:
+                    queue_offset = offsets.get(key, 0)
+                pending[key] = queue_offset + 1
+            else:
+                queue_offset = 0
+            pack_offsets(buf, position + _QUEUE_OFFSET_POSITION, queue_offset, base + position)
+            pack_i64(buf, position + message.timestamp_position, now)
+            placed[id(message)] = (base + position, queue_offset)
+            position += message.size
+        try:
+            segment.append(buf)
+        except OSError as err:
+            placed.clear()
+            self._undo_failed_write(segment, size, err)
+            return _failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)
+        offsets.update(pending)
+        window = self._window
+        for message in writes:
+            if message.uniq_key is not None:
+                physical_offset, queue_offset = placed[id(message)]
+                window.add(
+                    message.topic,
+                    message.uniq_key,
+                    WindowEntry(physical_offset, message.size, queue_offset, message.queue_id, now),
+                )
+        self._last_record_offset = base + position - writes[-1].size
+        self._last_store_ts = now
+        return None
+
+    def _duplicates_in(
+        self, messages: list[PreparedMessage]
+    ) -> dict[int, WindowEntry | PreparedMessage]:
+        """Idempotent messages not to write: id -> the stored entry, or the earlier message
+        of the same batch it repeats."""
+        found: dict[int, WindowEntry | PreparedMessage] = {}
+        first: dict[tuple[str, str], PreparedMessage] = {}
+        window = self._window
+        for message in messages:
+            if message.uniq_key is None:
+                continue
+            key = (message.topic, message.uniq_key)
+            if message.idempotent:
+                entry = window.get(*key)
+                if entry is not None:
+                    found[id(message)] = entry
+                    continue
+                if key in first:
+                    found[id(message)] = first[key]
+                    continue
+            first.setdefault(key, message)
+        return found
+
+    def _duplicate(self, message: PreparedMessage, entry: WindowEntry) -> PutResult:
+        return PutResult(
+            PutStatus.PUT_OK,
+            entry.physical_offset,
+            entry.queue_offset,
+            self._msg_id_prefix + format(entry.physical_offset, "016X"),
+            message.topic,
+            entry.queue_id,
+            entry.store_timestamp_ms,
+            message.uniq_key,
+            entry.total_size,
+            duplicate=True,
+        )
+
+    def _await(self, result: PutResult) -> PutResult:
+        """SYNC: wait until ``result``'s record is fsynced (called without the put lock)."""
+        if not self._sync:
+            return result
+        status = self._wait_durable(result.physical_offset + result.total_size)
+        if status is not None:
+            result.status, result.detail = status
+        return result
+
+    def _wait_durable(self, end_offset: int) -> tuple[PutStatus, str] | None:
+        outcome = self._group.wait_durable(end_offset, self._timeout_ms)
+        if outcome is FlushWait.DURABLE:
+            return None
+        if outcome is FlushWait.TIMEOUT:
+            return PutStatus.FLUSH_DISK_TIMEOUT, f"no fsync within {self._timeout_ms} ms"
+        self._fail(self._group.error or OSError("fsync failed"))
+        return PutStatus.UNKNOWN_ERROR, f"fsync failed: {self._group.error}"
+
+    def _unavailable(self) -> PutResult:
+        if self._closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
+        return PutResult(
+            PutStatus.SERVICE_NOT_AVAILABLE,
+            detail=f"store failed closed after an I/O error: {self._failure}; reopen it",
+        )
+
+    def _undo_failed_write(self, segment: object, size: int, err: OSError) -> None:
+        """Zero what a failed append may have left; if even that fails, fail closed."""
+        _log.error("append failed at %s: %s", self._commitlog.max_offset, err)
+        try:
+            segment.discard_after_failed_write(size)  # type: ignore[attr-defined]
+        except OSError as undo_err:
+            self._fail(undo_err)
+
+    def _fail(self, err: OSError) -> None:
+        if self._failure is None:
+            _log.error("store %s fails closed: %s", self._root, err)
+            self._failure = err
+            self._group.fail(err)
+
+    # --- read ---------------------------------------------------------------------------------
+
+    def read(self, physical_offset: int) -> MessageRecord:
+        """The record stored at ``physical_offset`` (BODYCRC checked).
+
+        Raises
+        ------
+        OffsetOutOfRangeError
+            ``physical_offset`` is outside ``[min_offset, max_offset)`` (or was just deleted).
+        CorruptRecordError
+            The bytes there are not a valid record starting at ``physical_offset``.
+        """
+        return self.read_decoded(physical_offset).record
+
+    def read_decoded(self, physical_offset: int) -> DecodedRecord:
+        """Like ``read`` but with the record's size and magic version."""
+        commitlog = self._commitlog
+        segment = commitlog.segment_for(physical_offset)
+        if segment is None or not physical_offset < commitlog.max_offset:
+            raise OffsetOutOfRangeError(physical_offset, commitlog.min_offset, commitlog.max_offset)
+        position = physical_offset - segment.base_offset
+        try:
+            head = segment.read(position, 8)
+            size = _SIZE.unpack_from(head)[0] if len(head) == 8 else 0
+            data = segment.read(position, max(size, 8)) if size > 8 else head
+        except (OSError, ValueError) as err:  # a segment deleted by retention meanwhile
+            raise OffsetOutOfRangeError(
+                physical_offset, commitlog.min_offset, commitlog.max_offset
+            ) from err
+        outcome = decode_record(data, 0, path=str(segment.path), check_crc=True)
+        if not isinstance(outcome, DecodedRecord):
+            raise CorruptRecordError(
+                str(segment.path), position, f"no message record here ({type(outcome).__name__})"
+            )
+        if outcome.record.physical_offset != physical_offset:
+            raise CorruptRecordError(
+                str(segment.path),
+                position,
+                f"record says it is at {outcome.record.physical_offset}: not a record boundary",
+            )
+        return DecodedRecord(
+            outcome.record, physical_offset, outcome.total_size, outcome.magic_version
+        )
+
+    # --- flush, publish, snapshot -------------------------------------------------------------
+
+    def flush(self) -> int:
+        """fsync everything written so far (and publish it); returns the flushed offset."""
+        self._check_open()
+        return self._group.flush_now()
+
+    def _flush_and_publish(self) -> int:
+        """fsync the log, then publish the new offsets in the checkpoint (raises ``OSError``)."""
+        with self._flush_lock:
+            last_ts = self._last_store_ts
+            flushed = self._commitlog.flush(self._flushed_offset)
+            if flushed > self._flushed_offset:
+                self._checkpoint.publish_flushed(flushed, last_ts)
+                self._flushed_offset = flushed
+                if self._sync:
+                    self._checkpoint.publish_confirmed(flushed)
+            return self._flushed_offset
+
+    def _flush_task(self) -> None:
+        try:
+            self._group.flush_now()
+        except OSError as err:
+            self._fail(err)
+
+    def _publish_task(self) -> None:
+        """ASYNC: publish the end of the last fully written record as ``confirmPhyOffset``."""
+        offset = self._commitlog.max_offset
+        if offset != self._published_confirm:
+            try:
+                with self._flush_lock:
+                    self._checkpoint.publish_confirmed(offset)
+            except OSError as err:
+                self._fail(err)
+                return
+            self._published_confirm = offset
+
+    def snapshot(self) -> None:
+        """Flush, then write the queue-offset snapshot (so recovery can start from here)."""
+        if self._closed or self._failure is not None:
+            return
+        with self._put_lock:
+            snapshot = self._snapshot_locked()
+        try:
+            self._group.flush_now()
+            self._checkpoint.fsync()
+            write_snapshot(self._root, snapshot)
+        except OSError as err:
+            _log.warning("queue-offset snapshot of %s failed: %s", self._root, err)
+
+    def _snapshot_locked(self) -> QueueOffsetSnapshot:
+        end = self._commitlog.max_offset
+        return QueueOffsetSnapshot(
+            physical_offset=end,
+            last_record_offset=self._last_record_offset,
+            window_start_offset=self._window.start_offset(end),
+            queue_offsets=dict(self._queue_offsets),
+        )
+
+    def _write_snapshot_locked(self) -> None:
+        write_snapshot(self._root, self._snapshot_locked())
+
+    # --- retention ----------------------------------------------------------------------------
+
+    def delete_expired(self) -> list[Path]:
+        """One retention round (spec 5.5): delete expired segments, or the oldest ones when the
+        disk is fuller than ``disk_max_used_space_ratio``; never the last segment."""
+        self._check_open()
+        config = self.config
+        segments = self._commitlog.segments
+        closed_at = [
+            self._closed_at(segment.base_offset + segment.size_bytes) for segment in segments[:-1]
+        ]
+        disk_full = disk_used_ratio(self._root) > config.disk_max_used_space_ratio
+        count = deletable_segment_count(
+            closed_at,
+            self._clock.now_ms(),
+            file_reserved_time_hours=config.file_reserved_time_hours,
+            disk_full=disk_full,
+            delete_file_batch_max=config.delete_file_batch_max,
+        )
+        if count == 0:
+            return []
+        with self._put_lock:
+            deleted = self._commitlog.delete_oldest(count)
+        for path in deleted:
+            _log.info("retention deleted %s%s", path, " (disk full)" if disk_full else "")
+        return deleted
+
+    def _closed_at(self, next_base: int) -> int | None:
+        """Store timestamp of the first record of the segment at ``next_base`` (cached)."""
+        cached = self._closed_at_cache.get(next_base)
+        if cached is not None:
+            return cached
+        try:
+            record = self.read(next_base)
+        except (OffsetOutOfRangeError, CorruptRecordError):
+            return None
+        self._closed_at_cache[next_base] = record.store_timestamp_ms
+        return record.store_timestamp_ms
+
+    def _retention_task(self) -> None:
+        if not self._closed:
+            self.delete_expired()
+
+    # --- close --------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self._root} is closed")
+
+    def close(self) -> None:
+        """Flush, write the snapshot and checkpoint, remove ``abort``, release the lock.
+
+        After a failure (fail-closed) the ``abort`` file stays, so the next open recovers.
+        Idempotent.
+        """
+        if self._closed:
+            return
+        with self._put_lock:
+            self._closed = True
+        if self._housekeeper is not None:
+            self._housekeeper.stop()
+        try:
+            if self._failure is None:
+                try:
+                    self._group.flush_now()
+                    self._checkpoint.publish_confirmed(self._commitlog.max_offset)
+                    self._checkpoint.fsync()
+                    self._write_snapshot_locked()
+                    remove_abort(self._root)
+                except OSError as err:
+                    _log.error(
+                        "clean shutdown of %s failed, it will recover on open: %s", self._root, err
+                    )
+        finally:
+            self._checkpoint.close()
+            self._commitlog.close()
+            if self._lock is not None:
+                self._lock.release()
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"MessageStore({self._root}, max_offset={self.max_offset})"
+
+
+def _failed(status: PutStatus, what: str, err: OSError) -> PutResult:
+    return PutResult(status, detail=f"{what} failed: {err}")
+
+
+def _reject_batch(prepared: list[PreparedMessage | PutResult]) -> list[PutResult] | None:
+    """All-or-nothing: results for a batch with an illegal message, else ``None``."""
+    bad = [(index, p) for index, p in enumerate(prepared) if type(p) is PutResult]
+    if not bad:
+        return None
+    first_index, first = bad[0]
+    assert isinstance(first, PutResult)
+    results = []
+    for item in prepared:
+        if type(item) is PutResult:
+            results.append(item)
+        else:
+            detail = f"batch rejected: message #{first_index} is illegal: {first.detail}"
+            results.append(PutResult(first.status, detail=detail))
+    return results
+
+
+def _max_record_bytes(config: StoreConfig) -> int:
+    """The largest record this store can hold (how far recovery looks past a bad record)."""
+    largest = (
+        config.max_message_size_bytes
+        + MAX_RECORD_OVERHEAD_BYTES
+        + MAX_PROPERTIES_SIZE_BYTES
+        + 4 * MAX_TOPIC_LENGTH_V1
+    )
+    return min(largest, config.segment_size_bytes)

@@ -1,0 +1,433 @@
+"""The put path's thinking: requests, results, validation, encoding, queue offsets, dedupe.
+
+Owns ``PutRequest``/``PutResult``/``PutStatus``; the checks RocketMQ makes before a message is
+stored (topic rules of ``TopicValidator`` and 5.x ``HookUtils``, body, properties and record
+size limits, queue id); the broker-side property edits (UNIQ_KEY assignment, the delay-level
+rewrite of spec 9.2); pre-encoding a record outside the put lock; the per (topic, queue id)
+queue-offset table; and the idempotency window. Does not own files, locks or flushing
+(``message_store.py``, ``commitlog.py``, ``flush.py``).
+
+Properties strings are written the way a 5.x broker writes them: keys in Java ``HashMap``
+iteration order of a map of capacity 128 (5.x ``string2messageProperties``), with the
+trailing ``\\x02`` (5.2+).
+
+Idempotent puts: the store remembers the last ``idempotency_window_messages`` records that
+carry a UNIQ_KEY, keyed by (stored topic, UNIQ_KEY). A request with ``idempotent=True`` whose
+key is in the window is not written again: the put returns the original record's result with
+``duplicate=True``. The key uses the *stored* topic, so a delayed message (stored in
+``SCHEDULE_TOPIC_XXXX``) and its later redelivery to the real topic (same UNIQ_KEY) are two
+different records, while a retried redelivery is stored once. The window is rebuilt on open
+by rescanning the log from the oldest record it held (``recovery.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import NamedTuple
+
+from rmq_spark.store.codec import (
+    InvalidMessageError,
+    encode_record_mutable,
+    store_timestamp_position,
+)
+from rmq_spark.store.hashing import java_string_hash
+from rmq_spark.store.layout import (
+    MAX_PROPERTIES_SIZE_BYTES,
+    RMQ_SYS_SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+)
+from rmq_spark.store.message import LOCALHOST, HostAddress, MessageRecord
+from rmq_spark.store.properties import (
+    DELAY,
+    KEYS,
+    REAL_QID,
+    REAL_TOPIC,
+    TAGS,
+    TIMER_DELAY_MS,
+    TIMER_DELAY_SEC,
+    TIMER_DELIVER_MS,
+    UNIQ_KEY,
+    delay_level_of,
+    encode_properties,
+    java_hashmap_order,
+)
+
+__all__ = [
+    "IdempotencyWindow",
+    "MAX_RECORD_OVERHEAD_BYTES",
+    "PreparedMessage",
+    "PutContext",
+    "PutRequest",
+    "PutResult",
+    "PutStatus",
+    "QueueOffsetTable",
+    "WindowEntry",
+    "check_topic",
+    "order_properties",
+    "prepare",
+    "rewrite_delay",
+]
+
+MAX_RECORD_OVERHEAD_BYTES = 64 * 1024
+"""A record may exceed ``max_message_size_bytes`` (a body limit) by this much (spec 1.4)."""
+
+_TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_\-]+", re.ASCII)
+_TOPIC_MAX_LENGTH = 127
+_TOPIC_MAX_LENGTH_RETRY = 255
+_RETRY_PREFIX = "%RETRY%"
+_JAVA_MAP_CAPACITY = 128
+_JAVA_MAP_MAX_KEYS = _JAVA_MAP_CAPACITY * 3 // 4
+
+
+class PutStatus(enum.Enum):
+    """Outcome of a put (RocketMQ ``PutMessageStatus``); only ``PUT_OK`` means stored."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"  # stored, but the fsync did not finish in time
+    CREATE_MAPPED_FILE_FAILED = "CREATE_MAPPED_FILE_FAILED"  # could not create the next segment
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"  # bad topic, queue id, body size, field value
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"  # properties over 32767 bytes
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"  # store closed or failed (fail-closed)
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"  # the write or fsync failed (disk full, I/O error)
+
+
+@dataclass(frozen=True, slots=True)
+class PutRequest:
+    """One message to store.
+
+    ``properties`` are the producer's properties (TAGS, KEYS, UNIQ_KEY, DELAY, user keys);
+    ``tags`` and ``keys`` are shortcuts merged into them. ``raw_properties`` instead stores a
+    properties string verbatim, with no UNIQ_KEY assignment and no delay rewrite: that is how
+    RocketMQ re-puts a message it copies (delay redelivery, transaction commit, spec 9.3).
+    """
+
+    topic: str
+    body: bytes = b""
+    queue_id: int = 0
+    properties: Mapping[str, str] | None = None
+    tags: str | None = None
+    keys: tuple[str, ...] = ()
+    flag: int = 0
+    sys_flag: int = 0
+    born_timestamp_ms: int | None = None  # None: the store timestamp clock's now
+    born_host: HostAddress = LOCALHOST
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    raw_properties: str | None = None
+    idempotent: bool = False  # dedupe on (stored topic, UNIQ_KEY) within the recent window
+
+
+@dataclass(slots=True, eq=True)
+class PutResult:
+    """What a put did. ``topic``/``queue_id`` are the *stored* ones (e.g. the schedule topic
+    of a delayed message). ``msg_id`` is the offset message id (spec 4.1)."""
+
+    status: PutStatus
+    physical_offset: int = -1
+    queue_offset: int = -1
+    msg_id: str = ""
+    topic: str = ""
+    queue_id: int = -1
+    store_timestamp_ms: int = 0
+    uniq_key: str | None = None
+    total_size: int = 0
+    duplicate: bool = False
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutStatus.PUT_OK
+
+
+class PreparedMessage:
+    """A request encoded outside the lock, waiting for its offsets and store timestamp."""
+
+    __slots__ = (
+        "buf",
+        "size",
+        "topic",
+        "queue_id",
+        "consumes_queue_offset",
+        "uniq_key",
+        "timestamp_position",
+        "idempotent",
+    )
+
+    def __init__(
+        self,
+        buf: bytearray,
+        topic: str,
+        queue_id: int,
+        consumes_queue_offset: bool,
+        uniq_key: str | None,
+        timestamp_position: int,
+        idempotent: bool,
+    ) -> None:
+        self.buf = buf
+        self.size = len(buf)
+        self.topic = topic
+        self.queue_id = queue_id
+        self.consumes_queue_offset = consumes_queue_offset
+        self.uniq_key = uniq_key
+        self.timestamp_position = timestamp_position
+        self.idempotent = idempotent
+
+
+def _illegal(detail: str, status: PutStatus = PutStatus.MESSAGE_ILLEGAL) -> PutResult:
+    return PutResult(status, detail=detail)
+
+
+_topic_checks: dict[str, str] = {}
+
+
+def check_topic(topic: object) -> str:
+    """Why ``topic`` cannot be stored, or ``""`` if it can.
+
+    RocketMQ ``TopicValidator``: non-blank, only ``[%|a-zA-Z0-9_-]``; 5.x ``HookUtils``:
+    at most 127 UTF-8 bytes unless it starts with ``%RETRY%``, and never more than 255.
+    """
+    if isinstance(topic, str):
+        cached = _topic_checks.get(topic)
+        if cached is not None:
+            return cached
+    if not isinstance(topic, str) or not topic.strip():
+        return "topic is blank"
+    if not _TOPIC_CHARS.fullmatch(topic):
+        reason = f"topic {topic!r} contains characters other than [%|a-zA-Z0-9_-]"
+    elif len(topic) > _TOPIC_MAX_LENGTH_RETRY:
+        reason = f"topic is {len(topic)} bytes long; at most {_TOPIC_MAX_LENGTH_RETRY} allowed"
+    elif len(topic) > _TOPIC_MAX_LENGTH and not topic.startswith(_RETRY_PREFIX):
+        reason = (
+            f"topic is {len(topic)} bytes long; at most {_TOPIC_MAX_LENGTH} allowed "
+            f"(up to {_TOPIC_MAX_LENGTH_RETRY} for {_RETRY_PREFIX} topics)"
+        )
+    else:
+        reason = ""
+    if len(_topic_checks) < 65536:
+        _topic_checks[topic] = reason
+    return reason
+
+
+_buckets: dict[str, int] = {}
+
+
+def order_properties(properties: Mapping[str, str]) -> list[str]:
+    """Keys in the iteration order of a Java ``HashMap(128)`` holding them (5.x broker)."""
+    if len(properties) > _JAVA_MAP_MAX_KEYS:
+        return java_hashmap_order(properties, _JAVA_MAP_CAPACITY)
+    buckets = _buckets
+    for key in properties:
+        if key not in buckets:
+            h = java_string_hash(key) & 0xFFFFFFFF
+            if len(buckets) > 65536:
+                buckets.clear()
+            buckets[key] = (h ^ (h >> 16)) & (_JAVA_MAP_CAPACITY - 1)
+    return sorted(properties, key=buckets.__getitem__)
+
+
+def rewrite_delay(
+    properties: dict[str, str], topic: str, queue_id: int, level: int, max_level: int
+) -> tuple[str, int]:
+    """Turn a delayed message into a schedule-topic message, in place (spec 9.2).
+
+    Clamps DELAY to ``max_level``, records REAL_TOPIC/REAL_QID, drops the 5.x timer
+    properties (the delay level wins) and returns ``(SCHEDULE_TOPIC_XXXX, level - 1)``.
+    """
+    if level > max_level:
+        level = max_level
+        properties[DELAY] = str(level)
+    for key in (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS):
+        properties.pop(key, None)
+    properties[REAL_TOPIC] = topic
+    properties[REAL_QID] = str(queue_id)
+    return RMQ_SYS_SCHEDULE_TOPIC, level - 1
+
+
+class PutContext(NamedTuple):
+    """Per-store settings ``prepare`` needs."""
+
+    max_body_bytes: int
+    max_delay_level: int
+    store_host: HostAddress
+    new_uniq_key: object  # () -> str
+
+
+def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessage | PutResult:
+    """Validate and pre-encode ``request`` (outside the put lock).
+
+    Returns a ``PreparedMessage``, or a ``PutResult`` with MESSAGE_ILLEGAL or
+    PROPERTIES_SIZE_EXCEEDED saying why the message cannot be stored.
+    """
+    topic = request.topic
+    reason = check_topic(topic)
+    if reason:
+        return _illegal(reason)
+    queue_id = request.queue_id
+    if not isinstance(queue_id, int) or queue_id < 0:
+        return _illegal(f"queue id must be >= 0, got {queue_id!r}")
+    body = request.body
+    if not isinstance(body, bytes | bytearray | memoryview):
+        return _illegal(f"body must be bytes, got {type(body).__name__}")
+    if len(body) > ctx.max_body_bytes:
+        return _illegal(
+            f"body is {len(body)} bytes; max_message_size_bytes is {ctx.max_body_bytes}"
+        )
+    tx_type = request.sys_flag & TRANSACTION_MASK
+    consumes = tx_type == TRANSACTION_NOT_TYPE or tx_type == TRANSACTION_COMMIT_TYPE
+    raw = request.raw_properties
+    if raw is not None:
+        if request.properties or request.tags or request.keys:
+            return _illegal("raw_properties excludes properties, tags and keys")
+        props_text = raw
+        uniq_key = _find_uniq_key(raw)
+    else:
+        props = dict(request.properties) if request.properties else {}
+        if request.tags:
+            props[TAGS] = request.tags
+        if request.keys:
+            props[KEYS] = " ".join(request.keys)
+        uniq_key = props.get(UNIQ_KEY)
+        if not uniq_key:
+            uniq_key = props[UNIQ_KEY] = ctx.new_uniq_key()  # type: ignore[operator]
+        if DELAY in props and consumes:
+            try:
+                level = delay_level_of(props)
+            except ValueError as err:
+                return _illegal(str(err))
+            if level > 0:
+                topic, queue_id = rewrite_delay(props, topic, queue_id, level, ctx.max_delay_level)
+        try:
+            props_text = encode_properties({k: props[k] for k in order_properties(props)})
+        except InvalidMessageError as err:
+            return _illegal(str(err))
+    # A str of n characters has at most 4n UTF-8 bytes: encode only when it might be too long.
+    if len(props_text) * 4 > MAX_PROPERTIES_SIZE_BYTES:
+        props_size = len(props_text.encode("utf-8", "surrogatepass"))
+        if props_size > MAX_PROPERTIES_SIZE_BYTES:
+            return _illegal(
+                f"properties are {props_size} bytes; at most {MAX_PROPERTIES_SIZE_BYTES} allowed",
+                PutStatus.PROPERTIES_SIZE_EXCEEDED,
+            )
+    born = request.born_timestamp_ms
+    record = MessageRecord(
+        topic,
+        body,
+        props_text,
+        queue_id,
+        request.flag,
+        0,
+        0,
+        request.sys_flag,
+        now_ms if born is None else born,
+        request.born_host,
+        now_ms,
+        ctx.store_host,
+        request.reconsume_times,
+        request.prepared_transaction_offset,
+    )
+    try:
+        buf = encode_record_mutable(record)
+    except InvalidMessageError as err:
+        return _illegal(str(err))
+    if len(buf) > ctx.max_body_bytes + MAX_RECORD_OVERHEAD_BYTES:
+        return _illegal(f"record is {len(buf)} bytes; too large for max_message_size_bytes")
+    return PreparedMessage(
+        buf,
+        topic,
+        queue_id,
+        consumes,
+        uniq_key,
+        store_timestamp_position(buf[39]),  # the host bits are in SYSFLAG's low byte
+        request.idempotent,
+    )
+
+
+def _find_uniq_key(props_text: str) -> str | None:
+    """UNIQ_KEY of a stored properties string, without parsing all of it."""
+    start = 0
+    marker = UNIQ_KEY + "\x01"
+    while True:
+        at = props_text.find(marker, start)
+        if at < 0:
+            return None
+        if at == 0 or props_text[at - 1] == "\x02":
+            end = props_text.find("\x02", at)
+            value = props_text[at + len(marker) : end if end >= 0 else len(props_text)]
+            return value or None
+        start = at + 1
+
+
+# --- queue offsets ----------------------------------------------------------------------------
+
+
+class QueueOffsetTable:
+    """Next queue offset of every (topic, queue id): RocketMQ's ``topicQueueTable``."""
+
+    __slots__ = ("offsets",)
+
+    def __init__(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
+        self.offsets: dict[tuple[str, int], int] = dict(offsets or {})
+
+    def next_offset(self, topic: str, queue_id: int) -> int:
+        return self.offsets.get((topic, queue_id), 0)
+
+    def observe(self, topic: str, queue_id: int, queue_offset: int) -> None:
+        """Recovery: a stored record used ``queue_offset``; the next one is after it."""
+        key = (topic, queue_id)
+        if queue_offset + 1 > self.offsets.get(key, 0):
+            self.offsets[key] = queue_offset + 1
+
+    def copy(self) -> dict[tuple[str, int], int]:
+        return dict(self.offsets)
+
+
+# --- idempotency window -----------------------------------------------------------------------
+
+
+class WindowEntry(NamedTuple):
+    """Where the first copy of an idempotent message was stored."""
+
+    physical_offset: int
+    total_size: int
+    queue_offset: int
+    queue_id: int
+    store_timestamp_ms: int
+
+
+class IdempotencyWindow:
+    """The last ``capacity`` (stored topic, UNIQ_KEY) pairs and where they were stored."""
+
+    __slots__ = ("capacity", "_entries")
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple[str, str], WindowEntry] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def get(self, topic: str, uniq_key: str) -> WindowEntry | None:
+        return self._entries.get((topic, uniq_key))
+
+    def add(self, topic: str, uniq_key: str, entry: WindowEntry) -> None:
+        if self.capacity <= 0:
+            return
+        entries = self._entries
+        key = (topic, uniq_key)
+        if key in entries:
+            return  # the first copy stays the one duplicates point at
+        entries[key] = entry
+        if len(entries) > self.capacity:
+            entries.popitem(last=False)
+
+    def start_offset(self, default: int) -> int:
+        """Physical offset of the oldest record in the window (``default`` if empty)."""
+        for entry in self._entries.values():
+            return entry.physical_offset
+        return default

@@ -1,0 +1,116 @@
+"""One CommitLog segment: a fixed-size, preallocated file named by its 20-digit base offset.
+
+Owns the segment's write position (where the next record goes), its flushed position (up to
+where an fsync covered it), appends, the 8-byte BLANK end-of-file record, reads by position
+and logical truncation. Knows nothing of other segments (``commitlog.py``) nor of record
+contents beyond the BLANK record's two fields (``codec.py``).
+
+Thread safety: ``append``/``append_blank``/``truncate_to`` are called under the store's put
+lock; ``flush`` may run concurrently with appends (it reads the write position first, so the
+flushed position never claims more than the fsync covered); ``read`` is safe at any time.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rmq_spark.store.codec import encode_blank
+from rmq_spark.store.fileio import SegmentFile
+from rmq_spark.store.layout import END_FILE_MIN_BLANK_LENGTH
+
+__all__ = ["Segment"]
+
+
+class Segment:
+    """One segment file.
+
+    Parameters
+    ----------
+    base_offset
+        Physical offset of the file's first byte (its name).
+    file
+        The open ``SegmentFile`` (its size is the segment size).
+    write_position
+        Where the next record goes; recovery sets the real value.
+    """
+
+    __slots__ = ("base_offset", "size_bytes", "file", "write_position", "flushed_position")
+
+    def __init__(self, base_offset: int, file: SegmentFile, write_position: int = 0) -> None:
+        self.base_offset = base_offset
+        self.file = file
+        self.size_bytes = file.size()
+        assert 0 <= write_position <= self.size_bytes
+        self.write_position = write_position
+        self.flushed_position = write_position
+
+    @property
+    def path(self) -> Path:
+        return self.file.path
+
+    @property
+    def end_offset(self) -> int:
+        """Physical offset just past the file (the next segment's base)."""
+        return self.base_offset + self.size_bytes
+
+    @property
+    def write_offset(self) -> int:
+        """Physical offset where the next record goes."""
+        return self.base_offset + self.write_position
+
+    @property
+    def is_full(self) -> bool:
+        return self.write_position >= self.size_bytes
+
+    def fits(self, size_bytes: int) -> bool:
+        """Whether a record (or batch) of ``size_bytes`` fits and leaves room for a BLANK."""
+        return size_bytes + END_FILE_MIN_BLANK_LENGTH <= self.size_bytes - self.write_position
+
+    def append(self, data: bytes | bytearray | memoryview) -> int:
+        """Write ``data`` at the write position and advance it; returns the position used.
+
+        On ``OSError`` the write position does not move. A torn write may have left part of
+        ``data`` in the file; the caller zeroes it (``discard_after_failed_write``).
+        """
+        position = self.write_position
+        assert self.fits(len(data)), "caller must roll first"
+        self.file.write(position, data)
+        self.write_position = position + len(data)
+        return position
+
+    def append_blank(self) -> None:
+        """Write the BLANK record (remaining size + BLANK magic) and mark the segment full."""
+        remaining = self.size_bytes - self.write_position
+        assert remaining >= END_FILE_MIN_BLANK_LENGTH
+        self.file.write(self.write_position, encode_blank(remaining))
+        self.write_position = self.size_bytes
+
+    def discard_after_failed_write(self, size_bytes: int) -> None:
+        """Zero ``size_bytes`` from the write position (what a failed append may have left)."""
+        if size_bytes > 0:
+            self.file.write(self.write_position, bytes(size_bytes))
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``position`` (fewer at the end of the file)."""
+        return self.file.read(position, size)
+
+    def flush(self) -> int:
+        """fsync the file; returns (and records) the write position the fsync covered."""
+        position = self.write_position
+        if position > self.flushed_position:
+            self.file.fsync()
+            self.flushed_position = max(self.flushed_position, position)
+        return position
+
+    def truncate_to(self, position: int) -> None:
+        """Make ``position`` the write position and zero every byte after it."""
+        assert 0 <= position <= self.size_bytes
+        self.file.truncate(position)
+        self.write_position = position
+        self.flushed_position = min(self.flushed_position, position)
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __repr__(self) -> str:
+        return f"Segment({self.path.name}, write_position={self.write_position})"
