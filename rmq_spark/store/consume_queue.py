@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from rmq_spark.store.layout import CQ_UNIT_SIZE_BYTES
 
 __all__ = [
-    "PRE_BLANK_UNIT",
     "CqUnit",
+    "PRE_BLANK_UNIT",
     "decode_cq_unit",
     "encode_cq_unit",
     "iter_cq_units",
