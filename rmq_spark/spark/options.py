@@ -1,0 +1,295 @@
+"""PURE: the ``rocketmq`` source's option strings -> one frozen ``SourceOptions``.
+
+Owns option names (Spark's Kafka/Delta spelling), defaults, value syntax and the errors for
+unknown options and bad values. Spark hands options over case-insensitively (lower-cased
+keys); every error names the option in its documented spelling and lists what is valid.
+Does not touch the store (whether an offset exists is checked in ``planner.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from rmq_spark.errors import SourceError
+
+__all__ = [
+    "OPTION_NAMES",
+    "EndingMode",
+    "SourceOptions",
+    "StartingMode",
+    "parse_options",
+]
+
+_MIB = 1 << 20
+
+
+class StartingMode(enum.Enum):
+    """Where a query starts reading."""
+
+    EARLIEST = "earliest"  # the oldest byte still stored
+    LATEST = "latest"  # the durable end when the query starts
+    OFFSET = "offset"  # an explicit physical offset (startingOffsets JSON)
+    TIMESTAMP = "timestamp"  # the first record stored at or after startingTimestamp
+
+
+class EndingMode(enum.Enum):
+    """Where a batch query stops reading."""
+
+    LATEST = "latest"  # the durable end when the query is planned
+    OFFSET = "offset"  # an explicit physical offset (endingOffsets JSON)
+    TIMESTAMP = "timestamp"  # the first record stored at or after endingTimestamp
+
+
+@dataclass(frozen=True, slots=True)
+class SourceOptions:
+    """Every option of the ``rocketmq`` source, parsed and validated.
+
+    Built by ``parse_options``; the fields below are snake_case forms of the option names.
+    """
+
+    path: str = ""  # store root directory (the one holding commitlog/ and checkpoint)
+    topics: tuple[str, ...] = ()  # only these topics; () means every topic
+    topic_pattern: str = ""  # only topics matching this regex (full match); "" = no pattern
+    starting_mode: StartingMode = StartingMode.EARLIEST  # where reading starts
+    starting_physical_offset: int = -1  # with StartingMode.OFFSET
+    starting_timestamp_ms: int = -1  # with StartingMode.TIMESTAMP
+    ending_mode: EndingMode = EndingMode.LATEST  # batch only: where reading stops
+    ending_physical_offset: int = -1  # with EndingMode.OFFSET
+    ending_timestamp_ms: int = -1  # with EndingMode.TIMESTAMP
+    max_bytes_per_trigger: int = 0  # streaming admission control; 0 = unlimited
+    max_messages_per_trigger: int = 0  # streaming admission control; 0 = unlimited
+    min_partitions: int = 2  # split a large range into at least this many tasks
+    max_bytes_per_partition: int = 128 * _MIB  # and into tasks of at most this many bytes
+    fail_on_data_loss: bool = True  # deleted data the query needed: fail (True) or skip
+    include_body: bool = True  # False: body column is null and bodies are not copied
+    check_crc: bool = True  # verify each body's BODYCRC while reading
+    streaming: bool = False  # parsed for a streaming query (changes defaults and checks)
+
+    def __post_init__(self) -> None:
+        if self.min_partitions < 1:
+            raise ValueError(f"min_partitions: must be >= 1, got {self.min_partitions}")
+        if self.max_bytes_per_partition < 1:
+            raise ValueError(
+                f"max_bytes_per_partition: must be >= 1, got {self.max_bytes_per_partition}"
+            )
+        if self.max_bytes_per_trigger < 0 or self.max_messages_per_trigger < 0:
+            raise ValueError("max_*_per_trigger: must be >= 0 (0 means unlimited)")
+
+    def wants_topic_filter(self) -> bool:
+        """True when some topics are to be skipped."""
+        return bool(self.topics) or bool(self.topic_pattern)
+
+
+# Documented spelling -> (value syntax shown in errors). Order is the order in the docs.
+_SYNTAX: dict[str, str] = {
+    "path": "a store directory (normally given to load())",
+    "topics": "a comma-separated list of topic names",
+    "topicPattern": "a regular expression a whole topic name must match",
+    "startingOffsets": 'earliest, latest or a JSON object {"physical_offset": N}',
+    "startingTimestamp": "store time in epoch milliseconds (an integer >= 0)",
+    "endingOffsets": 'latest or a JSON object {"physical_offset": N} (batch queries only)',
+    "endingTimestamp": "store time in epoch milliseconds (batch queries only)",
+    "maxBytesPerTrigger": "a positive integer number of bytes (streaming only)",
+    "maxMessagesPerTrigger": "a positive integer number of messages (streaming only)",
+    "minPartitions": "a positive integer",
+    "maxBytesPerPartition": "a positive integer number of bytes",
+    "failOnDataLoss": "true or false",
+    "includeBody": "true or false",
+    "checkCrc": "true or false",
+}
+
+OPTION_NAMES: tuple[str, ...] = tuple(_SYNTAX)
+"""Every option the source accepts, in documented spelling."""
+
+_BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
+_OFFSET_KEY = "physical_offset"
+
+
+def _bad(name: str, value: str, reason: str = "") -> SourceError:
+    detail = f" ({reason})" if reason else ""
+    return SourceError(f"option {name}={value!r} is invalid{detail}; expected {_SYNTAX[name]}")
+
+
+def _int(name: str, value: str, minimum: int) -> int:
+    text = value.strip()
+    if not re.fullmatch(r"[+-]?\d+", text):
+        raise _bad(name, value, "not an integer")
+    number = int(text)
+    if number < minimum:
+        raise _bad(name, value, f"must be >= {minimum}")
+    return number
+
+
+def _bool(name: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("true", "false"):
+        return text == "true"
+    raise _bad(name, value)
+
+
+def _offset_json(name: str, value: str) -> int:
+    try:
+        parsed = json.loads(value)
+    except ValueError as err:
+        raise _bad(name, value, f"not JSON: {err}") from err
+    if not isinstance(parsed, dict) or set(parsed) != {_OFFSET_KEY}:
+        raise _bad(name, value, f'the JSON object must have exactly the key "{_OFFSET_KEY}"')
+    number = parsed[_OFFSET_KEY]
+    if not isinstance(number, int) or isinstance(number, bool) or number < 0:
+        raise _bad(name, value, "the physical offset must be an integer >= 0")
+    return number
+
+
+def _topics(name: str, value: str) -> tuple[str, ...]:
+    topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
+    if not topics:
+        raise _bad(name, value, "no topic named")
+    return topics
+
+
+def _pattern(name: str, value: str) -> str:
+    try:
+        re.compile(value)
+    except re.error as err:
+        raise _bad(name, value, f"not a regular expression: {err}") from err
+    if not value:
+        raise _bad(name, value, "empty")
+    return value
+
+
+def _canonical_keys(options: Mapping[str, str]) -> dict[str, str]:
+    found: dict[str, str] = {}
+    for key, value in options.items():
+        name = _BY_LOWER.get(str(key).lower())
+        if name is None:
+            raise SourceError(
+                f"unknown option {key!r} for the rocketmq source; valid options: "
+                + ", ".join(OPTION_NAMES)
+            )
+        found[name] = str(value)
+    return found
+
+
+def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+    """Parse and validate the options given to ``spark.read[Stream].format("rocketmq")``.
+
+    Parameters
+    ----------
+    options
+        Option names (any letter case, as Spark passes them) to string values.
+    streaming
+        True for ``readStream``: ``startingOffsets`` defaults to ``latest`` (as Spark's
+        Kafka source) and ending options are refused; False for ``read``: it defaults to
+        ``earliest`` and ``startingOffsets=latest`` and trigger limits are refused.
+
+    Returns
+    -------
+    SourceOptions
+
+    Raises
+    ------
+    SourceError
+        An unknown option (the message lists the valid ones), a bad value (the message
+        names the option and the expected syntax), a missing path, or options that
+        contradict each other.
+
+    Examples
+    --------
+    >>> parse_options({"path": "/s", "maxbytespertrigger": "1024"}, streaming=True)
+    ... # doctest: +ELLIPSIS
+    SourceOptions(path='/s', ..., max_bytes_per_trigger=1024, ...)
+    """
+    raw = _canonical_keys(options)
+    values: dict[str, object] = {"streaming": streaming}
+
+    path = raw.get("path", "").strip()
+    if not path:
+        raise SourceError(
+            "the rocketmq source needs a store directory: "
+            'spark.read.format("rocketmq").load("/path/to/store") (option path)'
+        )
+    values["path"] = path
+
+    if "topics" in raw and "topicPattern" in raw:
+        raise SourceError("options topics and topicPattern exclude each other; give one")
+    if "topics" in raw:
+        values["topics"] = _topics("topics", raw["topics"])
+    if "topicPattern" in raw:
+        values["topic_pattern"] = _pattern("topicPattern", raw["topicPattern"])
+
+    values.update(_starting(raw, streaming))
+    values.update(_ending(raw, streaming))
+
+    for name, key in (
+        ("maxBytesPerTrigger", "max_bytes_per_trigger"),
+        ("maxMessagesPerTrigger", "max_messages_per_trigger"),
+    ):
+        if name in raw:
+            if not streaming:
+                raise SourceError(f"option {name} applies to streaming queries only (readStream)")
+            values[key] = _int(name, raw[name], 1)
+    if "minPartitions" in raw:
+        values["min_partitions"] = _int("minPartitions", raw["minPartitions"], 1)
+    if "maxBytesPerPartition" in raw:
+        values["max_bytes_per_partition"] = _int(
+            "maxBytesPerPartition", raw["maxBytesPerPartition"], 1
+        )
+    for name, key in (
+        ("failOnDataLoss", "fail_on_data_loss"),
+        ("includeBody", "include_body"),
+        ("checkCrc", "check_crc"),
+    ):
+        if name in raw:
+            values[key] = _bool(name, raw[name])
+    return SourceOptions(**values)  # type: ignore[arg-type]
+
+
+def _starting(raw: dict[str, str], streaming: bool) -> dict[str, object]:
+    if "startingOffsets" in raw and "startingTimestamp" in raw:
+        raise SourceError(
+            "options startingOffsets and startingTimestamp exclude each other; give one"
+        )
+    if "startingTimestamp" in raw:
+        return {
+            "starting_mode": StartingMode.TIMESTAMP,
+            "starting_timestamp_ms": _int("startingTimestamp", raw["startingTimestamp"], 0),
+        }
+    text = raw.get("startingOffsets", "latest" if streaming else "earliest").strip()
+    if text.lower() == "earliest":
+        return {"starting_mode": StartingMode.EARLIEST}
+    if text.lower() == "latest":
+        if not streaming:
+            raise _bad("startingOffsets", text, "latest is for streaming queries only")
+        return {"starting_mode": StartingMode.LATEST}
+    if text.startswith("{"):
+        return {
+            "starting_mode": StartingMode.OFFSET,
+            "starting_physical_offset": _offset_json("startingOffsets", text),
+        }
+    raise _bad("startingOffsets", text)
+
+
+def _ending(raw: dict[str, str], streaming: bool) -> dict[str, object]:
+    for name in ("endingOffsets", "endingTimestamp"):
+        if name in raw and streaming:
+            raise SourceError(f"option {name} applies to batch queries only (spark.read)")
+    if "endingOffsets" in raw and "endingTimestamp" in raw:
+        raise SourceError("options endingOffsets and endingTimestamp exclude each other; give one")
+    if "endingTimestamp" in raw:
+        return {
+            "ending_mode": EndingMode.TIMESTAMP,
+            "ending_timestamp_ms": _int("endingTimestamp", raw["endingTimestamp"], 0),
+        }
+    text = raw.get("endingOffsets", "latest").strip()
+    if text.lower() == "latest":
+        return {"ending_mode": EndingMode.LATEST}
+    if text.startswith("{"):
+        return {
+            "ending_mode": EndingMode.OFFSET,
+            "ending_physical_offset": _offset_json("endingOffsets", text),
+        }
+    raise _bad("endingOffsets", text)
