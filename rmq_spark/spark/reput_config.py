@@ -1,0 +1,56 @@
+"""ReputConfig: the ``[reput]`` config section (the streaming job that builds the Delta tables).
+
+Owns the reput job's settings, their defaults and their validation. Does not own the table
+schemas (``tables.py``), the job logic (``reput.py``) nor loading TOML (``rmq_spark/config.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["ReputConfig"]
+
+_MIB = 1 << 20
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True, slots=True)
+class ReputConfig:
+    tables_dir: Path = Path("tables")  # Delta tables: consume_queue/, message_index/, messages/
+    checkpoint_dir: Path | None = None  # stream checkpoint; None: <tables_dir>/_checkpoints/reput
+    database: str = "rmq"  # catalog database the tables are registered in
+    trigger_interval_ms: int = 1000  # micro-batch interval of a continuous run
+    available_now: bool = False  # process what the log holds now, then stop
+    max_bytes_per_trigger: int = 64 * _MIB  # log bytes per micro-batch at most; 0: unlimited
+    optimize_interval_batches: int = 50  # OPTIMIZE (compact + cluster) every N batches; 0: never
+    small_batch_bytes: int = 32 * _MIB  # a batch with fewer log bytes is written as one file
+    txn_app_id: str = "rmq-reput"  # Delta txnAppId of the idempotent writes
+    lag_scan_messages_max: int = 100_000  # progress counts at most this many unread messages
+
+    def __post_init__(self) -> None:
+        if not str(self.tables_dir):
+            raise ValueError("tables_dir: must not be empty")
+        if not _NAME.fullmatch(self.database):
+            raise ValueError(f"database: {self.database!r} is not a plain SQL identifier")
+        if self.trigger_interval_ms <= 0:
+            raise ValueError(f"trigger_interval_ms: must be > 0, got {self.trigger_interval_ms}")
+        for name in (
+            "max_bytes_per_trigger",
+            "optimize_interval_batches",
+            "small_batch_bytes",
+            "lag_scan_messages_max",
+        ):
+            value = getattr(self, name)
+            if value < 0:
+                raise ValueError(f"{name}: must be >= 0, got {value}")
+        if not self.txn_app_id.strip():
+            raise ValueError("txn_app_id: must not be empty")
+
+    @property
+    def resolved_checkpoint_dir(self) -> Path:
+        """``checkpoint_dir``, or ``<tables_dir>/_checkpoints/reput`` when unset."""
+        if self.checkpoint_dir is not None:
+            return self.checkpoint_dir
+        return self.tables_dir / "_checkpoints" / "reput"

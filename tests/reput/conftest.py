@@ -1,0 +1,22 @@
+"""Fixtures of the reput tests: a DataFrame with the source's schema from ``reput_rows`` dicts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+
+@pytest.fixture
+def make_source_rows(spark) -> Callable[[Sequence[dict[str, Any]]], Any]:  # type: ignore[no-untyped-def]
+    from rmq_spark.spark.schema import spark_schema
+
+    schema = spark_schema()
+
+    def build(rows: Sequence[dict[str, Any]]) -> Any:
+        return spark.createDataFrame(
+            [tuple(row[field.name] for field in schema.fields) for row in rows], schema
+        )
+
+    return build
