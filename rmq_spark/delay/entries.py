@@ -1,0 +1,279 @@
+"""Where the redelivery job finds schedule entries: the consume_queue table, or the log.
+
+Owns two ``EntrySource`` implementations that answer the same two questions: "the next units
+of every delay level from these queue offsets" and "the timer units due by now":
+
+- ``TableEntrySource`` reads the Delta table ``consume_queue`` the reput job writes (one
+  small Spark query per question). tagsCode there is the delivery time fixed when the reput
+  job saw the message, so a later change of the delay levels affects only new messages.
+- ``LogEntrySource`` reads ``SCHEDULE_TOPIC_XXXX`` and ``rmq_sys_wheel_timer`` records
+  straight from the CommitLog (no Spark): the fallback when the table is not there, and what
+  the chaos test's plain-Python job uses. It computes delivery times itself from the
+  *current* delay levels. It keeps the entries it has seen in memory and scans only new
+  bytes on later calls; a restart scans from ``Journal.log_scan_from``.
+
+Does not own deciding what is due (``schedule.py``) or reading message bodies
+(``log_reader.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rmq_spark.delay.log_reader import LogReader
+from rmq_spark.delay.schedule import TIMER_QUEUE_ID, DueEntry, QueueProgress, timer_due_ms
+from rmq_spark.store.delay_levels import delivery_time_ms
+from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
+from rmq_spark.store.properties import delay_level_of, parse_properties
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["EntrySource", "LogEntrySource", "TableEntrySource", "consume_queue_table_exists"]
+
+log = logging.getLogger("rmq_spark.delay")
+
+
+class EntrySource(Protocol):
+    """What the redelivery pass asks for entries."""
+
+    name: str
+
+    def level_entries(
+        self, progress: Mapping[int, QueueProgress], per_queue_limit: int
+    ) -> dict[int, list[DueEntry]]:
+        """Units of every schedule queue (``queue_id`` = level - 1) not known done, from each
+        queue's low water mark, ascending, at most ``per_queue_limit + done above it`` each."""
+        ...
+
+    def timer_entries(self, progress: QueueProgress, now_ms: int, limit: int) -> list[DueEntry]:
+        """Timer units with ``due_ms <= now_ms`` at or above the low water mark."""
+        ...
+
+    def next_due_ms(self) -> int | None:
+        """The earliest due time known among units not returned yet (``None``: unknown)."""
+        ...
+
+
+def consume_queue_table_exists(tables_dir: str | Path) -> bool:
+    """True when ``<tables_dir>/consume_queue`` is a Delta table (has a ``_delta_log``)."""
+    return (Path(tables_dir) / "consume_queue" / "_delta_log").is_dir()
+
+
+class TableEntrySource:
+    """Entries from the ``consume_queue`` Delta table (see module docstring).
+
+    Parameters
+    ----------
+    spark
+        The session.
+    tables_dir
+        The reput job's tables directory.
+    """
+
+    name = "consume_queue"
+
+    def __init__(self, spark: SparkSession, tables_dir: str | Path) -> None:
+        self._spark = spark
+        self._path = str(Path(tables_dir).absolute() / "consume_queue")
+        self._next_due: int | None = None
+
+    def _table(self) -> Any:
+        return self._spark.read.format("delta").load(self._path)
+
+    def level_entries(
+        self, progress: Mapping[int, QueueProgress], per_queue_limit: int
+    ) -> dict[int, list[DueEntry]]:
+        from pyspark.sql import functions as F
+
+        low = F.lit(0)
+        high = F.lit(per_queue_limit)
+        for queue_id, queue in sorted(progress.items(), key=lambda item: item[0]):
+            extra = per_queue_limit + queue.done_count_above_low_water
+            low = F.when(F.col("queue_id") == queue_id, F.lit(queue.low_water)).otherwise(low)
+            high = F.when(F.col("queue_id") == queue_id, F.lit(queue.low_water + extra)).otherwise(
+                high
+            )
+        rows = (
+            self._table()
+            .where(F.col("topic") == RMQ_SYS_SCHEDULE_TOPIC)
+            .where((F.col("queue_offset") >= low) & (F.col("queue_offset") < high))
+            .select(*_COLUMNS)
+            .toArrow()
+        )
+        entries = _entries_from_arrow(rows)
+        result: dict[int, list[DueEntry]] = {}
+        for entry in entries:
+            result.setdefault(entry.queue_id, []).append(entry)
+        for items in result.values():
+            items.sort(key=lambda e: e.queue_offset)
+        return result
+
+    def timer_entries(self, progress: QueueProgress, now_ms: int, limit: int) -> list[DueEntry]:
+        from pyspark.sql import functions as F
+
+        base = (
+            self._table()
+            .where(F.col("topic") == RMQ_SYS_WHEEL_TIMER_TOPIC)
+            .where(F.col("queue_id") == TIMER_QUEUE_ID)
+            .where(F.col("queue_offset") >= progress.low_water)
+        )
+        rows = (
+            base.where(F.col("tags_code") <= now_ms)
+            .orderBy("tags_code", "queue_offset")
+            .limit(limit + progress.done_count_above_low_water)
+            .select(*_COLUMNS)
+            .toArrow()
+        )
+        upcoming = base.where(F.col("tags_code") > now_ms).agg(F.min("tags_code")).first()
+        self._next_due = None if upcoming is None or upcoming[0] is None else int(upcoming[0])
+        return [e for e in _entries_from_arrow(rows) if not progress.is_done(e.queue_offset)]
+
+    def next_due_ms(self) -> int | None:
+        return self._next_due
+
+
+_COLUMNS = (
+    "queue_id",
+    "queue_offset",
+    "physical_offset",
+    "total_size",
+    "tags_code",
+    "store_timestamp",
+)
+
+
+def _entries_from_arrow(table: Any) -> list[DueEntry]:
+    columns = table.to_pydict()
+    stamps = columns["store_timestamp"]
+    return [
+        DueEntry(
+            int(queue_id),
+            int(queue_offset),
+            int(physical_offset),
+            int(total_size),
+            int(tags_code),
+            _epoch_ms(stamp),
+        )
+        for queue_id, queue_offset, physical_offset, total_size, tags_code, stamp in zip(
+            columns["queue_id"],
+            columns["queue_offset"],
+            columns["physical_offset"],
+            columns["total_size"],
+            columns["tags_code"],
+            stamps,
+            strict=True,
+        )
+    ]
+
+
+def _epoch_ms(stamp: Any) -> int:
+    if stamp is None:
+        return 0
+    if hasattr(stamp, "timestamp"):
+        return int(round(stamp.timestamp() * 1000))
+    return int(stamp)
+
+
+class LogEntrySource:
+    """Entries read from the CommitLog (see module docstring).
+
+    Parameters
+    ----------
+    reader
+        The store's log.
+    delay_levels_ms
+        The configured levels (``parse_message_delay_level``), for delivery times.
+    scan_from
+        Physical offset to start the first scan at (``Journal.log_scan_from``).
+    timer_enabled
+        Also collect ``rmq_sys_wheel_timer`` records.
+    """
+
+    name = "commitlog"
+
+    def __init__(
+        self,
+        reader: LogReader,
+        delay_levels_ms: tuple[int, ...],
+        scan_from: int = 0,
+        *,
+        timer_enabled: bool = True,
+    ) -> None:
+        self._reader = reader
+        self._levels = delay_levels_ms
+        self._cursor = scan_from
+        self._topics = (
+            (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC)
+            if timer_enabled
+            else (RMQ_SYS_SCHEDULE_TOPIC,)
+        )
+        self._levels_seen: dict[int, dict[int, DueEntry]] = {}
+        self._timer_seen: dict[int, DueEntry] = {}
+
+    @property
+    def cursor(self) -> int:
+        """Where the next scan starts: every schedule record below it has been seen."""
+        return self._cursor
+
+    def _scan(self) -> None:
+        start = max(self._cursor, self._reader.min_offset())
+        end = start
+        for scanned in self._reader.scan(start, self._topics, with_body=False):
+            record = scanned.record
+            properties = parse_properties(record.properties)
+            if record.topic == RMQ_SYS_SCHEDULE_TOPIC:
+                try:
+                    level = delay_level_of(properties)
+                except ValueError:
+                    level = 0
+                due = delivery_time_ms(record.store_timestamp_ms, level, self._levels)
+                target = self._levels_seen.setdefault(record.queue_id, {})
+            else:
+                due = timer_due_ms(properties, record.store_timestamp_ms)
+                target = self._timer_seen
+            target[record.queue_offset] = DueEntry(
+                record.queue_id,
+                record.queue_offset,
+                scanned.physical_offset,
+                scanned.total_size,
+                due,
+                record.store_timestamp_ms,
+            )
+            end = scanned.physical_offset + scanned.total_size
+        self._cursor = max(self._cursor, end)
+
+    def level_entries(
+        self, progress: Mapping[int, QueueProgress], per_queue_limit: int
+    ) -> dict[int, list[DueEntry]]:
+        self._scan()
+        result: dict[int, list[DueEntry]] = {}
+        for queue_id, seen in self._levels_seen.items():
+            queue = progress.get(queue_id, QueueProgress())
+            for offset in [q for q in seen if queue.is_done(q)]:
+                del seen[offset]  # delivered: forget it
+            pending = sorted(seen.values(), key=lambda e: e.queue_offset)
+            result[queue_id] = pending[: per_queue_limit + 1]
+        return result
+
+    def timer_entries(self, progress: QueueProgress, now_ms: int, limit: int) -> list[DueEntry]:
+        self._scan()
+        for offset in [q for q in self._timer_seen if progress.is_done(q)]:
+            del self._timer_seen[offset]
+        due = [e for e in self._timer_seen.values() if e.due_ms <= now_ms]
+        due.sort(key=lambda e: (e.due_ms, e.queue_offset))
+        return due[:limit]
+
+    def next_due_ms(self) -> int | None:
+        pending = [e.due_ms for seen in self._levels_seen.values() for e in seen.values()]
+        pending.extend(e.due_ms for e in self._timer_seen.values())
+        return min(pending) if pending else None
+
+    def restart_offset(self) -> int:
+        """A scan start that finds every entry still pending (for ``Journal.log_scan_from``)."""
+        pending = [e.physical_offset for seen in self._levels_seen.values() for e in seen.values()]
+        pending.extend(e.physical_offset for e in self._timer_seen.values())
+        return min([*pending, self._cursor])

@@ -1,0 +1,211 @@
+"""The redelivery job's files under ``<store>/config/``: journal, delayOffset.json, lock.
+
+Owns reading and writing them durably:
+
+- ``scheduleJournal.json`` (ours, authoritative): level offsets, timer progress and the
+  intent of the batch in flight. Written atomically (temp file, fsync, rename, fsync of the
+  directory), so after a crash it is either the old or the new content.
+- ``delayOffset.json`` (+ ``.bak``): RocketMQ's file, a mirror of the level offsets written
+  after the journal in the fastjson dialect a 5.x broker writes (old content copied to
+  ``.bak`` first; the loader falls back to ``.bak`` when the file is missing, empty or
+  unparsable, as RocketMQ's ``ConfigManager`` does).
+- ``schedule.lock``: an ``flock`` held while a job runs, so that two jobs never redeliver from
+  the same store at once.
+
+On load the level offsets are the journal's, raised to delayOffset.json's where that file is
+ahead (a RocketMQ broker or an operator moved it). Does not own the file formats
+(``offsets.py``) or what is due (``schedule.py``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import logging
+import os
+from pathlib import Path
+
+from rmq_spark.delay.offsets import (
+    DataVersion,
+    DelayOffsets,
+    Journal,
+    ProgressFormatError,
+    format_delay_offsets,
+    format_journal,
+    parse_delay_offsets,
+    parse_journal,
+)
+from rmq_spark.delay.schedule import QueueProgress
+from rmq_spark.errors import StoreIOError, StoreLockedError
+
+__all__ = [
+    "DELAY_OFFSET_FILE",
+    "JOURNAL_FILE",
+    "LOCK_FILE",
+    "ProgressFiles",
+    "ScheduleLockedError",
+]
+
+log = logging.getLogger("rmq_spark.delay")
+
+CONFIG_DIR = "config"
+DELAY_OFFSET_FILE = "delayOffset.json"
+JOURNAL_FILE = "scheduleJournal.json"
+LOCK_FILE = "schedule.lock"
+
+
+class ScheduleLockedError(StoreLockedError):
+    """Another redelivery job holds ``<store>/config/schedule.lock``."""
+
+
+class ProgressFiles:
+    """The progress files of one store; ``lock()`` before writing anything.
+
+    Parameters
+    ----------
+    store_dir
+        The store root (``config/`` is created in it when missing).
+    """
+
+    def __init__(self, store_dir: str | Path) -> None:
+        self.config_dir = Path(store_dir) / CONFIG_DIR
+        self.journal_path = self.config_dir / JOURNAL_FILE
+        self.delay_offset_path = self.config_dir / DELAY_OFFSET_FILE
+        self._lock_fd: int | None = None
+        self._data_version: DataVersion | None = None
+
+    # --- lock -------------------------------------------------------------------------------
+
+    def lock(self) -> None:
+        """Take the job lock.
+
+        Raises
+        ------
+        ScheduleLockedError
+            Another process (a second redelivery job) holds it.
+        """
+        if self._lock_fd is not None:
+            return
+        self._ensure_dir()
+        fd = os.open(self.config_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ScheduleLockedError(
+                f"{self.config_dir / LOCK_FILE}: another redelivery job is running on this store"
+            ) from None
+        self._lock_fd = fd
+
+    def unlock(self) -> None:
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)  # closing the descriptor releases the flock
+            self._lock_fd = None
+
+    # --- load -------------------------------------------------------------------------------
+
+    def load(self) -> Journal:
+        """The journal, with level offsets raised to delayOffset.json's where it is ahead.
+
+        Raises
+        ------
+        ProgressFormatError
+            The journal exists but cannot be read: we stop rather than guess (guessing low
+            would redeliver, guessing high would lose messages). The message says which file.
+        """
+        journal = Journal()
+        if self.journal_path.exists():
+            text = self.journal_path.read_text(encoding="utf-8")
+            try:
+                journal = parse_journal(text)
+            except ProgressFormatError as err:
+                raise ProgressFormatError(f"{self.journal_path}: {err}") from err
+        mirror = self.load_delay_offsets()
+        if mirror is not None:
+            self._data_version = mirror.data_version
+            merged = dict(journal.levels)
+            for level, offset in mirror.offset_table.items():
+                current = merged.get(level, QueueProgress())
+                if offset > current.low_water:
+                    if self.journal_path.exists():
+                        log.warning(
+                            "%s: level %d is at offset %d, ahead of the journal's %d; using it",
+                            self.delay_offset_path,
+                            level,
+                            offset,
+                            current.low_water,
+                        )
+                    merged[level] = current.raise_low_water(offset)
+            journal = dataclasses.replace(journal, levels=merged)
+        return journal
+
+    def load_delay_offsets(self) -> DelayOffsets | None:
+        """delayOffset.json, else its ``.bak``; ``None`` when neither is readable."""
+        for path in (self.delay_offset_path, _bak(self.delay_offset_path)):
+            try:
+                text = path.read_text(encoding="utf-8")
+            except FileNotFoundError:
+                continue
+            if not text.strip():
+                continue
+            try:
+                return parse_delay_offsets(text)
+            except ProgressFormatError as err:
+                log.warning("%s: unreadable (%s); trying the backup", path, err)
+        return None
+
+    # --- save -------------------------------------------------------------------------------
+
+    def save(self, journal: Journal) -> None:
+        """Write the journal durably (atomic replace)."""
+        self._require_lock()
+        _atomic_write(self.journal_path, format_journal(journal))
+
+    def save_delay_offsets(self, level_offsets: dict[int, int], now_ms: int) -> None:
+        """Write delayOffset.json as a 5.x broker does (old content to ``.bak`` first)."""
+        self._require_lock()
+        base = self._data_version or DataVersion()
+        self._data_version = base.next(now_ms)
+        text = format_delay_offsets(DelayOffsets(level_offsets, self._data_version))
+        try:
+            previous = self.delay_offset_path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            previous = None
+        if previous is not None and previous.strip():
+            _atomic_write(_bak(self.delay_offset_path), previous)
+        _atomic_write(self.delay_offset_path, text)
+
+    def _require_lock(self) -> None:
+        if self._lock_fd is None:
+            raise StoreLockedError(f"{self.config_dir}: write without holding {LOCK_FILE}")
+
+    def _ensure_dir(self) -> None:
+        try:
+            self.config_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise StoreIOError(f"{self.config_dir}: cannot create: {err}") from err
+
+
+def _bak(path: Path) -> Path:
+    return path.with_name(path.name + ".bak")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(text.encode("utf-8"))
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as err:
+        raise StoreIOError(f"{path}: cannot write: {err}") from err
