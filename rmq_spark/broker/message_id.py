@@ -18,12 +18,15 @@ __all__ = ["MessageIdGenerator"]
 
 _EPOCH_2021_MS = 1_609_459_200_000
 _VERSION = b"\x01"
+_SEQUENCE = itertools.count()  # process-wide, like the client's AtomicInteger
 
 
 class MessageIdGenerator:
     """Makes unique message ids like ``0102FC00000001 20DB 0B146215 00000000`` (no spaces).
 
-    Thread-safe: the sequence is an ``itertools.count`` (atomic under the GIL).
+    The sequence is shared by every generator in the process (as in the official client):
+    two generators created in the same second must not hand out the same id, since the
+    broker stores a repeated id once. Thread-safe: ``itertools.count`` is atomic under the GIL.
 
     Parameters
     ----------
@@ -42,12 +45,11 @@ class MessageIdGenerator:
         self._prefix = (
             _VERSION + (mac & 0xFFFFFFFFFFFF).to_bytes(6, "big") + (pid & 0xFFFF).to_bytes(2, "big")
         )
-        self._sequence = itertools.count()
 
     def next_id(self) -> str:
-        """A new id; ids from one generator never repeat (the sequence wraps after 2**32)."""
+        """A new id; ids in one process never repeat (the sequence wraps after 2**32)."""
         seconds = max(0, (self._clock.now_ms() - _EPOCH_2021_MS) // 1000) & 0xFFFFFFFF
-        sequence = next(self._sequence) & 0xFFFFFFFF
+        sequence = next(_SEQUENCE) & 0xFFFFFFFF
         return (
             (self._prefix + seconds.to_bytes(4, "big") + sequence.to_bytes(4, "big")).hex().upper()
         )

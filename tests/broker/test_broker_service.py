@@ -119,16 +119,16 @@ def test_a_delivery_time_already_past_is_stored_in_the_real_topic_at_once(
 
 
 def test_a_retried_message_id_is_stored_once(broker: Broker) -> None:
-    first = broker.send("retry", b"once", message_id="01RETRY")
+    first = broker.send("retry", b"once", message_group="g", message_id="01RETRY")
     end_after_first = broker.store.max_offset
-    again = broker.send("retry", b"once", message_id="01RETRY")
+    again = broker.send("retry", b"once", message_group="g", message_id="01RETRY")
     assert first.ok and again.ok and again.duplicate
     assert (again.physical_offset, again.queue_offset) == (
         first.physical_offset,
         first.queue_offset,
     )
     assert broker.store.max_offset == end_after_first
-    next_one = broker.send("retry", b"other")
+    next_one = broker.send("retry", b"other", message_group="g")
     assert next_one.physical_offset == end_after_first
     assert next_one.queue_offset == first.queue_offset + 1
 

@@ -72,9 +72,12 @@ def test_round_robin_visits_every_queue_and_groups_stay_put() -> None:
 def test_message_ids_follow_the_client_layout_and_never_repeat() -> None:
     clock = ManualClock(1_609_459_200_000 + 185_885_205_000)
     ids = MessageIdGenerator(clock, mac=0x02FC00000001, pid=8411)
-    first, second = ids.next_id(), ids.next_id()
-    assert first == "0102FC0000000120DB0B14621500000000"
-    assert second.endswith("00000001") and len(second) == 34
+    other = MessageIdGenerator(clock, mac=0x02FC00000001, pid=8411)
+    first, second, third = ids.next_id(), other.next_id(), ids.next_id()
+    assert first[:26] == "0102FC0000000120DB0B146215" and len(first) == 34
+    assert len({first, second, third}) == 3
+    sequences = [int(x[26:], 16) for x in (first, second, third)]
+    assert sequences[1] == sequences[0] + 1 and sequences[2] == sequences[0] + 2
 
 
 def test_delivery_timestamps_in_seconds_or_milliseconds_both_become_ms() -> None:
