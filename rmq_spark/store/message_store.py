@@ -658,6 +658,21 @@ class MessageStore:
             if self._lock is not None:
                 self._lock.release()
 
+    def abandon(self) -> None:
+        """Stop like a killed process: no flush, no snapshot, ``abort`` stays; release files
+        and the lock. What was written stays in the page cache, as after a SIGKILL. For tests
+        and tools that simulate crashes."""
+        if self._closed:
+            return
+        with self._put_lock:
+            self._closed = True
+        if self._housekeeper is not None:
+            self._housekeeper.stop()
+        self._checkpoint.close()
+        self._commitlog.close()
+        if self._lock is not None:
+            self._lock.release()
+
     def __enter__(self) -> MessageStore:
         return self
 

@@ -1,0 +1,283 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from store_helpers import open_store
+
+from rmq_spark.clock import ManualClock
+from rmq_spark.store.layout import (
+    RMQ_SYS_SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from rmq_spark.store.message import HostAddress
+from rmq_spark.store.msg_id import decode_offset_msg_id, offset_msg_id
+from rmq_spark.store.properties import java_hashmap_order, parse_properties
+from rmq_spark.store.put import (
+    IdempotencyWindow,
+    PutRequest,
+    PutStatus,
+    WindowEntry,
+    check_topic,
+    order_properties,
+)
+
+
+@pytest.fixture
+def store(tmp_path: Path):  # type: ignore[no-untyped-def]
+    store = open_store(tmp_path / "store", max_message_size_bytes=1024)
+    yield store
+    store.close()
+
+
+# --- validation ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("topic", "reason"),
+    [
+        ("", "blank"),
+        ("   ", "blank"),
+        ("Topic With Space", "characters"),
+        ("tópico", "characters"),
+        ("a/b", "characters"),
+        ("T" * 128, "at most 127"),
+        ("%RETRY%" + "g" * 249, "at most 255"),
+    ],
+)
+def test_illegal_topics_are_rejected_with_a_reason(store, topic: str, reason: str) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest(topic, b"x"))
+    assert result.status is PutStatus.MESSAGE_ILLEGAL
+    assert reason in result.detail
+    assert store.max_offset == 0
+
+
+def test_retry_topics_may_be_up_to_255_bytes_and_use_the_v2_magic(store) -> None:  # type: ignore[no-untyped-def]
+    topic = "%RETRY%" + "g" * 248
+    result = store.put(PutRequest(topic, b"x"))
+    assert result.ok
+    decoded = store.read_decoded(result.physical_offset)
+    assert decoded.record.topic == topic and decoded.magic_version == 2
+
+
+def test_topic_of_127_bytes_is_accepted(store) -> None:  # type: ignore[no-untyped-def]
+    assert store.put(PutRequest("T" * 127, b"x")).ok
+
+
+def test_check_topic_allows_rocketmq_characters() -> None:
+    assert check_topic("%DLQ%group|a_b-C9") == ""
+
+
+def test_negative_queue_id_is_illegal(store) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("T", b"x", queue_id=-1))
+    assert result.status is PutStatus.MESSAGE_ILLEGAL and "queue id" in result.detail
+
+
+def test_oversized_body_is_illegal_and_nothing_is_written(store) -> None:  # type: ignore[no-untyped-def]
+    assert store.put(PutRequest("T", b"x" * 1024)).ok
+    before = store.max_offset
+    result = store.put(PutRequest("T", b"x" * 1025))
+    assert result.status is PutStatus.MESSAGE_ILLEGAL
+    assert "1025" in result.detail and "max_message_size_bytes" in result.detail
+    assert store.max_offset == before
+
+
+def test_oversized_properties_exceed_the_properties_size(tmp_path: Path) -> None:
+    store = open_store(tmp_path, segment_size_bytes=1 << 20)
+    result = store.put(PutRequest("T", b"x", properties={"big": "v" * 32767}))
+    assert result.status is PutStatus.PROPERTIES_SIZE_EXCEEDED
+    assert "32767" in result.detail
+    multibyte = store.put(PutRequest("T", b"x", properties={"big": "é" * 16384}))
+    assert multibyte.status is PutStatus.PROPERTIES_SIZE_EXCEEDED
+    store.close()
+
+
+def test_a_property_value_with_a_separator_is_illegal(store) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("T", b"x", properties={"k": "a\x02b"}))
+    assert result.status is PutStatus.MESSAGE_ILLEGAL
+
+
+def test_a_field_out_of_its_int_range_is_illegal(store) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("T", b"x", flag=1 << 40))
+    assert result.status is PutStatus.MESSAGE_ILLEGAL and "flag" in result.detail
+
+
+def test_non_bytes_body_is_illegal(store) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("T", "text"))  # type: ignore[arg-type]
+    assert result.status is PutStatus.MESSAGE_ILLEGAL
+
+
+# --- what is stored -------------------------------------------------------------------------------
+
+
+def test_put_result_carries_offsets_ids_and_the_stored_fields(tmp_path: Path) -> None:
+    clock = ManualClock(1_700_000_000_000)
+    store = open_store(tmp_path, clock=clock, store_host="192.168.0.1:10911")
+    first = store.put(PutRequest("TopicA", b"one", queue_id=2, tags="TagA", keys=("k1", "k2")))
+    clock.advance(5)
+    second = store.put(PutRequest("TopicA", b"two", queue_id=2))
+    assert (first.physical_offset, first.queue_offset) == (0, 0)
+    assert (second.physical_offset, second.queue_offset) == (first.total_size, 1)
+    assert second.store_timestamp_ms == 1_700_000_000_005
+    assert first.msg_id == offset_msg_id(HostAddress("192.168.0.1", 10911), 0)
+    assert decode_offset_msg_id(second.msg_id)[1] == second.physical_offset
+    record = store.read(first.physical_offset)
+    props = parse_properties(record.properties)
+    assert props["TAGS"] == "TagA" and props["KEYS"] == "k1 k2"
+    assert props["UNIQ_KEY"] == first.uniq_key and len(first.uniq_key) == 32
+    assert record.store_timestamp_ms == first.store_timestamp_ms
+    assert record.born_timestamp_ms == 1_700_000_000_000  # none given: the store's now
+    assert (record.queue_id, record.queue_offset, record.physical_offset) == (2, 0, 0)
+    assert record.store_host == HostAddress("192.168.0.1", 10911)
+    store.close()
+
+
+def test_producer_uniq_key_is_kept(store) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("T", b"x", properties={"UNIQ_KEY": "ABC123"}))
+    assert result.uniq_key == "ABC123"
+    assert parse_properties(store.read(result.physical_offset).properties)["UNIQ_KEY"] == "ABC123"
+
+
+def test_properties_are_stored_in_java_hashmap_order_with_trailing_separator(store) -> None:  # type: ignore[no-untyped-def]
+    props = {"zeta": "1", "KEYS": "k", "TAGS": "t", "UNIQ_KEY": "U", "a": "2", "WAIT": "true"}
+    result = store.put(PutRequest("T", b"x", properties=props))
+    text = store.read(result.physical_offset).properties
+    order = java_hashmap_order(props, 128)
+    assert text == "".join(f"{k}\x01{props[k]}\x02" for k in order)
+    assert order_properties(props) == order
+
+
+def test_raw_properties_are_stored_verbatim(store) -> None:  # type: ignore[no-untyped-def]
+    raw = "DELAY\x013\x02REAL_TOPIC\x01T\x02UNIQ_KEY\x01K1"
+    result = store.put(PutRequest("T", b"x", raw_properties=raw))
+    record = store.read(result.physical_offset)
+    assert record.properties == raw and record.topic == "T"  # no delay rewrite, no new key
+    assert result.uniq_key == "K1"
+
+
+def test_raw_properties_exclude_properties(store) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("T", b"x", raw_properties="a\x01b", tags="t"))
+    assert result.status is PutStatus.MESSAGE_ILLEGAL
+
+
+def test_queue_offsets_count_per_topic_and_queue(store) -> None:  # type: ignore[no-untyped-def]
+    offsets = [store.put(PutRequest(t, b"x", queue_id=q)).queue_offset for t, q in
+               [("A", 0), ("A", 0), ("A", 1), ("B", 0), ("A", 0), ("A", 1)]]  # fmt: skip
+    assert offsets == [0, 1, 0, 0, 2, 1]
+    assert store.queue_offset("A", 0) == 3 and store.queue_offset("Z", 0) == 0
+
+
+@pytest.mark.parametrize("tx_type", [TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE])
+def test_prepared_and_rollback_messages_take_no_queue_offset(store, tx_type: int) -> None:  # type: ignore[no-untyped-def]
+    store.put(PutRequest("A", b"x"))
+    result = store.put(PutRequest("A", b"tx", sys_flag=tx_type))
+    assert result.ok and result.queue_offset == 0
+    assert store.read(result.physical_offset).queue_offset == 0
+    assert store.put(PutRequest("A", b"y")).queue_offset == 1
+
+
+def test_commit_messages_take_a_queue_offset(store) -> None:  # type: ignore[no-untyped-def]
+    store.put(PutRequest("A", b"x"))
+    assert store.put(PutRequest("A", b"c", sys_flag=TRANSACTION_COMMIT_TYPE)).queue_offset == 1
+
+
+# --- delay rewrite (spec 9.2) ---------------------------------------------------------------------
+
+
+def test_delayed_message_goes_to_the_schedule_topic(store) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("TopicA", b"x", queue_id=3, properties={"DELAY": "3"}))
+    assert (result.topic, result.queue_id, result.queue_offset) == (RMQ_SYS_SCHEDULE_TOPIC, 2, 0)
+    record = store.read(result.physical_offset)
+    assert (record.topic, record.queue_id) == (RMQ_SYS_SCHEDULE_TOPIC, 2)
+    props = parse_properties(record.properties)
+    assert (props["DELAY"], props["REAL_TOPIC"], props["REAL_QID"]) == ("3", "TopicA", "3")
+    assert record.properties == "".join(
+        f"{k}\x01{props[k]}\x02" for k in java_hashmap_order(props, 128)
+    )
+    assert store.queue_offset(RMQ_SYS_SCHEDULE_TOPIC, 2) == 1
+    assert store.queue_offset("TopicA", 3) == 0
+
+
+def test_delay_above_the_highest_level_is_clamped(store) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("TopicA", b"x", properties={"DELAY": "99"}))
+    assert result.queue_id == 17
+    assert parse_properties(store.read(result.physical_offset).properties)["DELAY"] == "18"
+
+
+def test_delay_level_drops_timer_properties(store) -> None:  # type: ignore[no-untyped-def]
+    props = {"DELAY": "1", "TIMER_DELIVER_MS": "5", "TIMER_DELAY_SEC": "3"}
+    result = store.put(PutRequest("TopicA", b"x", properties=props))
+    stored = parse_properties(store.read(result.physical_offset).properties)
+    assert "TIMER_DELIVER_MS" not in stored and "TIMER_DELAY_SEC" not in stored
+
+
+@pytest.mark.parametrize("delay", ["0", "-2"])
+def test_delay_of_zero_or_less_is_not_rewritten(store, delay: str) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("TopicA", b"x", properties={"DELAY": delay}))
+    assert result.topic == "TopicA"
+
+
+def test_delay_on_a_prepared_message_is_not_rewritten(store) -> None:  # type: ignore[no-untyped-def]
+    request = PutRequest(
+        "TopicA", b"x", properties={"DELAY": "2"}, sys_flag=TRANSACTION_PREPARED_TYPE
+    )
+    assert store.put(request).topic == "TopicA"
+
+
+def test_unparsable_delay_is_illegal(store) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("TopicA", b"x", properties={"DELAY": "soon"}))
+    assert result.status is PutStatus.MESSAGE_ILLEGAL and "DELAY" in result.detail
+
+
+def test_custom_delay_levels_bound_the_clamp(tmp_path: Path) -> None:
+    store = open_store(tmp_path, message_delay_level="1s 2s")
+    result = store.put(PutRequest("T", b"x", properties={"DELAY": "5"}))
+    assert result.queue_id == 1
+    store.close()
+
+
+# --- idempotency --------------------------------------------------------------------------------
+
+
+def test_idempotent_retry_is_stored_once(store) -> None:  # type: ignore[no-untyped-def]
+    request = PutRequest("T", b"x", properties={"UNIQ_KEY": "K1"}, idempotent=True)
+    first = store.put(request)
+    again = store.put(request)
+    assert again.ok and again.duplicate and not first.duplicate
+    assert (again.physical_offset, again.queue_offset, again.msg_id) == (
+        first.physical_offset,
+        first.queue_offset,
+        first.msg_id,
+    )
+    assert store.max_offset == first.total_size
+
+
+def test_non_idempotent_put_with_the_same_key_is_stored_again(store) -> None:  # type: ignore[no-untyped-def]
+    request = PutRequest("T", b"x", properties={"UNIQ_KEY": "K1"})
+    assert store.put(request).physical_offset != store.put(request).physical_offset
+
+
+def test_same_key_on_another_stored_topic_is_a_new_message(store) -> None:  # type: ignore[no-untyped-def]
+    delayed = store.put(
+        PutRequest("T", b"x", properties={"UNIQ_KEY": "K", "DELAY": "1"}, idempotent=True)
+    )
+    redelivered = store.put(PutRequest("T", b"x", properties={"UNIQ_KEY": "K"}, idempotent=True))
+    assert not redelivered.duplicate and redelivered.physical_offset > delayed.physical_offset
+
+
+def test_window_forgets_the_oldest_key_past_its_capacity() -> None:
+    window = IdempotencyWindow(2)
+    for index in range(3):
+        window.add("T", f"K{index}", WindowEntry(index * 100, 100, index, 0, 0))
+    assert window.get("T", "K0") is None and window.get("T", "K2") is not None
+    assert window.start_offset(-1) == 100
+    assert len(window) == 2
+
+
+def test_window_of_capacity_zero_remembers_nothing(tmp_path: Path) -> None:
+    store = open_store(tmp_path, idempotency_window_messages=0)
+    request = PutRequest("T", b"x", properties={"UNIQ_KEY": "K1"}, idempotent=True)
+    assert not store.put(request).duplicate and not store.put(request).duplicate
+    store.close()
