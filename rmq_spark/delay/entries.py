@@ -214,6 +214,11 @@ class LogEntrySource:
         self._levels_seen: dict[int, dict[int, DueEntry]] = {}
         self._timer_seen: dict[int, DueEntry] = {}
 
+    def start_at(self, scan_from: int) -> None:
+        """Start the first scan at ``scan_from`` (before the first call only)."""
+        assert not self._levels_seen and not self._timer_seen
+        self._cursor = scan_from
+
     @property
     def cursor(self) -> int:
         """Where the next scan starts: every schedule record below it has been seen."""

@@ -104,14 +104,19 @@ class StoreSink:
             )
             for r in records
         ]
+        refused = {PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED}
         try:
-            if hasattr(self._store, "put_batch"):
-                results = self._store.put_batch(requests)
-            else:
-                results = [self._store.put(request) for request in requests]
+            results = self._store.put_batch(requests) if len(requests) > 1 else []
+            if not results or any(r.status in refused for r in results):
+                # put_batch is all-or-nothing for validity (and needs the batch to fit one
+                # segment): one bad message must not hold back the others.
+                results = []
+                for request in requests:
+                    results.append(self._store.put(request))
+                    if results[-1].status not in refused and not results[-1].ok:
+                        break
         except RmqError as err:
             return [SinkResult(PutOutcome.UNKNOWN, reason=f"store error: {err}")]
-        refused = {PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED}
         out: list[SinkResult] = []
         for result in results:
             if result.status is PutStatus.PUT_OK:
@@ -119,8 +124,8 @@ class StoreSink:
                     SinkResult(PutOutcome.OK, result.store_timestamp_ms, result.physical_offset)
                 )
             elif result.status in refused:
-                out.append(SinkResult(PutOutcome.REFUSED, reason=f"{result.status.name}: "
-                                      f"{result.detail}"))  # fmt: skip
+                reason = f"{result.status.name}: {result.detail}"
+                out.append(SinkResult(PutOutcome.REFUSED, reason=reason))
             else:
                 out.append(SinkResult(PutOutcome.UNKNOWN, reason=result.status.name))
                 break
