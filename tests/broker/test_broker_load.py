@@ -72,7 +72,8 @@ def test_sigkill_mid_run_loses_no_acknowledged_message_with_sync_flush(
     official_producer: Callable[..., Any],
     rocketmq: ModuleType,
 ) -> None:
-    broker = broker_factory("store.flush_policy=SYNC", "store.segment_size_bytes=1048576")
+    settings = ("store.flush_policy=SYNC", "store.segment_size_bytes=262144")
+    broker = broker_factory(*settings)
     producers = [official_producer(broker.address, ("crash",), 3) for _ in range(4)]
     acked: dict[str, bytes] = {}
     acked_lock = threading.Lock()
@@ -93,7 +94,7 @@ def test_sigkill_mid_run_loses_no_acknowledged_message_with_sync_flush(
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(producers))]
     for thread in threads:
         thread.start()
-    wait_for(lambda: len(acked) >= 1500, 300.0, "1500 acknowledged sends")
+    wait_for(lambda: len(acked) >= 6000, 300.0, "6000 acknowledged sends (several segments)")
     broker.kill()
     stop_sending.set()
     for thread in threads:
@@ -102,7 +103,7 @@ def test_sigkill_mid_run_loses_no_acknowledged_message_with_sync_flush(
     with acked_lock:
         survivors_expected = dict(acked)
 
-    restarted = broker_factory(store_dir=broker.store_dir)  # recovers the killed store
+    restarted = broker_factory(*settings, store_dir=broker.store_dir)  # recovers the killed store
     assert restarted.stop() == 0
     stored = by_uniq_key([r for r in read_records(broker.store_dir) if r.topic == "crash"])
     missing = [mid for mid in survivors_expected if mid not in stored]
