@@ -249,11 +249,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
 
 
 def _starting(raw: dict[str, str], streaming: bool) -> dict[str, object]:
-    if "startingOffsets" in raw and "startingTimestamp" in raw:
-        raise SourceError(
-            "options startingOffsets and startingTimestamp exclude each other; give one"
-        )
-    if "startingTimestamp" in raw:
+    if "startingTimestamp" in raw:  # takes precedence over startingOffsets, as in Kafka's source
         return {
             "starting_mode": StartingMode.TIMESTAMP,
             "starting_timestamp_ms": _int("startingTimestamp", raw["startingTimestamp"], 0),
@@ -277,9 +273,7 @@ def _ending(raw: dict[str, str], streaming: bool) -> dict[str, object]:
     for name in ("endingOffsets", "endingTimestamp"):
         if name in raw and streaming:
             raise SourceError(f"option {name} applies to batch queries only (spark.read)")
-    if "endingOffsets" in raw and "endingTimestamp" in raw:
-        raise SourceError("options endingOffsets and endingTimestamp exclude each other; give one")
-    if "endingTimestamp" in raw:
+    if "endingTimestamp" in raw:  # takes precedence over endingOffsets
         return {
             "ending_mode": EndingMode.TIMESTAMP,
             "ending_timestamp_ms": _int("endingTimestamp", raw["endingTimestamp"], 0),

@@ -1,0 +1,308 @@
+"""Driver-side questions about a store's log: where it ends, where a batch may end, where a
+timestamp starts, how much is behind. Reads headers only (TOTALSIZE hops and a few fields),
+never bodies, and never whole segments except to find the end of a store no broker has open.
+
+Owns the readable end (``confirmPhyOffset`` while a broker has the store open, else the end
+of the last valid record), admission control (a batch end at a record boundary under a byte
+and a message budget), ``startingTimestamp`` search, starting-offset validation and backlog
+counting. Does not own offsets' shape or partitioning (``offsets.py``), decoding rows
+(``columnar.py``) or Spark (``source.py``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rmq_spark.errors import CorruptRecordError, SourceError
+from rmq_spark.spark.arrow_views import gather_rows
+from rmq_spark.spark.columnar import hop, is_record_start, sync_forward
+from rmq_spark.spark.offsets import SegmentSpan
+from rmq_spark.spark.segments import MappedSegment, StoreView
+from rmq_spark.store.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
+
+__all__ = [
+    "TailCache",
+    "advance",
+    "check_boundary",
+    "count_records",
+    "offset_for_timestamp",
+    "readable_end",
+]
+
+_MESSAGE_MAGICS = np.array([MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2], dtype=np.uint32)
+_HOP_RECORDS = 1 << 16
+_HOP_BYTES = 1 << 40  # no byte cap: the driver hops headers only
+
+
+@dataclass
+class TailCache:
+    """Remembers how far the last segment of a closed store was validated (driver state)."""
+
+    scanned: dict[int, tuple[int, int, int]] = field(default_factory=dict)
+    # base offset -> (file size, mtime_ns, end position of the valid records found)
+
+
+def _units(
+    view: StoreView, start: int, end: int
+) -> Iterator[tuple[SegmentSpan, object, np.ndarray, bool]]:
+    """Walk ``[start, end)``: chunks of (span, buffer, record starts as offsets, is_blank).
+
+    A segment's BLANK record comes as a one-element chunk with ``is_blank`` set, standing for
+    the jump to the next segment. Parts no listed segment covers are skipped.
+
+    Raises
+    ------
+    CorruptRecordError
+        A header that is neither a record, a BLANK nor the end of the readable range.
+    """
+    for span in view.spans:
+        if span.end_offset <= start or span.base_offset >= end:
+            continue
+        try:
+            mapped = MappedSegment(view.segment_path(span.base_offset))
+        except FileNotFoundError:
+            continue  # deleted since listing: the caller's data-loss check reports it
+        with mapped:
+            buf = mapped.buffer
+            size = min(mapped.size_bytes, span.size_bytes)
+            limit = min(size, end - span.base_offset)
+            pos = max(start, span.base_offset) - span.base_offset
+            data = np.frombuffer(buf, dtype=np.uint8)
+            while pos < limit:
+                starts, after = hop(buf, pos, limit, limit, _HOP_RECORDS, _HOP_BYTES)
+                found = np.frombuffer(starts, dtype=np.int64) if len(starts) else np.zeros(0, int)
+                magics = gather_rows(data, found + 4, 4).view(">u4").reshape(-1)
+                blanks = np.flatnonzero(magics == BLANK_MAGIC_CODE)
+                if len(blanks):
+                    found = found[: blanks[0]]
+                if len(found):
+                    yield span, buf, found + span.base_offset, False
+                if len(blanks):
+                    yield span, buf, np.array([span.end_offset]), True
+                    break
+                if len(starts) >= _HOP_RECORDS:
+                    pos = after
+                    continue
+                if after >= limit:
+                    break
+                if limit - after >= 8 and int.from_bytes(buf[after + 4 : after + 8], "big") == (
+                    BLANK_MAGIC_CODE
+                ):
+                    yield span, buf, np.array([span.end_offset]), True
+                    break
+                readable_end_offset = span.base_offset + limit
+                raise CorruptRecordError(
+                    str(view.segment_path(span.base_offset)),
+                    after,
+                    f"no valid record where one must start (readable end {readable_end_offset})",
+                )
+
+
+def _record_ends(buf: object, base: int, starts: np.ndarray) -> np.ndarray:
+    data = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
+    sizes = gather_rows(data, starts - base, 4).view(">i4").reshape(-1).astype(np.int64)
+    return starts + sizes
+
+
+def advance(
+    view: StoreView, start: int, end: int, *, records_max: int = 0, bytes_max: int = 0
+) -> int:
+    """The batch end for admission control: the furthest record boundary in ``(start, end]``
+    within ``bytes_max`` bytes and ``records_max`` messages from ``start`` (0 = no limit).
+
+    At least one message is admitted even if it alone exceeds ``bytes_max``, so a query
+    always makes progress. A BLANK tail counts as bytes but not as a message.
+    """
+    if start >= end:
+        return start
+    if not records_max and not bytes_max:
+        return end
+    budget_end = start + bytes_max if bytes_max else end
+    count = 0
+    best = start
+    for span, buf, starts, is_blank in _units(view, start, end):
+        ends = starts if is_blank else _record_ends(buf, span.base_offset, starts)
+        take = int(np.searchsorted(ends, budget_end, side="right"))
+        if not is_blank and records_max:
+            take = min(take, records_max - count)
+        if take == 0:
+            if count == 0:  # nothing admitted yet: take one unit to make progress
+                best = int(ends[0])
+                if is_blank:
+                    continue
+                return best
+            return best
+        best = int(ends[take - 1])
+        if not is_blank:
+            count += take
+        if take < len(ends) or (records_max and count >= records_max):
+            return best
+    return end
+
+
+def count_records(view: StoreView, start: int, end: int, records_max: int) -> tuple[int, bool]:
+    """Messages in ``[start, end)``, counting at most ``records_max``: (count, exact)."""
+    count = 0
+    for _, _, starts, is_blank in _units(view, start, end):
+        if not is_blank:
+            count += len(starts)
+            if count >= records_max:
+                return count, False
+    return count, True
+
+
+def check_boundary(view: StoreView, offset: int, end: int) -> None:
+    """Raise ``SourceError`` unless ``offset`` is a place a query may start: a record start,
+    a BLANK record, a segment start, or the readable end ``end``.
+    """
+    if offset == end or any(s.base_offset == offset for s in view.spans):
+        return
+    span = view.span_at(offset)
+    if span is None or offset > end:
+        raise SourceError(
+            f"startingOffsets physical_offset {offset} is outside the readable log "
+            f"[{view.min_offset}, {end}]"
+        )
+    with MappedSegment(view.segment_path(span.base_offset)) as mapped:
+        position = offset - span.base_offset
+        limit = min(mapped.size_bytes, end - span.base_offset)
+        if is_record_start(mapped.buffer, span.base_offset, position, limit):
+            return
+        head = bytes(mapped.buffer[position : position + 8])
+        if len(head) == 8 and int.from_bytes(head[4:], "big") == BLANK_MAGIC_CODE:
+            return
+        nearest = sync_forward(mapped.buffer, span.base_offset, position, limit)
+    raise SourceError(
+        f"startingOffsets physical_offset {offset} is not the start of a record "
+        f"(the next record starts at {span.base_offset + nearest})"
+    )
+
+
+def offset_for_timestamp(view: StoreView, timestamp_ms: int, start: int, end: int) -> int:
+    """The first record in ``[start, end)`` stored at or after ``timestamp_ms``; ``end`` if none.
+
+    Store timestamps are taken under the broker's put lock, so they grow along the log; the
+    search reads each segment's first timestamp to pick one segment, then that segment's
+    record headers.
+    """
+    spans = [s for s in view.spans if s.end_offset > start and s.base_offset < end]
+    first_ts: list[int] = []
+    for span in spans:
+        with MappedSegment(view.segment_path(span.base_offset)) as mapped:
+            position = max(start, span.base_offset) - span.base_offset
+            limit = min(mapped.size_bytes, end - span.base_offset)
+            if not is_record_start(mapped.buffer, span.base_offset, position, limit):
+                first_ts.append(-(1 << 63))
+                continue
+            first_ts.append(_store_ts(mapped.buffer, np.array([position]))[0])
+    # The last segment whose first record is older than the target holds the answer (or the
+    # next segment's first record is it).
+    pick = 0
+    for index, value in enumerate(first_ts):
+        if value < timestamp_ms:
+            pick = index
+    search_from = max(start, spans[pick].base_offset) if spans else start
+    for span, buf, starts, is_blank in _units(view, search_from, end):
+        if is_blank:
+            continue
+        stamps = _store_ts(buf, starts - span.base_offset)
+        hits = np.flatnonzero(stamps >= timestamp_ms)
+        if len(hits):
+            return int(starts[hits[0]])
+    return end
+
+
+def _store_ts(buf: object, positions: np.ndarray) -> np.ndarray:
+    data = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
+    born_v6 = (data[positions + 39] & 0x10) != 0
+    at = positions + np.where(born_v6, 68, 56)
+    return gather_rows(data, at, 8).view(">i8").reshape(-1).astype(np.int64)
+
+
+def readable_end(view: StoreView, cache: TailCache | None = None) -> int:
+    """The physical offset readers may read up to (exclusive).
+
+    A store a broker has open: its ``confirmPhyOffset`` (never more than the files hold). A
+    closed store (copied, crashed, or written by Apache RocketMQ whose checkpoint may hold 0
+    there): the end of its last valid record, found by validating the newest segment that
+    holds data.
+
+    Raises
+    ------
+    CorruptRecordError
+        A closed store whose newest data segment has an invalid record followed by valid
+        ones (damage, not a torn tail), or a non-empty segment that does not start with one.
+    """
+    if not view.spans:
+        return 0
+    if view.broker_open:
+        return max(view.min_offset, min(view.confirm_offset, view.max_extent))
+    cache = cache if cache is not None else TailCache()
+    for span in reversed(view.spans):
+        end = _scan_segment(view, span, cache)
+        if end is not None:
+            return end
+    return view.min_offset
+
+
+def _scan_segment(view: StoreView, span: SegmentSpan, cache: TailCache) -> int | None:
+    """End offset of the valid records of ``span``; ``None`` if it holds none (preallocated)."""
+    path = view.segment_path(span.base_offset)
+    try:
+        stat = os.stat(path)
+        mapped = MappedSegment(path)
+    except FileNotFoundError:
+        return None
+    with mapped:
+        buf, size, base = mapped.buffer, mapped.size_bytes, span.base_offset
+        head = bytes(buf[:8])
+        if head == bytes(8) or size < 8:
+            return None
+        if not is_record_start(buf, base, 0, size):
+            if int.from_bytes(head[4:], "big") == BLANK_MAGIC_CODE:
+                return base + size
+            raise CorruptRecordError(str(path), 0, "segment does not start with a record")
+        known = cache.scanned.get(base)
+        pos = known[2] if known and known[0] == stat.st_size and known[2] <= size else 0
+        if known and (known[0], known[1]) == (stat.st_size, stat.st_mtime_ns):
+            return base + known[2]
+        data = np.frombuffer(buf, dtype=np.uint8)
+        after = pos
+        while pos < size:
+            starts, after = hop(buf, pos, size, size, _HOP_RECORDS, _HOP_BYTES)
+            found = np.frombuffer(starts, dtype=np.int64) if len(starts) else np.zeros(0, int)
+            rows = gather_rows(data, found, 36)
+            magics = rows[:, 4:8].copy().view(">u4").reshape(-1)
+            phys = rows[:, 28:36].copy().view(">i8").reshape(-1)
+            blank = magics == BLANK_MAGIC_CODE
+            bad = ~blank & ((phys != base + found) | ~np.isin(magics, _MESSAGE_MAGICS))
+            stop = np.flatnonzero(blank | bad)
+            if len(stop):
+                index = int(stop[0])
+                if blank[index]:
+                    cache.scanned[base] = (stat.st_size, stat.st_mtime_ns, size)
+                    return base + size
+                after = int(found[index])
+                break
+            pos = after
+            if len(starts) < _HOP_RECORDS:
+                break
+        if after <= size - 8 and int.from_bytes(buf[after + 4 : after + 8], "big") == (
+            BLANK_MAGIC_CODE
+        ):
+            cache.scanned[base] = (stat.st_size, stat.st_mtime_ns, size)
+            return base + size
+        later = sync_forward(buf, base, after + 1, size) if after < size else size
+        if later < size:
+            raise CorruptRecordError(
+                str(path),
+                after,
+                f"invalid record followed by a valid one at {later} in a store no broker has "
+                "open (damage, not a torn tail)",
+            )
+        cache.scanned[base] = (stat.st_size, stat.st_mtime_ns, after)
+        return base + after
