@@ -1,0 +1,140 @@
+"""``rmq-spark schedule``: run the delay-level and timer redelivery job.
+
+Owns the subcommand's arguments (shared with ``jobs/schedule.py`` through
+``add_schedule_arguments`` / ``spec_from_args``) and the signal handling of a continuous run;
+the job itself is ``rmq_spark/delay/job.py: run_schedule``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "add_schedule_arguments",
+    "parse_duration_ms",
+    "register",
+    "run_from_args",
+    "spec_from_args",
+]
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)?\s*$")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, None: 1000}
+
+
+def parse_duration_ms(text: str) -> int:
+    """``"1s"`` -> 1000, ``"250ms"`` -> 250, ``"2m"`` -> 120000; a bare number is seconds.
+
+    Raises
+    ------
+    argparse.ArgumentTypeError
+        Not ``<number>[ms|s|m|h]``, or zero.
+    """
+    match = _DURATION.match(text)
+    if not match or int(match.group(1)) == 0:
+        raise argparse.ArgumentTypeError(
+            f"expected a positive duration like 1s, 500ms or 2m, got {text!r}"
+        )
+    return int(match.group(1)) * _UNIT_MS[match.group(2)]
+
+
+def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
+    """The job's own arguments (config flags are added separately)."""
+    parser.add_argument(
+        "--store", type=Path, required=True, help="the store directory (its commitlog/, config/)"
+    )
+    parser.add_argument(
+        "--tables",
+        type=Path,
+        default=None,
+        help="the reput job's tables directory; its consume_queue table says what is due "
+        "(without it, or before it exists, SCHEDULE_TOPIC_XXXX is read from the CommitLog)",
+    )
+    parser.add_argument(
+        "--broker",
+        metavar="HOST:PORT",
+        default=None,
+        help="put redelivered messages through this broker over gRPC (needed while a broker "
+        "runs on --store); default: open the store in this process",
+    )
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument(
+        "--once",
+        action="store_true",
+        help="redeliver everything due now, then exit (for cron or a Databricks job)",
+    )
+    mode.add_argument(
+        "--trigger",
+        type=parse_duration_ms,
+        default=None,
+        metavar="DURATION",
+        help="run continuously, a pass every DURATION (default: delay.trigger_interval_ms, 1s)",
+    )
+
+
+def spec_from_args(args: argparse.Namespace) -> Any:
+    from rmq_spark.delay.job import ScheduleJobSpec
+
+    return ScheduleJobSpec(
+        store_dir=args.store,
+        tables_dir=args.tables,
+        broker=args.broker,
+        once=args.once,
+        trigger_interval_ms=args.trigger,
+    )
+
+
+def run_from_args(args: argparse.Namespace, config: Any) -> int:
+    """Run the job as the arguments say; SIGTERM/SIGINT stop a continuous run cleanly."""
+    from rmq_spark.delay.job import run_schedule
+    from rmq_spark.spark.session import build_session
+
+    stop = threading.Event()
+    previous = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    try:
+        return run_schedule(
+            spec_from_args(args),
+            config,
+            spark_factory=lambda: build_session(config.spark),
+            stop=stop,
+        )
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``schedule`` subcommand to the ``rmq-spark`` parser."""
+    from rmq_spark.cli.common import add_config_arguments
+
+    parser = subparsers.add_parser(
+        "schedule",
+        help="redeliver delayed (delay-level) and timer messages when they fall due",
+        description=(
+            "RocketMQ's ScheduleMessageService as a job: find due entries of "
+            "SCHEDULE_TOPIC_XXXX and rmq_sys_wheel_timer, restore each message as RocketMQ "
+            "does and put it into its real topic exactly once. Progress is kept in "
+            "<store>/config/delayOffset.json and scheduleJournal.json."
+        ),
+        epilog=(
+            "examples: rmq-spark schedule --store ./store --tables ./tables --once\n"
+            "          rmq-spark schedule --store ./store --broker 127.0.0.1:8081 --trigger 1s"
+        ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_schedule_arguments(parser)
+    add_config_arguments(parser)
+    parser.set_defaults(handler=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from rmq_spark.cli.common import config_from_args
+
+    return run_from_args(args, config_from_args(args))
