@@ -557,6 +557,7 @@ def decode_record(
         a BODYCRC mismatch, or a topic / properties that are not UTF-8.
     """
     have = len(buf) - position
+    assert position >= 0, position
     if have >= 88:
         # Optimistic: IPv4/IPv4 (the usual case) in one unpack; re-read below if not.
         fields = _FIXED_44.unpack_from(buf, position)
@@ -565,6 +566,8 @@ def decode_record(
         fields = None
         total, magic = _HEADER8.unpack_from(buf, position)
     else:
+        if position < 0 or have < 0:
+            raise ValueError(f"position {position} is outside the buffer of {len(buf)} bytes")
         return NeedMoreData(have, 8)
 
     if magic == MESSAGE_MAGIC_CODE_V1:

@@ -436,3 +436,8 @@ def test_encode_blank_rejects_impossible_remaining_sizes(remaining):
 
 def test_encode_blank_is_size_and_magic():
     assert encode_blank(8) == bytes.fromhex("00000008cbd43194")
+
+
+def test_decode_refuses_a_position_past_the_end_of_the_buffer():
+    with pytest.raises(ValueError, match="outside the buffer"):
+        decode_record(bytes(10), 11)
