@@ -5,7 +5,6 @@ ConsumeQueue files with our CQ unit codec, and RocketMQ's own reader agrees with
 from __future__ import annotations
 
 import shutil
-import struct
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from rmq_spark.store.delay_levels import (
 )
 from rmq_spark.store.hashing import tags_code
 from rmq_spark.store.layout import (
-    CONFIRM_PHY_OFFSET_POSITION,
     CQ_UNIT_SIZE_BYTES,
     RMQ_SYS_SCHEDULE_TOPIC,
     is_segment_name,
@@ -188,13 +186,10 @@ def test_rocketmq_5_3_3_leaves_confirm_phy_offset_stale_in_the_checkpoint(
     assert shutdown["checkpoint"]["confirmPhyOffset"] == 0
     assert shutdown["maxOffset"] > 0
 
-    root = read_back["root"]
     (load,) = [line for line in read_back["lines"] if line["event"] == "load"]
     assert load["ok"] and load["maxOffset"] == shutdown["maxOffset"]
     last_put = java_store["puts"][-1]
-    data = (root / "checkpoint").read_bytes()
-    (confirm,) = struct.unpack_from(">q", data, CONFIRM_PHY_OFFSET_POSITION)
-    assert confirm == last_put["physicalOffset"] < shutdown["maxOffset"]
+    assert load["checkpointConfirmPhyOffset"] == last_put["physicalOffset"] < shutdown["maxOffset"]
 
 
 def test_rocketmq_reads_back_its_own_store_through_the_harness(

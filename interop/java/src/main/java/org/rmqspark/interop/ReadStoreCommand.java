@@ -27,12 +27,14 @@ import org.apache.rocketmq.store.queue.ReferredIterator;
  * refuses files of another size); the ConsumeQueue file size from the first CQ file, if any.
  *
  * <p>Output lines ({@code "event"}): {@code load} (load() result, lastExitOK, min/max/confirm
- * offsets after recovery); {@code message} per record found by walking the CommitLog from the
- * min offset with CommitLog.checkMessageAndReturnSize (CRC checked, as recovery does) and
- * decoded by MessageDecoder; {@code walk_end} (where and why the walk stopped); after start():
- * {@code cq_unit} per ConsumeQueue unit, {@code get_message} per queue (count read via
- * getMessage), and {@code end}.
- * The directory is modified (RocketMQ writes CQ/index files and the checkpoint): pass a copy.
+ * offsets after recovery, and the checkpoint's confirmPhyOffset as recovery set it);
+ * {@code message} per record found by walking the CommitLog from the min offset with
+ * CommitLog.checkMessageAndReturnSize (CRC checked, as recovery does) and decoded by
+ * MessageDecoder; {@code bad_record} if the walk meets one; {@code walk_end} (where and why the
+ * walk stopped); after start(): {@code cq_unit} per ConsumeQueue unit, {@code get_message} per
+ * queue (count read via getMessage), and {@code end}.
+ * The directory is modified (RocketMQ writes CQ/index files and the checkpoint) and left as
+ * after a crash (no shutdown, {@code abort} present): pass a copy.
  */
 final class ReadStoreCommand {
     private ReadStoreCommand() {
@@ -61,6 +63,8 @@ final class ReadStoreCommand {
             load.put("minOffset", store.getMinPhyOffset());
             load.put("maxOffset", store.getMaxPhyOffset());
             load.put("confirmOffset", commitLog.getConfirmOffset());
+            // What recovery put into the checkpoint's confirmPhyOffset (written at shutdown).
+            load.put("checkpointConfirmPhyOffset", store.getStoreCheckpoint().getConfirmPhyOffset());
         }
         out.println(load.toJSONString());
         if (!loaded) {
@@ -124,8 +128,9 @@ final class ReadStoreCommand {
         end.put("maxOffset", store.getMaxPhyOffset());
         end.put("cqUnits", cqUnits);
         end.put("getMessageCount", viaGetMessage);
-        store.shutdown();
         out.println(end.toJSONString());
+        // No store.shutdown(): it sleeps 3 s, and the directory is a throw-away copy. Main
+        // exits the JVM, which stops RocketMQ's service threads.
         return bad == 0 ? 0 : 1;
     }
 
