@@ -28,6 +28,8 @@ SECTIONS: dict[str, str] = {
     "store": "rmq_spark.store.config:StoreConfig",
     "broker": "rmq_spark.broker.config:BrokerConfig",
     "spark": "rmq_spark.spark.config:SparkConfig",
+    "reput": "rmq_spark.spark.reput_config:ReputConfig",
+    "delay": "rmq_spark.delay.config:DelayConfig",
 }
 
 

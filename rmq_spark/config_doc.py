@@ -60,7 +60,9 @@ def render_default_toml() -> str:
     for section in SECTIONS:
         value = getattr(config, section)
         comments = _comments(type(value))
-        doc = (inspect.getdoc(type(value)) or "").splitlines()
+        doc = (type(value).__doc__ or "").strip().splitlines()
+        if doc and doc[0].startswith(f"{type(value).__name__}("):
+            doc = []  # the dataclass's generated signature, not a description
         parts.append("")
         parts.append(f"[{section}]" + (f"  # {doc[0]}" if doc else ""))
         for field in dataclasses.fields(value):

@@ -20,6 +20,9 @@ _COMMAND_MODULES = (
     "rmq_spark.cli.doctor",
     "rmq_spark.cli.config_command",
     "rmq_spark.cli.demo",
+    "rmq_spark.cli.broker_command",
+    "rmq_spark.cli.reput_command",
+    "rmq_spark.cli.schedule_command",
 )
 
 EXIT_ERROR = 2

@@ -25,11 +25,16 @@ def test_shipped_config_file_lists_every_key() -> None:
 
     path = default_config_path()
     assert path is not None
+    text = path.read_text()
     listed = {
-        f"{section}.{key}"
-        for section, table in tomllib.loads(path.read_text()).items()
-        for key in table
+        f"{section}.{key}" for section, table in tomllib.loads(text).items() for key in table
     }
+    section = ""
+    for line in text.splitlines():  # keys unset by default are listed commented out
+        if line.startswith("["):
+            section = line[1 : line.index("]")]
+        elif line.startswith("# ") and " =  # unset by default" in line:
+            listed.add(f"{section}.{line[2:].split(' ')[0]}")
     known = {
         f"{section}.{key}" for section, table in load_config(None).as_dict().items() for key in table
     }
@@ -78,3 +83,11 @@ def test_bad_toml_is_a_config_error(tmp_path: Path) -> None:
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not found"):
         load_config(tmp_path / "nope.toml")
+
+
+def test_shipped_config_file_is_the_rendered_defaults() -> None:
+    from rmq_spark.config_doc import render_default_toml
+
+    path = default_config_path()
+    assert path is not None
+    assert path.read_text() == render_default_toml(), "run: rmq-spark config --defaults > conf/rmq.toml"
