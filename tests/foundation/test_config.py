@@ -26,9 +26,7 @@ def test_shipped_config_file_lists_every_key() -> None:
     path = default_config_path()
     assert path is not None
     text = path.read_text()
-    listed = {
-        f"{section}.{key}" for section, table in tomllib.loads(text).items() for key in table
-    }
+    listed = {f"{section}.{key}" for section, table in tomllib.loads(text).items() for key in table}
     section = ""
     for line in text.splitlines():  # keys unset by default are listed commented out
         if line.startswith("["):
@@ -36,7 +34,9 @@ def test_shipped_config_file_lists_every_key() -> None:
         elif line.startswith("# ") and " =  # unset by default" in line:
             listed.add(f"{section}.{line[2:].split(' ')[0]}")
     known = {
-        f"{section}.{key}" for section, table in load_config(None).as_dict().items() for key in table
+        f"{section}.{key}"
+        for section, table in load_config(None).as_dict().items()
+        for key in table
     }
     assert known - listed == set(), "keys missing from conf/rmq.toml"
 
@@ -90,4 +90,6 @@ def test_shipped_config_file_is_the_rendered_defaults() -> None:
 
     path = default_config_path()
     assert path is not None
-    assert path.read_text() == render_default_toml(), "run: rmq-spark config --defaults > conf/rmq.toml"
+    assert path.read_text() == render_default_toml(), (
+        "run: rmq-spark config --defaults > conf/rmq.toml"
+    )

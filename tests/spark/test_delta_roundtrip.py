@@ -16,9 +16,7 @@ def test_delta_table_round_trips_and_merges(spark, tmp_path: Path) -> None:  # t
     written = spark.createDataFrame([(1, "a", b"x"), (2, "b", b"y")], schema)
     written.write.format("delta").save(path)
 
-    assert_df_equality(
-        spark.read.format("delta").load(path), written, ignore_row_order=True
-    )
+    assert_df_equality(spark.read.format("delta").load(path), written, ignore_row_order=True)
 
     from delta.tables import DeltaTable
 
@@ -32,9 +30,7 @@ def test_delta_table_round_trips_and_merges(spark, tmp_path: Path) -> None:  # t
         .execute()
     )
     expected = spark.createDataFrame([(1, "a", b"x"), (2, "B", b"yy"), (3, "c", b"z")], schema)
-    assert_df_equality(
-        spark.read.format("delta").load(path), expected, ignore_row_order=True
-    )
+    assert_df_equality(spark.read.format("delta").load(path), expected, ignore_row_order=True)
     history = DeltaTable.forPath(spark, path).history().select("operation").collect()
     assert [row.operation for row in history][:2] == ["MERGE", "WRITE"]
 
