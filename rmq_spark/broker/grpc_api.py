@@ -23,6 +23,7 @@ from concurrent.futures import Executor
 from typing import Any, TypeVar
 
 import grpc
+from google.protobuf import message_factory
 
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
@@ -38,7 +39,9 @@ from rmq_spark.store.message import HostAddress
 
 __all__ = [
     "CLIENT_ID_HEADER",
+    "Malformed",
     "MessagingServicer",
+    "add_servicer_to_server",
     "delivery_timestamp_ms",
     "endpoints_of",
     "grpc_server_options",
@@ -155,6 +158,59 @@ def _digest_problem(message: Any) -> str | None:
     return None
 
 
+class Malformed:
+    """Stands for a request whose bytes are not the expected protobuf message.
+
+    Our deserializers return it instead of raising, so the handler can answer BAD_REQUEST
+    (grpc would log a traceback and answer a bare UNKNOWN/INTERNAL).
+    """
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: str) -> None:
+        self.error = error
+
+
+def _lenient(message_cls: Any) -> Callable[[bytes], Any]:
+    def deserialize(data: bytes) -> Any:
+        try:
+            return message_cls.FromString(data)
+        except Exception as err:  # DecodeError and friends: bytes from the wire
+            return Malformed(f"not a valid {message_cls.DESCRIPTOR.name}: {err}")
+
+    return deserialize
+
+
+_HANDLER_FACTORIES = {
+    (False, False): grpc.unary_unary_rpc_method_handler,
+    (False, True): grpc.unary_stream_rpc_method_handler,
+    (True, False): grpc.stream_unary_rpc_method_handler,
+    (True, True): grpc.stream_stream_rpc_method_handler,
+}
+
+
+def add_servicer_to_server(servicer: MessagingServicer, server: Any) -> None:
+    """Register ``servicer`` for every MessagingService method, with lenient deserializers.
+
+    The same as the generated ``add_MessagingServiceServicer_to_server`` except that
+    undecodable request bytes reach the handler as ``Malformed`` (answered BAD_REQUEST).
+    """
+    service = spb.DESCRIPTOR.services_by_name["MessagingService"]
+    handlers = {}
+    for method in service.methods:
+        request_cls = message_factory.GetMessageClass(method.input_type)
+        response_cls = message_factory.GetMessageClass(method.output_type)
+        factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
+        handlers[method.name] = factory(
+            getattr(servicer, method.name),
+            request_deserializer=_lenient(request_cls),
+            response_serializer=response_cls.SerializeToString,
+        )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+    )
+
+
 _R = TypeVar("_R")
 
 
@@ -191,8 +247,14 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         self._send_max_attempts = config.send_max_attempts
         self.telemetry_streams = 0
 
-    async def _guard(self, method: str, response_cls: type, work: Callable[[], Any]) -> Any:
-        """Run one unary handler; an unexpected error becomes INTERNAL_SERVER_ERROR, logged."""
+    async def _guard(
+        self, method: str, request: Any, response_cls: type, work: Callable[[], Any]
+    ) -> Any:
+        """Run one unary handler: a malformed request is BAD_REQUEST, an unexpected error
+        INTERNAL_SERVER_ERROR; each is logged as one line."""
+        if isinstance(request, Malformed):
+            log.warning("broker error: %s: malformed request: %s", method, request.error)
+            return response_cls(status=_status(pb.BAD_REQUEST, request.error))
         try:
             return await work()
         except asyncio.CancelledError:
@@ -228,7 +290,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             ]
             return spb.QueryRouteResponse(status=_status(pb.OK), message_queues=queues)
 
-        return await self._guard("QueryRoute", spb.QueryRouteResponse, work)
+        return await self._guard("QueryRoute", request, spb.QueryRouteResponse, work)
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
         return spb.HeartbeatResponse(status=_status(pb.OK))
@@ -261,7 +323,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
                 top = _status(pb.MULTIPLE_RESULTS, "messages of this batch had different results")
             return spb.SendMessageResponse(status=top, entries=entries)
 
-        return await self._guard("SendMessage", spb.SendMessageResponse, work)
+        return await self._guard("SendMessage", request, spb.SendMessageResponse, work)
 
     def _precheck(self, message: Any) -> Any | None:
         """Wire-level problems (encoding, digest, unknown type) as a ready result entry."""
@@ -347,6 +409,9 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
                 command = read.result()
                 if command is grpc.aio.EOF:
                     return
+                if isinstance(command, Malformed):
+                    log.warning("broker error: Telemetry of %r: %s", client_id, command.error)
+                    continue
                 if command.WhichOneof("command") == "settings":
                     await context.write(self._settings_reply(command.settings))
                 # thread_stack_trace / verify_message_result: we never ask for them.

@@ -29,8 +29,11 @@ from typing import Any
 import grpc
 
 from rmq_spark.broker.config import BrokerConfig, parse_listen
-from rmq_spark.broker.grpc_api import MessagingServicer, grpc_server_options
-from rmq_spark.broker.proto import service_pb2_grpc
+from rmq_spark.broker.grpc_api import (
+    MessagingServicer,
+    add_servicer_to_server,
+    grpc_server_options,
+)
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import BrokerError, RmqError, StoreLockedError
@@ -165,7 +168,7 @@ class GrpcEndpoint:
                 route_port=self.port,
                 shutdown=self._shutdown,
             )
-            service_pb2_grpc.add_MessagingServiceServicer_to_server(servicer, server)
+            add_servicer_to_server(servicer, server)
             await server.start()
         except BaseException as err:
             self._start_error = err

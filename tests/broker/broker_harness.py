@@ -8,6 +8,7 @@ HOME pointed at a temp dir (it writes ``~/logs/rocketmq_python`` on import). The
 
 from __future__ import annotations
 
+import mmap
 import signal
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.store.codec import BlankPadding, DecodedRecord, decode_record
+from rmq_spark.store.codec import DecodedRecord, decode_record
 from rmq_spark.store.layout import COMMITLOG_DIR, is_segment_name
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.properties import parse_properties
@@ -108,17 +109,19 @@ def read_records(store_dir: Path) -> list[MessageRecord]:
     records: list[MessageRecord] = []
     segment_dir = store_dir / COMMITLOG_DIR
     for path in sorted(p for p in segment_dir.iterdir() if is_segment_name(p.name)):
-        data = path.read_bytes()
-        position = 0
-        while position < len(data):
-            outcome = decode_record(data, position, path=path.name)
-            if isinstance(outcome, DecodedRecord):
-                records.append(outcome.record)
-                position = outcome.next_position
-            elif isinstance(outcome, BlankPadding):
-                break
-            else:
-                break  # Unwritten / NeedMoreData: the end of the written log
+        # mmap: segments are preallocated (1 GiB by default); only the written head is read.
+        with (
+            path.open("rb") as handle,
+            mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data,
+        ):
+            position = 0
+            while position < len(data):
+                outcome = decode_record(data, position, path=path.name)
+                if isinstance(outcome, DecodedRecord):
+                    records.append(outcome.record)
+                    position = outcome.next_position
+                else:
+                    break  # BlankPadding: next segment; Unwritten / NeedMoreData: end of the log
     return records
 
 

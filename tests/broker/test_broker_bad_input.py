@@ -11,7 +11,7 @@ from typing import Any
 
 import grpc
 import pytest
-from broker_harness import BrokerProcess, by_uniq_key, read_records
+from broker_harness import BrokerProcess, by_uniq_key, read_records, start_broker
 
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
@@ -20,14 +20,22 @@ from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 _METADATA = (("x-mq-client-id", "raw-test-client"), ("x-mq-language", "PYTHON"))
 
 
-@pytest.fixture
-def broker(broker_factory: Callable[..., BrokerProcess]) -> BrokerProcess:
-    return broker_factory("store.max_message_size_bytes=1024")
+_SETTINGS = ("store.max_message_size_bytes=1024",)
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the tests that only send bad input (each checks it still serves)."""
+    work = tmp_path_factory.mktemp("bad-input")
+    broker = start_broker(work / "store", work, *_SETTINGS)
+    yield broker
+    assert broker.stop() == 0
+    assert "Traceback" not in broker.log_text()
 
 
 @pytest.fixture
-def channel(broker: BrokerProcess) -> Iterator[grpc.Channel]:
-    with grpc.insecure_channel(broker.address) as opened:
+def channel(shared_broker: BrokerProcess) -> Iterator[grpc.Channel]:
+    with grpc.insecure_channel(shared_broker.address) as opened:
         yield opened
 
 
@@ -98,17 +106,21 @@ def test_a_batch_with_mixed_results_reports_each_entry(stub: Any) -> None:
     assert [e.status.code for e in response.entries] == [pb.OK, pb.MESSAGE_BODY_EMPTY]
 
 
-def test_bytes_that_are_not_protobuf_get_a_grpc_error_not_a_dead_broker(
-    channel: grpc.Channel, stub: Any
+@pytest.mark.parametrize(
+    ("method", "response_cls"),
+    [("SendMessage", spb.SendMessageResponse), ("QueryRoute", spb.QueryRouteResponse)],
+)
+def test_bytes_that_are_not_protobuf_are_answered_bad_request(
+    channel: grpc.Channel, stub: Any, method: str, response_cls: Any
 ) -> None:
     raw = channel.unary_unary(
-        "/apache.rocketmq.v2.MessagingService/SendMessage",
+        f"/apache.rocketmq.v2.MessagingService/{method}",
         request_serializer=lambda data: data,
-        response_deserializer=lambda data: data,
+        response_deserializer=response_cls.FromString,
     )
-    with pytest.raises(grpc.RpcError) as caught:
-        raw(b"\xff\xff\xff\xff garbage", timeout=10)
-    assert caught.value.code() is not grpc.StatusCode.OK
+    response = raw(b"\xff\xff\xff\xff garbage", timeout=10)
+    assert response.status.code == pb.BAD_REQUEST
+    assert "not a valid" in response.status.message
     _still_serves(stub, "01AFTERGARBAGE")
 
 
@@ -149,8 +161,11 @@ def test_telemetry_answers_settings_with_the_store_size_limit_and_ok(stub: Any) 
 
 
 def test_clients_vanishing_mid_stream_and_mid_call_leave_the_broker_serving(
-    broker: BrokerProcess, stub: Any
+    broker_factory: Callable[..., BrokerProcess],
 ) -> None:
+    broker = broker_factory(*_SETTINGS)
+    channel = grpc.insecure_channel(broker.address)
+    stub = spb_grpc.MessagingServiceStub(channel)
     for _ in range(5):
         with grpc.insecure_channel(broker.address) as doomed:
             doomed_stub = spb_grpc.MessagingServiceStub(doomed)
@@ -163,6 +178,7 @@ def test_clients_vanishing_mid_stream_and_mid_call_leave_the_broker_serving(
         # leaving the block closed the channel under the open stream and the pending call
         assert future.cancelled() or future.done()
     _still_serves(stub, "01SURVIVOR")
+    channel.close()
     assert broker.stop() == 0
     assert "Traceback" not in broker.log_text()
     assert by_uniq_key(read_records(broker.store_dir))["01SURVIVOR"]

@@ -99,3 +99,20 @@ def test_the_cli_subcommand_registers_broker_with_store_listen_and_config() -> N
     )
     assert (args.store, args.listen, args.config) == ("/tmp/s", "127.0.0.1:8081", "c.toml")
     assert callable(args.handler)
+
+
+def test_a_broker_with_official_clients_still_connected_stops_cleanly_on_sigterm(
+    broker_factory: Callable[..., BrokerProcess],
+    official_producer: Callable[..., Any],
+    rocketmq: Any,
+) -> None:
+    broker = broker_factory()
+    producer = official_producer(broker.address, ("live",))  # its Telemetry stream stays open
+    message = rocketmq.Message()
+    message.topic = "live"
+    message.body = b"before the stop"
+    message_id = producer.send(message).message_id
+    assert broker.stop() == 0  # ends the open streams instead of waiting for the clients
+    assert "Traceback" not in broker.log_text()
+    assert not (broker.store_dir / "abort").exists()
+    assert by_uniq_key(read_records(broker.store_dir))[message_id]
