@@ -27,7 +27,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rmq_spark.clock import Clock, SystemClock
-from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError, StoreClosedError
+from rmq_spark.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    StoreClosedError,
+    StoreIOError,
+)
 from rmq_spark.store.checkpoint import (
     Checkpoint,
     QueueOffsetSnapshot,
@@ -123,6 +128,9 @@ class MessageStore:
         store._lock = StoreLock.acquire(store._root)
         try:
             store._load()
+        except OSError as err:
+            store._lock.release()
+            raise StoreIOError(f"opening store {store._root} failed: {err}") from err
         except BaseException:
             store._lock.release()
             raise
@@ -157,11 +165,15 @@ class MessageStore:
         end = state.report.end_offset
         # Whatever recovery kept is now made durable and readable before anything is added.
         self._commitlog.flush(min(durable, end))
-        self._checkpoint.reset(end, end)
+        values = self._checkpoint.values
+        if (values.master_flushed_offset, values.confirm_phy_offset) != (end, end):
+            self._checkpoint.reset(end, end)
         self._flushed_offset = end
         self._published_confirm = end
         self._group = GroupCommit(self._flush_and_publish, end)
-        self._write_snapshot_locked()
+        report = state.report
+        if report.snapshot_offset != end or report.truncated_bytes:
+            self._write_snapshot_locked()
         create_abort(self._root)
         tasks = [
             PeriodicTask("snapshot", config.snapshot_interval_ms, self.snapshot),
@@ -502,7 +514,16 @@ class MessageStore:
             raise OffsetOutOfRangeError(
                 physical_offset, commitlog.min_offset, commitlog.max_offset
             ) from err
-        outcome = decode_record(data, 0, path=str(segment.path), check_crc=True)
+        try:
+            outcome = decode_record(data, 0, path=str(segment.path), check_crc=True)
+        except CorruptRecordError as err:
+            raise CorruptRecordError(
+                str(segment.path),
+                position,
+                err.reason,
+                stored_crc=err.stored_crc,
+                computed_crc=err.computed_crc,
+            ) from None
         if not isinstance(outcome, DecodedRecord):
             raise CorruptRecordError(
                 str(segment.path), position, f"no message record here ({type(outcome).__name__})"
@@ -520,9 +541,19 @@ class MessageStore:
     # --- flush, publish, snapshot -------------------------------------------------------------
 
     def flush(self) -> int:
-        """fsync everything written so far (and publish it); returns the flushed offset."""
+        """fsync everything written so far (and publish it); returns the flushed offset.
+
+        Raises
+        ------
+        StoreIOError
+            The fsync (or the checkpoint write) failed; the store has failed closed.
+        """
         self._check_open()
-        return self._group.flush_now()
+        try:
+            return self._group.flush_now()
+        except OSError as err:
+            self._fail(err)
+            raise StoreIOError(f"flushing store {self._root} failed: {err}") from err
 
     def _flush_and_publish(self) -> int:
         """fsync the log, then publish the new offsets in the checkpoint (raises ``OSError``)."""

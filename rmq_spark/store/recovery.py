@@ -18,7 +18,10 @@ What ends the scan, at physical offset X (position P in segment F):
 
 * zero bytes where a header would start (``Unwritten``): the end of the data;
 * a bad record (bad magic, impossible size, TOTALSIZE disagreeing with the lengths, BODYCRC
-  mismatch, PHYSICALOFFSET not equal to X, a record running past the end of F).
+  mismatch, PHYSICALOFFSET not equal to X, a record running past the end of F);
+* above the durable offset, a last record (followed by ``Unwritten``) whose final byte is
+  zero: BODYCRC covers only the body, so a write torn in the topic or properties decodes,
+  but a whole record never ends in a zero byte (see ``_torn_last_record``).
 
 Either way, X is then judged:
 
@@ -93,6 +96,8 @@ class RecoveryReport:
         Why the scan stopped at ``end_offset`` (e.g. ``"BODYCRC mismatch"``).
     deleted_segments
         Names of segments past the end that were deleted.
+    snapshot_offset
+        Physical offset of the queue-offset snapshot used (``None`` if none).
     """
 
     clean_shutdown: bool
@@ -105,6 +110,7 @@ class RecoveryReport:
     truncated_at: int | None = None
     reason: str = ""
     deleted_segments: tuple[str, ...] = ()
+    snapshot_offset: int | None = None
 
 
 @dataclass
@@ -178,6 +184,23 @@ def _uniq_key(props: str) -> str | None:
     start = at + len(_UNIQ_MARKER)
     end = props.find("\x02", start)
     return props[start : end if end >= 0 else len(props)] or None
+
+
+def _torn_last_record(cursor: SegmentCursor, position: int, outcome: DecodedRecord) -> bool:
+    """A record that ends in a zero byte and is the last one before unwritten space.
+
+    BODYCRC covers only the body, so a write torn inside the topic or the properties can
+    still decode. A record written whole never ends in a zero byte (properties end with
+    ``\x02`` or a value character, topics have no NUL), while a torn one ends in the zeros
+    of the unwritten space: for the *last* record above the durable offset that means torn.
+    """
+    end = position + outcome.total_size
+    if cursor.window(end - 1, 1) != b"\0":
+        return False
+    try:
+        return isinstance(cursor.decode(end, check_crc=False), Unwritten)
+    except CorruptRecordError:
+        return False
 
 
 def _valid_at(cursor: SegmentCursor, position: int) -> bool:
@@ -325,6 +348,10 @@ def recover(
                     position,
                     f"PHYSICALOFFSET field says {record.physical_offset}",
                 )
+            elif offset >= durable_offset and _torn_last_record(cursor, position, outcome):
+                outcome = CorruptRecordError(
+                    str(segment.path), position, "last record ends in zero bytes (torn write)"
+                )
             else:
                 tx_type = record.sys_flag & TRANSACTION_MASK
                 if tx_type == TRANSACTION_NOT_TYPE or tx_type == TRANSACTION_COMMIT_TYPE:
@@ -393,6 +420,7 @@ def recover(
         truncated_at=end if truncated_bytes else None,
         reason=reason or ("partial record" if truncated_bytes else ""),
         deleted_segments=deleted,
+        snapshot_offset=snapshot.physical_offset if used_snapshot and snapshot else None,
     )
     return state
 
