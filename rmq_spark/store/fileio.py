@@ -327,7 +327,8 @@ class FaultPlan:
     error
         The ``errno`` raised (``errno.ENOSPC``, ``errno.EIO``, ...).
     partial_bytes
-        For ``append``: write this many bytes of the data before failing (a torn write).
+        For ``append``: the *first* failing write writes this many bytes of its data before
+        failing (a torn write); later failures write nothing.
     """
 
     fail_at: str
@@ -379,7 +380,7 @@ class FaultyFile:
         point = "checkpoint" if self._kind is FileKind.CHECKPOINT else "append"
         if self.plan.should_fail(point):
             partial = min(self.plan.partial_bytes, len(data))
-            if partial:
+            if partial and self.plan.failures == 1:
                 self._inner.write(position, memoryview(data)[:partial])
             self.plan.raise_error(point, self.path)
         self._inner.write(position, data)
