@@ -4,7 +4,8 @@ Starts ``python -m rmq_spark.broker.server`` on 127.0.0.1 (OS-chosen port) over 
 and drives it with ``rocketmq-python-client`` 5.1.2 Producers: 1 and 8 threads, 100 B and
 1 KiB bodies; reports messages/s and p50/p99 send latency. The baseline, measured in the same
 run over the same store settings, is the embedded broker (``rmq_spark.broker.embedded.Broker``)
-putting the same messages in-process from one thread; the table shows gRPC/embedded as a ratio.
+sending the same messages in-process with the same thread count; the table shows
+gRPC/embedded msgs/s as a ratio.
 
 Usage: python bench/bench_grpc.py [--messages N] [--flush SYNC|ASYNC] [--json]
 Default: 2000 messages per case (a few minutes in all on 2 cores).
@@ -100,6 +101,7 @@ def grpc_case(rocketmq: Any, address: str, threads: int, body_size: int, total: 
     flat = sorted(x for per in latencies for x in per)
     return {
         "case": f"grpc {threads} thread{'s' if threads > 1 else ''}",
+        "threads": threads,
         "body_bytes": body_size,
         "messages": len(flat),
         "msgs_per_s": len(flat) / elapsed,
@@ -108,27 +110,38 @@ def grpc_case(rocketmq: Any, address: str, threads: int, body_size: int, total: 
     }
 
 
-def embedded_case(store_dir: Path, flush: str, body_size: int, total: int) -> dict:
+def embedded_case(store_dir: Path, flush: str, threads: int, body_size: int, total: int) -> dict:
     body = os.urandom(body_size)
-    latencies = []
+    per_thread = total // threads
+    latencies: list[list[float]] = [[] for _ in range(threads)]
     store_config = StoreConfig(flush_policy=FlushPolicy[flush])
     with Broker(store_dir, store_config=store_config) as broker:
+
+        def work(index: int) -> None:
+            mine = latencies[index]
+            for _ in range(per_thread):
+                t0 = time.perf_counter()
+                outcome = broker.send("bench", body)
+                mine.append(time.perf_counter() - t0)
+                if not outcome.ok:
+                    raise SystemExit(f"embedded put failed: {outcome}")
+
+        workers = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
         started = time.perf_counter()
-        for _ in range(total):
-            t0 = time.perf_counter()
-            outcome = broker.send("bench", body)
-            latencies.append(time.perf_counter() - t0)
-            if not outcome.ok:
-                raise SystemExit(f"embedded put failed: {outcome}")
+        for worker in workers:
+            worker.start()
+        for worker in workers:
+            worker.join()
         elapsed = time.perf_counter() - started
-    latencies.sort()
+    flat = sorted(x for per in latencies for x in per)
     return {
-        "case": "embedded 1 thread",
+        "case": f"embedded {threads} thread{'s' if threads > 1 else ''}",
+        "threads": threads,
         "body_bytes": body_size,
-        "messages": total,
-        "msgs_per_s": total / elapsed,
-        "p50_ms": statistics.median(latencies) * 1000,
-        "p99_ms": _percentile(latencies, 0.99) * 1000,
+        "messages": len(flat),
+        "msgs_per_s": len(flat) / elapsed,
+        "p50_ms": statistics.median(flat) * 1000,
+        "p99_ms": _percentile(flat, 0.99) * 1000,
     }
 
 
@@ -144,12 +157,10 @@ def main(argv: list[str] | None = None) -> int:
         import rocketmq
 
         rows = []
-        for body_size in BODY_SIZES:
-            rows.append(
-                embedded_case(
-                    tmp_dir / f"embedded-{body_size}", args.flush, body_size, args.messages
-                )
-            )
+        for threads in THREAD_COUNTS:
+            for body_size in BODY_SIZES:
+                store_dir = tmp_dir / f"embedded-{threads}-{body_size}"
+                rows.append(embedded_case(store_dir, args.flush, threads, body_size, args.messages))
         proc, address = start_broker(tmp_dir / "grpc-store", args.flush, tmp_dir)
         try:
             for threads in THREAD_COUNTS:
@@ -158,11 +169,18 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             proc.terminate()
             proc.wait(timeout=60)
-    baseline = {r["body_bytes"]: r["msgs_per_s"] for r in rows if r["case"].startswith("embedded")}
-    print(f"flush={args.flush}, {args.messages} messages per case, baseline = embedded puts")
+    baseline = {
+        (r["threads"], r["body_bytes"]): r["msgs_per_s"]
+        for r in rows
+        if r["case"].startswith("embedded")
+    }
+    print(
+        f"flush={args.flush}, {args.messages} messages per case; "
+        "baseline = embedded sends, same threads and body size"
+    )
     print(f"{'case':<20} {'body':>6} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs embedded':>12}")
     for row in rows:
-        ratio = row["msgs_per_s"] / baseline[row["body_bytes"]]
+        ratio = row["msgs_per_s"] / baseline[(row["threads"], row["body_bytes"])]
         print(
             f"{row['case']:<20} {row['body_bytes']:>6} {row['msgs_per_s']:>9.0f} "
             f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} {ratio:>11.2f}x"

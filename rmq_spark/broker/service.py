@@ -14,6 +14,7 @@ record encoding and durability (the store: a put is acknowledged only when the s
 from __future__ import annotations
 
 import enum
+import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -177,8 +178,11 @@ def _reject(code: SendCode, reason: str, message_id: str = "") -> SendOutcome:
     return SendOutcome(code, reason, message_id)
 
 
+_CONTROL_CHARS = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def _has_control_chars(text: str) -> bool:
-    return any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in text)
+    return _CONTROL_CHARS.search(text) is not None
 
 
 class BrokerService:
