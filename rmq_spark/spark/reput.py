@@ -30,6 +30,7 @@ from rmq_spark.spark.tables import (
     append_idempotent,
     committed_floors,
     consume_queue_rows,
+    ensure_tables,
     message_index_rows,
     messages_rows,
     optimize_tables,
@@ -248,6 +249,7 @@ class ReputBatchWriter:
         self.delay_levels_ms = delay_levels_ms
         self.clock = clock or SystemClock()
         self.on_batch = on_batch
+        ensure_tables(spark, config.tables_dir)
         self.floors = committed_floors(spark, config.tables_dir)
         self.batches_written = 0
         self.messages_written = 0
@@ -271,6 +273,8 @@ class ReputBatchWriter:
                 return
             version = stats["end"]
             metadata = {"batch_id": batch_id, "start_offset": stats["start"], "end_offset": version}
+            if version <= min(self.floors.values()):
+                return  # every table holds the whole batch already (a replay)
             for name in TABLE_NAMES:
                 floor = self.floors[name]
                 if version <= floor:

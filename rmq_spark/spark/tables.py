@@ -39,6 +39,7 @@ __all__ = [
     "CONSUME_QUEUE",
     "CONSUME_QUEUE_DDL",
     "MESSAGES",
+    "MESSAGES_DDL",
     "MESSAGE_INDEX",
     "MESSAGE_INDEX_DDL",
     "TABLE_DDL",
@@ -72,10 +73,14 @@ MESSAGE_INDEX_DDL = (
     "topic string not null, key string not null, key_type string not null, "
     "key_hash int not null, physical_offset bigint not null, store_timestamp timestamp not null"
 )
+# CREATE TABLE takes no NOT NULL inside array/map types; the source's rows still fit.
+MESSAGES_DDL = SCHEMA_DDL.replace("array<string not null>", "array<string>").replace(
+    "map<string, string not null>", "map<string, string>"
+)
 TABLE_DDL: Mapping[str, str] = {
     CONSUME_QUEUE: CONSUME_QUEUE_DDL,
     MESSAGE_INDEX: MESSAGE_INDEX_DDL,
-    MESSAGES: SCHEMA_DDL,
+    MESSAGES: MESSAGES_DDL,
 }
 # Liquid clustering keys: OPTIMIZE lays rows out along them and Delta's per-file min/max
 # statistics on them let a point lookup skip almost every file.

@@ -9,7 +9,7 @@ import pytest
 
 
 @pytest.fixture
-def make_source_rows(spark) -> Callable[[Sequence[dict[str, Any]]], Any]:  # type: ignore[no-untyped-def]
+def make_source_rows(spark) -> Callable[[Sequence[dict[str, Any]]], Any]:
     from rmq_spark.spark.schema import spark_schema
 
     schema = spark_schema()

@@ -133,3 +133,22 @@ def as_plain(values: Sequence[Any]) -> tuple[Any, ...]:
 def plain_rows(rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
     """Rows as sorted plain tuples, for order-free comparison."""
     return sorted((as_plain(row) for row in rows), key=repr)
+
+
+def row_from_record(record: Any, total_size: int) -> dict[str, Any]:
+    """A stored ``MessageRecord`` in the shape ``message()`` builds (for the expectations)."""
+    from rmq_spark.store.properties import parse_properties
+
+    props = parse_properties(record.properties)
+    row = message(
+        record.physical_offset,
+        topic=record.topic,
+        queue_id=record.queue_id,
+        queue_offset=record.queue_offset,
+        sys_flag=record.sys_flag,
+        store_ms=record.store_timestamp_ms,
+        total_size=total_size,
+        extra=props,
+    )
+    row["tags"] = props.get("TAGS") or None
+    return row

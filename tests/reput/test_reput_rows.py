@@ -29,7 +29,7 @@ def _key_hashing_to_int_min(topic: str) -> str:
     raise AssertionError("unreachable")
 
 
-def test_java_string_hash_column_equals_java_hash_code(spark) -> None:  # type: ignore[no-untyped-def]
+def test_java_string_hash_column_equals_java_hash_code(spark) -> None:
     words = ["TagA", "TagA || TagB", "中文", "😀", "TopicTest#KEY1", "polygenelubricants", ""]
     df = spark.createDataFrame([(w,) for w in words] + [(None,)], "s string")
     got = [row.h for row in df.select(java_string_hash_column(df.s).alias("h")).collect()]
@@ -38,7 +38,7 @@ def test_java_string_hash_column_equals_java_hash_code(spark) -> None:  # type: 
 
 def test_consume_queue_rows_follow_spec_for_tags_delay_timer_and_transactions(
     spark, make_source_rows
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     rows = [
         message(0, tags="TagA", store_ms=NOW_MS),
         message(100, tags="TagA || TagB", queue_offset=1),
@@ -66,7 +66,7 @@ def test_consume_queue_rows_follow_spec_for_tags_delay_timer_and_transactions(
 
 def test_message_index_rows_hold_uniq_key_and_every_key_and_skip_rollback(
     spark, make_source_rows
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     many = " ".join(f"order-{i}" for i in range(40))
     rows = [
         message(0, uniq_key="7F000001000018B4AAC2", keys="KEY1"),

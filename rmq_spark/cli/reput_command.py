@@ -1,0 +1,128 @@
+"""``rmq-spark reput``: run the reput stream (log -> Delta tables); the same options as
+``spark-submit jobs/reput.py``.
+
+Owns the arguments (``add_reput_arguments``), turning them into configs (``reput_config``)
+and running the job (``run``). The job's logic is ``rmq_spark/spark/reput.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+from rmq_spark.errors import ConfigError
+
+__all__ = ["add_reput_arguments", "parse_trigger_ms", "register", "reput_config", "run"]
+
+_TRIGGER = re.compile(r"(\d+)\s*(ms|s|m|h)?")
+_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
+
+
+def parse_trigger_ms(text: str) -> int:
+    """``"1s"`` -> 1000, ``"500ms"`` -> 500, ``"2m"`` -> 120000; a bare number is seconds.
+
+    Raises
+    ------
+    ConfigError
+        Not ``<number>[ms|s|m|h]`` or not positive.
+    """
+    match = _TRIGGER.fullmatch(text.strip())
+    if match is None or int(match.group(1)) <= 0:
+        raise ConfigError("--trigger", f"{text!r} is not a positive interval like 1s or 500ms")
+    return int(match.group(1)) * _UNIT_MS[match.group(2) or "s"]
+
+
+def add_reput_arguments(parser: argparse.ArgumentParser) -> None:
+    """The reput options shared by ``rmq-spark reput`` and ``jobs/reput.py``."""
+    from rmq_spark.cli.common import add_config_arguments
+
+    parser.add_argument("--store", type=Path, required=True, help="store directory to read")
+    parser.add_argument(
+        "--tables",
+        type=Path,
+        default=None,
+        help="Delta tables directory (default: reput.tables_dir)",
+    )
+    parser.add_argument(
+        "--checkpoint",
+        type=Path,
+        default=None,
+        help="stream checkpoint directory (default: <tables>/_checkpoints/reput)",
+    )
+    when = parser.add_mutually_exclusive_group()
+    when.add_argument(
+        "--trigger", default=None, help="micro-batch interval, e.g. 1s or 500ms (default 1s)"
+    )
+    when.add_argument(
+        "--available-now",
+        action="store_true",
+        help="process what the log holds now, in micro-batches, then stop",
+    )
+    parser.add_argument(
+        "--max-bytes-per-trigger",
+        type=int,
+        default=None,
+        help="log bytes per micro-batch at most (0: unlimited)",
+    )
+    add_config_arguments(parser)
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``reput`` subcommand to the ``rmq-spark`` parser."""
+    parser = subparsers.add_parser(
+        "reput",
+        help="build the consume_queue, message_index and messages Delta tables from the log",
+        description=(
+            "Spark's ReputMessageService: a streaming job reads the store's CommitLog and, per "
+            "micro-batch, appends to the Delta tables consume_queue, message_index and messages "
+            "(registered as rmq.*), idempotently. Runs until Ctrl-C, or with --available-now "
+            "until the log is caught up."
+        ),
+        epilog="example: rmq-spark reput --store ./store --tables ./tables --available-now",
+    )
+    add_reput_arguments(parser)
+    parser.set_defaults(handler=run)
+
+
+def reput_config(args: argparse.Namespace, config: Any) -> Any:
+    """The ``[reput]`` section of ``config`` with the command-line options applied."""
+    from rmq_spark.spark.reput_config import ReputConfig
+
+    base = getattr(config, "reput", None) or ReputConfig()
+    changes: dict[str, Any] = {}
+    if args.tables is not None:
+        changes["tables_dir"] = args.tables
+    if args.checkpoint is not None:
+        changes["checkpoint_dir"] = args.checkpoint
+    if args.trigger is not None:
+        changes["trigger_interval_ms"] = parse_trigger_ms(args.trigger)
+        changes["available_now"] = False
+    if args.available_now:
+        changes["available_now"] = True
+    if args.max_bytes_per_trigger is not None:
+        changes["max_bytes_per_trigger"] = args.max_bytes_per_trigger
+    try:
+        return dataclasses.replace(base, **changes)
+    except ValueError as err:
+        raise ConfigError(f"reput.{str(err).partition(':')[0]}", str(err)) from err
+
+
+def run(args: argparse.Namespace) -> int:
+    """Load the config, build the session, run the reput stream until it ends."""
+    from rmq_spark.cli.common import config_from_args
+    from rmq_spark.spark.reput import run_reput
+    from rmq_spark.spark.session import build_session
+    from rmq_spark.store.delay_levels import parse_message_delay_level
+
+    config = config_from_args(args)
+    reput = reput_config(args, config)
+    levels = parse_message_delay_level(config.store.message_delay_level)
+    spark = build_session(config.spark)
+    try:
+        run_reput(spark, args.store, reput, levels)
+    finally:
+        spark.stop()
+    return 0
