@@ -40,9 +40,9 @@ from rmq_spark.store.properties import (
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
 __all__ = [
-    "RESERVED_PROPERTY_KEYS",
     "BrokerService",
     "MessageKind",
+    "RESERVED_PROPERTY_KEYS",
     "RouteOutcome",
     "SendCode",
     "SendCommand",
