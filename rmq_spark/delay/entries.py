@@ -18,8 +18,10 @@ Does not own deciding what is due (``schedule.py``) or reading message bodies
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,9 +34,30 @@ from rmq_spark.store.properties import delay_level_of, parse_properties
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["EntrySource", "LogEntrySource", "TableEntrySource", "consume_queue_table_exists"]
+__all__ = [
+    "Candidates",
+    "EntrySource",
+    "LogEntrySource",
+    "TableEntrySource",
+    "consume_queue_table_exists",
+]
 
 log = logging.getLogger("rmq_spark.delay")
+
+
+@dataclass(slots=True)
+class Candidates:
+    """What a source found for one planning step.
+
+    ``levels``: units of every schedule queue (``queue_id`` = level - 1) from its low water
+    mark, ascending, at least ``limit`` not-done ones when that many exist. ``timer``: timer
+    units due by now and not done, earliest first, at most ``limit``. ``timer_next_due_ms``:
+    the earliest timer due time after now when known (``None``: none soon).
+    """
+
+    levels: dict[int, list[DueEntry]] = field(default_factory=dict)
+    timer: list[DueEntry] = field(default_factory=list)
+    timer_next_due_ms: int | None = None
 
 
 class EntrySource(Protocol):
@@ -42,19 +65,14 @@ class EntrySource(Protocol):
 
     name: str
 
-    def level_entries(
-        self, progress: Mapping[int, QueueProgress], per_queue_limit: int
-    ) -> dict[int, list[DueEntry]]:
-        """Units of every schedule queue (``queue_id`` = level - 1) not known done, from each
-        queue's low water mark, ascending, at most ``per_queue_limit + done above it`` each."""
-        ...
-
-    def timer_entries(self, progress: QueueProgress, now_ms: int, limit: int) -> list[DueEntry]:
-        """Timer units with ``due_ms <= now_ms`` at or above the low water mark."""
-        ...
-
-    def next_due_ms(self) -> int | None:
-        """The earliest due time known among units not returned yet (``None``: unknown)."""
+    def candidates(
+        self,
+        levels: Mapping[int, QueueProgress],
+        timer: QueueProgress | None,
+        now_ms: int,
+        limit: int,
+    ) -> Candidates:
+        """Candidates for the next batch; ``levels`` by queue id, ``timer`` None: skip it."""
         ...
 
 
@@ -72,68 +90,75 @@ class TableEntrySource:
         The session.
     tables_dir
         The reput job's tables directory.
+    lookahead_ms
+        Timer units due this far ahead are fetched too, to know the next due time.
     """
 
     name = "consume_queue"
 
-    def __init__(self, spark: SparkSession, tables_dir: str | Path) -> None:
+    def __init__(
+        self, spark: SparkSession, tables_dir: str | Path, *, lookahead_ms: int = 1000
+    ) -> None:
         self._spark = spark
         self._path = str(Path(tables_dir).absolute() / "consume_queue")
-        self._next_due: int | None = None
+        self.lookahead_ms = lookahead_ms
 
     def _table(self) -> Any:
         return self._spark.read.format("delta").load(self._path)
 
-    def level_entries(
-        self, progress: Mapping[int, QueueProgress], per_queue_limit: int
-    ) -> dict[int, list[DueEntry]]:
+    def candidates(
+        self,
+        levels: Mapping[int, QueueProgress],
+        timer: QueueProgress | None,
+        now_ms: int,
+        limit: int,
+    ) -> Candidates:
+        """One Spark query: the level ranges, and the timer units due by now plus those due
+        within ``lookahead_ms`` (to know when to wake up)."""
         from pyspark.sql import functions as F
 
-        low = F.lit(0)
-        high = F.lit(per_queue_limit)
-        for queue_id, queue in sorted(progress.items(), key=lambda item: item[0]):
-            extra = per_queue_limit + queue.done_count_above_low_water
-            low = F.when(F.col("queue_id") == queue_id, F.lit(queue.low_water)).otherwise(low)
-            high = F.when(F.col("queue_id") == queue_id, F.lit(queue.low_water + extra)).otherwise(
-                high
-            )
-        rows = (
-            self._table()
-            .where(F.col("topic") == RMQ_SYS_SCHEDULE_TOPIC)
+        table = self._table()
+        low, high = F.lit(0), F.lit(limit)
+        for queue_id, queue in sorted(levels.items(), key=lambda item: item[0]):
+            extra = limit + queue.done_count_above_low_water
+            is_queue = F.col("queue_id") == queue_id
+            low = F.when(is_queue, F.lit(queue.low_water)).otherwise(low)
+            high = F.when(is_queue, F.lit(queue.low_water + extra)).otherwise(high)
+        query = (
+            table.where(F.col("topic") == RMQ_SYS_SCHEDULE_TOPIC)
             .where((F.col("queue_offset") >= low) & (F.col("queue_offset") < high))
             .select(*_COLUMNS)
-            .toArrow()
         )
-        entries = _entries_from_arrow(rows)
-        result: dict[int, list[DueEntry]] = {}
-        for entry in entries:
-            result.setdefault(entry.queue_id, []).append(entry)
-        for items in result.values():
+        if timer is not None:
+            timer_rows = (
+                table.where(F.col("topic") == RMQ_SYS_WHEEL_TIMER_TOPIC)
+                .where(F.col("queue_id") == TIMER_QUEUE_ID)
+                .where(F.col("queue_offset") >= timer.low_water)
+                .where(F.col("tags_code") <= now_ms + self.lookahead_ms)
+                .orderBy("tags_code", "queue_offset")
+                .limit(limit + timer.done_count_above_low_water + 1)
+                .select(*_COLUMNS)
+                .withColumn("queue_id", F.lit(-1))  # marks timer rows in the union
+            )
+            query = query.unionByName(timer_rows)
+        result = Candidates()
+        for entry in _entries_from_arrow(query.toArrow()):
+            if entry.queue_id >= 0:
+                result.levels.setdefault(entry.queue_id, []).append(entry)
+                continue
+            entry = dataclasses.replace(entry, queue_id=TIMER_QUEUE_ID)
+            assert timer is not None
+            if timer.is_done(entry.queue_offset):
+                continue
+            if entry.due_ms <= now_ms:
+                result.timer.append(entry)
+            elif result.timer_next_due_ms is None or entry.due_ms < result.timer_next_due_ms:
+                result.timer_next_due_ms = entry.due_ms
+        for items in result.levels.values():
             items.sort(key=lambda e: e.queue_offset)
+        result.timer.sort(key=lambda e: (e.due_ms, e.queue_offset))
+        del result.timer[limit:]
         return result
-
-    def timer_entries(self, progress: QueueProgress, now_ms: int, limit: int) -> list[DueEntry]:
-        from pyspark.sql import functions as F
-
-        base = (
-            self._table()
-            .where(F.col("topic") == RMQ_SYS_WHEEL_TIMER_TOPIC)
-            .where(F.col("queue_id") == TIMER_QUEUE_ID)
-            .where(F.col("queue_offset") >= progress.low_water)
-        )
-        rows = (
-            base.where(F.col("tags_code") <= now_ms)
-            .orderBy("tags_code", "queue_offset")
-            .limit(limit + progress.done_count_above_low_water)
-            .select(*_COLUMNS)
-            .toArrow()
-        )
-        upcoming = base.where(F.col("tags_code") > now_ms).agg(F.min("tags_code")).first()
-        self._next_due = None if upcoming is None or upcoming[0] is None else int(upcoming[0])
-        return [e for e in _entries_from_arrow(rows) if not progress.is_done(e.queue_offset)]
-
-    def next_due_ms(self) -> int | None:
-        return self._next_due
 
 
 _COLUMNS = (
@@ -251,31 +276,34 @@ class LogEntrySource:
             end = scanned.physical_offset + scanned.total_size
         self._cursor = max(self._cursor, end)
 
-    def level_entries(
-        self, progress: Mapping[int, QueueProgress], per_queue_limit: int
-    ) -> dict[int, list[DueEntry]]:
+    def candidates(
+        self,
+        levels: Mapping[int, QueueProgress],
+        timer: QueueProgress | None,
+        now_ms: int,
+        limit: int,
+    ) -> Candidates:
         self._scan()
-        result: dict[int, list[DueEntry]] = {}
+        result = Candidates()
         for queue_id, seen in self._levels_seen.items():
-            queue = progress.get(queue_id, QueueProgress())
+            queue = levels.get(queue_id, QueueProgress())
             for offset in [q for q in seen if queue.is_done(q)]:
                 del seen[offset]  # delivered: forget it
-            pending = sorted(seen.values(), key=lambda e: e.queue_offset)
-            result[queue_id] = pending[: per_queue_limit + 1]
+            result.levels[queue_id] = sorted(seen.values(), key=lambda e: e.queue_offset)[
+                : limit + 1
+            ]
+        if timer is not None:
+            for offset in [q for q in self._timer_seen if timer.is_done(q)]:
+                del self._timer_seen[offset]
+            due = []
+            for entry in self._timer_seen.values():
+                if entry.due_ms <= now_ms:
+                    due.append(entry)
+                elif result.timer_next_due_ms is None or entry.due_ms < result.timer_next_due_ms:
+                    result.timer_next_due_ms = entry.due_ms
+            due.sort(key=lambda e: (e.due_ms, e.queue_offset))
+            result.timer = due[:limit]
         return result
-
-    def timer_entries(self, progress: QueueProgress, now_ms: int, limit: int) -> list[DueEntry]:
-        self._scan()
-        for offset in [q for q in self._timer_seen if progress.is_done(q)]:
-            del self._timer_seen[offset]
-        due = [e for e in self._timer_seen.values() if e.due_ms <= now_ms]
-        due.sort(key=lambda e: (e.due_ms, e.queue_offset))
-        return due[:limit]
-
-    def next_due_ms(self) -> int | None:
-        pending = [e.due_ms for seen in self._levels_seen.values() for e in seen.values()]
-        pending.extend(e.due_ms for e in self._timer_seen.values())
-        return min(pending) if pending else None
 
     def restart_offset(self) -> int:
         """A scan start that finds every entry still pending (for ``Journal.log_scan_from``)."""

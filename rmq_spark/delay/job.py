@@ -141,7 +141,7 @@ def run_once(redeliverer: Redeliverer) -> PassReport:
             raise RedeliveryFailedError(
                 f"redelivery stopped: {report.error} ({total.delivered} delivered before that)"
             )
-        if report.delivered + report.settled_put + report.discarded == 0:
+        if report.exhausted:
             break
     if total.refused:
         raise RedeliveryFailedError(

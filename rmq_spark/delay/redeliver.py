@@ -82,6 +82,7 @@ class PassReport:
     batches: int = 0
     lateness_ms: list[int] = field(default_factory=list)
     next_due_ms: int | None = None
+    exhausted: bool = False  # the pass saw everything due at its time (not cut by a limit)
     error: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -174,13 +175,18 @@ class Redeliverer:
         remaining = self.config.pass_messages_max
         while remaining > 0:
             now_ms = self.clock.now_ms()
-            batch = self._plan(now_ms, min(self.config.batch_messages_max, remaining), report)
+            limit = min(self.config.batch_messages_max, remaining)
+            batch = self._plan(now_ms, limit, report)
             if batch is None:
                 continue  # a gap was stepped over; plan again
-            if not batch:
-                break
-            remaining -= len(batch)
-            if not self._deliver(batch, now_ms, report):
+            if batch:
+                remaining -= len(batch)
+                if not self._deliver(batch, now_ms, report):
+                    return report
+            if len(batch) < limit:
+                # Each queue stopped for a reason other than room in the batch: nothing
+                # else is due now (a source returns at least ``limit`` units where it has them).
+                report.exhausted = True
                 break
         now_ms = self.clock.now_ms()
         if self._mirror_dirty and (
@@ -191,36 +197,31 @@ class Redeliverer:
         return report
 
     def _plan(self, now_ms: int, limit: int, report: PassReport) -> list[IntentEntry] | None:
+        """The next batch (``None``: a gap was stepped over, plan again)."""
         by_queue = {level - 1: p for level, p in self.journal.levels.items()}
-        rows = self.source.level_entries(by_queue, limit)
+        timer = self.journal.timer if self.config.timer_enabled else None
+        found = self.source.candidates(by_queue, timer, now_ms, limit)
         chosen: list[IntentEntry] = []
-        for queue_id in sorted(rows):
-            progress = by_queue.get(queue_id, QueueProgress())
+        for queue_id in sorted(found.levels):
             plan = plan_level(
-                rows[queue_id], progress, now_ms, limit - len(chosen), self._skip(LEVEL, queue_id)
+                found.levels[queue_id],
+                by_queue.get(queue_id, QueueProgress()),
+                now_ms,
+                limit,
+                self._skip(LEVEL, queue_id),
             )
-            chosen.extend(IntentEntry(LEVEL, e) for e in plan.entries)
-            if plan.next_due_ms is not None:
-                report.next_due_ms = min(report.next_due_ms or plan.next_due_ms, plan.next_due_ms)
             if plan.stop == StopReason.GAP and plan.gap is not None:
                 self._step_over_gap(queue_id + 1, plan.gap, report)
                 return None
-            if len(chosen) >= limit:
-                return chosen
-        if self.config.timer_enabled and len(chosen) < limit:
-            timer_rows = self.source.timer_entries(self.journal.timer, now_ms, limit - len(chosen))
-            picked = plan_timer(
-                timer_rows,
-                self.journal.timer,
-                now_ms,
-                limit - len(chosen),
-                self._skip(TIMER, TIMER_QUEUE_ID),
-            )
+            chosen.extend(IntentEntry(LEVEL, e) for e in plan.entries)
+            _earliest(report, plan.next_due_ms)
+        if timer is not None:
+            skip = self._skip(TIMER, TIMER_QUEUE_ID)
+            picked = plan_timer(found.timer, timer, now_ms, limit, skip)
             chosen.extend(IntentEntry(TIMER, e) for e in picked)
-        upcoming = self.source.next_due_ms()
-        if upcoming is not None and upcoming > now_ms:
-            report.next_due_ms = min(report.next_due_ms or upcoming, upcoming)
-        return chosen
+            _earliest(report, found.timer_next_due_ms)
+        chosen.sort(key=lambda item: item.entry.due_ms)
+        return chosen[:limit]
 
     def _skip(self, kind: str, queue_id: int) -> set[int]:
         now_ms = self.clock.now_ms()
@@ -402,6 +403,11 @@ class Redeliverer:
         self.files.save_delay_offsets(offsets, now_ms)
         self._mirror_written_ms = now_ms
         self._mirror_dirty = False
+
+
+def _earliest(report: PassReport, due_ms: int | None) -> None:
+    if due_ms is not None and (report.next_due_ms is None or due_ms < report.next_due_ms):
+        report.next_due_ms = due_ms
 
 
 def _apply_cancellations(items: list[_Item]) -> None:
