@@ -22,7 +22,7 @@ _MIB = 1024 * 1024
 class BrokerConfig:
     listen: str = "127.0.0.1:8081"  # host:port the gRPC server binds (port 0: any free port)
     advertised_host: str = ""  # host put in routes for clients; empty: the listen host
-    broker_name: str = "broker-a"  # broker name in routes and the CLUSTER-less route entry
+    broker_name: str = "broker-a"  # broker name in the routes clients receive
     cluster_name: str = "DefaultCluster"  # stored as the CLUSTER property of every message
     auto_create_topics: bool = True  # unknown topics are created on first route/send
     default_queue_count: int = 8  # queues of an auto-created topic (RocketMQ default 8)

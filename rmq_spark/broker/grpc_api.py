@@ -385,8 +385,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
                 message_id=outcome.message_id,
                 offset=outcome.queue_offset,
             )
-        if outcome.code not in (SendCode.OK,):
-            log.debug("send rejected: %s %s", outcome.code.name, outcome.reason)
+        log.debug("send refused: %s %s", outcome.code.name, outcome.reason)
         return spb.SendResultEntry(
             status=_status(status_code(outcome.code), outcome.reason),
             message_id=outcome.message_id,
