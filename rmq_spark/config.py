@@ -21,7 +21,7 @@ from typing import Any
 
 from rmq_spark.errors import ConfigError
 
-__all__ = ["SECTIONS", "RmqConfig", "default_config_path", "load_config", "parse_override"]
+__all__ = ["RmqConfig", "SECTIONS", "default_config_path", "load_config", "parse_override"]
 
 # section name -> "module:Class"; imported lazily so that importing config stays cheap.
 SECTIONS: dict[str, str] = {
