@@ -563,8 +563,9 @@ class MessageStore:
             if flushed > self._flushed_offset:
                 self._checkpoint.publish_flushed(flushed, last_ts)
                 self._flushed_offset = flushed
-                if self._sync:
+                if flushed > self._published_confirm:  # ASYNC may have published more already
                     self._checkpoint.publish_confirmed(flushed)
+                    self._published_confirm = flushed
             return self._flushed_offset
 
     def _flush_task(self) -> None:
@@ -576,14 +577,14 @@ class MessageStore:
     def _publish_task(self) -> None:
         """ASYNC: publish the end of the last fully written record as ``confirmPhyOffset``."""
         offset = self._commitlog.max_offset
-        if offset != self._published_confirm:
+        if offset > self._published_confirm:
             try:
                 with self._flush_lock:
-                    self._checkpoint.publish_confirmed(offset)
+                    if offset > self._published_confirm:
+                        self._checkpoint.publish_confirmed(offset)
+                        self._published_confirm = offset
             except OSError as err:
                 self._fail(err)
-                return
-            self._published_confirm = offset
 
     def snapshot(self) -> None:
         """Flush, then write the queue-offset snapshot (so recovery can start from here)."""

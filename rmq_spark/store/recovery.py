@@ -48,7 +48,6 @@ from rmq_spark.store.codec import (
     DecodedRecord,
     NeedMoreData,
     Unwritten,
-    decode_record,
 )
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.layout import (
@@ -60,12 +59,11 @@ from rmq_spark.store.layout import (
     TRANSACTION_NOT_TYPE,
 )
 from rmq_spark.store.put import IdempotencyWindow, QueueOffsetTable, WindowEntry
-from rmq_spark.store.segment import Segment
+from rmq_spark.store.reader import SegmentCursor
 
-__all__ = ["RecoveredState", "RecoveryReport", "SegmentCursor", "recover"]
+__all__ = ["RecoveredState", "RecoveryReport", "recover"]
 
 _log = logging.getLogger(__name__)
-_CHUNK_BYTES = 8 << 20
 _MAGICS = (
     struct.pack(">I", MESSAGE_MAGIC_CODE_V1),
     struct.pack(">I", MESSAGE_MAGIC_CODE_V2),
@@ -123,56 +121,6 @@ class RecoveredState:
     last_record_offset: int = -1
     last_store_timestamp_ms: int = 0
     snapshot_queue_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
-
-
-class SegmentCursor:
-    """Decodes records of one segment through a read-ahead buffer (``SegmentFile.read``)."""
-
-    def __init__(self, segment: Segment, chunk_bytes: int = _CHUNK_BYTES) -> None:
-        self.segment = segment
-        self._chunk_bytes = chunk_bytes
-        self._buf = b""
-        self._buf_start = 0
-
-    def _fill(self, position: int, need: int) -> None:
-        size = max(self._chunk_bytes, need)
-        self._buf = self.segment.read(position, size)
-        self._buf_start = position
-
-    def window(self, position: int, size: int) -> bytes:
-        """Bytes ``[position, position + size)`` (fewer at the end of the file)."""
-        start = position - self._buf_start
-        if start < 0 or start + size > len(self._buf):
-            return self.segment.read(position, size)
-        return self._buf[start : start + size]
-
-    def decode(self, position: int, *, check_crc: bool = True) -> object:
-        """Like ``codec.decode_record`` at segment ``position``; errors carry the file path
-        and the position inside the file."""
-        segment = self.segment
-        while True:
-            start = position - self._buf_start
-            if start < 0 or start + 8 > len(self._buf):
-                self._fill(position, 8)
-                start = 0
-            try:
-                outcome = decode_record(
-                    self._buf, start, path=segment.path.name, check_crc=check_crc
-                )
-            except CorruptRecordError as err:
-                raise CorruptRecordError(
-                    str(segment.path),
-                    position,
-                    err.reason,
-                    stored_crc=err.stored_crc,
-                    computed_crc=err.computed_crc,
-                ) from None
-            if isinstance(outcome, NeedMoreData):
-                if self._buf_start + len(self._buf) >= segment.size_bytes:
-                    return outcome  # the record would run past the end of the file
-                self._fill(position, outcome.need)
-                continue
-            return outcome
 
 
 def _uniq_key(props: str) -> str | None:
