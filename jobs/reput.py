@@ -11,6 +11,7 @@ session start, so no ``--jars`` is needed with a local master (docs/TABLES.md).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -34,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="jobs/reput.py", description=__doc__.split("\n")[0])
     add_reput_arguments(parser)
     args = parser.parse_args(argv)
+    # Spark's Python workers (the source's readers) run the interpreter running this job.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     setup_logging("INFO")
     signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:

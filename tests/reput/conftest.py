@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+
+# Python workers (the rocketmq source's reader) must run this interpreter; the session builder
+# does not set spark.pyspark.python yet (reported to the lead).
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 
 @pytest.fixture
