@@ -1,0 +1,153 @@
+"""SIGKILL the spark-submit reput job in the middle of a micro-batch, restart it: every table
+holds exactly one row per message (and per key). Then a new Python process sees them by SQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from reput_rows import expected_consume_queue, expected_index, plain_rows, row_from_record
+
+from rmq_spark.spark.tables import CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES, table_path
+from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.message_store import MessageStore
+from rmq_spark.store.put import PutRequest, PutStatus
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+SEGMENT_BYTES = 16 * 1024
+MESSAGE_COUNT = 300
+WAIT_S = 900  # an upper bound for a loaded 2-core machine, not a timing assertion
+
+
+def _fill_store(store_dir: Path) -> list[dict]:
+    config = StoreConfig(root_dir=store_dir, segment_size_bytes=SEGMENT_BYTES)
+    with MessageStore.open(config) as store:
+        results = [
+            store.put(
+                PutRequest(
+                    f"topic-{i % 3}",
+                    b"m" * 100,
+                    tags=f"tag{i % 5}",
+                    keys=(f"order-{i}", f"user-{i % 7}"),
+                    sys_flag=0xC if i % 50 == 49 else 0,
+                )
+            )
+            for i in range(MESSAGE_COUNT)
+        ]
+        assert all(r.status is PutStatus.PUT_OK for r in results)
+        decoded = [store.read_decoded(r.physical_offset) for r in results]
+    return [row_from_record(d.record, d.total_size) for d in decoded]
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["PYSPARK_PYTHON"] = sys.executable
+    env["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    return env
+
+
+def _commits(tables: Path, name: str) -> int:
+    return len(list((table_path(tables, name) / "_delta_log").glob("*.json")))
+
+
+def _kill_mid_batch(process: subprocess.Popen, tables: Path) -> tuple[int, int]:
+    """Wait until a batch has committed `messages` but not yet `consume_queue`, then SIGKILL."""
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"reput job exited early with {process.returncode}")
+        try:
+            ahead = _commits(tables, MESSAGES) - _commits(tables, CONSUME_QUEUE)
+            done = _commits(tables, CONSUME_QUEUE)
+        except FileNotFoundError:
+            ahead, done = 0, 0
+        if ahead > 0 and done >= 2:  # at least one whole batch before this one
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            return _commits(tables, MESSAGES), _commits(tables, CONSUME_QUEUE)
+        time.sleep(0.02)
+    os.killpg(process.pid, signal.SIGKILL)
+    raise AssertionError("the reput job never reached the middle of a batch")
+
+
+def test_sigkill_mid_batch_then_restart_leaves_exactly_one_row_per_message(
+    spark, tmp_path: Path
+) -> None:
+    store_dir, tables = tmp_path / "store", tmp_path / "tables"
+    rows = _fill_store(store_dir)
+    job = [str(REPO / "jobs" / "reput.py"), "--store", str(store_dir), "--tables", str(tables)]
+    log = (tmp_path / "submit.log").open("w")
+    submitted = subprocess.Popen(
+        [
+            str(VENV_BIN / "spark-submit"),
+            "--master",
+            "local[1]",
+            *job,
+            "--trigger",
+            "1s",
+            "--max-bytes-per-trigger",
+            "6000",
+        ],
+        env=_env(),
+        cwd=tmp_path,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    messages_commits, cq_commits = _kill_mid_batch(submitted, tables)
+    assert messages_commits > cq_commits, "killed between two batches, not inside one"
+
+    restarted = subprocess.run(
+        [sys.executable, *job, "--available-now"],
+        env=_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert restarted.returncode == 0, restarted.stderr[-3000:]
+
+    def table(name: str) -> list[tuple]:
+        return plain_rows(spark.read.format("delta").load(str(table_path(tables, name))).collect())
+
+    assert table(CONSUME_QUEUE) == plain_rows(expected_consume_queue(rows))
+    assert table(MESSAGE_INDEX) == plain_rows(expected_index(rows))
+    offsets = sorted(row[3] for row in table(MESSAGES))
+    assert offsets == sorted(row["physical_offset"] for row in rows)
+
+    # A new Python process (a fresh SparkSession and catalog) sees the tables through SQL.
+    script = (
+        "import json\n"
+        "from rmq_spark.spark.config import SparkConfig\n"
+        "from rmq_spark.spark.session import build_session\n"
+        "from rmq_spark.spark.tables import register_tables\n"
+        "spark = build_session(SparkConfig(master='local[1]', log_level='ERROR'))\n"
+        f"register_tables(spark, {str(tables)!r})\n"
+        "print(json.dumps({t: spark.sql(f'SELECT count(*) FROM rmq.{t}').first()[0]"
+        " for t in ('messages', 'message_index', 'consume_queue')}))\n"
+    )
+    fresh = subprocess.run(
+        [sys.executable, "-c", script],
+        env=_env(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=WAIT_S,
+    )
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    counts = json.loads(fresh.stdout.strip().splitlines()[-1])
+    assert counts == {
+        "messages": len(rows),
+        "message_index": len(expected_index(rows)),
+        "consume_queue": len(expected_consume_queue(rows)),
+    }
