@@ -1,0 +1,98 @@
+"""Fast checks of the reput/query command lines and config (no Spark): argument parsing, the
+[reput] config rules, and the message-id lookup, which reads the CommitLog directly."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from rmq_spark.cli import query_command, reput_command
+from rmq_spark.errors import ConfigError, OffsetOutOfRangeError
+from rmq_spark.spark.query import MessageNotFoundError, message_by_msg_id, record_at
+from rmq_spark.spark.reput_config import ReputConfig
+from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.message_store import MessageStore
+from rmq_spark.store.put import PutRequest
+
+
+def _parser(module) -> argparse.ArgumentParser:  # noqa: ANN001
+    parser = argparse.ArgumentParser()
+    module.register(parser.add_subparsers(dest="command"))
+    return parser
+
+
+@pytest.mark.parametrize(
+    ("text", "ms"), [("1s", 1000), ("500ms", 500), ("2m", 120_000), ("3", 3000), ("1h", 3_600_000)]
+)
+def test_trigger_intervals_parse_to_milliseconds(text: str, ms: int) -> None:
+    assert reput_command.parse_trigger_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["", "0s", "fast", "1.5s", "-1s"])
+def test_bad_trigger_intervals_are_refused_with_the_option_named(text: str) -> None:
+    with pytest.raises(ConfigError, match="--trigger"):
+        reput_command.parse_trigger_ms(text)
+
+
+def test_reput_options_override_the_config_section(tmp_path: Path) -> None:
+    args = _parser(reput_command).parse_args(
+        ["reput", "--store", "s", "--tables", str(tmp_path), "--trigger", "250ms"]
+    )
+    config = reput_command.reput_config(args, None)
+    assert (config.tables_dir, config.trigger_interval_ms, config.available_now) == (
+        tmp_path,
+        250,
+        False,
+    )
+    assert config.resolved_checkpoint_dir == tmp_path / "_checkpoints" / "reput"
+    args = _parser(reput_command).parse_args(["reput", "--store", "s", "--available-now"])
+    assert reput_command.reput_config(args, None).available_now
+
+
+def test_trigger_and_available_now_exclude_each_other() -> None:
+    with pytest.raises(SystemExit):
+        _parser(reput_command).parse_args(
+            ["reput", "--store", "s", "--trigger", "1s", "--available-now"]
+        )
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("database", "rmq; DROP"), ("trigger_interval_ms", 0), ("max_bytes_per_trigger", -1)],
+)
+def test_reput_config_names_the_bad_field(field: str, value: object) -> None:
+    with pytest.raises(ValueError, match=f"^{field}: "):
+        ReputConfig(**{field: value})
+
+
+def _store_with_messages(root: Path) -> list:
+    with MessageStore.open(StoreConfig(root_dir=root, segment_size_bytes=1024)) as store:
+        return [store.put(PutRequest("T", f"body {i}".encode(), keys=(f"k{i}",))) for i in range(8)]
+
+
+def test_query_by_msg_id_prints_the_record_read_from_the_commitlog(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    results = _store_with_messages(tmp_path / "store")
+    target = results[5]  # past a segment roll (1 KiB segments)
+    args = _parser(query_command).parse_args(
+        ["query", "--store", str(tmp_path / "store"), "--msg-id", target.msg_id]
+    )
+    assert query_command.run(args) == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["physical_offset"] == target.physical_offset
+    assert line["msg_id"] == target.msg_id
+    assert line["body"] == "body 5"
+    assert line["properties"]["KEYS"] == "k5"
+
+
+def test_msg_id_lookups_of_no_message_raise_typed_errors(tmp_path: Path) -> None:
+    results = _store_with_messages(tmp_path / "store")
+    with pytest.raises(MessageNotFoundError, match="no message starts at physical offset"):
+        record_at(tmp_path / "store", results[1].physical_offset + 4)
+    beyond = results[-1].msg_id[:-16] + f"{10**9:016X}"
+    with pytest.raises(OffsetOutOfRangeError):
+        message_by_msg_id(tmp_path / "store", beyond)
