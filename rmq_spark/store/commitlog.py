@@ -201,9 +201,10 @@ class CommitLog:
         OSError
             Creating the next segment or writing the BLANK failed (nothing was appended).
         """
-        last = self.last
-        if last is not None and last.fits(size_bytes):
-            return last
+        segments = self._segments
+        last = segments[-1] if segments else None
+        if last is not None and size_bytes + 8 <= last.size_bytes - last.write_position:
+            return last  # fits, leaving room for a BLANK record
         base = 0 if last is None else last.end_offset
         path = self.directory / segment_name(base)
         file = self._opener.create(path, self.segment_size_bytes, FileKind.SEGMENT)

@@ -67,6 +67,8 @@ __all__ = ["MessageStore"]
 _log = logging.getLogger(__name__)
 _OFFSETS = struct.Struct(">qq")  # QUEUEOFFSET @20 and PHYSICALOFFSET @28 are adjacent
 _I64 = struct.Struct(">q")
+_pack_offsets = _OFFSETS.pack_into
+_pack_i64 = _I64.pack_into
 _QUEUE_OFFSET_POSITION = 20
 _SIZE = struct.Struct(">i")
 
@@ -238,40 +240,44 @@ class MessageStore:
         bad message or a full disk)."""
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
-        prepared = prepare(request, self._ctx, self._clock.now_ms())
+        clock = self._clock
+        prepared = prepare(request, self._ctx, clock.now_ms())
         if type(prepared) is PutResult:
             return prepared
         assert isinstance(prepared, PreparedMessage)
         buf = prepared.buf
-        key = (prepared.topic, prepared.queue_id)
+        size = prepared.size
+        topic = prepared.topic
+        queue_id = prepared.queue_id
+        uniq_key = prepared.uniq_key
+        key = (topic, queue_id)
         with self._put_lock:
             if self._failure is not None or self._closed:
                 return self._unavailable()
-            if prepared.idempotent and prepared.uniq_key is not None:
-                entry = self._window.get(prepared.topic, prepared.uniq_key)
+            if prepared.idempotent and uniq_key is not None:
+                entry = self._window.get(topic, uniq_key)
                 if entry is not None:
                     return self._await(self._duplicate(prepared, entry))
             try:
-                segment = self._commitlog.segment_for_append(prepared.size)
+                segment = self._commitlog.segment_for_append(size)
             except OSError as err:
                 return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
             physical_offset = segment.base_offset + segment.write_position
-            queue_offset = self._queue_offsets.get(key, 0) if prepared.consumes_queue_offset else 0
-            now = self._clock.now_ms()
-            _OFFSETS.pack_into(buf, _QUEUE_OFFSET_POSITION, queue_offset, physical_offset)
-            _I64.pack_into(buf, prepared.timestamp_position, now)
+            consumes = prepared.consumes_queue_offset
+            queue_offset = self._queue_offsets.get(key, 0) if consumes else 0
+            now = clock.now_ms()
+            _pack_offsets(buf, _QUEUE_OFFSET_POSITION, queue_offset, physical_offset)
+            _pack_i64(buf, prepared.timestamp_position, now)
             try:
                 segment.append(buf)
             except OSError as err:
-                self._undo_failed_write(segment, prepared.size, err)
+                self._undo_failed_write(segment, size, err)
                 return _failed(PutStatus.UNKNOWN_ERROR, "writing the record", err)
-            if prepared.consumes_queue_offset:
+            if consumes:
                 self._queue_offsets[key] = queue_offset + 1
-            if prepared.uniq_key is not None:
+            if uniq_key is not None:
                 self._window.add(
-                    prepared.topic,
-                    prepared.uniq_key,
-                    WindowEntry(physical_offset, prepared.size, queue_offset, key[1], now),
+                    topic, uniq_key, (physical_offset, size, queue_offset, queue_id, now)
                 )
             self._last_record_offset = physical_offset
             self._last_store_ts = now
@@ -280,11 +286,11 @@ class MessageStore:
             physical_offset,
             queue_offset,
             self._msg_id_prefix + format(physical_offset, "016X"),
-            prepared.topic,
-            prepared.queue_id,
+            topic,
+            queue_id,
             now,
-            prepared.uniq_key,
-            prepared.size,
+            uniq_key,
+            size,
         )
         return self._await(result) if self._sync else result
 
@@ -402,7 +408,7 @@ class MessageStore:
                 window.add(
                     message.topic,
                     message.uniq_key,
-                    WindowEntry(physical_offset, message.size, queue_offset, message.queue_id, now),
+                    (physical_offset, message.size, queue_offset, message.queue_id, now),
                 )
         self._last_record_offset = base + position - writes[-1].size
         self._last_store_ts = now

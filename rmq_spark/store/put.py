@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import enum
 import re
+import struct
+import zlib
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -37,6 +39,8 @@ from rmq_spark.store.codec import (
 from rmq_spark.store.hashing import java_string_hash
 from rmq_spark.store.layout import (
     MAX_PROPERTIES_SIZE_BYTES,
+    MAX_TOPIC_LENGTH_V1,
+    MESSAGE_MAGIC_CODE_V1,
     RMQ_SYS_SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
@@ -69,6 +73,7 @@ __all__ = [
     "QueueOffsetTable",
     "WindowEntry",
     "check_topic",
+    "encode_ipv4_v1",
     "order_properties",
     "prepare",
     "rewrite_delay",
@@ -265,11 +270,13 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
     PROPERTIES_SIZE_EXCEEDED saying why the message cannot be stored.
     """
     topic = request.topic
-    reason = check_topic(topic)
+    reason = _topic_checks.get(topic) if type(topic) is str else None
+    if reason is None:
+        reason = check_topic(topic)
     if reason:
         return _illegal(reason)
     queue_id = request.queue_id
-    if not isinstance(queue_id, int) or queue_id < 0:
+    if type(queue_id) is not int or queue_id < 0:
         return _illegal(f"queue id must be >= 0, got {queue_id!r}")
     body = request.body
     if not isinstance(body, bytes | bytearray | memoryview):
@@ -286,8 +293,14 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
             return _illegal("raw_properties excludes properties, tags and keys")
         props_text = raw
         uniq_key = _find_uniq_key(raw)
+    elif not request.properties:
+        # The common case: only UNIQ_KEY, TAGS and KEYS; their order is known in advance.
+        uniq_key = ctx.new_uniq_key()  # type: ignore[operator]
+        props_text = _simple_properties(uniq_key, request.tags, request.keys)
+        if props_text is None:
+            return _illegal("TAGS and KEYS must not contain \\x01 or \\x02")
     else:
-        props = dict(request.properties) if request.properties else {}
+        props = dict(request.properties)
         if request.tags:
             props[TAGS] = request.tags
         if request.keys:
@@ -306,23 +319,22 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
             props_text = encode_properties({k: props[k] for k in order_properties(props)})
         except InvalidMessageError as err:
             return _illegal(str(err))
-    # A str of n characters has at most 4n UTF-8 bytes: encode only when it might be too long.
-    if len(props_text) * 4 > MAX_PROPERTIES_SIZE_BYTES:
-        props_size = len(props_text.encode("utf-8", "surrogatepass"))
-        if props_size > MAX_PROPERTIES_SIZE_BYTES:
-            return _illegal(
-                f"properties are {props_size} bytes; at most {MAX_PROPERTIES_SIZE_BYTES} allowed",
-                PutStatus.PROPERTIES_SIZE_EXCEEDED,
-            )
+    try:
+        props_data = props_text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        return _illegal(f"properties: not encodable as UTF-8: {err}")
+    if len(props_data) > MAX_PROPERTIES_SIZE_BYTES:
+        return _illegal(
+            f"properties are {len(props_data)} bytes; at most {MAX_PROPERTIES_SIZE_BYTES} allowed",
+            PutStatus.PROPERTIES_SIZE_EXCEEDED,
+        )
     born = request.born_timestamp_ms
-    record = MessageRecord(
+    buf = encode_ipv4_v1(
         topic,
         body,
-        props_text,
+        props_data,
         queue_id,
         request.flag,
-        0,
-        0,
         request.sys_flag,
         now_ms if born is None else born,
         request.born_host,
@@ -331,10 +343,27 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
         request.reconsume_times,
         request.prepared_transaction_offset,
     )
-    try:
-        buf = encode_record_mutable(record)
-    except InvalidMessageError as err:
-        return _illegal(str(err))
+    if buf is None:  # IPv6, a v2 topic or a field out of range: the codec's general path
+        record = MessageRecord(
+            topic,
+            body,
+            props_text,
+            queue_id,
+            request.flag,
+            0,
+            0,
+            request.sys_flag,
+            now_ms if born is None else born,
+            request.born_host,
+            now_ms,
+            ctx.store_host,
+            request.reconsume_times,
+            request.prepared_transaction_offset,
+        )
+        try:
+            buf = encode_record_mutable(record)
+        except InvalidMessageError as err:
+            return _illegal(str(err))
     if len(buf) > ctx.max_body_bytes + MAX_RECORD_OVERHEAD_BYTES:
         return _illegal(f"record is {len(buf)} bytes; too large for max_message_size_bytes")
     return PreparedMessage(
@@ -343,9 +372,112 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
         queue_id,
         consumes,
         uniq_key,
-        store_timestamp_position(buf[39]),  # the host bits are in SYSFLAG's low byte
+        _STORE_TS_POSITIONS[buf[39] & 0x10],  # BORNHOST_V6 sits in SYSFLAG's low byte
         request.idempotent,
     )
+
+
+# --- the common-case encoder ------------------------------------------------------------------
+
+_V1_IPV4_HEADER = struct.Struct(">iIiiiqqiq4siq4siiqi")  # spec 1.2 up to BODYLENGTH (88 bytes)
+_STORE_TS_POSITIONS = {0: store_timestamp_position(0), 0x10: store_timestamp_position(0x10)}
+_PROPS_SIZE = struct.Struct(">h")
+_topic_prefixes: dict[str, bytes] = {}
+_ipv4_hosts: dict[int, tuple[HostAddress, tuple[bytes, int] | None]] = {}
+_simple_orders: dict[tuple[bool, bool], tuple[str, ...]] = {}
+
+
+def _ipv4(host: HostAddress) -> tuple[bytes, int] | None:
+    # Keyed by id() (hashing a frozen dataclass is slow); the host itself is kept in the
+    # entry so that a recycled id never matches another object.
+    cached = _ipv4_hosts.get(id(host))
+    if cached is not None and cached[0] is host:
+        return cached[1]
+    packed = host.packed() if isinstance(host, HostAddress) else b""
+    entry = (packed, host.port) if len(packed) == 4 else None
+    if len(_ipv4_hosts) > 4096:
+        _ipv4_hosts.clear()
+    _ipv4_hosts[id(host)] = (host, entry)
+    return entry
+
+
+def encode_ipv4_v1(
+    topic: str,
+    body: bytes | bytearray | memoryview,
+    props_data: bytes,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_timestamp_ms: int,
+    born_host: HostAddress,
+    store_timestamp_ms: int,
+    store_host: HostAddress,
+    reconsume_times: int,
+    prepared_transaction_offset: int,
+) -> bytearray | None:
+    """Encode a record with IPv4 hosts and a v1 topic (<= 127 ASCII characters), QUEUEOFFSET
+    and PHYSICALOFFSET 0; ``None`` when the record needs the codec's general path.
+
+    The same bytes as ``codec.encode_record`` (a property test checks it), without building
+    a ``MessageRecord``: the put path's hot loop.
+    """
+    prefix = _topic_prefixes.get(topic)
+    if prefix is None:
+        if not topic.isascii() or not 0 < len(topic) <= MAX_TOPIC_LENGTH_V1:
+            return None
+        prefix = bytes((len(topic),)) + topic.encode("ascii")
+        if len(_topic_prefixes) > 4096:
+            _topic_prefixes.clear()
+        _topic_prefixes[topic] = prefix
+    born = _ipv4(born_host)
+    store = _ipv4(store_host)
+    if born is None or store is None:
+        return None
+    body_size = len(body)
+    try:
+        header = _V1_IPV4_HEADER.pack(
+            91 + body_size + len(prefix) - 1 + len(props_data),
+            MESSAGE_MAGIC_CODE_V1,
+            zlib.crc32(body) & 0x7FFFFFFF,
+            queue_id,
+            flag,
+            0,
+            0,
+            sys_flag & ~0x30,
+            born_timestamp_ms,
+            born[0],
+            born[1],
+            store_timestamp_ms,
+            store[0],
+            store[1],
+            reconsume_times,
+            prepared_transaction_offset,
+            body_size,
+        )
+    except struct.error:
+        return None  # the codec names the field that is out of range
+    return bytearray().join((header, body, prefix, _PROPS_SIZE.pack(len(props_data)), props_data))
+
+
+def _simple_properties(uniq_key: str, tags: str | None, keys: tuple[str, ...]) -> str | None:
+    """UNIQ_KEY, TAGS and KEYS in Java ``HashMap(128)`` order, or ``None`` if a value holds a
+    separator."""
+    values = {UNIQ_KEY: uniq_key}
+    if tags:
+        values[TAGS] = tags
+    if keys:
+        values[KEYS] = " ".join(keys)
+    shape = (bool(tags), bool(keys))
+    order = _simple_orders.get(shape)
+    if order is None:
+        order = _simple_orders[shape] = tuple(order_properties(values))
+    parts = []
+    for key in order:
+        value = values[key]
+        if "\x02" in value or not value:
+            return None
+        parts.append(f"{key}\x01{value}\x02")
+    return "".join(parts)
 
 
 def _find_uniq_key(props_text: str) -> str | None:
@@ -401,27 +533,32 @@ class WindowEntry(NamedTuple):
 
 
 class IdempotencyWindow:
-    """The last ``capacity`` (stored topic, UNIQ_KEY) pairs and where they were stored."""
+    """The last ``capacity`` (stored topic, UNIQ_KEY) pairs and where they were stored.
+
+    Entries are kept as plain tuples (cheaper on the put path) and handed out as
+    ``WindowEntry``.
+    """
 
     __slots__ = ("capacity", "_entries")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[tuple[str, str], WindowEntry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str], tuple[int, int, int, int, int]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def get(self, topic: str, uniq_key: str) -> WindowEntry | None:
-        return self._entries.get((topic, uniq_key))
+        entry = self._entries.get((topic, uniq_key))
+        return None if entry is None else WindowEntry._make(entry)
 
-    def add(self, topic: str, uniq_key: str, entry: WindowEntry) -> None:
-        if self.capacity <= 0:
-            return
+    def add(self, topic: str, uniq_key: str, entry: tuple[int, int, int, int, int]) -> None:
+        """Remember ``entry`` = (physical_offset, total_size, queue_offset, queue_id,
+        store_timestamp_ms) unless the key is already known (the first copy stays)."""
         entries = self._entries
         key = (topic, uniq_key)
-        if key in entries:
-            return  # the first copy stays the one duplicates point at
+        if key in entries or self.capacity <= 0:
+            return
         entries[key] = entry
         if len(entries) > self.capacity:
             entries.popitem(last=False)
@@ -429,5 +566,5 @@ class IdempotencyWindow:
     def start_offset(self, default: int) -> int:
         """Physical offset of the oldest record in the window (``default`` if empty)."""
         for entry in self._entries.values():
-            return entry.physical_offset
+            return entry[0]
         return default

@@ -58,7 +58,7 @@ from rmq_spark.store.layout import (
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
 )
-from rmq_spark.store.put import IdempotencyWindow, QueueOffsetTable, WindowEntry
+from rmq_spark.store.put import IdempotencyWindow, QueueOffsetTable
 from rmq_spark.store.reader import SegmentCursor
 
 __all__ = ["RecoveredState", "RecoveryReport", "recover"]
@@ -310,7 +310,7 @@ def recover(
                         window.add(
                             record.topic,
                             uniq,
-                            WindowEntry(
+                            (
                                 offset,
                                 outcome.total_size,
                                 record.queue_offset,

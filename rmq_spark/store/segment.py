@@ -73,8 +73,7 @@ class Segment:
         ``data`` in the file; the caller zeroes it (``discard_after_failed_write``).
         """
         position = self.write_position
-        assert self.fits(len(data)), "caller must roll first"
-        self.file.write(position, data)
+        self.file.write(position, data)  # the caller checked ``fits`` (CommitLog rolls)
         self.write_position = position + len(data)
         return position
 

@@ -270,8 +270,9 @@ def test_same_key_on_another_stored_topic_is_a_new_message(store) -> None:  # ty
 def test_window_forgets_the_oldest_key_past_its_capacity() -> None:
     window = IdempotencyWindow(2)
     for index in range(3):
-        window.add("T", f"K{index}", WindowEntry(index * 100, 100, index, 0, 0))
-    assert window.get("T", "K0") is None and window.get("T", "K2") is not None
+        window.add("T", f"K{index}", (index * 100, 100, index, 0, 0))
+    assert window.get("T", "K0") is None
+    assert window.get("T", "K2") == WindowEntry(200, 100, 2, 0, 0)
     assert window.start_offset(-1) == 100
     assert len(window) == 2
 

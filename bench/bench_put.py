@@ -1,0 +1,247 @@
+"""Benchmark: embedded ``MessageStore`` puts, with their baselines measured in the same run.
+
+Baselines: the disk's own sequential write rate (dd-like: 1 MiB ``os.write`` calls, one
+fsync at the end) and the pure-Python encode rate (``MessageRecord`` + ``codec.encode_record``
+for the same messages: the ceiling for any Python put path).
+
+Cases:
+* ASYNC, 100 B and 1 KiB bodies: single ``put`` and ``put_batch`` (batches of 256), for both
+  segment I/O modes (MMAP and PWRITE): msgs/s, MB/s of records, ratio to the encode ceiling
+  and to the disk rate.
+* SYNC group commit, 100 B bodies, 1/8/64 producer threads, each case bounded in time:
+  msgs/s, p50/p99 put latency, ratio to the ASYNC single-put rate of the same run.
+
+Columns "wall" are elapsed time; "cpu" rates divide by this process's CPU time, which is what
+the code costs when the machine is shared. Requests are built (and ``gc.freeze()``-d) before
+timing; results are discarded. Segments are 1 GiB, preallocated (fallocate) like RocketMQ's.
+
+Usage: python bench/bench_put.py [--messages N] [--sync-seconds S] [--dir DIR] [--quick]
+Default: 200 000 messages per ASYNC case, 4 s per SYNC case (about 2-3 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from rmq_spark.clock import SystemClock  # noqa: E402
+from rmq_spark.store.codec import encode_record  # noqa: E402
+from rmq_spark.store.config import FlushPolicy, IoMode, StoreConfig  # noqa: E402
+from rmq_spark.store.message import HostAddress, MessageRecord  # noqa: E402
+from rmq_spark.store.message_store import MessageStore  # noqa: E402
+from rmq_spark.store.msg_id import UniqKeyGenerator  # noqa: E402
+from rmq_spark.store.put import PutRequest  # noqa: E402
+
+BODY_SIZES = (100, 1024)
+BATCH_SIZE = 256
+THREAD_COUNTS = (1, 8, 64)
+TOPIC = "BenchTopic"
+MB = 1_000_000
+
+
+class Timer:
+    """Wall and CPU time of a block."""
+
+    def __enter__(self) -> Timer:
+        self.wall = time.perf_counter()
+        self.cpu = time.process_time()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.wall = time.perf_counter() - self.wall
+        self.cpu = time.process_time() - self.cpu
+
+
+def disk_write_rate(directory: Path, total_bytes: int) -> float:
+    """Sequential write MB/s: 1 MiB writes, then fsync (what dd with conv=fsync measures)."""
+    path = directory / "dd.bin"
+    chunk = os.urandom(1 << 20)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        start = time.perf_counter()
+        written = 0
+        while written < total_bytes:
+            written += os.write(fd, chunk)
+        os.fsync(fd)
+        elapsed = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        path.unlink()
+    return written / elapsed / MB
+
+
+def encode_rate(body_size: int, count: int) -> tuple[float, float, float]:
+    """(msgs/s wall, msgs/s cpu, record MB/s) of MessageRecord + codec.encode_record."""
+    body = b"x" * body_size
+    host = HostAddress("127.0.0.1", 10911)
+    keys = UniqKeyGenerator(SystemClock(), "127.0.0.1", os.getpid())
+    size = 0
+    with Timer() as timer:
+        for index in range(count):
+            record = MessageRecord(
+                TOPIC,
+                body,
+                f"UNIQ_KEY\x01{keys.next_key()}\x02",
+                index & 3,
+                0,
+                index,
+                index * 200,
+                0,
+                1_700_000_000_000,
+                host,
+                1_700_000_000_000,
+                host,
+            )
+            size += len(encode_record(record))
+    return count / timer.wall, count / timer.cpu, size / timer.wall / MB
+
+
+def _config(root: Path, policy: FlushPolicy, io_mode: IoMode) -> StoreConfig:
+    return StoreConfig(
+        root_dir=root,
+        flush_policy=policy,
+        io_mode=io_mode,
+        clean_resource_interval_ms=0,
+        idempotency_window_messages=100_000,
+    )
+
+
+def async_case(
+    root: Path, io_mode: IoMode, body_size: int, count: int, batch: bool
+) -> tuple[float, float, float]:
+    """(msgs/s wall, msgs/s cpu, MB/s) of ASYNC puts."""
+    shutil.rmtree(root, ignore_errors=True)
+    store = MessageStore.open(_config(root, FlushPolicy.ASYNC, io_mode))
+    try:
+        requests = [PutRequest(TOPIC, b"x" * body_size, queue_id=i & 3) for i in range(count)]
+        gc.collect()
+        gc.freeze()
+        start_offset = store.max_offset
+        with Timer() as timer:
+            if batch:
+                put_batch = store.put_batch
+                for index in range(0, count, BATCH_SIZE):
+                    put_batch(requests[index : index + BATCH_SIZE])
+            else:
+                put = store.put
+                for request in requests:
+                    put(request)
+        written = store.max_offset - start_offset
+        gc.unfreeze()
+    finally:
+        store.close()
+    return count / timer.wall, count / timer.cpu, written / timer.wall / MB
+
+
+def sync_case(root: Path, threads: int, seconds: float) -> tuple[float, float, float, int]:
+    """(msgs/s, p50 ms, p99 ms, fsyncs) of SYNC puts from ``threads`` producers."""
+    shutil.rmtree(root, ignore_errors=True)
+    store = MessageStore.open(_config(root, FlushPolicy.SYNC, IoMode.MMAP))
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+    stop = threading.Event()
+    failures = []
+
+    def producer(index: int) -> None:
+        request = PutRequest(TOPIC, b"x" * 100, queue_id=index & 3)
+        own = latencies[index]
+        clock = time.perf_counter
+        while not stop.is_set():
+            start = clock()
+            result = store.put(request)
+            own.append(clock() - start)
+            if not result.ok:
+                failures.append(result)
+                return
+
+    workers = [threading.Thread(target=producer, args=(i,)) for i in range(threads)]
+    try:
+        start = time.perf_counter()
+        for worker in workers:
+            worker.start()
+        time.sleep(seconds)
+        stop.set()
+        for worker in workers:
+            worker.join()
+        elapsed = time.perf_counter() - start
+        fsyncs = store._group.fsync_count  # noqa: SLF001 - bench introspection
+    finally:
+        store.close()
+    if failures:
+        raise SystemExit(f"SYNC put failed: {failures[0]}")
+    merged = sorted(value for own in latencies for value in own)
+    p50 = statistics.median(merged) * 1000
+    p99 = merged[min(len(merged) - 1, int(len(merged) * 0.99))] * 1000
+    return len(merged) / elapsed, p50, p99, fsyncs
+
+
+def _row(cells: list[str], widths: list[int]) -> str:
+    return "  ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=200_000, help="messages per ASYNC case")
+    parser.add_argument("--sync-seconds", type=float, default=4.0, help="seconds per SYNC case")
+    parser.add_argument("--disk-mb", type=int, default=512, help="MB written by the dd baseline")
+    parser.add_argument("--dir", type=Path, default=None, help="where to put the stores")
+    parser.add_argument("--quick", action="store_true", help="20 000 messages, 1 s SYNC cases")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.sync_seconds, args.disk_mb = 20_000, 1.0, 128
+    base = Path(tempfile.mkdtemp(prefix="bench-put-", dir=args.dir))
+    emit: Callable[[str], None] = print
+    try:
+        disk = disk_write_rate(base, args.disk_mb * MB)
+        emit(
+            f"# bench_put: {args.messages} msgs per ASYNC case, {args.sync_seconds:g} s per SYNC case"
+        )
+        emit(f"disk sequential write (1 MiB writes + fsync): {disk:,.0f} MB/s\n")
+        widths = [6, 14, 9, 11, 11, 8, 9, 9]
+        emit(
+            _row(
+                ["body", "case", "io", "msgs/s", "cpu msgs/s", "MB/s", "vs enc", "vs disk"], widths
+            )
+        )
+        async_single_100 = 0.0
+        for body_size in BODY_SIZES:
+            enc_wall, enc_cpu, enc_mb = encode_rate(body_size, args.messages)
+            emit(_row([str(body_size), "encode only", "-", f"{enc_wall:,.0f}", f"{enc_cpu:,.0f}",
+                       f"{enc_mb:,.0f}", "1.00", f"{enc_mb / disk:.2f}"], widths))  # fmt: skip
+            for io_mode in (IoMode.MMAP, IoMode.PWRITE):
+                for batch in (False, True):
+                    wall, cpu, mb = async_case(
+                        base / "async", io_mode, body_size, args.messages, batch
+                    )
+                    if body_size == 100 and io_mode is IoMode.MMAP and not batch:
+                        async_single_100 = wall
+                    case = f"put_batch({BATCH_SIZE})" if batch else "put"
+                    emit(_row([str(body_size), case, io_mode.name, f"{wall:,.0f}", f"{cpu:,.0f}",
+                               f"{mb:,.0f}", f"{wall / enc_wall:.2f}", f"{mb / disk:.2f}"],
+                              widths))  # fmt: skip
+        emit("")
+        emit("SYNC group commit, 100 B bodies, MMAP (ratio: vs ASYNC single put, 100 B, MMAP)")
+        widths = [9, 11, 9, 9, 9, 10]
+        emit(_row(["producers", "msgs/s", "p50 ms", "p99 ms", "fsyncs", "vs async"], widths))
+        for threads in THREAD_COUNTS:
+            rate, p50, p99, fsyncs = sync_case(base / "sync", threads, args.sync_seconds)
+            emit(_row([str(threads), f"{rate:,.0f}", f"{p50:.2f}", f"{p99:.2f}", str(fsyncs),
+                       f"{rate / async_single_100:.2f}"], widths))  # fmt: skip
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
