@@ -205,7 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         disk = disk_write_rate(base, args.disk_mb * MB)
         emit(
-            f"# bench_put: {args.messages} msgs per ASYNC case, {args.sync_seconds:g} s per SYNC case"
+            f"# bench_put: {args.messages} msgs per ASYNC case, "
+            f"{args.sync_seconds:g} s per SYNC case"
         )
         emit(f"disk sequential write (1 MiB writes + fsync): {disk:,.0f} MB/s\n")
         widths = [6, 14, 9, 11, 11, 8, 9, 9]
