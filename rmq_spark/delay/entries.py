@@ -251,7 +251,6 @@ class LogEntrySource:
 
     def _scan(self) -> None:
         start = max(self._cursor, self._reader.min_offset())
-        end = start
         for scanned in self._reader.scan(start, self._topics, with_body=False):
             record = scanned.record
             properties = parse_properties(record.properties)
@@ -273,8 +272,7 @@ class LogEntrySource:
                 due,
                 record.store_timestamp_ms,
             )
-            end = scanned.physical_offset + scanned.total_size
-        self._cursor = max(self._cursor, end)
+        self._cursor = max(self._cursor, self._reader.scan_end)
 
     def candidates(
         self,

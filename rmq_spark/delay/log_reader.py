@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import bisect
 import os
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +31,8 @@ from rmq_spark.store.message import MessageRecord
 __all__ = ["LogReader", "ScannedRecord"]
 
 _SCAN_CHUNK_BYTES = 4 * 1024 * 1024
+_READ_GAP_BYTES = 64 * 1024  # read across a gap this small rather than pread twice
+_READ_SPAN_BYTES = 4 * 1024 * 1024  # one read_many pread covers at most this much
 _HEADER_BYTES = 8
 
 
@@ -61,6 +63,7 @@ class LogReader:
         self._listing: list[tuple[int, int]] = []
         self._fds: dict[int, int] = {}
         self.scan_end = 0  # where the last ``scan`` stopped: the end of what was readable
+        self._names: dict[int, str] = {}
 
     def close(self) -> None:
         for fd in self._fds.values():
@@ -121,26 +124,82 @@ class LogReader:
         CorruptRecordError
             The bytes there are not a whole valid record.
         """
-        found = self._locate(physical_offset)
-        if found is None:
-            segments = self._listing
-            low = segments[0][0] if segments else 0
-            high = segments[-1][0] + segments[-1][1] if segments else 0
-            raise OffsetOutOfRangeError(physical_offset, low, high)
-        base, _size = found
-        position = physical_offset - base
-        data = self._pread(base, max(size_hint, _HEADER_BYTES), position)
-        if len(data) >= 4:
-            total = int.from_bytes(data[:4], "big", signed=True)
-            if total > len(data):
-                data = self._pread(base, total, position)
-        path = str(self.commitlog_dir / f"{base:020d}")
-        outcome = decode_record(memoryview(data), 0, path=path, check_crc=True)
-        if not isinstance(outcome, DecodedRecord):
-            raise CorruptRecordError(
-                path, position, f"no whole message record here ({type(outcome).__name__})"
-            )
-        return outcome.record
+        result = self.read_many([(physical_offset, size_hint)])[0]
+        if isinstance(result, OffsetOutOfRangeError):
+            raise result
+        return result
+
+    def read_many(
+        self, wanted: Sequence[tuple[int, int]]
+    ) -> list[MessageRecord | OffsetOutOfRangeError]:
+        """The records at ``(physical_offset, size_hint)`` positions, in the order asked.
+
+        Neighbouring records of one segment are read with one ``pread``. A position no
+        segment holds gives an ``OffsetOutOfRangeError`` *value* in its place.
+
+        Raises
+        ------
+        CorruptRecordError
+            The bytes at a position are not a whole valid record.
+        """
+        results: list[MessageRecord | OffsetOutOfRangeError | None] = [None] * len(wanted)
+        order = sorted(range(len(wanted)), key=lambda i: wanted[i][0])
+        group: list[int] = []
+        group_base = group_end = -1
+        for index in order:
+            offset, size = wanted[index]
+            found = self._locate(offset)
+            if found is None:
+                results[index] = self._out_of_range(offset)
+                continue
+            base = found[0]
+            size = max(size, _HEADER_BYTES)
+            if group and (
+                base != group_base
+                or offset > group_end + _READ_GAP_BYTES
+                or offset + size - wanted[group[0]][0] > _READ_SPAN_BYTES
+            ):
+                self._read_group(group, wanted, group_base, results)
+                group = []
+            if not group:
+                group_base = base
+            group.append(index)
+            group_end = max(group_end if len(group) > 1 else 0, offset + size)
+        if group:
+            self._read_group(group, wanted, group_base, results)
+        return results  # type: ignore[return-value]
+
+    def _read_group(
+        self,
+        group: list[int],
+        wanted: Sequence[tuple[int, int]],
+        base: int,
+        results: list[MessageRecord | OffsetOutOfRangeError | None],
+    ) -> None:
+        start = wanted[group[0]][0]
+        end = max(offset + max(size, _HEADER_BYTES) for offset, size in (wanted[i] for i in group))
+        data = memoryview(self._pread(base, end - start, start - base))
+        path = self._names.get(base) or self._names.setdefault(base, f"{base:020d}")
+        for index in group:
+            offset = wanted[index][0]
+            outcome = decode_record(data, offset - start, path=path, check_crc=True)
+            if isinstance(outcome, NeedMoreData):  # the size hint was short: read it alone
+                total = int.from_bytes(data[offset - start : offset - start + 4], "big")
+                alone = self._pread(base, max(total, _HEADER_BYTES), offset - base)
+                outcome = decode_record(memoryview(alone), 0, path=path, check_crc=True)
+            if not isinstance(outcome, DecodedRecord):
+                raise CorruptRecordError(
+                    path,
+                    offset - base,
+                    f"no whole message record here ({type(outcome).__name__})",
+                )
+            results[index] = outcome.record
+
+    def _out_of_range(self, physical_offset: int) -> OffsetOutOfRangeError:
+        segments = self._listing
+        low = segments[0][0] if segments else 0
+        high = segments[-1][0] + segments[-1][1] if segments else 0
+        return OffsetOutOfRangeError(physical_offset, low, high)
 
     def scan(
         self,

@@ -49,7 +49,7 @@ from rmq_spark.delay.schedule import (
     timer_due_ms,
 )
 from rmq_spark.delay.sink import PutOutcome, Sink, fallback_message_id
-from rmq_spark.errors import OffsetOutOfRangeError, StoreError
+from rmq_spark.errors import StoreError
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.properties import UNIQ_KEY, parse_properties
@@ -249,7 +249,7 @@ class Redeliverer:
     # --- delivering a batch ---------------------------------------------------------------
 
     def _deliver(self, batch: list[IntentEntry], now_ms: int, report: PassReport) -> bool:
-        items = [self._prepare(entry, now_ms) for entry in batch]
+        items = self._prepare(batch, now_ms)
         due = []
         for item in items:
             if item.due_ms <= now_ms:
@@ -269,7 +269,7 @@ class Redeliverer:
         """Finish the batch of a pending intent exactly once (see module docstring)."""
         intent = self.journal.intent
         assert intent is not None
-        items = [self._prepare(entry, intent.dequeue_ms) for entry in intent.entries]
+        items = self._prepare(list(intent.entries), intent.dequeue_ms)
         _apply_cancellations(items)
         restored = [i for i in items if isinstance(i.restored, MessageRecord)]
         topics = {i.restored.topic for i in restored if isinstance(i.restored, MessageRecord)}
@@ -364,11 +364,19 @@ class Redeliverer:
         )
         self._mirror_dirty = True
 
-    def _prepare(self, intent: IntentEntry, dequeue_ms: int) -> _Item:
+    def _prepare(self, batch: list[IntentEntry], dequeue_ms: int) -> list[_Item]:
+        """Read each entry's message and restore it (``Discard`` when it is gone)."""
+        records = self.reader.read_many(
+            [(item.entry.physical_offset, item.entry.total_size) for item in batch]
+        )
+        pairs = zip(batch, records, strict=True)
+        return [self._restore(item, record, dequeue_ms) for item, record in pairs]
+
+    def _restore(
+        self, intent: IntentEntry, record: MessageRecord | Exception, dequeue_ms: int
+    ) -> _Item:
         entry = intent.entry
-        try:
-            record = self.reader.read(entry.physical_offset, entry.total_size)
-        except OffsetOutOfRangeError:
+        if isinstance(record, Exception):
             gone = Discard("message no longer in the CommitLog (deleted by retention)")
             return _Item(intent, gone, entry.due_ms, "")
         topic = RMQ_SYS_SCHEDULE_TOPIC if intent.kind == LEVEL else RMQ_SYS_WHEEL_TIMER_TOPIC
@@ -382,15 +390,16 @@ class Redeliverer:
                 f"offset {entry.physical_offset}, which holds "
                 f"{record.topic}/{record.queue_id}@{record.queue_offset}"
             )
-        message_id = parse_properties(record.properties).get(UNIQ_KEY) or fallback_message_id(
-            entry.physical_offset
-        )
-        if intent.kind == LEVEL:
-            return _Item(intent, restore_delayed(record), entry.due_ms, message_id)
         properties = parse_properties(record.properties)
+        message_id = properties.get(UNIQ_KEY) or fallback_message_id(entry.physical_offset)
+        if intent.kind == LEVEL:
+            return _Item(intent, restore_delayed(record, properties), entry.due_ms, message_id)
         due_ms = max(entry.due_ms, timer_due_ms(properties, record.store_timestamp_ms))
         restored = restore_timer(
-            record, enqueue_ms=record.store_timestamp_ms, dequeue_ms=dequeue_ms
+            record,
+            enqueue_ms=record.store_timestamp_ms,
+            dequeue_ms=dequeue_ms,
+            properties=properties,
         )
         return _Item(intent, restored, due_ms, message_id)
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import math
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from rmq_spark.store.codec import body_crc
 from rmq_spark.store.layout import (
@@ -267,13 +267,17 @@ def plan_timer(
     return tuple(unique.values())
 
 
-def restore_delayed(record: MessageRecord) -> MessageRecord | Discard:
+def restore_delayed(
+    record: MessageRecord, properties: Mapping[str, str] | None = None
+) -> MessageRecord | Discard:
     """The record ``messageTimeup`` puts into the real topic for a delay-level message.
 
     Body, flag, sysflag, born time and host, store host and RECONSUMETIMES are copied; topic
     and queue id come from REAL_TOPIC/REAL_QID; PREPAREDTRANSACTIONOFFSET is 0. The properties
     *string* is kept verbatim (Java computes it before editing the map), so DELAY, REAL_TOPIC
     and REAL_QID stay on disk (spec 9.3). A half-topic message is discarded as RocketMQ does.
+
+    ``properties`` is ``parse_properties(record.properties)`` when the caller has it.
 
     Returns
     -------
@@ -282,7 +286,8 @@ def restore_delayed(record: MessageRecord) -> MessageRecord | Discard:
     Discard
         No or a bad REAL_TOPIC / REAL_QID, or the real topic is the transaction half topic.
     """
-    properties = parse_properties(record.properties)
+    if properties is None:
+        properties = parse_properties(record.properties)
     target = _real_target(properties)
     if isinstance(target, Discard):
         return target
@@ -291,7 +296,11 @@ def restore_delayed(record: MessageRecord) -> MessageRecord | Discard:
 
 
 def restore_timer(
-    record: MessageRecord, *, enqueue_ms: int, dequeue_ms: int
+    record: MessageRecord,
+    *,
+    enqueue_ms: int,
+    dequeue_ms: int,
+    properties: Mapping[str, str] | None = None,
 ) -> MessageRecord | Discard:
     """The record the 5.x timer store puts into the real topic when a timer message is due.
 
@@ -310,7 +319,8 @@ def restore_timer(
         When it is taken out for delivery (the pass's time; recorded in the intent so that a
         retried put after a crash builds the same bytes).
     """
-    properties = parse_properties(record.properties)
+    if properties is None:
+        properties = parse_properties(record.properties)
     if TIMER_DEL_UNIQKEY in properties:
         return Discard(DELETE_MARKER_PREFIX + properties[TIMER_DEL_UNIQKEY])
     target = _real_target(properties)
@@ -413,15 +423,23 @@ def _real_target(properties: Mapping[str, str]) -> tuple[str, int] | Discard:
 
 
 def _copy(record: MessageRecord, topic: str, queue_id: int, properties: str) -> MessageRecord:
-    return replace(
-        record,
-        topic=topic,
-        queue_id=queue_id,
-        properties=properties,
-        queue_offset=0,
-        physical_offset=0,
-        store_timestamp_ms=0,
-        prepared_transaction_offset=0,
+    # Positional construction: ~3x faster than dataclasses.replace on the hot path.
+    return MessageRecord(
+        topic,
+        record.body,
+        properties,
+        queue_id,
+        record.flag,
+        0,  # queue_offset: the store assigns it
+        0,  # physical_offset: the store assigns it
+        record.sys_flag,
+        record.born_timestamp_ms,
+        record.born_host,
+        0,  # store_timestamp_ms: the store stamps it
+        record.store_host,
+        record.reconsume_times,
+        0,  # prepared_transaction_offset
+        record.body_crc,
     )
 
 
