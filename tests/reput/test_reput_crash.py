@@ -134,7 +134,14 @@ def test_sigkill_mid_batch_then_restart_leaves_exactly_one_row_per_message(
         "spark = build_session(SparkConfig(master='local[1]', log_level='ERROR'))\n"
         f"register_tables(spark, {str(tables)!r})\n"
         "print(json.dumps({t: spark.sql(f'SELECT count(*) FROM rmq.{t}').first()[0]"
-        " for t in ('messages', 'message_index', 'consume_queue')}))\n"
+        " for t in ('messages', 'message_index', 'consume_queue')}), flush=True)\n"
+        "import argparse\n"
+        "from rmq_spark.cli import query_command\n"
+        "parser = argparse.ArgumentParser()\n"
+        "query_command.register(parser.add_subparsers())\n"
+        f"args = parser.parse_args(['query', '--tables', {str(tables)!r}, '--topic', 'topic-1',"
+        " '--key', 'order-7'])\n"
+        "query_command.run(args)\n"
     )
     fresh = subprocess.run(
         [sys.executable, "-c", script],
@@ -145,9 +152,14 @@ def test_sigkill_mid_batch_then_restart_leaves_exactly_one_row_per_message(
         timeout=WAIT_S,
     )
     assert fresh.returncode == 0, fresh.stderr[-3000:]
-    counts = json.loads(fresh.stdout.strip().splitlines()[-1])
+    counts_line, *found = fresh.stdout.strip().splitlines()[-2:]
+    counts = json.loads(counts_line)
     assert counts == {
         "messages": len(rows),
         "message_index": len(expected_index(rows)),
         "consume_queue": len(expected_consume_queue(rows)),
     }
+    # ... and `rmq-spark query --tables --topic --key` prints the message as a JSON line.
+    (hit,) = [json.loads(line) for line in found]
+    assert hit["physical_offset"] == rows[7]["physical_offset"]
+    assert hit["properties"]["KEYS"] == "order-7 user-0"
