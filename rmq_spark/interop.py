@@ -26,8 +26,10 @@ from rmq_spark.envcheck import check_java, repo_root
 from rmq_spark.errors import EnvironmentCheckError, RmqError
 
 __all__ = [
-    "HARNESS_MAIN_CLASS",
+    "ROCKETMQ_4",
+    "ROCKETMQ_5",
     "Harness",
+    "HarnessFlavor",
     "InteropError",
     "build_harness",
     "default_harness_dir",
@@ -36,7 +38,6 @@ __all__ = [
     "write_golden_vectors",
 ]
 
-HARNESS_MAIN_CLASS = "org.rmqspark.interop.Main"
 _CLASSPATH_FILE = "classpath.txt"
 _BUILD_TIMEOUT_S = 1800
 _RUN_TIMEOUT_S = 600
@@ -47,8 +48,38 @@ class InteropError(RmqError):
 
 
 def default_harness_dir() -> Path:
-    """``<repo>/interop/java``: the Maven project of the harness."""
+    """``<repo>/interop/java``: the Maven project of the harness (5.x; 4.x in ``rmq4/``)."""
     return repo_root() / "interop" / "java"
+
+
+@dataclass(frozen=True, slots=True)
+class HarnessFlavor:
+    """One RocketMQ version's harness: where its Maven project and build output live (relative
+    to the harness dir), its main class and the JVM options it needs."""
+
+    rocketmq_version: str
+    project: str
+    build: str
+    main_class: str
+    jvm_args: tuple[str, ...] = ()
+
+
+ROCKETMQ_5 = HarnessFlavor("5.3.3", ".", "target", "org.rmqspark.interop.Main")
+"""``encode``, ``write-store``, ``read-store``, ``version`` against RocketMQ 5.3.3."""
+
+ROCKETMQ_4 = HarnessFlavor(
+    "4.9.8",
+    "rmq4",
+    "target/rmq4",
+    "org.rmqspark.interop4.Main4",
+    # 4.x unmaps files through DirectByteBuffer internals, closed by default since Java 16.
+    (
+        "--add-opens=java.base/java.nio=ALL-UNNAMED",
+        "--add-opens=java.base/sun.nio.ch=ALL-UNNAMED",
+        "--add-opens=java.base/jdk.internal.ref=ALL-UNNAMED",
+    ),
+)
+"""``write-store``, ``read-store``, ``version`` against RocketMQ 4.9.8 (no ``encode``)."""
 
 
 def default_maven_repo() -> Path:
@@ -58,10 +89,12 @@ def default_maven_repo() -> Path:
 
 @dataclass(frozen=True, slots=True)
 class Harness:
-    """A built harness: ``java -cp <classpath> org.rmqspark.interop.Main <command> ...``."""
+    """A built harness: ``java <jvm_args> -cp <classpath> <main_class> <command> ...``."""
 
     java: str
     classpath: str
+    main_class: str = ROCKETMQ_5.main_class
+    jvm_args: tuple[str, ...] = ()
 
     def run(self, args: Sequence[str], stdin_lines: Iterable[str] = ()) -> list[dict[str, Any]]:
         """Run one subcommand; its stdout JSON lines, parsed.
@@ -71,7 +104,7 @@ class Harness:
         InteropError
             A non-zero exit (the message carries the tail of stderr) or a non-JSON line.
         """
-        command = [self.java, "-cp", self.classpath, HARNESS_MAIN_CLASS, *args]
+        command = [self.java, *self.jvm_args, "-cp", self.classpath, self.main_class, *args]
         text_in = "".join(line + "\n" for line in stdin_lines)
         try:
             done = subprocess.run(
@@ -119,18 +152,18 @@ class Harness:
         return self.run(["read-store", str(root_dir)])
 
 
-def _newest_source_mtime_ns(harness_dir: Path) -> int:
-    paths = [harness_dir / "pom.xml", *(harness_dir / "src").rglob("*")]
+def _newest_source_mtime_ns(project_dir: Path) -> int:
+    paths = [project_dir / "pom.xml", *(project_dir / "src").rglob("*")]
     return max(p.stat().st_mtime_ns for p in paths if p.is_file())
 
 
-def _is_up_to_date(harness_dir: Path) -> bool:
-    classpath_file = harness_dir / "target" / _CLASSPATH_FILE
-    classes = harness_dir / "target" / "classes" / "org" / "rmqspark" / "interop" / "Main.class"
-    if not classpath_file.is_file() or not classes.is_file():
+def _is_up_to_date(project_dir: Path, build_dir: Path, main_class: str) -> bool:
+    classpath_file = build_dir / _CLASSPATH_FILE
+    main = build_dir / "classes" / (main_class.replace(".", "/") + ".class")
+    if not classpath_file.is_file() or not main.is_file():
         return False
-    built = min(classpath_file.stat().st_mtime_ns, classes.stat().st_mtime_ns)
-    return built > _newest_source_mtime_ns(harness_dir)
+    built = min(classpath_file.stat().st_mtime_ns, main.stat().st_mtime_ns)
+    return built > _newest_source_mtime_ns(project_dir)
 
 
 def _maven(mvn: str, harness_dir: Path, maven_repo: Path, offline: bool) -> subprocess.Popen[str]:
@@ -154,18 +187,24 @@ def _run_maven(mvn: str, harness_dir: Path, maven_repo: Path, offline: bool) -> 
 
 
 def build_harness(
-    harness_dir: Path | None = None, maven_repo: Path | None = None, *, force: bool = False
+    flavor: HarnessFlavor = ROCKETMQ_5,
+    *,
+    harness_dir: Path | None = None,
+    maven_repo: Path | None = None,
+    force: bool = False,
 ) -> Harness:
-    """Build the harness if needed and return it.
+    """Build the harness of ``flavor`` if needed and return it.
 
     Parameters
     ----------
+    flavor
+        ``ROCKETMQ_5`` (5.3.3, the default) or ``ROCKETMQ_4`` (4.9.8).
     harness_dir
-        The Maven project; default ``<repo>/interop/java``.
+        The harness root; default ``<repo>/interop/java``.
     maven_repo
         Local Maven repository; default ``<repo>/.cache/m2``.
     force
-        Build even if ``target/`` is newer than every source file.
+        Build even if the build output is newer than every source file.
 
     Raises
     ------
@@ -176,8 +215,10 @@ def build_harness(
     """
     harness_dir = harness_dir or default_harness_dir()
     maven_repo = maven_repo or default_maven_repo()
+    project_dir = harness_dir / flavor.project
+    build_dir = harness_dir / flavor.build
     java = check_java().executable
-    if force or not _is_up_to_date(harness_dir):
+    if force or not _is_up_to_date(project_dir, build_dir, flavor.main_class):
         mvn = shutil.which("mvn")
         if mvn is None:
             raise EnvironmentCheckError(
@@ -186,13 +227,13 @@ def build_harness(
             )
         maven_repo.mkdir(parents=True, exist_ok=True)
         # Offline first: after the first resolve everything is in maven_repo.
-        returncode, output = _run_maven(mvn, harness_dir, maven_repo, offline=True)
+        returncode, output = _run_maven(mvn, project_dir, maven_repo, offline=True)
         if returncode != 0:
-            returncode, output = _run_maven(mvn, harness_dir, maven_repo, offline=False)
+            returncode, output = _run_maven(mvn, project_dir, maven_repo, offline=False)
         if returncode != 0:
-            raise InteropError(f"mvn compile failed in {harness_dir}:\n{output[-6000:]}")
-    classpath = (harness_dir / "target" / _CLASSPATH_FILE).read_text().strip()
-    return Harness(java, f"{harness_dir / 'target' / 'classes'}:{classpath}")
+            raise InteropError(f"mvn compile failed in {project_dir}:\n{output[-6000:]}")
+    classpath = (build_dir / _CLASSPATH_FILE).read_text().strip()
+    return Harness(java, f"{build_dir / 'classes'}:{classpath}", flavor.main_class, flavor.jvm_args)
 
 
 GOLDEN_CASES_FILE = "cases.json"

@@ -1,9 +1,10 @@
-"""Fixtures of the RocketMQ interop tests: the Java harness, built once per session.
+"""Fixtures of the RocketMQ interop tests: the Java harnesses, built once per session.
 
-The harness runs Apache RocketMQ 5.3.3's own store code (see ``rmq_spark/interop.py`` and
-``interop/java``). Its first build downloads RocketMQ from Maven's default central repository
-into ``.cache/m2``; later runs are offline. A missing ``java`` or ``mvn`` fails the tests with
-a readable message instead of skipping them: these tests are the proof of compatibility.
+``harness`` runs Apache RocketMQ 5.3.3's own store code, ``harness4`` RocketMQ 4.9.8's (see
+``rmq_spark/interop.py`` and ``interop/java``). The first build downloads RocketMQ from Maven's
+default central repository into ``.cache/m2``; later runs are offline. A missing ``java`` or
+``mvn`` fails the tests with a readable message instead of skipping them: these tests are the
+proof of compatibility.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pytest
 from rmq_java import JAVA_STORE_MESSAGE_COUNT, JAVA_STORE_SEGMENT_SIZE_BYTES
 
 from rmq_spark.errors import EnvironmentCheckError
-from rmq_spark.interop import Harness, build_harness
+from rmq_spark.interop import ROCKETMQ_4, Harness, build_harness
 
 
 @pytest.fixture(scope="session")
@@ -24,6 +25,15 @@ def harness() -> Harness:
         return build_harness()
     except EnvironmentCheckError as err:
         pytest.fail(f"the RocketMQ interop harness cannot be built: {err}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def harness4() -> Harness:
+    """The RocketMQ 4.9.8 harness (write-store / read-store only)."""
+    try:
+        return build_harness(ROCKETMQ_4)
+    except EnvironmentCheckError as err:
+        pytest.fail(f"the RocketMQ 4.9.8 interop harness cannot be built: {err}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

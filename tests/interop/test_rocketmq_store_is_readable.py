@@ -5,14 +5,14 @@ ConsumeQueue files with our CQ unit codec, and RocketMQ's own reader agrees with
 from __future__ import annotations
 
 import shutil
-from pathlib import Path
 from typing import Any
 
 import pytest
-from rmq_java import JAVA_STORE_MESSAGE_COUNT, JAVA_STORE_SEGMENT_SIZE_BYTES, unb64
+from rmq_java import JAVA_STORE_MESSAGE_COUNT, JAVA_STORE_SEGMENT_SIZE_BYTES
+from store_checks import check_we_read_what_rocketmq_put, walk_commitlog
 
 from rmq_spark.interop import Harness
-from rmq_spark.store.codec import BlankPadding, DecodedRecord, Unwritten, decode_record
+from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.consume_queue import decode_cq_unit
 from rmq_spark.store.delay_levels import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
@@ -23,47 +23,10 @@ from rmq_spark.store.hashing import tags_code
 from rmq_spark.store.layout import (
     CQ_UNIT_SIZE_BYTES,
     RMQ_SYS_SCHEDULE_TOPIC,
-    is_segment_name,
-    parse_segment_name,
 )
-from rmq_spark.store.message import HostAddress
-from rmq_spark.store.msg_id import offset_msg_id
 from rmq_spark.store.properties import delay_level_of, parse_properties, tags_of
 
 pytestmark = pytest.mark.slow
-
-
-def walk_commitlog(commitlog_dir: Path) -> tuple[list[DecodedRecord], int, list[str]]:
-    """Every record of every segment, in order, the data end offset, and how files ended.
-
-    A BLANK record sends us to the next file; zero bytes (``Unwritten``) end the data.
-    """
-    names = sorted(p.name for p in commitlog_dir.iterdir() if is_segment_name(p.name))
-    records: list[DecodedRecord] = []
-    endings: list[str] = []
-    data_end = 0
-    for name in names:
-        base = parse_segment_name(name)
-        buf = (commitlog_dir / name).read_bytes()
-        position = 0
-        while True:
-            outcome = decode_record(buf, position, path=name)
-            if isinstance(outcome, DecodedRecord):
-                records.append(outcome)
-                position = outcome.next_position
-                data_end = base + position
-                continue
-            if isinstance(outcome, BlankPadding):
-                assert position + outcome.remaining_bytes == len(buf), name
-                endings.append("blank")
-            elif isinstance(outcome, Unwritten):
-                endings.append("unwritten")
-            else:
-                endings.append(type(outcome).__name__)
-            break
-        if endings[-1] != "blank":
-            break
-    return records, data_end, endings
 
 
 @pytest.fixture(scope="module")
@@ -74,35 +37,8 @@ def walked(java_store: dict[str, Any]) -> tuple[list[DecodedRecord], int, list[s
 def test_every_message_rocketmq_stored_decodes_at_its_offset(
     java_store: dict[str, Any], walked: tuple[list[DecodedRecord], int, list[str]]
 ) -> None:
-    puts = java_store["puts"]
-    assert len(puts) == JAVA_STORE_MESSAGE_COUNT
-    assert all(p["status"] == "PUT_OK" for p in puts)
-    records, _, _ = walked
-    assert len(records) == len(puts)
-    for outcome, put in zip(records, puts, strict=True):
-        record = outcome.record
-        label = f"put #{put['index']} at {put['physicalOffset']}"
-        assert outcome.total_size == put["size"], label
-        assert outcome.magic_version == put["magicVersion"], label
-        assert record.physical_offset == put["physicalOffset"], label
-        assert record.topic == put["topic"], label
-        assert record.queue_id == put["queueId"], label
-        assert record.queue_offset == put["queueOffset"] or (
-            put["sysFlag"] & 0xC == 0x4 and record.queue_offset == 0
-        ), label
-        assert record.flag == put["flag"], label
-        assert record.sys_flag == put["sysFlag"], label
-        assert record.born_timestamp_ms == put["bornTimestamp"], label
-        assert record.born_host == HostAddress.parse(put["bornHost"]), label
-        assert record.store_timestamp_ms == put["storeTimestamp"], label
-        assert record.store_host == HostAddress.parse(put["storeHost"]), label
-        assert record.reconsume_times == put["reconsumeTimes"], label
-        assert record.prepared_transaction_offset == put["preparedTransactionOffset"], label
-        assert record.body == unb64(put["body"]), label
-        assert record.body_crc == put["bodyCrc"], label
-        assert record.properties == put["propertiesString"], label
-        assert offset_msg_id(record.store_host, record.physical_offset) == put["msgId"], label
-        assert tags_code(tags_of(parse_properties(record.properties))) == put["tagsCode"], label
+    assert len(java_store["puts"]) == JAVA_STORE_MESSAGE_COUNT
+    check_we_read_what_rocketmq_put(walked[0], java_store["puts"])
 
 
 def test_the_store_covers_v2_ipv6_delay_and_transaction_records(

@@ -32,6 +32,10 @@ public final class Main {
         int rc;
         try {
             rc = run(args, out);
+        } catch (Throwable e) {
+            // Exit even so: RocketMQ's non-daemon threads would keep the JVM alive.
+            e.printStackTrace();
+            rc = 1;
         } finally {
             out.flush();
         }
