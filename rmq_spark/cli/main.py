@@ -17,11 +17,13 @@ __all__ = ["build_parser", "main"]
 
 # Subcommand modules, in the order --help lists them.
 _COMMAND_MODULES = (
+    "rmq_spark.cli.store_commands",
     "rmq_spark.cli.doctor",
     "rmq_spark.cli.config_command",
     "rmq_spark.cli.demo",
     "rmq_spark.cli.broker_command",
     "rmq_spark.cli.reput_command",
+    "rmq_spark.cli.query_command",
     "rmq_spark.cli.schedule_command",
 )
 
