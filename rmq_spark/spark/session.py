@@ -60,6 +60,8 @@ def build_session(
     master: str | None = None,
     app_name: str | None = None,
     extra_conf: Mapping[str, str] | None = None,
+    tables_dir: str | Path | None = None,
+    database: str = "rmq",
 ) -> SparkSession:
     """Build (or get) the project's SparkSession.
 
@@ -71,6 +73,10 @@ def build_session(
         Override the config (e.g. ``spark://host:7077`` for a real cluster).
     extra_conf
         More Spark settings, applied last.
+    tables_dir, database
+        When given, the reput tables under ``tables_dir`` are registered as
+        ``<database>.consume_queue`` / ``.message_index`` / ``.messages`` (created empty if
+        missing), so SQL sees them in this fresh session.
 
     Returns
     -------
@@ -96,6 +102,10 @@ def build_session(
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel(config.log_level.upper())
     _register_sources(spark)
+    if tables_dir is not None:
+        from rmq_spark.spark.tables import register_tables
+
+        register_tables(spark, tables_dir, database)
     return spark
 
 
