@@ -19,7 +19,10 @@ Does not own deciding what is due (``schedule.py``) or reading message bodies
 from __future__ import annotations
 
 import dataclasses
+import heapq
+import itertools
 import logging
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,8 +239,11 @@ class LogEntrySource:
             if timer_enabled
             else (RMQ_SYS_SCHEDULE_TOPIC,)
         )
-        self._levels_seen: dict[int, dict[int, DueEntry]] = {}
-        self._timer_seen: dict[int, DueEntry] = {}
+        # Pending units by queue offset, in log order (= queue order within a queue), so that
+        # delivered ones are dropped from the front in O(1).
+        self._levels_seen: dict[int, OrderedDict[int, DueEntry]] = {}
+        self._timer_seen: OrderedDict[int, DueEntry] = OrderedDict()
+        self._timer_heap: list[tuple[int, int]] = []  # (due_ms, queue_offset) of pending
 
     def start_at(self, scan_from: int) -> None:
         """Start the first scan at ``scan_from`` (before the first call only)."""
@@ -260,10 +266,11 @@ class LogEntrySource:
                 except ValueError:
                     level = 0
                 due = delivery_time_ms(record.store_timestamp_ms, level, self._levels)
-                target = self._levels_seen.setdefault(record.queue_id, {})
+                target = self._levels_seen.setdefault(record.queue_id, OrderedDict())
             else:
                 due = timer_due_ms(properties, record.store_timestamp_ms)
                 target = self._timer_seen
+                heapq.heappush(self._timer_heap, (due, record.queue_offset))
             target[record.queue_offset] = DueEntry(
                 record.queue_id,
                 record.queue_offset,
@@ -285,26 +292,43 @@ class LogEntrySource:
         result = Candidates()
         for queue_id, seen in self._levels_seen.items():
             queue = levels.get(queue_id, QueueProgress())
-            for offset in [q for q in seen if queue.is_done(q)]:
-                del seen[offset]  # delivered: forget it
-            result.levels[queue_id] = sorted(seen.values(), key=lambda e: e.queue_offset)[
-                : limit + 1
-            ]
+            _drop_done_front(seen, queue)
+            chosen = result.levels[queue_id] = []
+            for offset, entry in seen.items():
+                if not queue.is_done(offset):
+                    chosen.append(entry)
+                    if len(chosen) > limit:
+                        break
         if timer is not None:
-            for offset in [q for q in self._timer_seen if timer.is_done(q)]:
-                del self._timer_seen[offset]
-            due = []
-            for entry in self._timer_seen.values():
-                if entry.due_ms <= now_ms:
-                    due.append(entry)
-                elif result.timer_next_due_ms is None or entry.due_ms < result.timer_next_due_ms:
-                    result.timer_next_due_ms = entry.due_ms
-            due.sort(key=lambda e: (e.due_ms, e.queue_offset))
-            result.timer = due[:limit]
+            _drop_done_front(self._timer_seen, timer)
+            heap, seen_timer = self._timer_heap, self._timer_seen
+            while heap and (heap[0][1] not in seen_timer or timer.is_done(heap[0][1])):
+                seen_timer.pop(heapq.heappop(heap)[1], None)
+            while heap and heap[0][0] <= now_ms and len(result.timer) < limit:
+                _due, offset = heapq.heappop(heap)
+                if offset in seen_timer and not timer.is_done(offset):
+                    result.timer.append(seen_timer[offset])
+            for entry in result.timer:  # still pending until delivered
+                heapq.heappush(heap, (entry.due_ms, entry.queue_offset))
+            upcoming = [due for due, _ in heapq.nsmallest(1, heap) if due > now_ms]
+            result.timer_next_due_ms = upcoming[0] if upcoming else None
         return result
 
-    def restart_offset(self) -> int:
+    def restart_offset(self, levels: Mapping[int, QueueProgress], timer: QueueProgress) -> int:
         """A scan start that finds every entry still pending (for ``Journal.log_scan_from``)."""
-        pending = [e.physical_offset for seen in self._levels_seen.values() for e in seen.values()]
-        pending.extend(e.physical_offset for e in self._timer_seen.values())
-        return min([*pending, self._cursor])
+        firsts = [self._cursor]
+        for queue_id, seen in self._levels_seen.items():
+            _drop_done_front(seen, levels.get(queue_id, QueueProgress()))
+            firsts.extend(entry.physical_offset for entry in itertools.islice(seen.values(), 1))
+        _drop_done_front(self._timer_seen, timer)
+        firsts.extend(e.physical_offset for e in itertools.islice(self._timer_seen.values(), 1))
+        return min(firsts)
+
+
+def _drop_done_front(seen: OrderedDict[int, DueEntry], progress: QueueProgress) -> None:
+    """Forget delivered units at the front (later ones go when the low water mark passes)."""
+    while seen:
+        offset = next(iter(seen))
+        if not progress.is_done(offset):
+            return
+        seen.popitem(last=False)

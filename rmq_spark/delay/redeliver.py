@@ -358,7 +358,7 @@ class Redeliverer:
             levels[level] = levels.get(level, QueueProgress()).mark(offsets)
         scan_from = self.journal.log_scan_from
         if isinstance(self.source, LogEntrySource):
-            scan_from = self.source.restart_offset()
+            scan_from = self.source.restart_offset(levels_by_queue(levels), timer)
         self._save(
             Journal(levels, timer, None, scan_from, self.journal.passes + 1),
         )
@@ -412,6 +412,11 @@ class Redeliverer:
         self.files.save_delay_offsets(offsets, now_ms)
         self._mirror_written_ms = now_ms
         self._mirror_dirty = False
+
+
+def levels_by_queue(levels: dict[int, QueueProgress]) -> dict[int, QueueProgress]:
+    """Level progress keyed by schedule queue id (level - 1)."""
+    return {level - 1: progress for level, progress in levels.items()}
 
 
 def _earliest(report: PassReport, due_ms: int | None) -> None:

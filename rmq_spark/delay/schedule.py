@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import bisect
 import math
+import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rmq_spark.store.codec import body_crc
 from rmq_spark.store.layout import (
@@ -73,6 +74,8 @@ TIMER_QUEUE_ID = 0
 """``rmq_sys_wheel_timer`` has a single queue (spec 9.6)."""
 
 SCHEDULE_TOPICS = (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC)
+
+_JAVA_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 # Java HashMap(128): 5.x string2messageProperties builds the map the timer store edits.
 _JAVA_5X_PROPERTY_MAP_CAPACITY = 128
@@ -193,19 +196,23 @@ class QueueProgress:
 
     low_water: int = 0
     done_ranges: tuple[tuple[int, int], ...] = ()
+    _starts: tuple[int, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_starts", tuple(start for start, _ in self.done_ranges))
 
     def is_done(self, queue_offset: int) -> bool:
         if queue_offset < self.low_water:
             return True
-        starts = [start for start, _ in self.done_ranges]
-        index = bisect.bisect_right(starts, queue_offset) - 1
+        if not self._starts:
+            return False
+        index = bisect.bisect_right(self._starts, queue_offset) - 1
         return index >= 0 and queue_offset < self.done_ranges[index][1]
 
     def next_not_done(self, queue_offset: int) -> int:
         """The smallest offset ``>= queue_offset`` that is not done."""
         queue_offset = max(queue_offset, self.low_water)
-        starts = [start for start, _ in self.done_ranges]
-        index = bisect.bisect_right(starts, queue_offset) - 1
+        index = bisect.bisect_right(self._starts, queue_offset) - 1
         if index >= 0 and queue_offset < self.done_ranges[index][1]:
             return self.done_ranges[index][1]
         return queue_offset
@@ -444,9 +451,7 @@ def _copy(record: MessageRecord, topic: str, queue_id: int, properties: str) -> 
 
 
 def _as_int(text: str | None) -> int | None:
-    if text is None:
-        return None
-    text = text.strip()
-    if not text or not (text.isdigit() or (text[0] in "+-" and text[1:].isdigit())):
+    """A decimal int as Java's ``Long.parseLong`` reads it (sign allowed), else ``None``."""
+    if text is None or not _JAVA_INT.fullmatch(text):
         return None
     return int(text)

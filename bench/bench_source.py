@@ -1,0 +1,293 @@
+"""Benchmark of the ``rocketmq`` Spark source against Spark's native Parquet reader.
+
+Writes a store of N messages (100-byte bodies, 4 queues, 5 tags, KEYS and UNIQ_KEY set) with a
+vectorised synthetic writer (valid records: the source checks magic, offsets, lengths and
+BODYCRC of every one), then measures in the same run:
+
+* decode: ``columnar.read_slice`` over every segment in this process, one core (rows/s, MB/s);
+* batch: ``count()`` and a ``noop`` write through Spark, rocketmq vs Parquet holding the same
+  messages (written from the source once), as seconds and as a ratio Parquet/rocketmq;
+* streaming: rows/s of an ``availableNow`` query into a ``noop`` sink;
+* latency: append-to-visible p50/p99 with a 0-second processing-time trigger: a writer thread
+  appends a message every few ms (store timestamp = append time), a ``foreachBatch`` sink
+  records when each row arrives.
+
+Usage::
+
+    python bench/bench_source.py                 # N = 1,000,000 (about 2 minutes)
+    python bench/bench_source.py --messages 10000000 --segment-mib 1024
+    python bench/bench_source.py --skip-latency --keep /tmp/store   # reuse a store
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import struct
+import sys
+import tempfile
+import threading
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from rmq_spark.spark.columnar import DecodeSettings, read_slice  # noqa: E402
+from rmq_spark.spark.offsets import SegmentSlice  # noqa: E402
+from rmq_spark.spark.segments import MappedSegment, StoreView  # noqa: E402
+from rmq_spark.store.codec import encode_blank, encode_record  # noqa: E402
+from rmq_spark.store.layout import segment_name  # noqa: E402
+from rmq_spark.store.message import HostAddress, MessageRecord  # noqa: E402
+from rmq_spark.store.properties import encode_properties  # noqa: E402
+
+BODY_BYTES = 100
+BASE_TS_MS = 1_700_000_000_000
+
+
+# --- synthetic store -----------------------------------------------------------------------------
+
+
+def _template() -> tuple[bytes, dict[str, int]]:
+    """One encoded record and the byte positions of the fields patched per message."""
+    props = encode_properties(
+        {"TAGS": "tag@", "KEYS": "key-##########", "UNIQ_KEY": "%" * 32, "WAIT": "true"}
+    )
+    record = MessageRecord(
+        topic="BenchTopic",
+        body=b"\xee" * BODY_BYTES,
+        properties=props,
+        born_host=HostAddress("192.168.7.7", 40000),
+        store_host=HostAddress("10.0.0.1", 10911),
+    )
+    data = encode_record(record)
+    marks = {
+        "tag": data.index(b"tag@") + 3,
+        "key": data.index(b"##########"),
+        "uniq": data.index(b"%" * 32),
+        "body": data.index(b"\xee" * BODY_BYTES),
+    }
+    return data, marks
+
+
+def _digits(values: np.ndarray, width: int, alphabet: bytes = b"0123456789") -> np.ndarray:
+    """``(n, width)`` ASCII digits of ``values`` in base ``len(alphabet)``, zero-padded."""
+    base = len(alphabet)
+    table = np.frombuffer(alphabet, dtype=np.uint8)
+    out = np.empty((len(values), width), dtype=np.uint8)
+    rest = values.astype(np.int64).copy()
+    for column in range(width - 1, -1, -1):
+        out[:, column] = table[rest % base]
+        rest //= base
+    return out
+
+
+def write_store(store_dir: Path, count: int, segment_bytes: int, seed: int = 7) -> int:
+    """Write ``count`` messages into a RocketMQ-layout store; returns the end offset."""
+    template, marks = _template()
+    size = len(template)
+    per_segment = (segment_bytes - 8) // size
+    commitlog = store_dir / "commitlog"
+    commitlog.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    row_template = np.frombuffer(template, dtype=np.uint8)
+    written, base, end = 0, 0, 0
+    while written < count:
+        n = min(per_segment, count - written)
+        index = np.arange(written, written + n, dtype=np.int64)
+        rows = np.tile(row_template, (n, 1))
+        positions = np.arange(n, dtype=np.int64) * size
+        rows[:, 12:16] = (index % 4).astype(">i4").view(np.uint8).reshape(n, 4)
+        rows[:, 20:28] = (index // 4).astype(">i8").view(np.uint8).reshape(n, 8)
+        rows[:, 28:36] = (base + positions).astype(">i8").view(np.uint8).reshape(n, 8)
+        rows[:, 40:48] = (BASE_TS_MS + index).astype(">i8").view(np.uint8).reshape(n, 8)
+        rows[:, 56:64] = (BASE_TS_MS + index).astype(">i8").view(np.uint8).reshape(n, 8)
+        body = marks["body"]
+        rows[:, body : body + BODY_BYTES] = rng.integers(0, 256, (n, BODY_BYTES), dtype=np.uint8)
+        crc = np.fromiter(
+            (zlib.crc32(r) & 0x7FFFFFFF for r in rows[:, body : body + BODY_BYTES]),
+            dtype=np.int64,
+            count=n,
+        )
+        rows[:, 8:12] = crc.astype(">i4").view(np.uint8).reshape(n, 4)
+        rows[:, marks["tag"]] = np.frombuffer(b"01234", np.uint8)[index % 5]
+        rows[:, marks["key"] : marks["key"] + 10] = _digits(index, 10)
+        rows[:, marks["uniq"] : marks["uniq"] + 32] = _digits(index, 32, b"0123456789ABCDEF")
+        path = commitlog / segment_name(base)
+        with open(path, "wb") as f:
+            f.write(rows.tobytes())
+            f.write(encode_blank(segment_bytes - n * size))
+            f.truncate(segment_bytes)
+        written += n
+        end = base + n * size
+        base += segment_bytes
+    checkpoint = bytearray(4096)
+    struct.pack_into(">q", checkpoint, 32, end)
+    (store_dir / "checkpoint").write_bytes(bytes(checkpoint))
+    return end
+
+
+# --- measurements --------------------------------------------------------------------------------
+
+
+def bench_decode(store_dir: Path) -> tuple[int, float, int]:
+    """Decode every record in this process: (rows, seconds, bytes)."""
+    view = StoreView.open(store_dir)
+    rows, started, total = 0, time.perf_counter(), 0
+    for span in view.spans:
+        with MappedSegment(view.segment_path(span.base_offset)) as mapped:
+            piece = SegmentSlice(span.base_offset, 0, mapped.size_bytes, mapped.size_bytes)
+            for batch in read_slice(mapped.buffer, mapped.size_bytes, piece, DecodeSettings()):
+                rows += batch.num_rows
+                total += batch.nbytes
+    return rows, time.perf_counter() - started, total
+
+
+def _timed(action) -> float:  # noqa: ANN001
+    started = time.perf_counter()
+    action()
+    return time.perf_counter() - started
+
+
+def bench_batch(spark, store_dir: Path, parquet_dir: Path, repeat: int) -> dict[str, float]:  # noqa: ANN001
+    source = spark.read.format("rocketmq").load(str(store_dir))
+    if not parquet_dir.exists():
+        source.write.parquet(str(parquet_dir))
+    parquet = spark.read.parquet(str(parquet_dir))
+    results: dict[str, float] = {}
+    for name, df in (("rocketmq", source), ("parquet", parquet)):
+        df.count()  # warm up: workers, file cache
+        results[f"{name}_count"] = min(_timed(df.count) for _ in range(repeat))
+        results[f"{name}_noop"] = min(
+            _timed(lambda d=df: d.write.format("noop").mode("overwrite").save())
+            for _ in range(repeat)
+        )
+    return results
+
+
+def bench_stream(spark, store_dir: Path, checkpoint: Path) -> tuple[int, float]:  # noqa: ANN001
+    query = (
+        spark.readStream.format("rocketmq")
+        .option("startingOffsets", "earliest")
+        .load(str(store_dir))
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+    )
+    started = time.perf_counter()
+    running = query.start()
+    running.awaitTermination()
+    seconds = time.perf_counter() - started
+    rows = sum(p["numInputRows"] for p in running.recentProgress)
+    return rows, seconds
+
+
+def bench_latency(spark, work: Path, seconds: float, interval_ms: float) -> list[float]:  # noqa: ANN001
+    sys.path.insert(0, str(REPO / "tests"))
+    from source_support import LogWriter, make_record
+
+    writer = LogWriter(work / "latency-store", segment_size_bytes=1 << 20)
+    latencies: list[float] = []
+
+    def sink(df, batch_id: int) -> None:  # noqa: ANN001
+        stamps = [r.ts for r in df.selectExpr("unix_micros(store_timestamp) ts").collect()]
+        now_us = time.time_ns() // 1000
+        latencies.extend((now_us - ts) / 1000 for ts in stamps)
+
+    query = (
+        spark.readStream.format("rocketmq")
+        .option("startingOffsets", "latest")
+        .load(str(writer.store_dir))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(work / "latency-ck"))
+        .trigger(processingTime="0 seconds")
+        .start()
+    )
+    stop = threading.Event()
+
+    def append() -> None:
+        index = 0
+        while not stop.is_set():
+            now_ms = time.time_ns() // 1_000_000
+            writer.append(make_record(index, store_timestamp_ms=now_ms))
+            writer.set_confirm()
+            index += 1
+            stop.wait(interval_ms / 1000)
+
+    thread = threading.Thread(target=append, daemon=True)
+    query.processAllAvailable()
+    thread.start()
+    time.sleep(seconds)  # a benchmark, not a test: it measures over wall time
+    stop.set()
+    thread.join()
+    query.processAllAvailable()
+    query.stop()
+    return latencies
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=1_000_000)
+    parser.add_argument("--segment-mib", type=int, default=256)
+    parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--keep", type=Path, default=None, help="store dir to create or reuse")
+    parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--latency-seconds", type=float, default=15.0)
+    parser.add_argument("--master", default="local[2]")
+    args = parser.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="bench-source-"))
+    store = args.keep or work / "store"
+    try:
+        if not (store / "checkpoint").exists():
+            started = time.perf_counter()
+            end = write_store(store, args.messages, args.segment_mib << 20)
+            print(f"wrote {args.messages:,} messages, {end / 2**20:,.0f} MiB of log "
+                  f"in {time.perf_counter() - started:.1f} s")
+        rows, seconds, nbytes = bench_decode(store)
+        log_bytes = StoreView.open(store).spans and sum(
+            s.size_bytes for s in StoreView.open(store).spans
+        )
+        print(f"decode (1 core, in-process): {rows:,} rows in {seconds:.2f} s = "
+              f"{rows / seconds:,.0f} rows/s, {nbytes / seconds / 2**20:,.0f} MB/s of Arrow "
+              f"({log_bytes / 2**20:,.0f} MiB of segments)")
+        if args.skip_spark:
+            return 0
+        from rmq_spark.spark.config import SparkConfig
+        from rmq_spark.spark.session import build_session
+
+        spark = build_session(
+            SparkConfig(master=args.master, shuffle_partitions=2, log_level="ERROR"),
+            extra_conf={"spark.pyspark.python": sys.executable},
+        )
+        batch = bench_batch(spark, store, store.parent / (store.name + "-parquet"), args.repeat)
+        print(f"batch count : rocketmq {batch['rocketmq_count']:.2f} s, parquet "
+              f"{batch['parquet_count']:.2f} s, ratio parquet/rocketmq "
+              f"{batch['parquet_count'] / batch['rocketmq_count']:.2f}")
+        print(f"batch noop  : rocketmq {batch['rocketmq_noop']:.2f} s "
+              f"({args.messages / batch['rocketmq_noop']:,.0f} rows/s), parquet "
+              f"{batch['parquet_noop']:.2f} s, ratio parquet/rocketmq "
+              f"{batch['parquet_noop'] / batch['rocketmq_noop']:.2f}")
+        rows, seconds = bench_stream(spark, store, work / "stream-ck")
+        print(f"stream availableNow: {rows:,} rows in {seconds:.2f} s = {rows / seconds:,.0f} rows/s")
+        if not args.skip_latency:
+            latencies = sorted(bench_latency(spark, work, args.latency_seconds, 5.0))
+            p50 = statistics.median(latencies)
+            p99 = latencies[int(len(latencies) * 0.99) - 1]
+            print(f"append-to-visible (trigger 0, {len(latencies)} messages): "
+                  f"p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+        spark.stop()
+        return 0
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
