@@ -1,35 +1,41 @@
 """spark-submit entry point of the delay-level and timer redelivery job.
 
-    spark-submit jobs/schedule.py --store ./store --tables ./tables --once
-    spark-submit jobs/schedule.py --store ./store --tables ./tables --broker 127.0.0.1:8081
+    spark-submit jobs/schedule.py --store DIR [--tables DIR] [--broker HOST:PORT]
+                                  [--trigger 1s | --once]
 
-Parses the arguments (the same as ``rmq-spark schedule``), loads the config and calls
-``rmq_spark.delay.job.run_schedule``; no logic lives here (docs/DELAY.md).
+(also ``python jobs/schedule.py ...`` and ``rmq-spark schedule ...``, same options). Parses
+the arguments, loads the config and calls ``rmq_spark.delay.job.run_schedule``; no logic
+lives here (docs/DELAY.md). A SparkSession is built only when a consume_queue table is there
+to read; without one the job reads the schedule topics from the CommitLog.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from rmq_spark.cli.common import add_config_arguments, config_from_args, setup_logging
-from rmq_spark.cli.schedule_command import add_schedule_arguments, run_from_args
-from rmq_spark.errors import RmqError
-
-__all__ = ["main"]
+try:
+    import rmq_spark  # noqa: F401
+except ImportError:  # started from a checkout that is not installed
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="jobs/schedule.py",
-        description="Redeliver due delay-level and timer messages into their real topics.",
-    )
+    from rmq_spark.cli.common import add_config_arguments, config_from_args, setup_logging
+    from rmq_spark.cli.schedule_command import add_schedule_arguments, run_from_args
+    from rmq_spark.errors import RmqError
+
+    parser = argparse.ArgumentParser(prog="jobs/schedule.py", description=__doc__.split("\n")[0])
     add_schedule_arguments(parser)
     add_config_arguments(parser)
     parser.add_argument("--log-level", default="INFO", help="log level (default: INFO)")
     args = parser.parse_args(argv)
+    # Spark's Python workers run the interpreter running this job.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     setup_logging(args.log_level)
     try:
         return run_from_args(args, config_from_args(args))
