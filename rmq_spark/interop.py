@@ -39,6 +39,7 @@ __all__ = [
 ]
 
 _CLASSPATH_FILE = "classpath.txt"
+_BUILD_STAMP = "rmq-interop.built"
 _BUILD_TIMEOUT_S = 1800
 _RUN_TIMEOUT_S = 600
 
@@ -157,13 +158,12 @@ def _newest_source_mtime_ns(project_dir: Path) -> int:
     return max(p.stat().st_mtime_ns for p in paths if p.is_file())
 
 
-def _is_up_to_date(project_dir: Path, build_dir: Path, main_class: str) -> bool:
-    classpath_file = build_dir / _CLASSPATH_FILE
-    main = build_dir / "classes" / (main_class.replace(".", "/") + ".class")
-    if not classpath_file.is_file() or not main.is_file():
+def _is_up_to_date(project_dir: Path, build_dir: Path) -> bool:
+    # The stamp, not classpath.txt: Maven leaves an unchanged classpath file untouched.
+    stamp = build_dir / _BUILD_STAMP
+    if not stamp.is_file() or not (build_dir / _CLASSPATH_FILE).is_file():
         return False
-    built = min(classpath_file.stat().st_mtime_ns, main.stat().st_mtime_ns)
-    return built > _newest_source_mtime_ns(project_dir)
+    return stamp.stat().st_mtime_ns > _newest_source_mtime_ns(project_dir)
 
 
 def _maven(mvn: str, harness_dir: Path, maven_repo: Path, offline: bool) -> subprocess.Popen[str]:
@@ -218,7 +218,7 @@ def build_harness(
     project_dir = harness_dir / flavor.project
     build_dir = harness_dir / flavor.build
     java = check_java().executable
-    if force or not _is_up_to_date(project_dir, build_dir, flavor.main_class):
+    if force or not _is_up_to_date(project_dir, build_dir):
         mvn = shutil.which("mvn")
         if mvn is None:
             raise EnvironmentCheckError(
@@ -232,6 +232,7 @@ def build_harness(
             returncode, output = _run_maven(mvn, project_dir, maven_repo, offline=False)
         if returncode != 0:
             raise InteropError(f"mvn compile failed in {project_dir}:\n{output[-6000:]}")
+        (build_dir / _BUILD_STAMP).write_text(f"built for RocketMQ {flavor.rocketmq_version}\n")
     classpath = (build_dir / _CLASSPATH_FILE).read_text().strip()
     return Harness(java, f"{build_dir / 'classes'}:{classpath}", flavor.main_class, flavor.jvm_args)
 
