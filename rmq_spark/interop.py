@@ -26,11 +26,13 @@ from rmq_spark.envcheck import check_java, repo_root
 from rmq_spark.errors import EnvironmentCheckError, RmqError
 
 __all__ = [
-    "ROCKETMQ_4",
-    "ROCKETMQ_5",
+    "GOLDEN_CASES_FILE",
+    "GOLDEN_EXPECTED_FILE",
     "Harness",
     "HarnessFlavor",
     "InteropError",
+    "ROCKETMQ_4",
+    "ROCKETMQ_5",
     "build_harness",
     "default_harness_dir",
     "default_maven_repo",
