@@ -6,6 +6,7 @@ ConsumeQueues RocketMQ builds from our log agree with our queue offsets and tag 
 from __future__ import annotations
 
 import shutil
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -17,10 +18,12 @@ from store_checks import (
     write_our_store,
 )
 
+from rmq_spark.errors import CorruptRecordError
 from rmq_spark.interop import Harness
-from rmq_spark.store.config import FlushPolicy
+from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, segment_base_offset, segment_name
 from rmq_spark.store.message import MessageRecord
+from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.properties import parse_properties
 from rmq_spark.store.put import PutResult
 
@@ -48,27 +51,78 @@ def test_rocketmq_loads_our_sync_store_after_a_clean_close(
     check_rocketmq_sees_our_store(ours, seen)
 
 
-def test_rocketmq_recovery_stops_at_a_body_byte_we_flipped(
+def _segment_of(root: Path, physical_offset: int) -> tuple[Path, int]:
+    base = segment_base_offset(physical_offset, SEGMENT_SIZE_BYTES)
+    return root / "commitlog" / segment_name(base), physical_offset - base
+
+
+def test_a_flipped_body_byte_rocketmq_truncates_silently_and_we_refuse_to_open(
     harness: Harness, our_sync_store: dict[str, Any], tmp_path: Path
 ) -> None:
-    # Shows that the comparison above has teeth: RocketMQ really checks our BODYCRC.
+    # Shows that the comparisons above have teeth (RocketMQ really checks our BODYCRC), and
+    # where the two stores differ by design: RocketMQ's recovery cuts the log at the bad
+    # record and drops everything after it; ours refuses acknowledged data that is damaged.
     results: list[PutResult] = our_sync_store["results"]
     victim_index = next(i for i, r in enumerate(results) if i > 40 and r.total_size > 1000)
     victim = results[victim_index]
     copy = tmp_path / "flipped"
     shutil.copytree(our_sync_store["root"], copy)
-    base = segment_base_offset(victim.physical_offset, SEGMENT_SIZE_BYTES)
-    segment = copy / "commitlog" / segment_name(base)
+    segment, position = _segment_of(copy, victim.physical_offset)
     data = bytearray(segment.read_bytes())
-    position = victim.physical_offset % SEGMENT_SIZE_BYTES + victim.total_size // 2
-    data[position] ^= 0x01
+    data[position + victim.total_size // 2] ^= 0x01
     segment.write_bytes(bytes(data))
+    ours_copy = tmp_path / "flipped-for-us"
+    shutil.copytree(copy, ours_copy)
+
     lines = harness.read_store(copy)
     (load,) = [line for line in lines if line["event"] == "load"]
     assert load["ok"]
     assert load["maxOffset"] == victim.physical_offset  # RocketMQ truncated at the bad record
     messages = [line for line in lines if line["event"] == "message"]
     assert len(messages) == victim_index
+
+    config = StoreConfig(root_dir=ours_copy, segment_size_bytes=SEGMENT_SIZE_BYTES)
+    with pytest.raises(CorruptRecordError, match="BODYCRC") as raised:
+        MessageStore.open(config)
+    assert raised.value.position == position
+    assert raised.value.path.endswith(segment.name)
+
+
+def test_we_and_rocketmq_recover_a_torn_unflushed_tail_to_the_same_offset(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # A crash after the last record was written but before it was fsynced, tearing it: the
+    # checkpoint's flushed/confirmed offsets (24, 32) still point at the record's start.
+    ours = write_our_store(tmp_path / "store", FlushPolicy.ASYNC, close=False)
+    results: list[PutResult] = ours["results"]
+    last = results[-1]
+    root = tmp_path / "store"
+    checkpoint = bytearray((root / "checkpoint").read_bytes())
+    checkpoint[24:40] = struct.pack(">qq", last.physical_offset, last.physical_offset)
+    (root / "checkpoint").write_bytes(bytes(checkpoint))
+    segment, position = _segment_of(root, last.physical_offset)
+    data = bytearray(segment.read_bytes())
+    half = last.total_size // 2
+    data[position + half : position + last.total_size] = bytes(last.total_size - half)
+    segment.write_bytes(bytes(data))
+    ours_copy = tmp_path / "torn-for-us"
+    shutil.copytree(root, ours_copy)
+
+    seen = rocketmq_reads(harness, root, tmp_path)
+    (load,) = seen["load"]
+    assert not load["lastExitOK"]
+    assert load["maxOffset"] == last.physical_offset
+    assert [m["physicalOffset"] for m in seen["message"]] == [
+        r.physical_offset for r in results[:-1]
+    ]
+
+    store = MessageStore.open(
+        StoreConfig(root_dir=ours_copy, segment_size_bytes=SEGMENT_SIZE_BYTES)
+    )
+    try:
+        assert store.max_offset == last.physical_offset
+    finally:
+        store.close()
 
 
 def test_rocketmq_recovers_our_async_store_abandoned_like_a_crash(
