@@ -20,12 +20,13 @@ from store_checks import (
 
 from rmq_spark.errors import CorruptRecordError
 from rmq_spark.interop import Harness
+from rmq_spark.store.codec import record_size
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, segment_base_offset, segment_name
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.properties import parse_properties
-from rmq_spark.store.put import PutResult
+from rmq_spark.store.put import PutRequest, PutResult
 
 pytestmark = pytest.mark.slow
 
@@ -145,3 +146,42 @@ def test_our_properties_strings_are_what_a_5x_broker_writes_for_the_same_propert
     answers = harness.encode([{"op": "props", "properties": m} for m in maps])
     for record, answer in zip(records, answers, strict=True):
         assert record.properties == answer["string"], record.topic
+
+
+def test_rocketmq_reads_our_segments_filled_to_the_last_eight_bytes_and_one_short(
+    harness: Harness, tmp_path: Path
+) -> None:
+    # Boundary of the roll rule (record + 8 <= room): a record that leaves exactly 8 bytes,
+    # then one that misses fitting by a single byte, each followed by a BLANK and a roll.
+    config = StoreConfig(root_dir=tmp_path / "store", segment_size_bytes=SEGMENT_SIZE_BYTES)
+    props = "KEYS\x01k\x02"
+    fixed = record_size(len("TopicEdge"), 0, len(props))
+    results: list[PutResult] = []
+    with MessageStore.open(config) as store:
+
+        def put(body_size: int) -> PutResult:
+            result = store.put(PutRequest("TopicEdge", bytes(body_size), raw_properties=props))
+            assert result.ok, result
+            results.append(result)
+            return result
+
+        for room_left_after in (8, 7):
+            while SEGMENT_SIZE_BYTES - store.max_offset % SEGMENT_SIZE_BYTES > 6000:
+                put(3000)
+            room = SEGMENT_SIZE_BYTES - store.max_offset % SEGMENT_SIZE_BYTES
+            last = put(room - room_left_after - fixed)
+            if room_left_after == 8:  # it fitted, leaving just the BLANK's 8 bytes
+                assert last.physical_offset + last.total_size == (
+                    segment_base_offset(last.physical_offset, SEGMENT_SIZE_BYTES)
+                    + SEGMENT_SIZE_BYTES
+                    - 8
+                )
+            else:  # one byte short: it went to the next segment
+                assert last.physical_offset % SEGMENT_SIZE_BYTES == 0
+            put(10)
+        max_offset = store.max_offset
+    seen = rocketmq_reads(harness, config.root_dir, tmp_path)
+    (load,) = seen["load"]
+    assert load["ok"] and load["maxOffset"] == max_offset
+    assert "bad_record" not in seen
+    assert [m["physicalOffset"] for m in seen["message"]] == [r.physical_offset for r in results]
