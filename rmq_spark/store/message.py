@@ -20,8 +20,13 @@ class HostAddress:
     port: int
 
     def __post_init__(self) -> None:
-        # Normalise the text form so that equal addresses compare equal.
-        object.__setattr__(self, "ip", str(ipaddress.ip_address(self.ip)))
+        # Normalise the text form so that equal addresses compare equal. An IPv4-mapped IPv6
+        # address (what a dual-stack socket reports for an IPv4 peer) becomes plain IPv4, as
+        # Java's InetAddress does: RocketMQ then writes 4-byte hosts and no IPv6 sysflag bits.
+        address = ipaddress.ip_address(self.ip)
+        if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+            address = address.ipv4_mapped
+        object.__setattr__(self, "ip", str(address))
         if not 0 <= self.port <= 0x7FFFFFFF:
             raise ValueError(f"port out of range: {self.port}")
 

@@ -212,12 +212,10 @@ def test_records_java_built_from_our_fields_equal_ours(harness: Harness) -> None
         assert encode_record(record).hex() == answer["hex"]
 
 
-def test_ipv4_mapped_ipv6_hosts_are_ipv6_to_us_but_ipv4_to_rocketmq(harness: Harness) -> None:
-    # Documents a known difference (see the interop report): Java turns "::ffff:a.b.c.d" into
-    # an Inet4Address, so RocketMQ writes 4-byte hosts and no IPv6 flags for it, and reads
-    # our 16-byte form back as IPv4, with a malformed 56-character msg id. A dual-stack
-    # socket reports IPv4 peers in this form. When HostAddress learns to unmap such
-    # addresses, flip the two "ours" assertions.
+def test_ipv4_mapped_ipv6_hosts_are_written_as_ipv4_like_rocketmq(harness: Harness) -> None:
+    # Java turns "::ffff:a.b.c.d" into an Inet4Address, so RocketMQ writes 4-byte hosts and no
+    # IPv6 flags for it; a dual-stack socket reports IPv4 peers in this form. HostAddress
+    # unmaps such addresses, so our bytes are RocketMQ's bytes.
     mapped_born, mapped_store = "[::ffff:127.0.0.1]:5", "[::ffff:10.0.0.1]:10911"
     (java,) = harness.encode(
         [record_spec(bornHost=mapped_born, storeHost=mapped_store, physicalOffset=4096)]
@@ -229,12 +227,14 @@ def test_ipv4_mapped_ipv6_hosts_are_ipv6_to_us_but_ipv4_to_rocketmq(harness: Har
 
     ours = MessageRecord(
         "TopicTest",
+        born_timestamp_ms=1_700_000_000_000,
         born_host=HostAddress.parse(mapped_born),
+        store_timestamp_ms=1_700_000_000_123,
         store_host=HostAddress.parse(mapped_store),
         physical_offset=4096,
     )
     ours_bytes = encode_record(ours)
-    assert ours_bytes[36:40] == bytes.fromhex("00000030")  # ours: both IPv6 flags, 20-byte hosts
+    assert ours_bytes == bytes.fromhex(java["hex"])
     (back,) = harness.encode([{"op": "decode", "hex": ours_bytes.hex()}])
     assert back["decoded"]["storeHost"] == "10.0.0.1:10911"
-    assert back["decoded"]["msgId"] == "0A00000100002A9F" + "0000000000001000" + "0" * 24
+    assert back["decoded"]["msgId"] == "0A00000100002A9F" + "0000000000001000"
