@@ -28,3 +28,15 @@ def test_every_module_has_a_docstring() -> None:
         name for name in _modules() if not (importlib.import_module(name).__doc__ or "").strip()
     ]
     assert missing == []
+
+
+def test_public_names_resolve_lazily() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, rmq_spark; assert 'pyspark' not in sys.modules; "
+        "[getattr(rmq_spark, n) for n in rmq_spark.__all__]; print('ok')"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "ok", done.stderr
