@@ -249,15 +249,19 @@ def main(argv: list[str] | None = None) -> int:
         if not (store / "checkpoint").exists():
             started = time.perf_counter()
             end = write_store(store, args.messages, args.segment_mib << 20)
-            print(f"wrote {args.messages:,} messages, {end / 2**20:,.0f} MiB of log "
-                  f"in {time.perf_counter() - started:.1f} s")
+            print(
+                f"wrote {args.messages:,} messages, {end / 2**20:,.0f} MiB of log "
+                f"in {time.perf_counter() - started:.1f} s"
+            )
         rows, seconds, nbytes = bench_decode(store)
         log_bytes = StoreView.open(store).spans and sum(
             s.size_bytes for s in StoreView.open(store).spans
         )
-        print(f"decode (1 core, in-process): {rows:,} rows in {seconds:.2f} s = "
-              f"{rows / seconds:,.0f} rows/s, {nbytes / seconds / 2**20:,.0f} MB/s of Arrow "
-              f"({log_bytes / 2**20:,.0f} MiB of segments)")
+        print(
+            f"decode (1 core, in-process): {rows:,} rows in {seconds:.2f} s = "
+            f"{rows / seconds:,.0f} rows/s, {nbytes / seconds / 2**20:,.0f} MB/s of Arrow "
+            f"({log_bytes / 2**20:,.0f} MiB of segments)"
+        )
         if args.skip_spark:
             return 0
         from rmq_spark.spark.config import SparkConfig
@@ -268,21 +272,29 @@ def main(argv: list[str] | None = None) -> int:
             extra_conf={"spark.pyspark.python": sys.executable},
         )
         batch = bench_batch(spark, store, store.parent / (store.name + "-parquet"), args.repeat)
-        print(f"batch count : rocketmq {batch['rocketmq_count']:.2f} s, parquet "
-              f"{batch['parquet_count']:.2f} s, ratio parquet/rocketmq "
-              f"{batch['parquet_count'] / batch['rocketmq_count']:.2f}")
-        print(f"batch noop  : rocketmq {batch['rocketmq_noop']:.2f} s "
-              f"({args.messages / batch['rocketmq_noop']:,.0f} rows/s), parquet "
-              f"{batch['parquet_noop']:.2f} s, ratio parquet/rocketmq "
-              f"{batch['parquet_noop'] / batch['rocketmq_noop']:.2f}")
+        print(
+            f"batch count : rocketmq {batch['rocketmq_count']:.2f} s, parquet "
+            f"{batch['parquet_count']:.2f} s, ratio parquet/rocketmq "
+            f"{batch['parquet_count'] / batch['rocketmq_count']:.2f}"
+        )
+        print(
+            f"batch noop  : rocketmq {batch['rocketmq_noop']:.2f} s "
+            f"({args.messages / batch['rocketmq_noop']:,.0f} rows/s), parquet "
+            f"{batch['parquet_noop']:.2f} s, ratio parquet/rocketmq "
+            f"{batch['parquet_noop'] / batch['rocketmq_noop']:.2f}"
+        )
         rows, seconds = bench_stream(spark, store, work / "stream-ck")
-        print(f"stream availableNow: {rows:,} rows in {seconds:.2f} s = {rows / seconds:,.0f} rows/s")
+        print(
+            f"stream availableNow: {rows:,} rows in {seconds:.2f} s = {rows / seconds:,.0f} rows/s"
+        )
         if not args.skip_latency:
             latencies = sorted(bench_latency(spark, work, args.latency_seconds, 5.0))
             p50 = statistics.median(latencies)
             p99 = latencies[int(len(latencies) * 0.99) - 1]
-            print(f"append-to-visible (trigger 0, {len(latencies)} messages): "
-                  f"p50 {p50:.0f} ms, p99 {p99:.0f} ms")
+            print(
+                f"append-to-visible (trigger 0, {len(latencies)} messages): "
+                f"p50 {p50:.0f} ms, p99 {p99:.0f} ms"
+            )
         spark.stop()
         return 0
     finally:

@@ -16,16 +16,21 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-from numpy.lib.stride_tricks import as_strided
 
 __all__ = ["gather_rows", "hex_strings", "slices_to_array"]
 
 _INLINE_MAX = 12  # binary_view stores values of up to 12 bytes inside the view itself
+# _KEEP[n] masks the first n of 12 inline bytes (the rest of an inline view must be zero).
+_KEEP = (np.arange(_INLINE_MAX)[None, :] < np.arange(_INLINE_MAX + 1)[:, None]).astype(np.uint8)
 _HEX_DIGITS = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-# _HEX_PAIRS[b] is the two ASCII hex digits of byte b, as two bytes.
-_HEX_PAIRS = np.stack(
-    [_HEX_DIGITS[np.arange(256) >> 4], _HEX_DIGITS[np.arange(256) & 0xF]], axis=1
-).astype(np.uint8)
+# _HEX_PAIRS[b] is the two ASCII hex digits of byte b, as one uint16 (memory order).
+_HEX_PAIRS = (
+    np.stack([_HEX_DIGITS[np.arange(256) >> 4], _HEX_DIGITS[np.arange(256) & 0xF]], axis=1)
+    .astype(np.uint8)
+    .copy()
+    .view(np.uint16)
+    .reshape(256)
+)
 
 
 def gather_rows(data: np.ndarray, positions: np.ndarray, width: int) -> np.ndarray:
@@ -50,14 +55,17 @@ def gather_rows(data: np.ndarray, positions: np.ndarray, width: int) -> np.ndarr
         return np.zeros((0, width), dtype=np.uint8)
     size = len(data)
     if size >= width:
-        windows = as_strided(data, shape=(size - width + 1, width), strides=(1, 1), writeable=False)
-        last_full = size - width
-        if int(positions.max()) <= last_full:
-            return windows[positions]
+        # Item i of this void view is bytes [i, i + width): fancy indexing then copies each
+        # row with one memcpy (much faster than a 2-D strided view).
+        windows = np.ndarray(
+            shape=(size - width + 1,), dtype=f"V{width}", buffer=data, strides=(1,)
+        )
+        if int(positions.max()) <= size - width:
+            return windows[positions].view(np.uint8).reshape(count, width)
     out = np.zeros((count, width), dtype=np.uint8)
     full = positions <= size - width
     if full.any():
-        out[full] = windows[positions[full]]
+        out[full] = windows[positions[full]].view(np.uint8).reshape(-1, width)
     for row in np.flatnonzero(~full):
         start = int(positions[row])
         tail = data[start:size]
@@ -100,16 +108,20 @@ def slices_to_array(
         lengths32 = lengths.astype(np.int32, copy=False)
         views[:, 0] = lengths32
         view_bytes = views.view(np.uint8).reshape(count, 16)
-        head = gather_rows(data, starts, _INLINE_MAX)
         inline = lengths32 <= _INLINE_MAX
-        if inline.any():
-            keep = np.arange(_INLINE_MAX, dtype=np.int32)[None, :] < lengths32[inline, None]
-            view_bytes[inline, 4:16] = head[inline] * keep
-        outline = ~inline
-        if outline.any():
+        if inline.all():
+            head = gather_rows(data, starts, _INLINE_MAX)
+            head *= _KEEP[lengths32]
+            view_bytes[:, 4:16] = head
+        elif not inline.any():
+            view_bytes[:, 4:8] = gather_rows(data, starts, 4)
+            views[:, 3] = starts  # buffer index (column 2) stays 0: the single data buffer
+        else:
+            head = gather_rows(data, starts, _INLINE_MAX)
+            view_bytes[inline, 4:16] = head[inline] * _KEEP[lengths32[inline]]
+            outline = ~inline
             view_bytes[outline, 4:8] = head[outline, :4]
-            views[outline, 2] = 0  # index of the (single) data buffer
-            views[outline, 3] = starts[outline].astype(np.int32)
+            views[outline, 3] = starts[outline]
     view_array = pa.Array.from_buffers(pa.binary_view(), count, [None, pa.py_buffer(views), buffer])
     return view_array.cast(value_type)
 
@@ -123,7 +135,7 @@ def hex_strings(matrix: np.ndarray) -> pa.Array:
     ['C0A8']
     """
     count, width = matrix.shape
-    chars = np.ascontiguousarray(_HEX_PAIRS[matrix].reshape(count, 2 * width))
+    chars = np.ascontiguousarray(_HEX_PAIRS[matrix])
     offsets = np.arange(count + 1, dtype=np.int32) * (2 * width)
     return pa.Array.from_buffers(
         pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(chars)]

@@ -20,7 +20,6 @@ Does not own which slices to read (``offsets.py``), files (``segments.py``) or S
 from __future__ import annotations
 
 import struct
-import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -30,10 +29,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from rmq_spark.errors import CorruptRecordError
-from rmq_spark.spark.arrow_views import gather_rows, hex_strings, slices_to_array
-from rmq_spark.spark.columnar_properties import parse_properties_column
+from rmq_spark.spark.arrow_views import gather_rows, slices_to_array
+from rmq_spark.spark.columnar_build import ValidRecords, build_batch
 from rmq_spark.spark.offsets import SegmentSlice
-from rmq_spark.spark.schema import ARROW_SCHEMA, TRANSACTION_TYPE_NAMES
+from rmq_spark.spark.schema import ARROW_SCHEMA
 from rmq_spark.store.codec import (
     MIN_RECORD_SIZE_BYTES,
     DecodedRecord,
@@ -65,8 +64,6 @@ _HEADER8 = struct.Struct(">iI")
 _I64 = struct.Struct(">q")
 _MESSAGE_MAGIC_PREFIX = b"\xda\xa3\x20"  # shared by the v1 (..A7) and v2 (..AB) magic codes
 _MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2)
-_TS_TYPE = ARROW_SCHEMA.field("born_timestamp").type
-_TX_NAMES = pa.array(TRANSACTION_TYPE_NAMES, pa.string())
 
 
 def _header_dtype(layout: int) -> np.dtype:
@@ -105,14 +102,18 @@ _HEADER_DTYPES = tuple(_header_dtype(layout) for layout in range(4))
 
 @dataclass(frozen=True, slots=True)
 class DecodeSettings:
-    """What to decode: topic filter, body, CRC check; ``path`` labels errors."""
+    """What to decode: output columns, topic filter, CRC check; ``path`` labels errors."""
 
     path: str = "<buffer>"
     topics: tuple[str, ...] = ()
     topic_pattern: str = ""
-    include_body: bool = True
-    check_crc: bool = True
+    schema: pa.Schema = ARROW_SCHEMA  # output columns: ARROW_SCHEMA or a subset of it
+    include_body: bool = True  # False: a body column is all nulls (no copy, no CRC check)
+    check_crc: bool = True  # verify BODYCRC of every body returned
     context: str = ""  # e.g. "partition 00000000000000000000 [0, 4096)", appended to errors
+
+    def _empty(self) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pylist([], schema=self.schema)
 
 
 def _corrupt(settings: DecodeSettings, position: int, reason: str, **crc: int) -> Exception:
@@ -266,25 +267,23 @@ def decode_chunk(
     """
     data = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
     if len(starts) == 0:
-        return _empty_batch()
+        return settings._empty()
     layouts = (data[starts + 39] >> 4) & 3
     if (layouts == layouts[0]).all():
-        return _decode_layout(buf, data, base_offset, starts, int(layouts[0]), limit, settings)
+        layout = int(layouts[0])
+        return _decode_layout(buf, data, base_offset, starts, layout, limit, settings)[0]
     # Mixed IPv4/IPv6 hosts: decode each layout apart, then restore log order.
-    parts = [
-        _decode_layout(
+    parts, positions = [], []
+    for layout in np.unique(layouts):
+        part, kept = _decode_layout(
             buf, data, base_offset, starts[layouts == layout], int(layout), limit, settings
         )
-        for layout in np.unique(layouts)
-    ]
-    table = pa.Table.from_batches(parts, schema=ARROW_SCHEMA).combine_chunks()
-    order = pc.sort_indices(table.column("physical_offset"))
-    merged = table.take(order).combine_chunks().to_batches()
-    return merged[0] if merged else _empty_batch()
-
-
-def _empty_batch() -> pa.RecordBatch:
-    return pa.RecordBatch.from_pylist([], schema=ARROW_SCHEMA)
+        parts.append(part)
+        positions.append(kept)
+    table = pa.Table.from_batches(parts, schema=settings.schema).combine_chunks()
+    order = np.argsort(np.concatenate(positions), kind="stable")
+    merged = table.take(pa.array(order)).combine_chunks().to_batches()
+    return merged[0] if merged else settings._empty()
 
 
 def _decode_layout(
@@ -295,7 +294,8 @@ def _decode_layout(
     layout: int,
     limit: int,
     settings: DecodeSettings,
-) -> pa.RecordBatch:
+) -> tuple[pa.RecordBatch, np.ndarray]:
+    """Check and decode records of one host layout: (batch, positions of the rows kept)."""
     dtype = _HEADER_DTYPES[layout]
     width = dtype.itemsize
     bh = 20 if layout & 1 else 8
@@ -344,85 +344,29 @@ def _decode_layout(
             starts, rows, header = starts[keep], rows[keep], header[keep]
             body_size, props_at, props_size = body_size[keep], props_at[keep], props_size[keep]
 
-    body_at = starts + width
-    if settings.check_crc:
-        _check_crc(buf, starts, body_at, body_size, header["body_crc"], settings)
-    body = (
-        slices_to_array(data, buffer, body_at, body_size, pa.binary())
-        if settings.include_body
-        else pa.nulls(len(starts), pa.binary())
+    records = ValidRecords(
+        buf=buf,
+        data=data,
+        buffer=buffer,
+        starts=starts,
+        header=header,
+        rows=rows,
+        born_host_size=bh,
+        store_host_size=sh,
+        topic=topic,
+        body_size=body_size,
+        props_at=props_at,
+        props_size=props_size,
     )
-    try:
-        props_text = slices_to_array(data, buffer, props_at, props_size, pa.string())
-    except pa.ArrowInvalid:
-        raise _first_error(buf, base_offset, starts, limit, settings) from None
-    _, offsets_buf, data_buf = props_text.buffers()
-    props = parse_properties_column(
-        np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.zeros(0, np.uint8),
-        data_buf if data_buf is not None else pa.py_buffer(b""),
-        np.frombuffer(offsets_buf, dtype=np.int32)[: len(starts) + 1].astype(np.int64),
+    batch = build_batch(
+        records,
+        settings.schema,
+        settings.include_body,
+        settings.check_crc,
+        lambda position, reason, crc: _corrupt(settings, position, reason, **crc),
+        lambda: _first_error(buf, base_offset, starts, limit, settings),
     )
-
-    born_host = _hosts(rows[:, 48 : 48 + bh], settings, starts)
-    store_host = _hosts(rows[:, 56 + bh : 56 + bh + sh], settings, starts)
-    msg_id = hex_strings(np.concatenate([rows[:, 56 + bh : 56 + bh + sh], rows[:, 28:36]], axis=1))
-    sys_flag = header["sys_flag"].astype(np.int32)
-    columns = [
-        topic,
-        pa.array(header["queue_id"].astype(np.int32)),
-        pa.array(header["queue_offset"].astype(np.int64)),
-        pa.array(header["physical_offset"].astype(np.int64)),
-        pa.array(header["total_size"].astype(np.int32)),
-        body,
-        props.tags,
-        props.keys,
-        props.properties,
-        msg_id,
-        props.uniq_key,
-        pa.array(header["born_ts"].astype(np.int64) * 1000, _TS_TYPE),
-        born_host,
-        pa.array(header["store_ts"].astype(np.int64) * 1000, _TS_TYPE),
-        store_host,
-        pa.array(sys_flag),
-        pa.array(header["flag"].astype(np.int32)),
-        pa.array(header["reconsume_times"].astype(np.int32)),
-        pa.array(header["prepared_offset"].astype(np.int64)),
-        pa.array(header["body_crc"].astype(np.int32)),
-        _TX_NAMES.take(pa.array((sys_flag & 0xC) >> 2)),
-        props.delay_level,
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
-
-
-def _check_crc(
-    buf: object,
-    starts: np.ndarray,
-    body_at: np.ndarray,
-    body_size: np.ndarray,
-    stored: np.ndarray,
-    settings: DecodeSettings,
-) -> None:
-    view = memoryview(buf)  # type: ignore[arg-type]
-    crc32 = zlib.crc32
-    computed = np.fromiter(
-        (
-            crc32(view[start : start + size])
-            for start, size in zip(body_at.tolist(), body_size.tolist(), strict=True)
-        ),
-        dtype=np.int64,
-        count=len(body_at),
-    )
-    computed &= 0x7FFFFFFF
-    bad = computed != stored.astype(np.int64)
-    first = _first_bad(bad)
-    if first >= 0:
-        raise _corrupt(
-            settings,
-            int(starts[first]),
-            "BODYCRC mismatch",
-            stored_crc=int(stored[first]) & 0xFFFFFFFF,
-            computed_crc=int(computed[first]),
-        )
+    return batch, starts
 
 
 def _first_error(
@@ -440,33 +384,6 @@ def _first_error(
         except CorruptRecordError:
             return _explain(buf, base_offset, position, limit, settings)
     return _corrupt(settings, int(np.asarray(starts)[0]), "undecodable text in a record")
-
-
-def _format_host(block: bytes) -> str:
-    import ipaddress
-
-    ip, port = block[:-4], int.from_bytes(block[-4:], "big", signed=True)
-    address = ipaddress.ip_address(ip)
-    if port < 0:
-        raise ValueError(f"negative port {port}")
-    return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
-
-
-def _hosts(block: np.ndarray, settings: DecodeSettings, starts: np.ndarray) -> pa.Array:
-    """``ip:port`` strings of a ``(n, 8|20)`` host block; formats each distinct host once."""
-    count, width = block.shape
-    if count == 0:
-        return pa.array([], pa.string())
-    keys = np.ascontiguousarray(block).view(f"V{width}").reshape(-1)
-    unique, inverse = np.unique(keys, return_inverse=True)
-    names = []
-    for index, value in enumerate(unique):
-        try:
-            names.append(_format_host(value.tobytes()))
-        except ValueError as err:
-            row = int(np.flatnonzero(inverse == index)[0])
-            raise _corrupt(settings, int(starts[row]), f"bad host address: {err}") from None
-    return pa.array(names, pa.string()).take(pa.array(inverse.reshape(-1)))
 
 
 # --- slices -----------------------------------------------------------------------------------

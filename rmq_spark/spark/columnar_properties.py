@@ -10,17 +10,14 @@ record layout (``columnar.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmq_spark.spark.arrow_views import slices_to_array
 from rmq_spark.spark.schema import ARROW_SCHEMA
 from rmq_spark.store.properties import DELAY, KEYS, TAGS, UNIQ_KEY
 
-__all__ = ["PropertyColumns", "parse_properties_column"]
+__all__ = ["PROPERTY_COLUMNS", "parse_properties_column"]
 
 _NAME_VALUE_SEPARATOR = 1
 _PROPERTY_SEPARATOR = 2
@@ -30,52 +27,82 @@ _KEYS_TYPE = ARROW_SCHEMA.field("keys").type
 _INT32_MIN, _INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
-@dataclass(frozen=True, slots=True)
-class PropertyColumns:
-    """The property-derived output columns of a batch, one value per record."""
-
-    properties: pa.Array  # map<string, string>
-    tags: pa.Array  # string, null where absent or empty
-    keys: pa.Array  # list<string>, KEYS split on " ", empty tokens dropped
-    uniq_key: pa.Array  # string, null where absent
-    delay_level: pa.Array  # int32, null where absent or not a decimal int32
+PROPERTY_COLUMNS = frozenset({"properties", "tags", "keys", "uniq_key", "delay_level"})
+"""Output columns derived from the properties string."""
 
 
 def _entries(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(row, start, end) of every ``\\x02``-separated entry, ordered by row then position."""
-    count = len(offsets) - 1
+    """(row, start, end) of every non-empty ``\\x02``-separated entry, in position order."""
+    size = len(data)
     seps = np.flatnonzero(data == _PROPERTY_SEPARATOR)
-    sep_rows = np.searchsorted(offsets, seps, side="right") - 1
-    rows = np.concatenate([np.arange(count), sep_rows])
-    starts = np.concatenate([offsets[:-1], seps + 1])
-    ends = np.concatenate([seps, offsets[1:]])
-    end_rows = np.concatenate([sep_rows, np.arange(count)])
-    start_order = np.lexsort((starts, rows))
-    end_order = np.lexsort((ends, end_rows))
-    return rows[start_order], starts[start_order], ends[end_order]
+    # Entries start at a row start or after a separator, and end at the next separator or at
+    # their row's end. Marks collapse coinciding starts; only empty entries are lost that way.
+    start_mark = np.zeros(size + 1, dtype=bool)
+    start_mark[offsets[:-1]] = True
+    start_mark[seps + 1] = True
+    starts = np.flatnonzero(start_mark[:size])
+    rows = np.searchsorted(offsets, starts, side="right") - 1
+    ends = offsets[rows + 1]
+    if len(seps):
+        next_sep = np.searchsorted(seps, starts, side="left")
+        found = next_sep < len(seps)
+        ends[found] = np.minimum(ends[found], seps[next_sep[found]])
+    return rows, starts, ends
+
+
+def _compact(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """String array of ``data[starts[i]:ends[i]]`` for sorted, disjoint, non-empty ranges.
+
+    One cumulative-sum mask selects every byte of every range; boolean compaction then
+    concatenates them. Pieces of valid UTF-8 cut at ASCII separators stay valid UTF-8.
+    """
+    marks = np.zeros(len(data) + 1, dtype=np.int8)
+    marks[starts] = 1
+    marks[ends] -= 1  # a range ending where the next begins nets to 0: still inside
+    inside = np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
+    chars = data[inside]
+    offsets = np.zeros(len(starts) + 1, dtype=np.int32)
+    np.cumsum(ends - starts, out=offsets[1:])
+    return pa.Array.from_buffers(
+        pa.string(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(chars)]
+    )
 
 
 def parse_properties_column(
-    data: np.ndarray, buffer: pa.Buffer, offsets: np.ndarray
-) -> PropertyColumns:
+    data: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    wanted: frozenset[str] | set[str] = PROPERTY_COLUMNS,
+    map_type: pa.DataType | None = None,
+    keys_type: pa.DataType | None = None,
+) -> dict[str, pa.Array]:
     """Parse the properties strings ``data[offsets[i]:offsets[i + 1]]`` of ``n`` records.
 
     Parameters
     ----------
-    data, buffer
-        The concatenated properties bytes as a ``uint8`` array and as an Arrow buffer; must
-        be valid UTF-8 per record (the caller validates).
+    data
+        The concatenated properties bytes as a ``uint8`` array; valid UTF-8 per record (the
+        caller validates).
     offsets
         ``int64`` array of ``n + 1`` positions into ``data``.
+    wanted
+        Which of ``PROPERTY_COLUMNS`` to build.
+    map_type, keys_type
+        Arrow types of the ``properties`` and ``keys`` columns (nested nullability follows
+        the query's schema); default: ``schema.ARROW_SCHEMA``'s.
 
     Returns
     -------
-    PropertyColumns
+    dict
+        Column name -> array with one value per record: ``properties`` (map), ``tags`` and
+        ``uniq_key`` (string, null where absent), ``keys`` (list of KEYS split on spaces,
+        empty where absent), ``delay_level`` (int32, null where absent or not an int32).
     """
     count = len(offsets) - 1
     rows, starts, ends = _entries(data, offsets)
 
-    # The first \x01 at or after each entry's start, if it lies inside the entry.
+    # The first \x01 at or after each entry's start, if it lies inside the entry; entries
+    # with an empty key or value are dropped (as the broker's parser does).
     ones = np.flatnonzero(data == _NAME_VALUE_SEPARATOR)
     if len(ones):
         first = np.searchsorted(ones, starts, side="left")
@@ -85,14 +112,15 @@ def parse_properties_column(
     ok = (split_at > starts) & (split_at < ends - 1)
     rows, starts, ends, split_at = rows[ok], starts[ok], ends[ok], split_at[ok]
 
-    keys = slices_to_array(data, buffer, starts, split_at - starts, pa.string())
+    keys = _compact(data, starts, split_at)
     key_codes = pc.dictionary_encode(keys)
     dictionary = key_codes.dictionary.to_pylist()
     codes = key_codes.indices.to_numpy().astype(np.int64)
 
     # A later duplicate key wins: keep the last entry of each (row, key) pair.
     pair = rows * max(len(dictionary), 1) + codes
-    if len(pair) and len(np.unique(pair)) != len(pair):
+    ordered = np.sort(pair)  # np.unique is far slower here (numpy 2.x hashes)
+    if len(pair) and bool((ordered[1:] == ordered[:-1]).any()):
         order = np.argsort(pair, kind="stable")
         last_of_pair = np.ones(len(pair), dtype=bool)
         last_of_pair[:-1] = pair[order][1:] != pair[order][:-1]
@@ -105,11 +133,7 @@ def parse_properties_column(
             codes[keep],
         )
         keys = keys.take(pa.array(keep))
-    values = slices_to_array(data, buffer, split_at + 1, ends - split_at - 1, pa.string())
-
-    map_offsets = np.zeros(count + 1, dtype=np.int32)
-    np.cumsum(np.bincount(rows, minlength=count), out=map_offsets[1:])
-    properties = pa.MapArray.from_arrays(pa.array(map_offsets), keys, values, type=_MAP_TYPE)
+    values = _compact(data, split_at + 1, ends)
 
     def per_row(name: str) -> pa.Array:
         """The value of property ``name`` for every row (null where absent)."""
@@ -119,17 +143,25 @@ def parse_properties_column(
         index[rows[hits]] = np.arange(len(hits))
         return values.take(hits).take(pa.array(index, mask=index < 0))
 
-    keys_value = per_row(KEYS)
-    return PropertyColumns(
-        properties=properties,
-        tags=per_row(TAGS),
-        keys=_split_keys(keys_value),
-        uniq_key=per_row(UNIQ_KEY),
-        delay_level=_int32_or_null(per_row(DELAY)),
-    )
+    columns: dict[str, pa.Array] = {}
+    if "properties" in wanted:
+        map_offsets = np.zeros(count + 1, dtype=np.int32)
+        np.cumsum(np.bincount(rows, minlength=count), out=map_offsets[1:])
+        columns["properties"] = pa.MapArray.from_arrays(
+            pa.array(map_offsets), keys, values, type=map_type or _MAP_TYPE
+        )
+    if "tags" in wanted:
+        columns["tags"] = per_row(TAGS)
+    if "keys" in wanted:
+        columns["keys"] = _split_keys(per_row(KEYS), keys_type or _KEYS_TYPE)
+    if "uniq_key" in wanted:
+        columns["uniq_key"] = per_row(UNIQ_KEY)
+    if "delay_level" in wanted:
+        columns["delay_level"] = _int32_or_null(per_row(DELAY))
+    return columns
 
 
-def _split_keys(keys_value: pa.Array) -> pa.Array:
+def _split_keys(keys_value: pa.Array, keys_type: pa.DataType) -> pa.Array:
     """KEYS split on single spaces with empty tokens dropped; ``[]`` where KEYS is absent."""
     count = len(keys_value)
     filled = keys_value.fill_null("")
@@ -140,7 +172,7 @@ def _split_keys(keys_value: pa.Array) -> pa.Array:
     kept = flat.filter(pa.array(nonempty))
     offsets = np.zeros(count + 1, dtype=np.int32)
     np.cumsum(np.bincount(parents[nonempty], minlength=count), out=offsets[1:])
-    return pa.ListArray.from_arrays(pa.array(offsets), kept, type=_KEYS_TYPE)
+    return pa.ListArray.from_arrays(pa.array(offsets), kept, type=keys_type)
 
 
 def _int32_or_null(text: pa.Array) -> pa.Array:

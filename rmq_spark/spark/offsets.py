@@ -165,22 +165,30 @@ def partition_count(
 ) -> int:
     """How many partitions to read ``total_bytes`` with.
 
-    At least ``ceil(total / max_bytes_per_partition)``; at least ``min_partitions`` too, but
-    a range is not split into parts smaller than ``min_split_bytes`` to reach it.
+    At least ``ceil(total / max_bytes_per_partition)``, rounded up to a multiple of
+    ``min_partitions`` (the cores to keep busy) so that the last wave of tasks fills every
+    core; at least ``min_partitions`` too, but a range is not split into parts smaller than
+    ``min_split_bytes`` to reach it.
 
     Examples
     --------
     >>> partition_count(10 << 20, min_partitions=2, max_bytes_per_partition=128 << 20,
     ...                 min_split_bytes=1 << 20)
     2
+    >>> partition_count(300 << 20, min_partitions=2, max_bytes_per_partition=128 << 20,
+    ...                 min_split_bytes=1 << 20)
+    4
     >>> partition_count(1000, min_partitions=2, max_bytes_per_partition=128 << 20,
     ...                 min_split_bytes=1 << 20)
     1
     """
     if total_bytes <= 0:
         return 0
+    cores = max(1, min_partitions)
     by_size = math.ceil(total_bytes / max_bytes_per_partition)
-    by_cores = min(min_partitions, max(1, total_bytes // max(1, min_split_bytes)))
+    if by_size > cores:
+        return math.ceil(by_size / cores) * cores
+    by_cores = min(cores, max(1, total_bytes // max(1, min_split_bytes)))
     return max(1, by_size, by_cores)
 
 

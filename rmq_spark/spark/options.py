@@ -62,7 +62,7 @@ class SourceOptions:
     ending_timestamp_ms: int = -1  # with EndingMode.TIMESTAMP
     max_bytes_per_trigger: int = 0  # streaming admission control; 0 = unlimited
     max_messages_per_trigger: int = 0  # streaming admission control; 0 = unlimited
-    min_partitions: int = 2  # split a large range into at least this many tasks
+    min_partitions: int = 0  # split a large range into at least this many tasks; 0: CPU count
     max_bytes_per_partition: int = 128 * _MIB  # and into tasks of at most this many bytes
     fail_on_data_loss: bool = True  # deleted data the query needed: fail (True) or skip
     include_body: bool = True  # False: body column is null and bodies are not copied
@@ -70,8 +70,8 @@ class SourceOptions:
     streaming: bool = False  # parsed for a streaming query (changes defaults and checks)
 
     def __post_init__(self) -> None:
-        if self.min_partitions < 1:
-            raise ValueError(f"min_partitions: must be >= 1, got {self.min_partitions}")
+        if self.min_partitions < 0:
+            raise ValueError(f"min_partitions: must be >= 0, got {self.min_partitions}")
         if self.max_bytes_per_partition < 1:
             raise ValueError(
                 f"max_bytes_per_partition: must be >= 1, got {self.max_bytes_per_partition}"

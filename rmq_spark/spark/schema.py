@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARROW_SCHEMA",
+    "arrow_schema_for",
     "COLUMN_NAMES",
     "SCHEMA_DDL",
     "TRANSACTION_TYPE_NAMES",
@@ -118,3 +119,36 @@ def spark_schema() -> StructType:
     return StructType(
         [StructField(name, spark_type(dtype), nullable) for name, dtype, nullable in _COLUMNS]
     )
+
+
+def arrow_schema_for(schema: StructType) -> pa.Schema:
+    """The Arrow schema to produce for a query schema: ours, or a subset the user gave.
+
+    ``spark.read.format("rocketmq").schema("physical_offset long, topic string")`` reads only
+    those columns (Spark's Python data sources do not prune columns by themselves).
+
+    Raises
+    ------
+    SourceError
+        A column the source does not have, or a different type; the message lists ours.
+    """
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    from rmq_spark.errors import SourceError
+
+    ours = {field.name: field for field in spark_schema().fields}
+    if not schema.fields:
+        raise SourceError("a schema for the rocketmq source needs at least one column")
+    for field in schema.fields:
+        mine = ours.get(field.name)
+        if mine is None:
+            raise SourceError(
+                f"column {field.name!r} is not a column of the rocketmq source; its columns "
+                f"are: {SCHEMA_DDL}"
+            )
+        if field.dataType.simpleString() != mine.dataType.simpleString():
+            raise SourceError(
+                f"column {field.name!r} has type {field.dataType.simpleString()} in the given "
+                f"schema but {mine.dataType.simpleString()} in the rocketmq source"
+            )
+    return to_arrow_schema(schema, timezone="UTC")

@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -50,12 +52,11 @@ from rmq_spark.spark.offsets import (
     plan_slices,
 )
 from rmq_spark.spark.options import EndingMode, SourceOptions, StartingMode, parse_options
-from rmq_spark.spark.schema import spark_schema
+from rmq_spark.spark.schema import ARROW_SCHEMA, arrow_schema_for, spark_schema
 from rmq_spark.spark.segments import MappedSegment, StoreView, segment_path
 from rmq_spark.store.layout import segment_name
 
 if TYPE_CHECKING:
-    import pyarrow as pa
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
@@ -106,10 +107,12 @@ class RocketMQDataSource(DataSource):
         return spark_schema()
 
     def reader(self, schema: StructType) -> RocketMQBatchReader:
-        return RocketMQBatchReader(parse_options(self.options, streaming=False))
+        options = parse_options(self.options, streaming=False)
+        return RocketMQBatchReader(options, arrow_schema_for(schema))
 
     def streamReader(self, schema: StructType) -> RocketMQStreamReader:
-        return RocketMQStreamReader(parse_options(self.options, streaming=True))
+        options = parse_options(self.options, streaming=True)
+        return RocketMQStreamReader(options, arrow_schema_for(schema))
 
 
 # --- shared planning ------------------------------------------------------------------------
@@ -179,7 +182,7 @@ def _plan(
     total = sum(s.size_bytes for s in slices)
     count = partition_count(
         total,
-        min_partitions=options.min_partitions,
+        min_partitions=options.min_partitions or os.cpu_count() or 2,
         max_bytes_per_partition=options.max_bytes_per_partition,
         min_split_bytes=MIN_SPLIT_BYTES,
     )
@@ -190,7 +193,9 @@ def _plan(
     ]
 
 
-def read_partition(partition: InputPartition, options: SourceOptions) -> Iterator[pa.RecordBatch]:
+def read_partition(
+    partition: InputPartition, options: SourceOptions, schema: pa.Schema = ARROW_SCHEMA
+) -> Iterator[pa.RecordBatch]:
     """The record batches of one partition (runs on an executor)."""
     if not isinstance(partition, LogPartition):
         return  # Spark's stand-in partition for an empty read
@@ -216,6 +221,7 @@ def read_partition(partition: InputPartition, options: SourceOptions) -> Iterato
             path=str(path),
             topics=options.topics,
             topic_pattern=options.topic_pattern,
+            schema=schema,
             include_body=options.include_body,
             check_crc=options.check_crc,
             context=partition.describe(piece),
@@ -230,8 +236,9 @@ def read_partition(partition: InputPartition, options: SourceOptions) -> Iterato
 class RocketMQBatchReader(DataSourceReader):
     """``spark.read.format("rocketmq")``: one plan over ``[start, end)`` fixed at planning."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: pa.Schema = ARROW_SCHEMA) -> None:
         self.options = options
+        self.schema = schema
 
     def partitions(self) -> list[LogPartition]:
         view = _open_view(self.options)
@@ -246,7 +253,7 @@ class RocketMQBatchReader(DataSourceReader):
         return _plan(view, self.options, start, stop, [])
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition, self.options)
+        return read_partition(partition, self.options, self.schema)
 
 
 # --- streaming --------------------------------------------------------------------------------
@@ -261,8 +268,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     seen when the query started).
     """
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, schema: pa.Schema = ARROW_SCHEMA) -> None:
         self.options = options
+        self.schema = schema
         self._tail = planner.TailCache()
         self._available_now_end: int | None = None
         self.skipped_ranges: list[tuple[int, int]] = []
@@ -320,7 +328,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return _plan(_open_view(self.options), self.options, begin, stop, self.skipped_ranges)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        return read_partition(partition, self.options)
+        return read_partition(partition, self.options, self.schema)
 
     def commit(self, end: dict) -> None:
         parse_offset(end, what="committed offset")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -242,3 +243,41 @@ def test_embedded_record_in_a_body_cannot_cause_a_duplicate(tmp_path):
     with pytest.raises(CorruptRecordError, match="ambiguous"):
         list(read_slice(data, len(data), head, DecodeSettings()))
     assert probe.topic  # the probe only documents the body size used
+
+
+_PROPERTY_TEXT = st.lists(
+    st.sampled_from(["a", "b", "é", "\x01", "\x02", "KEYS", "TAGS", " "]), max_size=30
+).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_PROPERTY_TEXT, max_size=20))
+def test_properties_column_parses_like_the_per_record_parser(texts):
+    from rmq_spark.spark.columnar_properties import parse_properties_column
+    from rmq_spark.store.properties import keys_of, parse_properties, tags_of
+
+    array = pa.array(texts, pa.string())
+    _, offsets, data = array.buffers()
+    columns = parse_properties_column(
+        np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8),
+        np.frombuffer(offsets, np.int32)[: len(texts) + 1].astype(np.int64),
+    )
+    expected = [parse_properties(t) for t in texts]
+    assert [dict(m) for m in columns["properties"].to_pylist()] == expected
+    assert columns["keys"].to_pylist() == [keys_of(p) for p in expected]
+    assert columns["tags"].to_pylist() == [tags_of(p) for p in expected]
+
+
+def test_projection_builds_only_the_requested_columns(tmp_path):
+    writer = LogWriter(tmp_path, segment_size_bytes=1 << 16)
+    records = writer.extend(make_record(i) for i in range(20))
+    data = writer.segment_path(0).read_bytes()
+    piece = SegmentSlice(0, 0, writer.end_offset, writer.end_offset)
+    schema = pa.schema([ARROW_SCHEMA.field("tags"), ARROW_SCHEMA.field("physical_offset")])
+    got = pa.Table.from_batches(
+        list(read_slice(data, len(data), piece, DecodeSettings(schema=schema)))
+    )
+    expected = reference_rows(records)
+    assert got.to_pylist() == [
+        {"tags": r["tags"], "physical_offset": r["physical_offset"]} for r in expected
+    ]

@@ -67,7 +67,7 @@ def test_unknown_option_names_it_and_lists_the_valid_ones():
         ("startingOffsets", "{nope", "not JSON"),
         ("startingTimestamp", "-1", ">= 0"),
         ("failOnDataLoss", "yes", "true or false"),
-        ("minPartitions", "0", ">= 1"),
+        ("minPartitions", "-1", ">= 1"),
         ("topicPattern", "(", "not a regular expression"),
         ("topics", " , ", "no topic"),
     ],
@@ -141,6 +141,7 @@ def test_partition_count_uses_both_cores_but_not_for_tiny_ranges():
     assert partition_count(5, **kw) == 1
     assert partition_count(30, **kw) == 2
     assert partition_count(1000, **kw) == 10
+    assert partition_count(1100, **kw) == 12  # a multiple of the cores
 
 
 @given(

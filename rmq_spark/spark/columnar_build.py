@@ -1,0 +1,194 @@
+"""Building the output columns of validated records (the second half of columnar decoding).
+
+Owns turning the header fields, topics, bodies and properties of records that
+``columnar.py`` has already found and checked into an Arrow record batch of the requested
+schema: only the requested columns are built (a query that needs no body never copies
+bodies, one that needs no property column never parses properties), BODYCRC is verified
+for every body returned, hosts are formatted once per distinct host, message ids are hex
+encoded through a table. Does not find or validate records.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from rmq_spark.spark.arrow_views import hex_strings, slices_to_array
+from rmq_spark.spark.columnar_properties import PROPERTY_COLUMNS, parse_properties_column
+from rmq_spark.spark.schema import TRANSACTION_TYPE_NAMES
+
+__all__ = ["ValidRecords", "build_batch"]
+
+_TX_NAMES = pa.array(TRANSACTION_TYPE_NAMES, pa.string())
+
+
+@dataclass(frozen=True)
+class ValidRecords:
+    """Records that passed every structural check, one entry per output row."""
+
+    buf: object  # the segment bytes (mmap)
+    data: np.ndarray  # the same as uint8
+    buffer: pa.Buffer  # the same as an Arrow buffer
+    starts: np.ndarray  # record positions in the segment
+    header: np.ndarray  # structured fixed-part fields (columnar._HEADER_DTYPES)
+    rows: np.ndarray  # the fixed part as (n, width) bytes
+    born_host_size: int  # 8 (IPv4) or 20 (IPv6)
+    store_host_size: int
+    topic: pa.Array  # already decoded (and UTF-8 checked)
+    body_size: np.ndarray
+    props_at: np.ndarray
+    props_size: np.ndarray
+
+
+Fail = Callable[[int, str, dict[str, int]], Exception]  # (position, reason, crc fields)
+TextError = Callable[[], Exception]  # explains the first undecodable text
+
+
+def build_batch(
+    records: ValidRecords,
+    schema: pa.Schema,
+    include_body: bool,
+    check_crc: bool,
+    fail: Fail,
+    text_error: TextError,
+) -> pa.RecordBatch:
+    """The batch of ``schema`` (a subset of ``schema.ARROW_SCHEMA``'s columns) for ``records``.
+
+    Raises
+    ------
+    CorruptRecordError (through ``fail`` / ``text_error``)
+        A body whose BODYCRC does not match (if ``check_crc``), properties that are not
+        UTF-8, a negative port in a host address.
+    """
+    r = records
+    header = r.header
+    count = len(r.starts)
+    names = set(schema.names)
+    width = r.rows.shape[1]
+    bh, sh = r.born_host_size, r.store_host_size
+    columns: dict[str, pa.Array] = {"topic": r.topic}
+
+    def numeric(field: str, dtype: type) -> pa.Array:
+        return pa.array(header[field].astype(dtype))
+
+    if "body" in names and not include_body:
+        columns["body"] = pa.nulls(count, pa.binary())
+    elif "body" in names:
+        body_at = r.starts + width
+        if check_crc:
+            _check_crc(r.buf, r.starts, body_at, r.body_size, header["body_crc"], fail)
+        columns["body"] = slices_to_array(r.data, r.buffer, body_at, r.body_size, pa.binary())
+    wanted_props = names & PROPERTY_COLUMNS
+    if wanted_props:
+        try:
+            text = slices_to_array(r.data, r.buffer, r.props_at, r.props_size, pa.string())
+        except pa.ArrowInvalid:
+            raise text_error() from None
+        _, offsets_buf, data_buf = text.buffers()
+        parsed = parse_properties_column(
+            np.frombuffer(data_buf, dtype=np.uint8)
+            if data_buf is not None
+            else np.zeros(0, np.uint8),
+            np.frombuffer(offsets_buf, dtype=np.int32)[: count + 1].astype(np.int64),
+            wanted=wanted_props,
+            map_type=schema.field("properties").type if "properties" in names else None,
+            keys_type=schema.field("keys").type if "keys" in names else None,
+        )
+        columns.update(parsed)
+    if "msg_id" in names:
+        columns["msg_id"] = hex_strings(
+            np.concatenate([r.rows[:, 56 + bh : 56 + bh + sh], r.rows[:, 28:36]], axis=1)
+        )
+    if "born_host" in names:
+        columns["born_host"] = _hosts(r.rows[:, 48 : 48 + bh], r.starts, fail)
+    if "store_host" in names:
+        columns["store_host"] = _hosts(r.rows[:, 56 + bh : 56 + bh + sh], r.starts, fail)
+    sys_flag = header["sys_flag"].astype(np.int32)
+    simple: dict[str, Callable[[], pa.Array]] = {
+        "queue_id": lambda: numeric("queue_id", np.int32),
+        "queue_offset": lambda: numeric("queue_offset", np.int64),
+        "physical_offset": lambda: numeric("physical_offset", np.int64),
+        "total_size": lambda: numeric("total_size", np.int32),
+        "born_timestamp": lambda: _timestamps(header["born_ts"], schema.field("born_timestamp")),
+        "store_timestamp": lambda: _timestamps(header["store_ts"], schema.field("store_timestamp")),
+        "sys_flag": lambda: pa.array(sys_flag),
+        "flag": lambda: numeric("flag", np.int32),
+        "reconsume_times": lambda: numeric("reconsume_times", np.int32),
+        "prepared_transaction_offset": lambda: numeric("prepared_offset", np.int64),
+        "body_crc": lambda: numeric("body_crc", np.int32),
+        "transaction_type": lambda: _TX_NAMES.take(pa.array((sys_flag & 0xC) >> 2)),
+    }
+    arrays = []
+    for field in schema:
+        if field.name not in columns:
+            columns[field.name] = simple[field.name]()
+        arrays.append(columns[field.name])
+    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
+def _timestamps(millis: np.ndarray, field: pa.Field) -> pa.Array:
+    return pa.array(millis.astype(np.int64) * 1000, field.type)
+
+
+def _check_crc(
+    buf: object,
+    starts: np.ndarray,
+    body_at: np.ndarray,
+    body_size: np.ndarray,
+    stored: np.ndarray,
+    fail: Fail,
+) -> None:
+    view = memoryview(buf)  # type: ignore[arg-type]
+    bodies = map(view.__getitem__, map(slice, body_at.tolist(), (body_at + body_size).tolist()))
+    computed = np.fromiter(map(zlib.crc32, bodies), dtype=np.int64, count=len(body_at))
+    computed &= 0x7FFFFFFF
+    bad = computed != stored.astype(np.int64)
+    if bad.any():
+        first = int(np.argmax(bad))
+        raise fail(
+            int(starts[first]),
+            "BODYCRC mismatch",
+            {
+                "stored_crc": int(stored[first]) & 0xFFFFFFFF,
+                "computed_crc": int(computed[first]),
+            },
+        )
+
+
+def _format_host(block: bytes) -> str:
+    ip, port = block[:-4], int.from_bytes(block[-4:], "big", signed=True)
+    address = ipaddress.ip_address(ip)
+    if port < 0:
+        raise ValueError(f"negative port {port}")
+    return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
+
+
+def _hosts(block: np.ndarray, starts: np.ndarray, fail: Fail) -> pa.Array:
+    """``ip:port`` strings of a ``(n, 8|20)`` host block; formats each distinct host once."""
+    count, width = block.shape
+    if count == 0:
+        return pa.array([], pa.string())
+    if width == 8:
+        keys = np.ascontiguousarray(block).view(np.uint64).reshape(-1)
+    else:
+        keys = np.ascontiguousarray(block).view(f"V{width}").reshape(-1)
+    # Sorting beats numpy 2's hash-based unique here; hosts repeat a lot.
+    order = np.argsort(keys, kind="stable")
+    ordered = keys[order]
+    new = np.ones(count, dtype=bool)
+    new[1:] = ordered[1:] != ordered[:-1]
+    group = np.cumsum(new) - 1
+    inverse = np.empty(count, dtype=np.int64)
+    inverse[order] = group
+    names = []
+    for position in order[new]:
+        try:
+            names.append(_format_host(block[position].tobytes()))
+        except ValueError as err:
+            raise fail(int(starts[position]), f"bad host address: {err}", {}) from None
+    return pa.array(names, pa.string()).take(pa.array(inverse))
