@@ -279,7 +279,7 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
     if type(queue_id) is not int or queue_id < 0:
         return _illegal(f"queue id must be >= 0, got {queue_id!r}")
     body = request.body
-    if not isinstance(body, bytes | bytearray | memoryview):
+    if type(body) is not bytes and not isinstance(body, bytearray | memoryview):
         return _illegal(f"body must be bytes, got {type(body).__name__}")
     if len(body) > ctx.max_body_bytes:
         return _illegal(
@@ -462,6 +462,8 @@ def encode_ipv4_v1(
 def _simple_properties(uniq_key: str, tags: str | None, keys: tuple[str, ...]) -> str | None:
     """UNIQ_KEY, TAGS and KEYS in Java ``HashMap(128)`` order, or ``None`` if a value holds a
     separator."""
+    if not tags and not keys:
+        return f"{UNIQ_KEY}\x01{uniq_key}\x02"  # a generated key holds no separator
     values = {UNIQ_KEY: uniq_key}
     if tags:
         values[TAGS] = tags

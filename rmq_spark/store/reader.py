@@ -42,11 +42,14 @@ class SegmentCursor:
         self.segment = segment
         self._chunk_bytes = chunk_bytes
         self._buf = b""
+        self._view = memoryview(self._buf)  # decoding from a view: CRC without copying bodies
         self._buf_start = 0
+        self._name = segment.path.name
 
     def _fill(self, position: int, need: int) -> None:
         size = max(self._chunk_bytes, need)
         self._buf = self.segment.read(position, size)
+        self._view = memoryview(self._buf)
         self._buf_start = position
 
     def window(self, position: int, size: int) -> bytes:
@@ -56,7 +59,7 @@ class SegmentCursor:
             return self.segment.read(position, size)
         return self._buf[start : start + size]
 
-    def decode(self, position: int, *, check_crc: bool = True) -> object:
+    def decode(self, position: int, *, check_crc: bool = True, with_body: bool = True) -> object:
         """Like ``codec.decode_record`` at segment ``position``. Errors carry the file path
         and the position inside the file; an outcome's own ``position`` is relative to the
         read-ahead buffer (use ``decode_at`` for segment positions)."""
@@ -68,7 +71,7 @@ class SegmentCursor:
                 start = 0
             try:
                 outcome = decode_record(
-                    self._buf, start, path=segment.path.name, check_crc=check_crc
+                    self._view, start, path=self._name, check_crc=check_crc, with_body=with_body
                 )
             except CorruptRecordError as err:
                 raise CorruptRecordError(

@@ -285,7 +285,7 @@ def recover(
     while end is None:
         position = offset - segment.base_offset
         try:
-            outcome = cursor.decode(position, check_crc=check_crc)
+            outcome = cursor.decode(position, check_crc=check_crc, with_body=False)
         except CorruptRecordError as err:
             outcome = err
         if isinstance(outcome, DecodedRecord):
