@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.delay.schedule import TIMER_QUEUE_ID, DueEntry, QueueProgress, timer_due_ms
+from rmq_spark.errors import SourceError
 from rmq_spark.store.delay_levels import delivery_time_ms
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.properties import delay_level_of, parse_properties
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Candidates",
     "EntrySource",
+    "EntrySourceError",
     "LogEntrySource",
     "TableEntrySource",
     "consume_queue_table_exists",
@@ -79,6 +81,10 @@ class EntrySource(Protocol):
         ...
 
 
+class EntrySourceError(SourceError):
+    """Reading the consume_queue table failed (Spark's message is kept)."""
+
+
 def consume_queue_table_exists(tables_dir: str | Path) -> bool:
     """True when ``<tables_dir>/consume_queue`` is a Delta table (has a ``_delta_log``)."""
     return (Path(tables_dir) / "consume_queue" / "_delta_log").is_dir()
@@ -106,9 +112,6 @@ class TableEntrySource:
         self._path = str(Path(tables_dir).absolute() / "consume_queue")
         self.lookahead_ms = lookahead_ms
 
-    def _table(self) -> Any:
-        return self._spark.read.format("delta").load(self._path)
-
     def candidates(
         self,
         levels: Mapping[int, QueueProgress],
@@ -117,10 +120,46 @@ class TableEntrySource:
         limit: int,
     ) -> Candidates:
         """One Spark query: the level ranges, and the timer units due by now plus those due
-        within ``lookahead_ms`` (to know when to wake up)."""
+        within ``lookahead_ms`` (to know when to wake up).
+
+        Raises
+        ------
+        EntrySourceError
+            Spark could not read the table (Spark's message included).
+        """
+        try:
+            arrow = self._query(levels, timer, now_ms, limit)
+        except Exception as err:  # Py4J / Spark / Delta errors, re-raised as ours
+            raise EntrySourceError(f"reading {self._path} failed: {err}") from err
+        result = Candidates()
+        for entry in _entries_from_arrow(arrow):
+            if entry.queue_id >= 0:
+                result.levels.setdefault(entry.queue_id, []).append(entry)
+                continue
+            entry = dataclasses.replace(entry, queue_id=TIMER_QUEUE_ID)
+            assert timer is not None
+            if timer.is_done(entry.queue_offset):
+                continue
+            if entry.due_ms <= now_ms:
+                result.timer.append(entry)
+            elif result.timer_next_due_ms is None or entry.due_ms < result.timer_next_due_ms:
+                result.timer_next_due_ms = entry.due_ms
+        for items in result.levels.values():
+            items.sort(key=lambda e: e.queue_offset)
+        result.timer.sort(key=lambda e: (e.due_ms, e.queue_offset))
+        del result.timer[limit:]
+        return result
+
+    def _query(
+        self,
+        levels: Mapping[int, QueueProgress],
+        timer: QueueProgress | None,
+        now_ms: int,
+        limit: int,
+    ) -> Any:
         from pyspark.sql import functions as F
 
-        table = self._table()
+        table = self._spark.read.format("delta").load(self._path)
         low, high = F.lit(0), F.lit(limit)
         for queue_id, queue in sorted(levels.items(), key=lambda item: item[0]):
             extra = limit + queue.done_count_above_low_water
@@ -144,24 +183,7 @@ class TableEntrySource:
                 .withColumn("queue_id", F.lit(-1))  # marks timer rows in the union
             )
             query = query.unionByName(timer_rows)
-        result = Candidates()
-        for entry in _entries_from_arrow(query.toArrow()):
-            if entry.queue_id >= 0:
-                result.levels.setdefault(entry.queue_id, []).append(entry)
-                continue
-            entry = dataclasses.replace(entry, queue_id=TIMER_QUEUE_ID)
-            assert timer is not None
-            if timer.is_done(entry.queue_offset):
-                continue
-            if entry.due_ms <= now_ms:
-                result.timer.append(entry)
-            elif result.timer_next_due_ms is None or entry.due_ms < result.timer_next_due_ms:
-                result.timer_next_due_ms = entry.due_ms
-        for items in result.levels.values():
-            items.sort(key=lambda e: e.queue_offset)
-        result.timer.sort(key=lambda e: (e.due_ms, e.queue_offset))
-        del result.timer[limit:]
-        return result
+        return query.toArrow()
 
 
 _COLUMNS = (

@@ -317,6 +317,7 @@ def _add(total: PassReport, report: PassReport) -> None:
     total.lateness_ms.extend(report.lateness_ms)
     total.notes.extend(report.notes)
     total.next_due_ms = report.next_due_ms
+    total.exhausted = report.exhausted
 
 
 def _log_pass(redeliverer: Redeliverer, report: PassReport) -> None:

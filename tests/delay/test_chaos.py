@@ -88,11 +88,13 @@ def test_sigkill_at_random_moments_delivers_each_message_exactly_once_never_earl
             assert outcome.ok
 
     inside_batch = 0
-    progress_at_kill = []
+    progress_at_kill, ready_s = [], []
     for _ in range(KILLS):
+        spawned = time.monotonic()
         job = spawn(root)
         assert job.stdout is not None
         assert job.stdout.readline().strip() == "ready"
+        ready_s.append(round(time.monotonic() - spawned, 1))
         time.sleep(rng.uniform(0.0, 0.6))  # a random moment, not a due time
         job.send_signal(signal.SIGKILL)
         job.wait(timeout=30)
@@ -101,6 +103,7 @@ def test_sigkill_at_random_moments_delivers_each_message_exactly_once_never_earl
         inside_batch += journal["intent"] is not None
         progress_at_kill.append(sum(q["low_water"] for q in journal["levels"].values()))
     print(f"kills inside a batch: {inside_batch}/{KILLS}; level progress: {progress_at_kill}")
+    print(f"seconds from start to ready: {ready_s}")
     assert progress_at_kill[0] < LEVEL_MESSAGES  # the kills began before the work was done
 
     job = spawn(root)
