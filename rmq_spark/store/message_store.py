@@ -39,7 +39,7 @@ from rmq_spark.store.checkpoint import (
     read_snapshot,
     write_snapshot,
 )
-from rmq_spark.store.codec import DecodedRecord, decode_record
+from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.delay_levels import parse_message_delay_level
@@ -57,8 +57,11 @@ from rmq_spark.store.put import (
     PutResult,
     PutStatus,
     WindowEntry,
+    duplicates_in,
     prepare,
+    reject_batch,
 )
+from rmq_spark.store.reader import read_record
 from rmq_spark.store.recovery import RecoveryReport, recover
 from rmq_spark.store.retention import deletable_segment_count, disk_used_ratio
 
@@ -310,7 +313,7 @@ class MessageStore:
         now = self._clock.now_ms()
         ctx = self._ctx
         prepared = [prepare(request, ctx, now) for request in requests]
-        rejected = _reject_batch(prepared)
+        rejected = reject_batch(prepared)
         if rejected is not None:
             return rejected
         messages: list[PreparedMessage] = prepared  # type: ignore[assignment]
@@ -321,7 +324,7 @@ class MessageStore:
         with self._put_lock:
             if self._failure is not None or self._closed:
                 return [self._unavailable()] * count
-            copies = self._duplicates_in(messages)
+            copies = duplicates_in(messages, self._window)
             writes = [m for m in messages if id(m) not in copies] if copies else messages
             placed: dict[int, tuple[int, int]] = {}
             if writes:
@@ -414,29 +417,6 @@ class MessageStore:
         self._last_store_ts = now
         return None
 
-    def _duplicates_in(
-        self, messages: list[PreparedMessage]
-    ) -> dict[int, WindowEntry | PreparedMessage]:
-        """Idempotent messages not to write: id -> the stored entry, or the earlier message
-        of the same batch it repeats."""
-        found: dict[int, WindowEntry | PreparedMessage] = {}
-        first: dict[tuple[str, str], PreparedMessage] = {}
-        window = self._window
-        for message in messages:
-            if message.uniq_key is None:
-                continue
-            key = (message.topic, message.uniq_key)
-            if message.idempotent:
-                entry = window.get(*key)
-                if entry is not None:
-                    found[id(message)] = entry
-                    continue
-                if key in first:
-                    found[id(message)] = first[key]
-                    continue
-            first.setdefault(key, message)
-        return found
-
     def _duplicate(self, message: PreparedMessage, entry: WindowEntry) -> PutResult:
         return PutResult(
             PutStatus.PUT_OK,
@@ -507,42 +487,7 @@ class MessageStore:
 
     def read_decoded(self, physical_offset: int) -> DecodedRecord:
         """Like ``read`` but with the record's size and magic version."""
-        commitlog = self._commitlog
-        segment = commitlog.segment_for(physical_offset)
-        if segment is None or not physical_offset < commitlog.max_offset:
-            raise OffsetOutOfRangeError(physical_offset, commitlog.min_offset, commitlog.max_offset)
-        position = physical_offset - segment.base_offset
-        try:
-            head = segment.read(position, 8)
-            size = _SIZE.unpack_from(head)[0] if len(head) == 8 else 0
-            data = segment.read(position, max(size, 8)) if size > 8 else head
-        except (OSError, ValueError) as err:  # a segment deleted by retention meanwhile
-            raise OffsetOutOfRangeError(
-                physical_offset, commitlog.min_offset, commitlog.max_offset
-            ) from err
-        try:
-            outcome = decode_record(data, 0, path=str(segment.path), check_crc=True)
-        except CorruptRecordError as err:
-            raise CorruptRecordError(
-                str(segment.path),
-                position,
-                err.reason,
-                stored_crc=err.stored_crc,
-                computed_crc=err.computed_crc,
-            ) from None
-        if not isinstance(outcome, DecodedRecord):
-            raise CorruptRecordError(
-                str(segment.path), position, f"no message record here ({type(outcome).__name__})"
-            )
-        if outcome.record.physical_offset != physical_offset:
-            raise CorruptRecordError(
-                str(segment.path),
-                position,
-                f"record says it is at {outcome.record.physical_offset}: not a record boundary",
-            )
-        return DecodedRecord(
-            outcome.record, physical_offset, outcome.total_size, outcome.magic_version
-        )
+        return read_record(self._commitlog, physical_offset)
 
     # --- flush, publish, snapshot -------------------------------------------------------------
 
@@ -723,23 +668,6 @@ class MessageStore:
 
 def _failed(status: PutStatus, what: str, err: OSError) -> PutResult:
     return PutResult(status, detail=f"{what} failed: {err}")
-
-
-def _reject_batch(prepared: list[PreparedMessage | PutResult]) -> list[PutResult] | None:
-    """All-or-nothing: results for a batch with an illegal message, else ``None``."""
-    bad = [(index, p) for index, p in enumerate(prepared) if type(p) is PutResult]
-    if not bad:
-        return None
-    first_index, first = bad[0]
-    assert isinstance(first, PutResult)
-    results = []
-    for item in prepared:
-        if type(item) is PutResult:
-            results.append(item)
-        else:
-            detail = f"batch rejected: message #{first_index} is illegal: {first.detail}"
-            results.append(PutResult(first.status, detail=detail))
-    return results
 
 
 def _max_record_bytes(config: StoreConfig) -> int:

@@ -73,9 +73,11 @@ __all__ = [
     "QueueOffsetTable",
     "WindowEntry",
     "check_topic",
+    "duplicates_in",
     "encode_ipv4_v1",
     "order_properties",
     "prepare",
+    "reject_batch",
     "rewrite_delay",
 ]
 
@@ -570,3 +572,46 @@ class IdempotencyWindow:
         for entry in self._entries.values():
             return entry[0]
         return default
+
+
+# --- batches ----------------------------------------------------------------------------------
+
+
+def reject_batch(prepared: list[PreparedMessage | PutResult]) -> list[PutResult] | None:
+    """All or nothing: the results of a batch holding an illegal message, else ``None``.
+
+    The illegal messages keep their own result; the others say which message sank the batch.
+    """
+    bad = [(index, p) for index, p in enumerate(prepared) if type(p) is PutResult]
+    if not bad:
+        return None
+    first_index, first = bad[0]
+    assert isinstance(first, PutResult)
+    detail = f"batch rejected: message #{first_index} is illegal: {first.detail}"
+    return [
+        item if type(item) is PutResult else PutResult(first.status, detail=detail)  # type: ignore[misc]
+        for item in prepared
+    ]
+
+
+def duplicates_in(
+    messages: list[PreparedMessage], window: IdempotencyWindow
+) -> dict[int, WindowEntry | PreparedMessage]:
+    """Idempotent messages of a batch not to write, by ``id()``: the stored entry they
+    repeat, or the earlier message of the same batch with the same (topic, UNIQ_KEY)."""
+    found: dict[int, WindowEntry | PreparedMessage] = {}
+    first: dict[tuple[str, str], PreparedMessage] = {}
+    for message in messages:
+        if message.uniq_key is None:
+            continue
+        key = (message.topic, message.uniq_key)
+        if message.idempotent:
+            entry = window.get(*key)
+            if entry is not None:
+                found[id(message)] = entry
+                continue
+            if key in first:
+                found[id(message)] = first[key]
+                continue
+        first.setdefault(key, message)
+    return found

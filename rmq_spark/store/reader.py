@@ -12,11 +12,12 @@ A reader of a *running* store should stop at the checkpoint's ``confirmPhyOffset
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmq_spark.errors import CorruptRecordError
+from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError
 from rmq_spark.store.codec import (
     BlankPadding,
     DecodedRecord,
@@ -30,9 +31,17 @@ from rmq_spark.store.fileio import OsOpener
 from rmq_spark.store.layout import COMMITLOG_DIR
 from rmq_spark.store.segment import Segment
 
-__all__ = ["SegmentCursor", "VerifyResult", "iter_records", "open_read_only", "verify_log"]
+__all__ = [
+    "SegmentCursor",
+    "VerifyResult",
+    "iter_records",
+    "open_read_only",
+    "read_record",
+    "verify_log",
+]
 
 _CHUNK_BYTES = 8 << 20
+_SIZE = struct.Struct(">i")
 
 
 class SegmentCursor:
@@ -248,3 +257,46 @@ def _first_non_zero(segment: Segment, position: int) -> int | None:
             return position + len(chunk) - len(stripped)
         position += len(chunk)
     return None
+
+
+def read_record(commitlog: CommitLog, physical_offset: int) -> DecodedRecord:
+    """The record at ``physical_offset`` (BODYCRC checked); ``position`` is the physical offset.
+
+    Raises
+    ------
+    OffsetOutOfRangeError
+        ``physical_offset`` is outside ``[min_offset, max_offset)`` (or its segment was just
+        deleted by retention).
+    CorruptRecordError
+        The bytes there are not a valid record that starts at ``physical_offset``.
+    """
+    segment = commitlog.segment_for(physical_offset)
+    if segment is None or not physical_offset < commitlog.max_offset:
+        raise OffsetOutOfRangeError(physical_offset, commitlog.min_offset, commitlog.max_offset)
+    position = physical_offset - segment.base_offset
+    try:
+        head = segment.read(position, 8)
+        size = _SIZE.unpack_from(head)[0] if len(head) == 8 else 0
+        data = segment.read(position, size) if size > 8 else head
+    except (OSError, ValueError) as err:  # closed by retention meanwhile
+        raise OffsetOutOfRangeError(
+            physical_offset, commitlog.min_offset, commitlog.max_offset
+        ) from err
+    path = str(segment.path)
+    try:
+        outcome = decode_record(data, 0, path=path, check_crc=True)
+    except CorruptRecordError as err:
+        raise CorruptRecordError(
+            path, position, err.reason, stored_crc=err.stored_crc, computed_crc=err.computed_crc
+        ) from None
+    if not isinstance(outcome, DecodedRecord):
+        raise CorruptRecordError(
+            path, position, f"no message record here ({type(outcome).__name__})"
+        )
+    if outcome.record.physical_offset != physical_offset:
+        raise CorruptRecordError(
+            path,
+            position,
+            f"record says it is at {outcome.record.physical_offset}: not a record boundary",
+        )
+    return DecodedRecord(outcome.record, physical_offset, outcome.total_size, outcome.magic_version)
