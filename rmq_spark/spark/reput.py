@@ -148,10 +148,7 @@ def reput_lag(
                     first_store_ms = _store_timestamp_ms(buf, local, segment.path)
                 count += 1
                 local += total
-            else:
-                position = span.base_offset + local
-                continue
-            if count >= scan_messages_max:
+            else:  # the range or the count limit ended the walk
                 position = span.base_offset + local
                 continue
             position = span.end_offset  # BLANK, end of file, or an unwritten tail

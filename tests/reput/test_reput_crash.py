@@ -60,6 +60,19 @@ def _commits(tables: Path, name: str) -> int:
     return len(list((table_path(tables, name) / "_delta_log").glob("*.json")))
 
 
+def _history(tables: Path) -> str:
+    """Each table's commits (operation, txn version, rows added): shown when a check fails."""
+    lines = []
+    for name in (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE):
+        for commit in sorted((table_path(tables, name) / "_delta_log").glob("*.json")):
+            actions = [json.loads(line) for line in commit.read_text().splitlines()]
+            txn = [a["txn"]["version"] for a in actions if "txn" in a]
+            added = sum(json.loads(a["add"]["stats"])["numRecords"] for a in actions if "add" in a)
+            operation = [a["commitInfo"]["operation"] for a in actions if "commitInfo" in a]
+            lines.append(f"{name} {commit.stem[-3:]} {operation} txn={txn} rows+={added}")
+    return "\n".join(lines) + "\n"
+
+
 def _kill_mid_batch(process: subprocess.Popen, tables: Path) -> tuple[int, int]:
     """Wait until a batch has committed `messages` but not yet `consume_queue`, then SIGKILL."""
     deadline = time.monotonic() + WAIT_S
@@ -120,10 +133,11 @@ def test_sigkill_mid_batch_then_restart_leaves_exactly_one_row_per_message(
     def table(name: str) -> list[tuple]:
         return plain_rows(spark.read.format("delta").load(str(table_path(tables, name))).collect())
 
-    assert table(CONSUME_QUEUE) == plain_rows(expected_consume_queue(rows))
-    assert table(MESSAGE_INDEX) == plain_rows(expected_index(rows))
+    history = _history(tables) + restarted.stderr[-4000:]
+    assert table(CONSUME_QUEUE) == plain_rows(expected_consume_queue(rows)), history
+    assert table(MESSAGE_INDEX) == plain_rows(expected_index(rows)), history
     offsets = sorted(row[3] for row in table(MESSAGES))
-    assert offsets == sorted(row["physical_offset"] for row in rows)
+    assert offsets == sorted(row["physical_offset"] for row in rows), history
 
     # A new Python process (a fresh SparkSession and catalog) sees the tables through SQL.
     script = (

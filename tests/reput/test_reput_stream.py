@@ -13,7 +13,7 @@ from reput_rows import (
     row_from_record,
 )
 
-from rmq_spark.clock import SystemClock
+from rmq_spark.clock import ManualClock, SystemClock
 from rmq_spark.spark.query import message_by_msg_id, messages_by_key, messages_by_time
 from rmq_spark.spark.reput import run_reput, tables_lag
 from rmq_spark.spark.reput_config import ReputConfig
@@ -79,7 +79,18 @@ def test_tables_equal_the_log_after_micro_batches_across_segment_rolls(
     )
     offsets = _put_round(store_dir, 0)
     first = run_reput(spark, store_dir, config, LEVELS_MS)
-    offsets += _put_round(store_dir, 1)
+    round_one = _put_round(store_dir, 1)
+    (last_of_round_zero,) = _stored_rows(store_dir, offsets[-1:])
+    offsets += round_one
+    waiting = _stored_rows(store_dir, round_one)
+    first_stored_ms = min(round(r["store_timestamp"].timestamp() * 1000) for r in waiting)
+    lag = tables_lag(spark, store_dir, tables, clock=ManualClock(first_stored_ms + 5000))
+    assert (lag.behind_messages, lag.behind_ms, lag.messages_exact) == (len(round_one), 5000, True)
+    assert (
+        lag.reput_offset == last_of_round_zero["physical_offset"] + last_of_round_zero["total_size"]
+    )
+    assert lag.durable_offset == waiting[-1]["physical_offset"] + waiting[-1]["total_size"]
+    assert lag.behind_bytes == lag.durable_offset - lag.reput_offset
     second = run_reput(spark, store_dir, config, LEVELS_MS)
 
     assert first.batches_written >= 3 and second.batches_written >= 3
