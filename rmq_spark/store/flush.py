@@ -38,23 +38,46 @@ class FlushWait(enum.Enum):
     FAILED = "FAILED"
 
 
+class _Waiter:
+    """One put waiting for durability: blocked on its own lock until a leader releases it."""
+
+    __slots__ = ("end_offset", "lock", "lead")
+
+    def __init__(self, end_offset: int) -> None:
+        self.end_offset = end_offset
+        self.lock = threading.Lock()
+        self.lock.acquire()
+        self.lead = False  # set before release: "you are the next leader"
+
+
 class GroupCommit:
     """Leader/follower group commit over ``flush() -> flushed_offset``.
+
+    A waiter blocks on a lock of its own that the leader releases directly, so waking N
+    producers costs N lock releases, not a convoy on one shared condition lock. When the
+    leader's own record is durable it hands leadership to the oldest waiter still not
+    covered (which runs the next fsync for everything written meanwhile) and returns.
 
     Parameters
     ----------
     flush
         fsyncs everything written so far and returns the offset it covered; raises
         ``OSError`` on failure.
+    written
+        The offset written so far (what ``flush_now`` must cover).
     flushed_offset
         Offset already durable (after recovery).
     """
 
-    def __init__(self, flush: Callable[[], int], flushed_offset: int = 0) -> None:
+    def __init__(
+        self, flush: Callable[[], int], written: Callable[[], int], flushed_offset: int = 0
+    ) -> None:
         self._flush = flush
-        self._cond = threading.Condition(threading.Lock())
-        self._flushed_offset = flushed_offset
+        self._written = written
+        self._lock = threading.Lock()
+        self._waiters: list[_Waiter] = []
         self._flushing = False
+        self._flushed_offset = flushed_offset
         self.error: OSError | None = None
         self.fsync_count = 0
 
@@ -62,62 +85,84 @@ class GroupCommit:
     def flushed_offset(self) -> int:
         return self._flushed_offset
 
-    def wait_durable(self, end_offset: int, timeout_ms: int) -> FlushWait:
+    def wait_durable(self, end_offset: int, timeout_ms: int | None) -> FlushWait:
         """Block until an fsync covers ``end_offset``, leading one if none is running."""
-        deadline = time.monotonic() + timeout_ms / 1000
-        cond = self._cond
-        with cond:
-            while True:
-                if self._flushed_offset >= end_offset:
-                    return FlushWait.DURABLE
-                if self.error is not None:
-                    return FlushWait.FAILED
-                if not self._flushing:
-                    self._lead()
-                    continue
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+        if self._flushed_offset >= end_offset:
+            return FlushWait.DURABLE
+        with self._lock:
+            if self._flushed_offset >= end_offset:
+                return FlushWait.DURABLE
+            if self.error is not None:
+                return FlushWait.FAILED
+            if not self._flushing:
+                self._flushing = True
+                waiter = None
+            else:
+                waiter = _Waiter(end_offset)
+                self._waiters.append(waiter)
+        if waiter is None:
+            return self._lead(end_offset)
+        timeout = -1 if timeout_ms is None else timeout_ms / 1000
+        if not waiter.lock.acquire(timeout=timeout):
+            with self._lock:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
                     return FlushWait.TIMEOUT
-                cond.wait(remaining)
+            waiter.lock.acquire()  # released just now: take the outcome it was given
+        if waiter.lead:
+            return self._lead(end_offset)
+        if self._flushed_offset >= end_offset:
+            return FlushWait.DURABLE
+        return FlushWait.FAILED
 
-    def _lead(self) -> None:
-        """Run one fsync with the condition released (caller holds it)."""
-        self._flushing = True
-        self._cond.release()
-        error: OSError | None = None
-        flushed = 0
-        try:
-            flushed = self._flush()
-        except OSError as err:
-            error = err
-        finally:
-            self._cond.acquire()
-            self._flushing = False
-        self.fsync_count += 1
-        if error is not None:
-            self.error = error
-        elif flushed > self._flushed_offset:
-            self._flushed_offset = flushed
-        self._cond.notify_all()
+    def _lead(self, end_offset: int) -> FlushWait:
+        """Run fsyncs until ``end_offset`` is covered (or one fails), then hand over."""
+        while True:
+            error: OSError | None = None
+            flushed = 0
+            try:
+                flushed = self._flush()
+            except OSError as err:
+                error = err
+            with self._lock:
+                self.fsync_count += 1
+                if error is not None and self.error is None:
+                    self.error = error
+                if flushed > self._flushed_offset:
+                    self._flushed_offset = flushed
+                done = self.error is not None or self._flushed_offset >= end_offset
+                if not done:
+                    continue  # our own record came after the capture: fsync again
+                covered = self._flushed_offset
+                ready = [w for w in self._waiters if w.end_offset <= covered or self.error]
+                rest = [w for w in self._waiters if w.end_offset > covered and not self.error]
+                self._waiters = rest[1:]
+                if rest:
+                    rest[0].lead = True  # it starts the next fsync as soon as it wakes
+                else:
+                    self._flushing = False
+            for waiter in ready:
+                waiter.lock.release()
+            if rest:
+                rest[0].lock.release()
+            return FlushWait.FAILED if self.error is not None else FlushWait.DURABLE
 
     def flush_now(self) -> int:
-        """One fsync outside any put (close, snapshots); returns the flushed offset."""
-        with self._cond:
-            while self._flushing:
-                self._cond.wait()
-            if self.error is not None:
-                raise self.error
-            self._lead()
-            if self.error is not None:
-                raise self.error
-            return self._flushed_offset
+        """fsync everything written so far (close, snapshots, ASYNC flushes); returns the
+        flushed offset. Raises the ``OSError`` of a failed fsync."""
+        if self.wait_durable(self._written(), None) is FlushWait.FAILED:
+            assert self.error is not None
+            raise self.error
+        return self._flushed_offset
 
     def fail(self, error: OSError) -> None:
         """Make every current and future wait fail (the store failed closed)."""
-        with self._cond:
+        with self._lock:
             if self.error is None:
                 self.error = error
-            self._cond.notify_all()
+            waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            waiter.lock.release()
 
 
 @dataclass

@@ -175,7 +175,7 @@ class MessageStore:
             self._checkpoint.reset(end, end)
         self._flushed_offset = end
         self._published_confirm = end
-        self._group = GroupCommit(self._flush_and_publish, end)
+        self._group = GroupCommit(self._flush_and_publish, lambda: self._commitlog.max_offset, end)
         report = state.report
         if report.snapshot_offset != end or report.truncated_bytes:
             self._write_snapshot_locked()
