@@ -387,6 +387,7 @@ _PROPS_SIZE = struct.Struct(">h")
 _topic_prefixes: dict[str, bytes] = {}
 _ipv4_hosts: dict[int, tuple[HostAddress, tuple[bytes, int] | None]] = {}
 _simple_orders: dict[tuple[bool, bool], tuple[str, ...]] = {}
+_LOCALHOST_IPV4 = (LOCALHOST.packed(), LOCALHOST.port)
 
 
 def _ipv4(host: HostAddress) -> tuple[bytes, int] | None:
@@ -431,7 +432,7 @@ def encode_ipv4_v1(
         if len(_topic_prefixes) > 4096:
             _topic_prefixes.clear()
         _topic_prefixes[topic] = prefix
-    born = _ipv4(born_host)
+    born = _LOCALHOST_IPV4 if born_host is LOCALHOST else _ipv4(born_host)
     store = _ipv4(store_host)
     if born is None or store is None:
         return None

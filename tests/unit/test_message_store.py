@@ -220,3 +220,34 @@ def test_flush_makes_async_data_durable(tmp_path: Path) -> None:
     values = read_checkpoint(tmp_path)
     assert values is not None and values.master_flushed_offset == end
     store.close()
+
+
+def test_put_batch_that_does_not_fit_goes_whole_into_the_next_segment(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    put_many(store, 12)  # about 2.9 KiB of the first 4 KiB segment
+    end_of_first = store.max_offset
+    results = store.put_batch([PutRequest("B", b"z" * 200) for _ in range(5)])
+    assert all(r.ok for r in results)
+    assert results[0].physical_offset == 4096
+    assert all(r.physical_offset // 4096 == 1 for r in results)
+    blank = store.commitlog.segments[0].read(end_of_first, 8)
+    assert int.from_bytes(blank[:4], "big") == 4096 - end_of_first
+    assert blank[4:] == bytes.fromhex("CBD43194")
+    store.close()
+
+
+def test_put_batch_mixes_topics_and_delays(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    results = store.put_batch(
+        [
+            PutRequest("A", b"1"),
+            PutRequest("B", b"2", properties={"DELAY": "2"}),
+            PutRequest("A", b"3"),
+        ]
+    )
+    assert [(r.topic, r.queue_id, r.queue_offset) for r in results] == [
+        ("A", 0, 0),
+        ("SCHEDULE_TOPIC_XXXX", 1, 0),
+        ("A", 0, 1),
+    ]
+    store.close()

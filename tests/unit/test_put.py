@@ -3,16 +3,19 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from store_helpers import open_store
 
 from rmq_spark.clock import ManualClock
+from rmq_spark.store.codec import encode_record
 from rmq_spark.store.layout import (
     RMQ_SYS_SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from rmq_spark.store.message import HostAddress
+from rmq_spark.store.message import LOCALHOST, HostAddress, MessageRecord
 from rmq_spark.store.msg_id import decode_offset_msg_id, offset_msg_id
 from rmq_spark.store.properties import java_hashmap_order, parse_properties
 from rmq_spark.store.put import (
@@ -21,6 +24,7 @@ from rmq_spark.store.put import (
     PutStatus,
     WindowEntry,
     check_topic,
+    encode_ipv4_v1,
     order_properties,
 )
 
@@ -281,4 +285,71 @@ def test_window_of_capacity_zero_remembers_nothing(tmp_path: Path) -> None:
     store = open_store(tmp_path, idempotency_window_messages=0)
     request = PutRequest("T", b"x", properties={"UNIQ_KEY": "K1"}, idempotent=True)
     assert not store.put(request).duplicate and not store.put(request).duplicate
+    store.close()
+
+
+# --- the common-case encoder is the codec, byte for byte ---------------------------------------
+
+_ipv4_hosts = st.builds(HostAddress, st.ip_addresses(v=4).map(str), st.integers(0, (1 << 31) - 1))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    topic=st.text("abcXYZ019_-%|", min_size=1, max_size=127),
+    body=st.binary(max_size=600),
+    props=st.text(max_size=80).filter(lambda t: len(t.encode()) <= 32767),
+    queue_id=st.integers(0, (1 << 31) - 1),
+    flag=st.integers(-(1 << 31), (1 << 31) - 1),
+    sys_flag=st.integers(-(1 << 31), (1 << 31) - 1),
+    born_ts=st.integers(-(1 << 63), (1 << 63) - 1),
+    store_ts=st.integers(-(1 << 63), (1 << 63) - 1),
+    born=_ipv4_hosts,
+    store=_ipv4_hosts,
+    reconsume=st.integers(-(1 << 31), (1 << 31) - 1),
+    prepared=st.integers(-(1 << 63), (1 << 63) - 1),
+)
+def test_fast_encoder_writes_the_same_bytes_as_the_codec(
+    topic: str,
+    body: bytes,
+    props: str,
+    queue_id: int,
+    flag: int,
+    sys_flag: int,
+    born_ts: int,
+    store_ts: int,
+    born: HostAddress,
+    store: HostAddress,
+    reconsume: int,
+    prepared: int,
+) -> None:
+    fast = encode_ipv4_v1(
+        topic, body, props.encode(), queue_id, flag, sys_flag, born_ts, born, store_ts, store,
+        reconsume, prepared,
+    )  # fmt: skip
+    record = MessageRecord(
+        topic, body, props, queue_id, flag, 0, 0, sys_flag, born_ts, born, store_ts, store,
+        reconsume, prepared,
+    )  # fmt: skip
+    assert fast == encode_record(record)
+
+
+def test_fast_encoder_declines_ipv6_and_long_topics() -> None:
+    v6 = HostAddress("::1", 1)
+    args = (b"b", b"", 0, 0, 0, 0)
+    assert encode_ipv4_v1("T", *args, v6, 0, LOCALHOST, 0, 0) is None
+    assert encode_ipv4_v1("T" * 128, *args, LOCALHOST, 0, LOCALHOST, 0, 0) is None
+    assert encode_ipv4_v1("T", b"b", b"", 1 << 40, 0, 0, 0, LOCALHOST, 0, LOCALHOST, 0, 0) is None
+
+
+def test_ipv6_hosts_are_stored_through_the_codec(tmp_path: Path) -> None:
+    store = open_store(tmp_path, store_host="[::1]:10911")
+    request = PutRequest("T", b"x", born_host=HostAddress("fe80::1", 5))
+    result = store.put(request)
+    assert result.ok and len(result.msg_id) == 56
+    record = store.read(result.physical_offset)
+    assert (record.born_host, record.store_host) == (
+        HostAddress("fe80::1", 5),
+        HostAddress("::1", 10911),
+    )
+    assert record.sys_flag & 0x30 == 0x30
     store.close()
