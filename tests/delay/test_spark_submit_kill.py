@@ -111,6 +111,10 @@ def test_a_killed_spark_submit_job_resumes_exactly_once(spark, tmp_path: Path) -
 
     again = spark_submit(root, tables, "--once")
     assert again.wait(timeout=300) == 0, "see schedule-job.log"
+    log_lines = (tmp_path / "schedule-job.log").read_text(errors="replace").splitlines()
+    summary = json.loads(next(line for line in log_lines if line.startswith('{"schedule"')))
+    if in_flight:  # the batch killed in flight was settled: found in the log or put again
+        assert summary["settled_found"] + summary["settled_put"] > 0, summary
 
     levels_ms = parse_message_delay_level(LEVELS)
     with LogReader(root) as reader:
@@ -126,3 +130,4 @@ def test_a_killed_spark_submit_job_resumes_exactly_once(spark, tmp_path: Path) -
         due = delivery_time_ms(stored[props["UNIQ_KEY"]], delay_level_of(props), levels_ms)
         assert record.store_timestamp_ms >= due
     print(f"killed with {at_kill} of {MESSAGES} recorded done, a batch in flight: {in_flight}")
+    print(f"restart: {summary}")
