@@ -50,12 +50,13 @@ from rmq_spark.store.layout import CHECKPOINT_FILE_SIZE_BYTES
 
 __all__ = [
     "CHECKPOINT_FILE",
-    "SNAPSHOT_FILE",
     "Checkpoint",
     "CheckpointValues",
     "QueueOffsetSnapshot",
+    "SNAPSHOT_FILE",
     "read_checkpoint",
     "read_snapshot",
+    "remove_snapshot",
     "write_snapshot",
 ]
 
