@@ -234,6 +234,13 @@ class CommitLog:
                 flushed = segment.base_offset + position
             return flushed
 
+    def mark_unflushed(self, physical_offset: int) -> None:
+        """Forget that anything after ``physical_offset`` was fsynced (after recovery, the
+        bytes a crashed process wrote may never have reached the disk)."""
+        for segment in self._segments:
+            if segment.end_offset > physical_offset:
+                segment.flushed_position = max(0, physical_offset - segment.base_offset)
+
     # --- truncation and deletion --------------------------------------------------------------
 
     def truncate_to(self, physical_offset: int) -> None:

@@ -169,6 +169,7 @@ class MessageStore:
         self._last_store_ts = state.last_store_timestamp_ms
         end = state.report.end_offset
         # Whatever recovery kept is now made durable and readable before anything is added.
+        self._commitlog.mark_unflushed(min(durable, end))
         self._commitlog.flush(min(durable, end))
         values = self._checkpoint.values
         if (values.master_flushed_offset, values.confirm_phy_offset) != (end, end):

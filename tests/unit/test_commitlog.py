@@ -8,7 +8,7 @@ import pytest
 from rmq_spark.errors import OffsetOutOfRangeError
 from rmq_spark.store.codec import BlankPadding, decode_record
 from rmq_spark.store.commitlog import CommitLog, SegmentLayoutError
-from rmq_spark.store.fileio import OsOpener
+from rmq_spark.store.fileio import FaultPlan, FaultyOpener, OsOpener
 
 SIZE = 1024
 
@@ -126,4 +126,18 @@ def test_delete_oldest_never_deletes_the_last_segment(tmp_path: Path) -> None:
     assert [p.name for p in deleted] == ["00000000000000000000", "00000000000000001024"]
     assert log.min_offset == 2048
     assert log.delete_oldest(1) == []
+    log.close()
+
+
+def test_flush_after_mark_unflushed_fsyncs_every_segment_past_the_offset(tmp_path: Path) -> None:
+    plan = FaultPlan("fsync", after=10**9)  # never fails; counts the fsyncs
+    log = CommitLog.load(tmp_path, SIZE, FaultyOpener(plan))
+    for _ in range(3):
+        log.segment_for_append(1000).append(b"x" * 1000)
+    assert log.flush(0) == 2048 + 1000
+    before = plan.hits
+    assert log.flush(0) == 3048 and plan.hits == before  # nothing new to fsync
+    log.mark_unflushed(1500)
+    assert log.flush(1500) == 3048
+    assert plan.hits == before + 2  # the segments at 1024 and 2048
     log.close()
