@@ -7,6 +7,11 @@ Owns three tricks the columnar decoder is built from:
 * ``slices_to_array``: turn (start, length) pairs into an Arrow ``binary``/``string`` array by
   describing them as a ``binary_view`` array over the buffer (16 bytes per row, built in
   numpy) and letting Arrow's C++ cast copy the bytes; the cast to ``string`` validates UTF-8.
+* ``pieces``: when the wanted slices are disjoint and in order, describe the *whole* buffer
+  as one Arrow array whose offsets are all the slice boundaries (zero copy, the bytes between
+  slices become junk values), then ``take`` the wanted values: Arrow copies them in C++.
+  This is the fastest of the three; ``slices_to_array`` handles overlapping or unordered
+  slices.
 * ``hex_strings``: upper-case hex of a fixed-width byte matrix through a 256-entry table.
 
 Knows nothing of RocketMQ records.
@@ -17,7 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 
-__all__ = ["gather_rows", "hex_strings", "slices_to_array"]
+__all__ = ["gather_rows", "hex_strings", "pieces", "slices_to_array"]
 
 _INLINE_MAX = 12  # binary_view stores values of up to 12 bytes inside the view itself
 # _KEEP[n] masks the first n of 12 inline bytes (the rest of an inline view must be zero).
@@ -139,4 +144,19 @@ def hex_strings(matrix: np.ndarray) -> pa.Array:
     offsets = np.arange(count + 1, dtype=np.int32) * (2 * width)
     return pa.Array.from_buffers(
         pa.string(), count, [None, pa.py_buffer(offsets), pa.py_buffer(chars)]
+    )
+
+
+def pieces(buffer: pa.Buffer, bounds: np.ndarray, value_type: pa.DataType) -> pa.Array:
+    """A zero-copy array over ``buffer`` whose value ``i`` is ``buffer[bounds[i]:bounds[i+1]]``.
+
+    ``bounds`` must be non-decreasing positions (relative to ``buffer``, < 2 GiB). Meant to be
+    ``take``-n from: with a ``string`` type the junk values between wanted ones may not be
+    UTF-8, so validate what is taken (``validate(full=True)``), never the whole array.
+    """
+    offsets = np.ascontiguousarray(bounds, dtype=np.int32)
+    if len(offsets) == 0:
+        return pa.array([], value_type)
+    return pa.Array.from_buffers(
+        value_type, len(offsets) - 1, [None, pa.py_buffer(offsets), buffer]
     )

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from rmq_spark.spark.arrow_views import hex_strings, slices_to_array
+from rmq_spark.spark.arrow_views import hex_strings
 from rmq_spark.spark.columnar_properties import PROPERTY_COLUMNS, parse_properties_column
 from rmq_spark.spark.schema import TRANSACTION_TYPE_NAMES
 
@@ -32,8 +32,6 @@ class ValidRecords:
     """Records that passed every structural check, one entry per output row."""
 
     buf: object  # the segment bytes (mmap)
-    data: np.ndarray  # the same as uint8
-    buffer: pa.Buffer  # the same as an Arrow buffer
     starts: np.ndarray  # record positions in the segment
     header: np.ndarray  # structured fixed-part fields (columnar._HEADER_DTYPES)
     rows: np.ndarray  # the fixed part as (n, width) bytes
@@ -41,8 +39,8 @@ class ValidRecords:
     store_host_size: int
     topic: pa.Array  # already decoded (and UTF-8 checked)
     body_size: np.ndarray
-    props_at: np.ndarray
-    props_size: np.ndarray
+    texts: pa.Array  # string "pieces" over the records (see columnar._decode_layout)
+    piece_rows: np.ndarray  # index of each output row's first piece in ``texts``
 
 
 Fail = Callable[[int, str, dict[str, int]], Exception]  # (position, reason, crc fields)
@@ -82,11 +80,12 @@ def build_batch(
         body_at = r.starts + width
         if check_crc:
             _check_crc(r.buf, r.starts, body_at, r.body_size, header["body_crc"], fail)
-        columns["body"] = slices_to_array(r.data, r.buffer, body_at, r.body_size, pa.binary())
+        columns["body"] = r.texts.view(pa.binary()).take(pa.array(r.piece_rows + 1))
     wanted_props = names & PROPERTY_COLUMNS
     if wanted_props:
+        text = r.texts.take(pa.array(r.piece_rows + 5))
         try:
-            text = slices_to_array(r.data, r.buffer, r.props_at, r.props_size, pa.string())
+            text.validate(full=True)
         except pa.ArrowInvalid:
             raise text_error() from None
         _, offsets_buf, data_buf = text.buffers()

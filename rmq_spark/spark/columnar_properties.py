@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rmq_spark.spark.arrow_views import pieces
 from rmq_spark.spark.schema import ARROW_SCHEMA
 from rmq_spark.store.properties import DELAY, KEYS, TAGS, UNIQ_KEY
 
@@ -48,24 +49,6 @@ def _entries(data: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndar
         found = next_sep < len(seps)
         ends[found] = np.minimum(ends[found], seps[next_sep[found]])
     return rows, starts, ends
-
-
-def _compact(data: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    """String array of ``data[starts[i]:ends[i]]`` for sorted, disjoint, non-empty ranges.
-
-    One cumulative-sum mask selects every byte of every range; boolean compaction then
-    concatenates them. Pieces of valid UTF-8 cut at ASCII separators stay valid UTF-8.
-    """
-    marks = np.zeros(len(data) + 1, dtype=np.int8)
-    marks[starts] = 1
-    marks[ends] -= 1  # a range ending where the next begins nets to 0: still inside
-    inside = np.cumsum(marks[:-1], dtype=np.int8).view(np.bool_)
-    chars = data[inside]
-    offsets = np.zeros(len(starts) + 1, dtype=np.int32)
-    np.cumsum(ends - starts, out=offsets[1:])
-    return pa.Array.from_buffers(
-        pa.string(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(chars)]
-    )
 
 
 def parse_properties_column(
@@ -112,7 +95,14 @@ def parse_properties_column(
     ok = (split_at > starts) & (split_at < ends - 1)
     rows, starts, ends, split_at = rows[ok], starts[ok], ends[ok], split_at[ok]
 
-    keys = _compact(data, starts, split_at)
+    # Pieces: key, \x01, value, gap to the next entry; keys and values are Arrow takes.
+    texts = pieces(
+        pa.py_buffer(data),
+        np.stack([starts, split_at, split_at + 1, ends], axis=1).reshape(-1),
+        pa.string(),
+    )
+    entry_index = np.arange(len(starts), dtype=np.int64) * 4
+    keys = texts.take(pa.array(entry_index))
     key_codes = pc.dictionary_encode(keys)
     dictionary = key_codes.dictionary.to_pylist()
     codes = key_codes.indices.to_numpy().astype(np.int64)
@@ -125,15 +115,9 @@ def parse_properties_column(
         last_of_pair = np.ones(len(pair), dtype=bool)
         last_of_pair[:-1] = pair[order][1:] != pair[order][:-1]
         keep = np.sort(order[last_of_pair])
-        rows, starts, ends, split_at, codes = (
-            rows[keep],
-            starts[keep],
-            ends[keep],
-            split_at[keep],
-            codes[keep],
-        )
+        rows, codes, entry_index = rows[keep], codes[keep], entry_index[keep]
         keys = keys.take(pa.array(keep))
-    values = _compact(data, split_at + 1, ends)
+    values = texts.take(pa.array(entry_index + 2))
 
     def per_row(name: str) -> pa.Array:
         """The value of property ``name`` for every row (null where absent)."""
