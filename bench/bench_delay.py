@@ -170,10 +170,16 @@ def run_baseline(args: argparse.Namespace, work: Path) -> float:
     """msgs/s of put_batch for the same restored records into a fresh store."""
     root = work / "baseline"
     body = b"x" * args.body_bytes
-    props = encode_properties({"DELAY": "1", "UNIQ_KEY": "B00000000", "TAGS": "bench"})
-    props += encode_properties({"REAL_TOPIC": TOPIC, "REAL_QID": "0"})
     requests = [
-        PutRequest(topic=TOPIC, queue_id=i % 8, body=body, raw_properties=props)
+        PutRequest(
+            topic=TOPIC,
+            queue_id=i % 8,
+            body=body,
+            raw_properties=encode_properties(
+                {"DELAY": "1", "UNIQ_KEY": f"B{i:08d}", "TAGS": "bench", "REAL_TOPIC": TOPIC}
+            )
+            + encode_properties({"REAL_QID": str(i % 8)}),
+        )
         for i in range(args.messages)
     ]
     with Broker(root, store_config=store_config(root, args.flush)) as broker:

@@ -29,11 +29,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rmq_spark.delay.log_reader import LogReader
-from rmq_spark.delay.schedule import TIMER_QUEUE_ID, DueEntry, QueueProgress, timer_due_ms
+from rmq_spark.delay.schedule import (
+    TIMER_QUEUE_ID,
+    DueEntry,
+    QueueProgress,
+    property_value,
+    timer_due_ms,
+)
 from rmq_spark.errors import SourceError
 from rmq_spark.store.delay_levels import delivery_time_ms
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
-from rmq_spark.store.properties import delay_level_of, parse_properties
+from rmq_spark.store.properties import DELAY, delay_level_of, parse_properties
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -281,15 +287,16 @@ class LogEntrySource:
         start = max(self._cursor, self._reader.min_offset())
         for scanned in self._reader.scan(start, self._topics, with_body=False):
             record = scanned.record
-            properties = parse_properties(record.properties)
             if record.topic == RMQ_SYS_SCHEDULE_TOPIC:
+                delay = property_value(record.properties, DELAY)
                 try:
-                    level = delay_level_of(properties)
+                    level = delay_level_of({DELAY: delay} if delay is not None else {})
                 except ValueError:
                     level = 0
                 due = delivery_time_ms(record.store_timestamp_ms, level, self._levels)
                 target = self._levels_seen.setdefault(record.queue_id, OrderedDict())
             else:
+                properties = parse_properties(record.properties)
                 due = timer_due_ms(properties, record.store_timestamp_ms)
                 target = self._timer_seen
                 heapq.heappush(self._timer_heap, (due, record.queue_offset))

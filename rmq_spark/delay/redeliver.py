@@ -29,7 +29,7 @@ from typing import Any
 
 from rmq_spark.clock import Clock
 from rmq_spark.delay.config import DelayConfig
-from rmq_spark.delay.entries import EntrySource, LogEntrySource
+from rmq_spark.delay.entries import Candidates, EntrySource, LogEntrySource
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.delay.offsets import Intent, IntentEntry, Journal
 from rmq_spark.delay.progress import ProgressFiles
@@ -43,6 +43,7 @@ from rmq_spark.delay.schedule import (
     percentile,
     plan_level,
     plan_timer,
+    property_value,
     restore_delayed,
     restore_timer,
     target_delete_key,
@@ -59,6 +60,7 @@ __all__ = ["EntryMismatchError", "PassReport", "Redeliverer"]
 log = logging.getLogger("rmq_spark.delay")
 
 LEVEL, TIMER = "level", "timer"
+_FETCH_BATCHES = 10  # one source query fetches candidates for up to this many batches
 
 
 class EntryMismatchError(StoreError):
@@ -173,19 +175,32 @@ class Redeliverer:
         if self.journal.intent is not None and not self._settle(report):
             return report
         remaining = self.config.pass_messages_max
+        fetch_max = self.config.batch_messages_max * _FETCH_BATCHES
         while remaining > 0:
             now_ms = self.clock.now_ms()
-            limit = min(self.config.batch_messages_max, remaining)
-            batch = self._plan(now_ms, limit, report)
-            if batch is None:
-                continue  # a gap was stepped over; plan again
-            if batch:
+            fetch = min(fetch_max, remaining)
+            found = self._fetch(now_ms, fetch)
+            progressed = replan = False
+            while remaining > 0:
+                limit = min(self.config.batch_messages_max, remaining)
+                batch = self._plan(found, now_ms, limit, report)
+                if batch is None:  # a gap was stepped over: fetch again
+                    replan = True
+                    break
+                if not batch:
+                    break
+                progressed = True
                 remaining -= len(batch)
                 if not self._deliver(batch, now_ms, report):
                     return report
-            if len(batch) < limit:
-                # Each queue stopped for a reason other than room in the batch: nothing
-                # else is due now (a source returns at least ``limit`` units where it has them).
+            if replan:
+                continue
+            full = len(found.timer) >= fetch or any(
+                len(rows) >= fetch for rows in found.levels.values()
+            )
+            if not (full and progressed):
+                # Every queue stopped for a reason other than the fetch size: nothing else
+                # was due at ``now_ms``.
                 report.exhausted = True
                 break
         now_ms = self.clock.now_ms()
@@ -196,11 +211,19 @@ class Redeliverer:
             self._write_mirror(now_ms)
         return report
 
-    def _plan(self, now_ms: int, limit: int, report: PassReport) -> list[IntentEntry] | None:
-        """The next batch (``None``: a gap was stepped over, plan again)."""
-        by_queue = {level - 1: p for level, p in self.journal.levels.items()}
+    def _fetch(self, now_ms: int, fetch: int) -> Candidates:
+        """Ask the source once for up to ``fetch`` candidates (one Spark query for the
+        table); several batches are then planned from them."""
+        by_queue = levels_by_queue(dict(self.journal.levels))
         timer = self.journal.timer if self.config.timer_enabled else None
-        found = self.source.candidates(by_queue, timer, now_ms, limit)
+        return self.source.candidates(by_queue, timer, now_ms, fetch)
+
+    def _plan(
+        self, found: Candidates, now_ms: int, limit: int, report: PassReport
+    ) -> list[IntentEntry] | None:
+        """The next batch from ``found`` given the progress so far (``None``: a gap was
+        stepped over; fetch again)."""
+        by_queue = levels_by_queue(dict(self.journal.levels))
         chosen: list[IntentEntry] = []
         for queue_id in sorted(found.levels):
             plan = plan_level(
@@ -215,9 +238,9 @@ class Redeliverer:
                 return None
             chosen.extend(IntentEntry(LEVEL, e) for e in plan.entries)
             _earliest(report, plan.next_due_ms)
-        if timer is not None:
+        if self.config.timer_enabled:
             skip = self._skip(TIMER, TIMER_QUEUE_ID)
-            picked = plan_timer(found.timer, timer, now_ms, limit, skip)
+            picked = plan_timer(found.timer, self.journal.timer, now_ms, limit, skip)
             chosen.extend(IntentEntry(TIMER, e) for e in picked)
             _earliest(report, found.timer_next_due_ms)
         chosen.sort(key=lambda item: item.entry.due_ms)
@@ -390,10 +413,12 @@ class Redeliverer:
                 f"offset {entry.physical_offset}, which holds "
                 f"{record.topic}/{record.queue_id}@{record.queue_offset}"
             )
+        if intent.kind == LEVEL:
+            uniq = property_value(record.properties, UNIQ_KEY)
+            message_id = uniq or fallback_message_id(entry.physical_offset)
+            return _Item(intent, restore_delayed(record), entry.due_ms, message_id)
         properties = parse_properties(record.properties)
         message_id = properties.get(UNIQ_KEY) or fallback_message_id(entry.physical_offset)
-        if intent.kind == LEVEL:
-            return _Item(intent, restore_delayed(record, properties), entry.due_ms, message_id)
         due_ms = max(entry.due_ms, timer_due_ms(properties, record.store_timestamp_ms))
         restored = restore_timer(
             record,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import properties_strings
 
 from rmq_spark.delay.schedule import (
     DELETE_MARKER_PREFIX,
@@ -15,6 +16,7 @@ from rmq_spark.delay.schedule import (
     percentile,
     plan_level,
     plan_timer,
+    property_value,
     restore_delayed,
     restore_timer,
     target_delete_key,
@@ -230,3 +232,13 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 0.99) == 99.0
     assert percentile(values, 1.0) == 100.0
     assert percentile([], 0.5) is None
+
+
+@given(
+    properties_strings()
+    | st.lists(st.sampled_from(["DELAY", "\x01", "\x02", "1", "UNIQ_KEY", "xDELAY"])).map("".join),
+    st.sampled_from(["DELAY", "UNIQ_KEY", "REAL_TOPIC", "K"]),
+)
+def test_property_value_reads_like_the_full_parser(text: str, key: str) -> None:
+    assert property_value(text, key) == (parse_properties(text).get(key) or None)
+    assert property_value("DELAY\x011\x02DELAY\x01\x02", "DELAY") == "1"
