@@ -163,6 +163,7 @@ class TableEntrySource:
         now_ms: int,
         limit: int,
     ) -> Any:
+        from pyspark.sql import Window
         from pyspark.sql import functions as F
 
         table = self._spark.read.format("delta").load(self._path)
@@ -172,10 +173,21 @@ class TableEntrySource:
             is_queue = F.col("queue_id") == queue_id
             low = F.when(is_queue, F.lit(queue.low_water)).otherwise(low)
             high = F.when(is_queue, F.lit(queue.low_water + extra)).otherwise(high)
+        # Per queue, rows up to and including the first one not due yet: delivery stops
+        # there, and a missing offset before it is still seen as a gap.
+        first_not_due = F.min(F.when(F.col("tags_code") > now_ms, F.col("queue_offset"))).over(
+            Window.partitionBy("queue_id")
+        )
         query = (
             table.where(F.col("topic") == RMQ_SYS_SCHEDULE_TOPIC)
             .where((F.col("queue_offset") >= low) & (F.col("queue_offset") < high))
             .select(*_COLUMNS)
+            .withColumn("_first_not_due", first_not_due)
+            .where(
+                F.col("_first_not_due").isNull()
+                | (F.col("queue_offset") <= F.col("_first_not_due"))
+            )
+            .drop("_first_not_due")
         )
         if timer is not None:
             timer_rows = (
@@ -326,8 +338,8 @@ class LogEntrySource:
             for offset, entry in seen.items():
                 if not queue.is_done(offset):
                     chosen.append(entry)
-                    if len(chosen) > limit:
-                        break
+                    if len(chosen) > limit or entry.due_ms > now_ms:
+                        break  # delivery stops at the first unit not due yet
         if timer is not None:
             _drop_done_front(self._timer_seen, timer)
             heap, seen_timer = self._timer_heap, self._timer_seen

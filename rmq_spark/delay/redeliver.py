@@ -60,7 +60,6 @@ __all__ = ["EntryMismatchError", "PassReport", "Redeliverer"]
 log = logging.getLogger("rmq_spark.delay")
 
 LEVEL, TIMER = "level", "timer"
-_FETCH_BATCHES = 10  # one source query fetches candidates for up to this many batches
 
 
 class EntryMismatchError(StoreError):
@@ -175,10 +174,9 @@ class Redeliverer:
         if self.journal.intent is not None and not self._settle(report):
             return report
         remaining = self.config.pass_messages_max
-        fetch_max = self.config.batch_messages_max * _FETCH_BATCHES
         while remaining > 0:
             now_ms = self.clock.now_ms()
-            fetch = min(fetch_max, remaining)
+            fetch = remaining  # one source query per pass, unless it came back full
             found = self._fetch(now_ms, fetch)
             progressed = replan = False
             while remaining > 0:
@@ -212,8 +210,8 @@ class Redeliverer:
         return report
 
     def _fetch(self, now_ms: int, fetch: int) -> Candidates:
-        """Ask the source once for up to ``fetch`` candidates (one Spark query for the
-        table); several batches are then planned from them."""
+        """Ask the source once for up to ``fetch`` candidates per queue (one Spark query for
+        the table); the pass plans all its batches from them."""
         by_queue = levels_by_queue(dict(self.journal.levels))
         timer = self.journal.timer if self.config.timer_enabled else None
         return self.source.candidates(by_queue, timer, now_ms, fetch)
