@@ -49,21 +49,27 @@ class StoreLock:
             Another ``MessageStore`` (in this or another process) or a broker has the store.
         """
         path = root_dir / LOCK_FILE
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            stat = os.fstat(fd)
-            key = (stat.st_dev, stat.st_ino)
-            with _held_guard:
-                if key in _held:
-                    raise StoreLockedError(_locked_message(root_dir, "this process"))
+        with _held_guard:
+            # Check the registry *before* opening: closing any descriptor of the file would
+            # drop the POSIX lock this process already holds on it.
+            try:
+                existing = os.stat(path)
+            except FileNotFoundError:
+                existing = None
+            if existing is not None and (existing.st_dev, existing.st_ino) in _held:
+                raise StoreLockedError(_locked_message(root_dir, "this process"))
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                stat = os.fstat(fd)
+                key = (stat.st_dev, stat.st_ino)
                 try:
                     fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
                 except OSError as err:
                     raise StoreLockedError(_locked_message(root_dir, "another process")) from err
                 _held.add(key)
-        except BaseException:
-            os.close(fd)
-            raise
+            except BaseException:
+                os.close(fd)
+                raise
         if stat.st_size != 4:
             os.pwrite(fd, b"lock", 0)
             os.ftruncate(fd, 4)

@@ -51,3 +51,22 @@ def test_abort_marker_is_created_and_removed(tmp_path: Path) -> None:
     assert abort_exists(tmp_path) and (tmp_path / "abort").read_bytes() == b""
     remove_abort(tmp_path)
     assert not abort_exists(tmp_path)
+
+
+def test_a_refused_second_lock_in_this_process_keeps_the_first_one_held(tmp_path: Path) -> None:
+    lock = StoreLock.acquire(tmp_path)
+    with pytest.raises(StoreLockedError):
+        StoreLock.acquire(tmp_path)
+    # POSIX locks drop when *any* descriptor of the file closes: another process must still
+    # find the store locked.
+    code = (
+        "import fcntl, os, sys\n"
+        f"fd = os.open({str(tmp_path / 'lock')!r}, os.O_RDWR)\n"
+        "try:\n"
+        "    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)\n"
+        "except OSError:\n"
+        "    sys.exit(3)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False)
+    assert done.returncode == 3
+    lock.release()
