@@ -100,6 +100,7 @@ class Broker:
         message_group: str | None = None,
         delivery_timestamp_ms: int | None = None,
         message_id: str | None = None,
+        delay_level: int | None = None,
     ) -> SendOutcome:
         """Store one message exactly as a gRPC ``SendMessage`` would.
 
@@ -128,6 +129,7 @@ class Broker:
             message_group=message_group,
             delivery_timestamp_ms=delivery_timestamp_ms,
             born_timestamp_ms=self._clock.now_ms(),
+            delay_level=delay_level,
         )
         return self.service.send(command)
 

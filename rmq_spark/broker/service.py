@@ -133,6 +133,7 @@ class SendCommand:
     born_host: HostAddress | None = None
     born_host_text: str = ""
     trace_context: str = ""
+    delay_level: int | None = None  # RocketMQ 4 style delay level (embedded sends only)
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +297,9 @@ class BrokerService:
         else:
             queue_id = self.topics.next_queue_id(route.topic, route.queue_count)
         properties = self._properties(command, route.topic)
+        if command.delay_level is not None:
+            # The store's put path rewrites it into SCHEDULE_TOPIC_XXXX (spec 9.2).
+            properties["DELAY"] = str(command.delay_level)
         topic, stored_queue_id = route.topic, queue_id
         if command.delivery_timestamp_ms is not None:
             timer = self._timer_transform(command.delivery_timestamp_ms, properties)
@@ -358,6 +362,19 @@ class BrokerService:
             )
         has_group = command.message_group is not None
         has_delay = command.delivery_timestamp_ms is not None
+        if command.delay_level is not None:
+            if command.delay_level < 1:
+                return _reject(
+                    SendCode.BAD_REQUEST,
+                    f"delay_level must be >= 1, got {command.delay_level}",
+                    mid,
+                )
+            if has_group or has_delay:
+                return _reject(
+                    SendCode.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                    "delay_level cannot be combined with message_group or delivery_timestamp_ms",
+                    mid,
+                )
         conflict = (
             (kind is MessageKind.NORMAL and (has_group or has_delay))
             or (kind is MessageKind.FIFO and not has_group)

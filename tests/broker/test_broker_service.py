@@ -102,6 +102,26 @@ def test_a_delayed_message_waits_in_the_timer_topic_with_its_real_topic_and_queu
     assert props["TIMER_OUT_MS"] == str(deliver_ms // 1000 * 1000)  # rounded down to 1 s
 
 
+def test_an_embedded_delay_level_send_goes_to_the_schedule_topic_of_its_level(
+    broker: Broker,
+) -> None:
+    outcome = broker.send("later", b"level 3", tag="TagA", delay_level=3, message_id="0A0B")
+    assert outcome.ok
+    record, props = _stored(broker, outcome.physical_offset)
+    assert (record.topic, record.queue_id) == ("SCHEDULE_TOPIC_XXXX", 2)
+    assert props["DELAY"] == "3" and props["REAL_TOPIC"] == "later"
+    assert 0 <= int(props["REAL_QID"]) < 4
+    assert props["UNIQ_KEY"] == "0A0B" and props["TAGS"] == "TagA"
+    again = broker.send("later", b"level 3", tag="TagA", delay_level=3, message_id="0A0B")
+    assert again.ok and again.duplicate and again.physical_offset == outcome.physical_offset
+
+
+def test_a_delay_level_below_one_or_with_a_delivery_time_is_refused(broker: Broker) -> None:
+    assert broker.send("later", b"x", delay_level=0).code is SendCode.BAD_REQUEST
+    both = broker.send("later", b"x", delay_level=2, delivery_timestamp_ms=NOW_MS + 5000)
+    assert both.code is SendCode.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+
+
 def test_a_delivery_time_on_a_precision_step_is_moved_one_step_earlier(broker: Broker) -> None:
     deliver_ms = (NOW_MS // 1000 + 5) * 1000
     outcome = broker.send("later", b"x", delivery_timestamp_ms=deliver_ms)
