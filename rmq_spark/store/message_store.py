@@ -62,7 +62,7 @@ from rmq_spark.store.put import (
     reject_batch,
 )
 from rmq_spark.store.reader import read_record
-from rmq_spark.store.recovery import RecoveryReport, recover
+from rmq_spark.store.recovery import RecoveredState, RecoveryReport, recover
 from rmq_spark.store.retention import deletable_segment_count, disk_used_ratio
 
 __all__ = ["MessageStore"]
@@ -162,6 +162,16 @@ class MessageStore:
         except BaseException:
             self._commitlog.close()
             raise
+        try:
+            self._start(state, durable)
+        except BaseException:
+            self._checkpoint.close()
+            self._commitlog.close()
+            raise
+
+    def _start(self, state: RecoveredState, durable: int) -> None:
+        """Adopt what recovery found, make it durable and published, and start running."""
+        config = self.config
         self.recovery_report: RecoveryReport = state.report
         self._queue_offsets = state.queue_offsets.offsets
         self._window = state.window

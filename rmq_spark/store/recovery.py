@@ -1,5 +1,11 @@
 """Recovery on open: scan the tail of the log, tell a torn tail from corruption, truncate.
 
+Differences from RocketMQ (spec 8.4/8.5): normal and abnormal recovery run the same scan, from
+the queue-offset snapshot instead of "the third-last file" (normal) or "the newest file older
+than the checkpoint timestamps" (abnormal); there is no ConsumeQueue to dispatch to (the Spark
+jobs build those tables from the log); and the tail of the last segment is zeroed on
+truncation, while RocketMQ leaves stale bytes.
+
 Owns the scan that finds the end of the log, the rebuild of the queue-offset table and of
 the idempotency window, and the only truncation of the CommitLog (spec 8.4/8.5, with CRC
 checks; RocketMQ's ``recoverNormally``/``recoverAbnormally``). Does not own the file layout
@@ -27,9 +33,11 @@ Either way, X is then judged:
 
 * X below the durable offset (the checkpoint's ``masterFlushedOffset``): ``CorruptRecordError``
   — acknowledged, fsynced data is damaged or missing;
-* a valid record somewhere after X (a record whose magic, lengths, CRC check and whose
-  PHYSICALOFFSET names its own position, within one maximal record size after X in F, or
-  at the start of a later segment): ``CorruptRecordError`` — a hole in the middle;
+* a valid record somewhere after X (a record whose magic, lengths, CRC check, whose
+  PHYSICALOFFSET names its own position and whose STORETIMESTAMP is not older than the last
+  good record's, within one maximal record size after X in F, or at the start of a later
+  segment): ``CorruptRecordError`` — a hole in the middle. Older valid records are stale
+  bytes left past an earlier truncation (RocketMQ does not zero them) and do not count;
 * otherwise a torn tail: the end of the log is X; the bytes found after X (up to the last
   non-zero byte within one maximal record size) are reported as ``truncated_bytes`` and
   zeroed, and later (empty) segments are deleted.
@@ -51,7 +59,6 @@ from rmq_spark.store.codec import (
 )
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.layout import (
-    BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V1,
     MESSAGE_MAGIC_CODE_V2,
     TRANSACTION_COMMIT_TYPE,
@@ -67,7 +74,6 @@ _log = logging.getLogger(__name__)
 _MAGICS = (
     struct.pack(">I", MESSAGE_MAGIC_CODE_V1),
     struct.pack(">I", MESSAGE_MAGIC_CODE_V2),
-    struct.pack(">I", BLANK_MAGIC_CODE),
 )
 _UNIQ_MARKER = "UNIQ_KEY\x01"
 
@@ -151,21 +157,25 @@ def _torn_last_record(cursor: SegmentCursor, position: int, outcome: DecodedReco
         return False
 
 
-def _valid_at(cursor: SegmentCursor, position: int) -> bool:
-    """Whether a record that names its own position (or an exact BLANK) starts here."""
+def _valid_at(cursor: SegmentCursor, position: int, min_store_timestamp_ms: int) -> bool:
+    """Whether a valid record that names its own position starts here and is not older than
+    the last good record (older ones are stale bytes past an earlier truncation: RocketMQ
+    does not zero them, spec 5.4 and 14.5)."""
     segment = cursor.segment
     try:
-        outcome = cursor.decode(position)
+        outcome = cursor.decode(position, with_body=False)
     except CorruptRecordError:
         return False
-    if isinstance(outcome, DecodedRecord):
-        return outcome.record.physical_offset == segment.base_offset + position
-    if isinstance(outcome, BlankPadding):
-        return position > 0 and outcome.remaining_bytes == segment.size_bytes - position
-    return False
+    return (
+        isinstance(outcome, DecodedRecord)
+        and outcome.record.physical_offset == segment.base_offset + position
+        and outcome.record.store_timestamp_ms >= min_store_timestamp_ms
+    )
 
 
-def _valid_record_after(cursor: SegmentCursor, position: int, limit_bytes: int) -> int | None:
+def _valid_record_after(
+    cursor: SegmentCursor, position: int, limit_bytes: int, min_store_timestamp_ms: int
+) -> int | None:
     """Position of a valid record within ``limit_bytes`` after ``position``, else ``None``."""
     segment = cursor.segment
     end = min(segment.size_bytes, position + limit_bytes)
@@ -177,7 +187,7 @@ def _valid_record_after(cursor: SegmentCursor, position: int, limit_bytes: int) 
             candidates.append(at - 4)
             at = region.find(magic, at + 1)
     for offset in sorted(candidates):
-        if _valid_at(cursor, position + offset):
+        if _valid_at(cursor, position + offset, min_store_timestamp_ms):
             return position + offset
     return None
 
@@ -349,6 +359,7 @@ def recover(
         reason,
         durable_offset=durable_offset,
         max_record_bytes=max_record_bytes,
+        last_store_timestamp_ms=state.last_store_timestamp_ms,
     )
     if truncated_bytes:
         _log.warning(
@@ -382,6 +393,7 @@ def _judge_end(
     *,
     durable_offset: int,
     max_record_bytes: int,
+    last_store_timestamp_ms: int,
 ) -> tuple[int, tuple[str, ...]]:
     """Raise if the end at ``end`` is corruption; else truncate there. Returns
     ``(truncated_bytes, deleted segment names)``."""
@@ -398,7 +410,7 @@ def _judge_end(
         )
     truncated_bytes = 0
     if position < segment.size_bytes:
-        found = _valid_record_after(cursor, position, max_record_bytes)
+        found = _valid_record_after(cursor, position, max_record_bytes, last_store_timestamp_ms)
         if found is not None:
             raise CorruptRecordError(
                 path,
@@ -408,7 +420,7 @@ def _judge_end(
         limit = min(segment.size_bytes - position, max_record_bytes)
         truncated_bytes = len(cursor.window(position, limit).rstrip(b"\0"))
     for later in segments[index + 1 :]:
-        if _valid_at(SegmentCursor(later, 1 << 16), 0):
+        if _valid_at(SegmentCursor(later, 1 << 16), 0, last_store_timestamp_ms):
             raise CorruptRecordError(
                 path,
                 position,

@@ -7,7 +7,10 @@ from pathlib import Path
 import pytest
 from store_helpers import open_store, put_many, segment_paths
 
+from rmq_spark.clock import ManualClock
 from rmq_spark.errors import CorruptRecordError
+from rmq_spark.store.codec import encode_record
+from rmq_spark.store.message import HostAddress, MessageRecord
 from rmq_spark.store.put import PutRequest
 
 
@@ -107,4 +110,37 @@ def test_read_of_a_corrupt_record_names_its_position(tmp_path: Path) -> None:
     assert info.value.position == victim.physical_offset
     assert store.read(results[3].physical_offset).body
     assert store.put(PutRequest("TopicTest", b"still writable")).ok
+    store.close()
+
+
+def test_stale_older_records_past_a_rocketmq_truncation_are_not_corruption(tmp_path: Path) -> None:
+    clock = ManualClock(1_700_000_000_000)
+    store = open_store(tmp_path, clock=clock)
+    results = put_many(store, 10)
+    store.abandon()
+    # RocketMQ truncated at record 5 after a crash, then wrote a shorter, newer record there
+    # and left the old bytes behind it (it does not zero them).
+    fifth = results[5]
+    newer = encode_record(
+        MessageRecord(
+            "TopicTest",
+            b"short",
+            queue_offset=5,
+            physical_offset=fifth.physical_offset,
+            born_timestamp_ms=clock.now_ms() + 1000,
+            store_timestamp_ms=clock.now_ms() + 1000,
+            store_host=HostAddress("127.0.0.1", 10911),
+        )
+    )
+    assert len(newer) < fifth.total_size
+    segment = segment_paths(tmp_path)[0]
+    with segment.open("r+b") as handle:
+        handle.seek(fifth.physical_offset)
+        handle.write(newer)
+    store = open_store(tmp_path, clock=clock)
+    report = store.recovery_report
+    assert report.end_offset == fifth.physical_offset + len(newer)
+    assert report.truncated_bytes > 0
+    assert store.read(fifth.physical_offset).body == b"short"
+    assert store.queue_offset("TopicTest", 0) == 6
     store.close()
