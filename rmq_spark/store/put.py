@@ -27,7 +27,7 @@ import re
 import struct
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -262,7 +262,7 @@ class PutContext(NamedTuple):
     max_body_bytes: int
     max_delay_level: int
     store_host: HostAddress
-    new_uniq_key: object  # () -> str
+    new_uniq_key: Callable[[], str]
 
 
 def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessage | PutResult:
@@ -297,10 +297,11 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
         uniq_key = _find_uniq_key(raw)
     elif not request.properties:
         # The common case: only UNIQ_KEY, TAGS and KEYS; their order is known in advance.
-        uniq_key = ctx.new_uniq_key()  # type: ignore[operator]
-        props_text = _simple_properties(uniq_key, request.tags, request.keys)
-        if props_text is None:
+        uniq_key = ctx.new_uniq_key()
+        simple = _simple_properties(uniq_key, request.tags, request.keys)
+        if simple is None:
             return _illegal("TAGS and KEYS must not contain \\x01 or \\x02")
+        props_text = simple
     else:
         props = dict(request.properties)
         if request.tags:
@@ -309,7 +310,7 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
             props[KEYS] = " ".join(request.keys)
         uniq_key = props.get(UNIQ_KEY)
         if not uniq_key:
-            uniq_key = props[UNIQ_KEY] = ctx.new_uniq_key()  # type: ignore[operator]
+            uniq_key = props[UNIQ_KEY] = ctx.new_uniq_key()
         if DELAY in props and consumes:
             try:
                 level = delay_level_of(props)
@@ -590,7 +591,7 @@ def reject_batch(prepared: list[PreparedMessage | PutResult]) -> list[PutResult]
     assert isinstance(first, PutResult)
     detail = f"batch rejected: message #{first_index} is illegal: {first.detail}"
     return [
-        item if type(item) is PutResult else PutResult(first.status, detail=detail)  # type: ignore[misc]
+        item if isinstance(item, PutResult) else PutResult(first.status, detail=detail)
         for item in prepared
     ]
 
