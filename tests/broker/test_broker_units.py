@@ -80,6 +80,20 @@ def test_message_ids_follow_the_client_layout_and_never_repeat() -> None:
     assert sequences[1] == sequences[0] + 1 and sequences[2] == sequences[0] + 2
 
 
+def test_our_message_ids_never_repeat_the_official_clients_in_the_same_process(
+    rocketmq: object,
+) -> None:
+    from rocketmq.v5.util.message_id_codec import MessageIdCodec
+
+    client = MessageIdCodec()
+    ours = MessageIdGenerator()
+    client_ids = {client.next_message_id() for _ in range(200)}
+    our_ids = {ours.next_id() for _ in range(200)}
+    assert len(client_ids) == len(our_ids) == 200
+    assert client_ids.isdisjoint(our_ids)
+    assert {i[:14] for i in client_ids}.isdisjoint({i[:14] for i in our_ids})  # node fields
+
+
 def test_delivery_timestamps_in_seconds_or_milliseconds_both_become_ms() -> None:
     assert delivery_timestamp_ms(Timestamp(seconds=1_700_000_010)) == 1_700_000_010_000
     assert delivery_timestamp_ms(Timestamp(seconds=1_700_000_010, nanos=5_000_000)) == (
