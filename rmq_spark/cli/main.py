@@ -69,7 +69,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"rmq-spark {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except Exception as err:
+        if not _is_spark_error(err):
+            raise
+        # Spark's own errors (a failed query, a bad table) carry a long JVM trace; the first
+        # lines say what happened. --log-level DEBUG logs the whole trace.
+        summary = "\n".join(str(err).strip().splitlines()[:6])
+        print(f"rmq-spark {args.command}: Spark error: {summary}", file=sys.stderr)
+        logging.getLogger("rmq_spark").debug("details", exc_info=True)
+        return EXIT_ERROR
     return int(result or 0)
+
+
+def _is_spark_error(err: Exception) -> bool:
+    errors = sys.modules.get("pyspark.errors")
+    return errors is not None and isinstance(err, errors.PySparkException)
 
 
 if __name__ == "__main__":

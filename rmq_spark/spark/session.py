@@ -7,6 +7,8 @@ registers the ``rocketmq`` data source. It does not create tables or start queri
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -92,6 +94,9 @@ def build_session(
 
     config = config or SparkConfig()
     check_java()
+    # SparkContext takes the Python of its workers (UDFs, the rocketmq source) from
+    # PYSPARK_PYTHON, else `python3` on PATH, which may lack our dependencies.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     conf = session_conf(config)
     conf.update(extra_conf or {})
     builder = SparkSession.builder.master(master or config.master).appName(
