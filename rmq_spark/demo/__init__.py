@@ -1,0 +1,1 @@
+"""The end-to-end demo (``rmq-spark demo``, ``make run``): traffic, jobs, status, report."""
