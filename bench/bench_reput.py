@@ -8,6 +8,7 @@ Measures in one run, each next to a baseline from the same run:
   every ``--interval-ms`` through a real ``MessageStore`` (SYNC flush); the batch writer's
   callback runs after the consume_queue commit, so ``callback time - store time`` is when a
   ``SELECT`` on rmq.consume_queue could first see the message (p50/p99; target 2 s / 5 s);
+* baseline for both: one 100-row Delta append in the same session (the floor of a commit);
 * lookups on the large table after OPTIMIZE: by key (``messages_by_key``) and by offset message
   id (``message_by_msg_id``, straight from the CommitLog) as median milliseconds and files
   read, next to the same questions asked without the clustering key (full scans).
@@ -83,6 +84,18 @@ def bench_reput(spark, store: Path, tables: Path) -> tuple[int, float, int]:  # 
     started = time.perf_counter()
     writer = run_reput(spark, store, config, LEVELS)
     return writer.messages_written, time.perf_counter() - started, writer.batches_written
+
+
+def bench_delta_append(spark, path: Path, count: int = 7) -> float:  # noqa: ANN001
+    rows = spark.range(100).selectExpr("id AS a", "CAST(id AS STRING) AS b").coalesce(1)
+    samples = []
+    for version in range(count):
+        started = time.perf_counter()
+        rows.write.format("delta").mode("append").option("txnAppId", "bench").option(
+            "txnVersion", str(version)
+        ).save(str(path))
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples[1:])
 
 
 def files_read(spark, frame) -> tuple[int, int]:  # noqa: ANN001
@@ -217,6 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--latency-seconds", type=float, default=30.0)
     parser.add_argument("--interval-ms", type=float, default=20.0)
+    parser.add_argument("--only-latency", action="store_true")
+    parser.add_argument(
+        "--file-mib", type=int, default=4, help="OPTIMIZE target file size (many files to skip)"
+    )
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
 
@@ -228,20 +245,22 @@ def main(argv: list[str] | None = None) -> int:
         f"wrote {args.messages:,} messages ({end / 2**20:,.0f} MiB of log) in "
         f"{time.perf_counter() - started:.1f} s; work dir {work}"
     )
-    spark = build_session(SparkConfig(master=args.master, shuffle_partitions=2, log_level="ERROR"))
-    try:
-        rows, source_s = bench_source_noop(spark, store, work / "noop-ck")
-        print(f"source -> noop: {rows:,} messages in {source_s:.1f} s = {rows / source_s:,.0f}/s")
-        written, reput_s, batches = bench_reput(spark, store, work / "tables")
-        print(
-            f"reput -> 3 Delta tables: {written:,} messages in {reput_s:.1f} s "
-            f"({batches} batches) = {written / reput_s:,.0f}/s; "
-            f"ratio reput/source {(written / reput_s) / (rows / source_s):.2f}"
+    spark = build_session(
+        SparkConfig(
+            master=args.master,
+            shuffle_partitions=2,
+            log_level="ERROR",
+            extra_conf=(f"spark.databricks.delta.optimize.maxFileSize={args.file_mib << 20}",),
         )
-        started = time.perf_counter()
-        optimize_tables(spark, work / "tables")
-        print(f"OPTIMIZE of the three tables: {time.perf_counter() - started:.1f} s")
-        bench_lookups(spark, store, work / "tables", args.messages, args.lookups)
+    )
+    try:
+        append_s = bench_delta_append(spark, work / "append-baseline")
+        print(
+            f"baseline: one 100-row append to a Delta table in this session, median "
+            f"{append_s:.2f} s (the floor under each micro-batch's commit)"
+        )
+        if not args.only_latency:
+            bench_throughput_and_lookups(spark, store, work, args)
         if not args.skip_latency:
             lat = sorted(bench_latency(spark, work, args.latency_seconds, args.interval_ms))
             if lat:
@@ -254,6 +273,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         spark.stop()
     return 0
+
+
+def bench_throughput_and_lookups(spark, store: Path, work: Path, args) -> None:  # noqa: ANN001
+    rows, source_s = bench_source_noop(spark, store, work / "noop-ck")
+    print(f"source -> noop: {rows:,} messages in {source_s:.1f} s = {rows / source_s:,.0f}/s")
+    written, reput_s, batches = bench_reput(spark, store, work / "tables")
+    print(
+        f"reput -> 3 Delta tables: {written:,} messages in {reput_s:.1f} s "
+        f"({batches} batches) = {written / reput_s:,.0f}/s; "
+        f"ratio reput/source {(written / reput_s) / (rows / source_s):.2f}"
+    )
+    started = time.perf_counter()
+    optimize_tables(spark, work / "tables")
+    print(f"OPTIMIZE of the three tables: {time.perf_counter() - started:.1f} s")
+    bench_lookups(spark, store, work / "tables", args.messages, args.lookups)
 
 
 if __name__ == "__main__":
