@@ -13,14 +13,18 @@ table shows redelivery/baseline msgs/s as a ratio (the cost of reading, restorin
 journaling on top of the puts).
 
 Usage: python bench/bench_delay.py [--messages N] [--kind level|timer] [--trigger-ms MS]
-                                   [--batch N] [--flush SYNC|ASYNC] [--json]
-Default: 20,000 messages (about a minute on 2 cores); --messages 100000 for the full run.
+                                   [--batch N] [--flush SYNC|ASYNC] [--source commitlog|table]
+                                   [--delay-s S] [--json]
+Default: 20,000 messages, entries from the CommitLog (seconds); --messages 100000 for the
+full run; --source table indexes the schedule records with the reput job first and reads
+due entries from the consume_queue Delta table, as production does (minutes).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -44,18 +48,22 @@ from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC  # noqa: E402
 from rmq_spark.store.properties import encode_properties  # noqa: E402
 from rmq_spark.store.put import PutRequest  # noqa: E402
 
-LEVELS = "1s 5s 10s"
+LEVELS = "1s 5s 10s"  # --delay-s replaces level 1
 PUT_CHUNK = 10_000
 TOPIC = "bench_orders"
 DEADLINE_S = 600.0
 
 
-def store_config(root: Path, flush: str) -> StoreConfig:
+def levels(delay_s: int) -> str:
+    return f"{delay_s}s" + LEVELS.removeprefix("1s")
+
+
+def store_config(root: Path, flush: str, delay_s: int = 1) -> StoreConfig:
     return StoreConfig(
         root_dir=root,
         segment_size_bytes=256 << 20,
         flush_policy=FlushPolicy(flush),
-        message_delay_level=LEVELS,
+        message_delay_level=levels(delay_s),
     )
 
 
@@ -93,26 +101,34 @@ def run_redelivery(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     root = work / "store"
     clock = SystemClock()
     body = b"x" * args.body_bytes
-    with Broker(root, store_config=store_config(root, args.flush), clock=clock) as broker:
-        due_ms = clock.now_ms() + 2000
+    config_store = store_config(root, args.flush, args.delay_s)
+    with Broker(root, store_config=config_store, clock=clock) as broker:
+        due_ms = clock.now_ms() + args.delay_s * 1000
         requests = schedule_requests(args.messages, body, args.kind, due_ms)
         put_started = time.monotonic()
         for start in range(0, len(requests), PUT_CHUNK):
             results = broker.store.put_batch(requests[start : start + PUT_CHUNK])
             assert all(r.ok for r in results), results[0]
         put_s = time.monotonic() - put_started
+        spark, tables = None, None
+        if args.source == "table":
+            spark, tables = build_tables(broker, root, work, args)
         config = DelayConfig(
             batch_messages_max=args.batch,
             pass_messages_max=max(args.batch, args.messages),
             trigger_interval_ms=args.trigger_ms,
-            entry_source=EntrySourceKind.COMMITLOG,
+            entry_source=(
+                EntrySourceKind.CONSUME_QUEUE if spark is not None else EntrySourceKind.COMMITLOG
+            ),
         )
         redeliverer = open_redeliverer(
             root,
             StoreSink(broker),
             config=config,
-            delay_levels_ms=parse_message_delay_level(LEVELS),
+            delay_levels_ms=parse_message_delay_level(levels(args.delay_s)),
             clock=clock,
+            spark=spark,
+            tables_dir=tables,
         )
         busy_s: list[float] = []
         original = redeliverer.run_pass
@@ -166,6 +182,24 @@ def run_redelivery(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     }
 
 
+def build_tables(broker: Any, root: Path, work: Path, args: argparse.Namespace) -> Any:
+    """Index the schedule records into consume_queue with the reput job (--source table)."""
+    from rmq_spark.spark.config import SparkConfig
+    from rmq_spark.spark.reput import run_reput
+    from rmq_spark.spark.reput_config import ReputConfig
+    from rmq_spark.spark.session import build_session
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    spark = build_session(SparkConfig(master="local[2]", shuffle_partitions=2, log_level="ERROR"))
+    broker.store.flush()
+    tables = work / "tables"
+    started = time.monotonic()
+    config = ReputConfig(tables_dir=tables, available_now=True, database="bench_delay")
+    run_reput(spark, root, config, parse_message_delay_level(levels(args.delay_s)))
+    print(f"reput indexed the schedule records in {time.monotonic() - started:.1f} s")
+    return spark, tables
+
+
 def run_baseline(args: argparse.Namespace, work: Path) -> float:
     """msgs/s of put_batch for the same restored records into a fresh store."""
     root = work / "baseline"
@@ -198,8 +232,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=2000, help="delay.batch_messages_max")
     parser.add_argument("--body-bytes", type=int, default=100)
     parser.add_argument("--flush", choices=("SYNC", "ASYNC"), default="ASYNC")
+    parser.add_argument(
+        "--source",
+        choices=("commitlog", "table"),
+        default="commitlog",
+        help="where due entries come from; table runs the reput job first (needs Spark)",
+    )
+    parser.add_argument(
+        "--delay-s",
+        type=int,
+        default=None,
+        help="delay of level 1 / timer delay in seconds (default 1; 90 with --source table, "
+        "so that the reput job finishes before the messages fall due)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    if args.delay_s is None:
+        args.delay_s = 90 if args.source == "table" else 1
     with tempfile.TemporaryDirectory(prefix="bench-delay-") as tmp:
         work = Path(tmp)
         result = run_redelivery(args, work)
@@ -215,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"delay redelivery: {args.messages} {args.kind} messages due within one second, "
         f"{args.body_bytes} B bodies, flush {args.flush}, trigger {args.trigger_ms} ms, "
-        f"batch {args.batch}"
+        f"batch {args.batch}, entries from {args.source}"
     )
     print(f"{'case':<34}{'msgs/s':>10}{'ratio':>8}")
     print(f"{'baseline: put_batch of the copies':<34}{result['baseline_put_msgs_per_s']:>10}{1:>8}")

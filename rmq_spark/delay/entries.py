@@ -166,7 +166,12 @@ class TableEntrySource:
         from pyspark.sql import Window
         from pyspark.sql import functions as F
 
-        table = self._spark.read.format("delta").load(self._path)
+        # Epoch milliseconds instead of a timestamp: Arrow conversion of timestamps is slow.
+        table = (
+            self._spark.read.format("delta")
+            .load(self._path)
+            .withColumn("store_timestamp", F.unix_millis("store_timestamp"))
+        )
         low, high = F.lit(0), F.lit(limit)
         for queue_id, queue in sorted(levels.items(), key=lambda item: item[0]):
             extra = limit + queue.done_count_above_low_water
