@@ -167,8 +167,12 @@ class GrpcSink:
         self._producer = Producer(
             address, request_timeout_s=request_timeout_s, max_attempts=max_attempts, clock=clock
         )
+        from rmq_spark.spark.segments import read_confirm_offset
+
         self._reader = LogReader(store_dir)
-        self._end = 0
+        # The checkpoint's confirmed offset is a record boundary at or below the log's end:
+        # the first scan for the end starts there, not at the oldest segment.
+        self._end = read_confirm_offset(Path(store_dir))
 
     def log_end_offset(self) -> int:
         self._end = self._reader.end_offset(max(self._end, self._reader.min_offset()))
