@@ -16,6 +16,9 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 pytestmark = pytest.mark.spark
 
 SEGMENT = 4096
+BORN_V4 = __import__("rmq_spark.store.message", fromlist=["HostAddress"]).HostAddress(
+    "192.168.5.5", 41000
+)
 
 
 def collected(df) -> list[dict[str, object]]:
@@ -139,3 +142,44 @@ def test_deleted_segment_fails_or_is_skipped(spark, log):
     assert [r.physical_offset for r in kept.select("physical_offset").collect()] == [
         r.physical_offset for r in log.records if not SEGMENT <= r.physical_offset < 2 * SEGMENT
     ]
+
+
+def test_batch_read_equals_what_rmq_spark_dump_prints(spark, tmp_path):
+    import subprocess
+
+    from rmq_spark.cli.query_command import row_json
+    from rmq_spark.store.config import StoreConfig
+    from rmq_spark.store.message import HostAddress
+    from rmq_spark.store.message_store import MessageStore
+    from rmq_spark.store.put import PutRequest
+
+    config = StoreConfig(root_dir=tmp_path / "store", segment_size_bytes=4096)
+    store = MessageStore.open(config)
+    for index in range(90):
+        result = store.put(
+            PutRequest(
+                topic=("Orders", "Payments", "%RETRY%" + "g" * 140)[index % 3],  # v2 magic
+                body=bytes([index % 256]) * (index % 50),
+                queue_id=index % 4,
+                tags=f"tag{index % 5}",
+                keys=(f"order-{index}", f"user-{index % 7}"),
+                properties={"region": "eu"} if index % 2 else None,
+                born_host=HostAddress("2001:db8::7", 5000) if index % 4 == 0 else BORN_V4,
+            )
+        )
+        assert result.ok, result
+    store.close()
+    dumped = subprocess.run(
+        [sys.executable, "-m", "rmq_spark.cli.main", "dump", "--store", str(config.root_dir)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    rows = (
+        spark.read.format("rocketmq")
+        .option("maxBytesPerPartition", "2500")
+        .load(str(config.root_dir))
+        .collect()
+    )
+    assert [row_json(r.asDict()) for r in rows] == [json.loads(line) for line in dumped]
+    assert len(rows) == 90
