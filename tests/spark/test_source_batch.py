@@ -9,6 +9,8 @@ import sys
 import pytest
 from source_support import LogWriter, make_record, reference_rows
 
+from rmq_spark.store.message import HostAddress
+
 # Python workers must run this interpreter (numpy, pyarrow, rmq_spark); see the report about
 # setting spark.pyspark.python in the session builder.
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -16,9 +18,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 pytestmark = pytest.mark.spark
 
 SEGMENT = 4096
-BORN_V4 = __import__("rmq_spark.store.message", fromlist=["HostAddress"]).HostAddress(
-    "192.168.5.5", 41000
-)
+BORN_V4 = HostAddress("192.168.5.5", 41000)
 
 
 def collected(df) -> list[dict[str, object]]:
@@ -149,7 +149,6 @@ def test_batch_read_equals_what_rmq_spark_dump_prints(spark, tmp_path):
 
     from rmq_spark.cli.query_command import row_json
     from rmq_spark.store.config import StoreConfig
-    from rmq_spark.store.message import HostAddress
     from rmq_spark.store.message_store import MessageStore
     from rmq_spark.store.put import PutRequest
 
