@@ -24,11 +24,11 @@ from rmq_spark.delay.schedule import DueEntry, QueueProgress
 from rmq_spark.errors import StoreError
 
 __all__ = [
-    "JOURNAL_VERSION",
     "DataVersion",
     "DelayOffsets",
     "Intent",
     "IntentEntry",
+    "JOURNAL_VERSION",
     "Journal",
     "ProgressFormatError",
     "format_delay_offsets",

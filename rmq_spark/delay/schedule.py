@@ -51,13 +51,13 @@ from rmq_spark.store.properties import (
 
 __all__ = [
     "DELETE_MARKER_PREFIX",
-    "SCHEDULE_TOPICS",
-    "TIMER_QUEUE_ID",
     "Discard",
     "DueEntry",
     "LevelPlan",
-    "StopReason",
     "QueueProgress",
+    "SCHEDULE_TOPICS",
+    "StopReason",
+    "TIMER_QUEUE_ID",
     "fingerprint",
     "percentile",
     "plan_level",
