@@ -96,11 +96,9 @@ def parse_properties_column(
     rows, starts, ends, split_at = rows[ok], starts[ok], ends[ok], split_at[ok]
 
     # Pieces: key, \x01, value, gap to the next entry; keys and values are Arrow takes.
-    texts = pieces(
-        pa.py_buffer(data),
-        np.stack([starts, split_at, split_at + 1, ends], axis=1).reshape(-1),
-        pa.string(),
-    )
+    bounds = np.empty(4 * len(starts), dtype=np.int32)
+    bounds[0::4], bounds[1::4], bounds[2::4], bounds[3::4] = starts, split_at, split_at + 1, ends
+    texts = pieces(pa.py_buffer(data), bounds, pa.string())
     entry_index = np.arange(len(starts), dtype=np.int64) * 4
     keys = texts.take(pa.array(entry_index))
     key_codes = pc.dictionary_encode(keys)
