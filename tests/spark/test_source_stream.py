@@ -191,3 +191,62 @@ def test_stream_with_ending_offsets_is_refused(spark, log):
     )
     with pytest.raises(Exception, match="endingOffsets applies to batch queries only"):
         df.writeStream.format("noop").start().awaitTermination()
+
+
+@pytest.mark.slow
+def test_replayed_batch_after_a_crash_reads_the_same_records(spark, log, tmp_path):
+    checkpoint = tmp_path / "ck"
+    first = Sink()
+    query = start(
+        spark, log.store_dir, checkpoint, first, {"availableNow": True}, maxMessagesPerTrigger="25"
+    )
+    query.awaitTermination()
+    # Crash after batch 2 was planned (offset log) but before it was committed.
+    (checkpoint / "commits" / "2").unlink()
+    (checkpoint / "commits" / ".2.crc").unlink(missing_ok=True)
+    log.extend(make_record(i) for i in range(60, 70))
+    log.set_confirm()
+    replay = Sink()
+    query = start(
+        spark, log.store_dir, checkpoint, replay, {"availableNow": True}, maxMessagesPerTrigger="25"
+    )
+    query.awaitTermination()
+    by_batch = {}
+    for batch_id, _, offset in replay.rows:
+        by_batch.setdefault(batch_id, []).append(offset)
+    assert by_batch[2] == [o for b, _, o in first.rows if b == 2]  # the same records again
+    assert [o for b, _, o in replay.rows if b > 2] == offsets_of(log.records[60:])
+
+
+@pytest.mark.slow
+def test_stream_over_a_store_a_broker_is_writing(spark, tmp_path):
+    import threading
+
+    from rmq_spark.store.config import FlushPolicy, StoreConfig
+    from rmq_spark.store.message_store import MessageStore
+    from rmq_spark.store.put import PutRequest
+
+    config = StoreConfig(
+        root_dir=tmp_path / "store", segment_size_bytes=16384, flush_policy=FlushPolicy.ASYNC
+    )
+    store = MessageStore.open(config)
+    results = []
+
+    def produce(count: int) -> None:
+        for index in range(count):
+            results.append(store.put(PutRequest(topic="Live", body=b"%06d" % index * 20)))
+
+    sink = Sink()
+    query = start(spark, config.root_dir, tmp_path / "ck", sink, {"processingTime": "0 seconds"})
+    try:
+        for _ in range(3):  # the query runs while the producer appends (and rolls segments)
+            producer = threading.Thread(target=produce, args=(400,))
+            producer.start()
+            producer.join()
+            query.processAllAvailable()
+    finally:
+        query.stop()
+        store.close()
+    assert all(r.ok for r in results)
+    assert sink.offsets == [r.physical_offset for r in results]
+    sink.check_order_within_partitions()
