@@ -93,10 +93,10 @@ _SYNTAX: dict[str, str] = {
     "startingTimestamp": "store time in epoch milliseconds (an integer >= 0)",
     "endingOffsets": 'latest or a JSON object {"physical_offset": N} (batch queries only)',
     "endingTimestamp": "store time in epoch milliseconds (batch queries only)",
-    "maxBytesPerTrigger": "a positive integer number of bytes (streaming only)",
+    "maxBytesPerTrigger": "a positive number of bytes, e.g. 67108864 or 64m (streaming only)",
     "maxMessagesPerTrigger": "a positive integer number of messages (streaming only)",
     "minPartitions": "a positive integer",
-    "maxBytesPerPartition": "a positive integer number of bytes",
+    "maxBytesPerPartition": "a positive number of bytes, e.g. 134217728 or 128m",
     "failOnDataLoss": "true or false",
     "includeBody": "true or false",
     "checkCrc": "true or false",
@@ -119,6 +119,20 @@ def _int(name: str, value: str, minimum: int) -> int:
     if not re.fullmatch(r"[+-]?\d+", text):
         raise _bad(name, value, "not an integer")
     number = int(text)
+    if number < minimum:
+        raise _bad(name, value, f"must be >= {minimum}")
+    return number
+
+
+_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _bytes(name: str, value: str, minimum: int) -> int:
+    """A byte count: an integer, optionally with a binary unit as Spark writes them (64m, 1g)."""
+    match = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", value.lower())
+    if not match:
+        raise _bad(name, value, "not a byte count")
+    number = int(match.group(1)) * _BYTE_UNITS[match.group(2)]
     if number < minimum:
         raise _bad(name, value, f"must be >= {minimum}")
     return number
@@ -231,11 +245,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         if name in raw:
             if not streaming:
                 raise SourceError(f"option {name} applies to streaming queries only (readStream)")
-            values[key] = _int(name, raw[name], 1)
+            parse = _bytes if name == "maxBytesPerTrigger" else _int
+            values[key] = parse(name, raw[name], 1)
     if "minPartitions" in raw:
         values["min_partitions"] = _int("minPartitions", raw["minPartitions"], 1)
     if "maxBytesPerPartition" in raw:
-        values["max_bytes_per_partition"] = _int(
+        values["max_bytes_per_partition"] = _bytes(
             "maxBytesPerPartition", raw["maxBytesPerPartition"], 1
         )
     for name, key in (

@@ -40,6 +40,15 @@ def test_defaults_follow_spark_kafka_source():
     assert options.max_bytes_per_trigger == 0 and options.max_messages_per_trigger == 0
 
 
+def test_byte_options_take_units_like_spark():
+    assert parse(maxBytesPerTrigger="64m").max_bytes_per_trigger == 64 << 20
+    assert parse(maxBytesPerTrigger="1g").max_bytes_per_trigger == 1 << 30
+    assert parse(maxBytesPerPartition="512KB").max_bytes_per_partition == 512 << 10
+    assert parse(maxBytesPerTrigger="4096").max_bytes_per_trigger == 4096
+    with pytest.raises(SourceError, match="not a byte count"):
+        parse(maxBytesPerTrigger="1.5g")
+
+
 def test_option_names_are_case_insensitive():
     options = parse_options(
         {"PATH": "/s", "maxmessagespertrigger": "5", "FailOnDataLoss": "FALSE"}, streaming=True
@@ -61,6 +70,7 @@ def test_unknown_option_names_it_and_lists_the_valid_ones():
     [
         ("maxBytesPerTrigger", "0", ">= 1"),
         ("maxMessagesPerTrigger", "ten", "not an integer"),
+        ("maxBytesPerTrigger", "lots", "not a byte count"),
         ("startingOffsets", "oldest", "earliest, latest"),
         ("startingOffsets", '{"physical_offset": -4}', "integer >= 0"),
         ("startingOffsets", '{"offset": 4}', "exactly the key"),
