@@ -50,67 +50,49 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(handler=run)
 
 
-def _text_or_base64(body: bytes) -> dict[str, str]:
-    try:
-        return {"body": body.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {"body_base64": base64.b64encode(body).decode("ascii")}
-
-
 def _ms(value: datetime) -> int:
     return round(value.timestamp() * 1000)
 
 
+def _magic_version(topic: str) -> int:
+    # Writers pick v2 exactly when the topic is longer than 127 UTF-16 code units (spec 1.1).
+    return 2 if len(topic.encode("utf-16-le")) // 2 > 127 else 1
+
+
 def row_json(row: Mapping[str, Any], *, with_body: bool = True) -> dict[str, Any]:
-    """A ``messages`` row (the source's schema) as the JSON object dump prints."""
+    """A ``messages`` row (the source's schema) as the object ``rmq-spark dump`` prints."""
     out: dict[str, Any] = {
         "physical_offset": row["physical_offset"],
         "total_size": row["total_size"],
-        "topic": row["topic"],
+        "magic_version": _magic_version(row["topic"]),
+        "body_crc": row["body_crc"],
         "queue_id": row["queue_id"],
-        "queue_offset": row["queue_offset"],
-        "msg_id": row["msg_id"],
-        "sys_flag": row["sys_flag"],
         "flag": row["flag"],
-        "born_timestamp_ms": _ms(row["born_timestamp"]),
+        "queue_offset": row["queue_offset"],
+        "sys_flag": row["sys_flag"],
+        "born_timestamp": _ms(row["born_timestamp"]),
         "born_host": row["born_host"],
-        "store_timestamp_ms": _ms(row["store_timestamp"]),
+        "store_timestamp": _ms(row["store_timestamp"]),
         "store_host": row["store_host"],
         "reconsume_times": row["reconsume_times"],
         "prepared_transaction_offset": row["prepared_transaction_offset"],
-        "body_crc": row["body_crc"],
+        "topic": row["topic"],
         "properties": dict(row["properties"] or {}),
+        "body_base64": base64.b64encode(bytes(row["body"] or b"")).decode("ascii"),
+        "msg_id": row["msg_id"],
     }
-    if with_body and row["body"] is not None:
-        out.update(_text_or_base64(bytes(row["body"])))
+    if not with_body:
+        del out["body_base64"]
     return out
 
 
-def record_json(record: Any, total_size: int, *, with_body: bool = True) -> dict[str, Any]:
-    """A ``MessageRecord`` read from the log as the same JSON object."""
-    from rmq_spark.store.msg_id import offset_msg_id
-    from rmq_spark.store.properties import parse_properties
+def record_json(decoded: Any, *, with_body: bool = True) -> dict[str, Any]:
+    """A record read from the log: exactly ``rmq-spark dump``'s object."""
+    from rmq_spark.cli.store_commands import record_json as dump_json
 
-    out: dict[str, Any] = {
-        "physical_offset": record.physical_offset,
-        "total_size": total_size,
-        "topic": record.topic,
-        "queue_id": record.queue_id,
-        "queue_offset": record.queue_offset,
-        "msg_id": offset_msg_id(record.store_host, record.physical_offset),
-        "sys_flag": record.sys_flag,
-        "flag": record.flag,
-        "born_timestamp_ms": record.born_timestamp_ms,
-        "born_host": str(record.born_host),
-        "store_timestamp_ms": record.store_timestamp_ms,
-        "store_host": str(record.store_host),
-        "reconsume_times": record.reconsume_times,
-        "prepared_transaction_offset": record.prepared_transaction_offset,
-        "body_crc": record.body_crc,
-        "properties": parse_properties(record.properties),
-    }
-    if with_body:
-        out.update(_text_or_base64(record.body))
+    out = dump_json(decoded)
+    if not with_body:
+        del out["body_base64"]
     return out
 
 
@@ -126,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
 
         _host, physical_offset = decode_offset_msg_id(args.msg_id)
         decoded = record_at(args.store, physical_offset)
-        print_json_line(record_json(decoded.record, decoded.total_size, with_body=not args.no_body))
+        print_json_line(record_json(decoded, with_body=not args.no_body))
         return 0
     if args.tables is None or args.topic is None:
         raise ConfigError("--tables", "by key or by time: give --tables and --topic")

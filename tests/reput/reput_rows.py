@@ -152,3 +152,20 @@ def row_from_record(record: Any, total_size: int) -> dict[str, Any]:
     )
     row["tags"] = props.get("TAGS") or None
     return row
+
+
+def row_from_dump(obj: dict[str, Any]) -> dict[str, Any]:
+    """One ``rmq-spark dump`` JSON object in the shape ``message()`` builds."""
+    props = dict(obj["properties"])
+    row = message(
+        obj["physical_offset"],
+        topic=obj["topic"],
+        queue_id=obj["queue_id"],
+        queue_offset=obj["queue_offset"],
+        sys_flag=obj["sys_flag"],
+        store_ms=obj["store_timestamp"],
+        total_size=obj["total_size"],
+        extra=props,
+    )
+    row["tags"] = props.get("TAGS") or None
+    return row

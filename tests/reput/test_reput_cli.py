@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 from pathlib import Path
 
@@ -85,7 +86,7 @@ def test_query_by_msg_id_prints_the_record_read_from_the_commitlog(
     line = json.loads(capsys.readouterr().out)
     assert line["physical_offset"] == target.physical_offset
     assert line["msg_id"] == target.msg_id
-    assert line["body"] == "body 5"
+    assert base64.b64decode(line["body_base64"]) == b"body 5"
     assert line["properties"]["KEYS"] == "k5"
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,12 @@ from reput_rows import (
     expected_consume_queue,
     expected_index,
     plain_rows,
+    row_from_dump,
     row_from_record,
 )
 
+from rmq_spark.cli.main import main as cli_main
+from rmq_spark.cli.query_command import row_json
 from rmq_spark.clock import ManualClock, SystemClock
 from rmq_spark.spark.query import message_by_msg_id, messages_by_key, messages_by_time
 from rmq_spark.spark.reput import run_reput, tables_lag
@@ -63,12 +67,19 @@ def _stored_rows(store_dir: Path, offsets: list[int]) -> list[dict]:
     return [row_from_record(d.record, d.total_size) for d in decoded]
 
 
+def _dump(store_dir: Path, capsys: pytest.CaptureFixture[str]) -> list[dict]:
+    """What ``rmq-spark dump --store DIR`` prints, parsed."""
+    capsys.readouterr()
+    assert cli_main(["dump", "--store", str(store_dir)]) == 0
+    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+
+
 def _table(spark, tables: Path, name: str):
     return spark.read.format("delta").load(str(table_path(tables, name)))
 
 
 def test_tables_equal_the_log_after_micro_batches_across_segment_rolls(
-    spark, tmp_path: Path
+    spark, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store_dir, tables = tmp_path / "store", tmp_path / "tables"
     config = ReputConfig(
@@ -95,7 +106,9 @@ def test_tables_equal_the_log_after_micro_batches_across_segment_rolls(
 
     assert first.batches_written >= 3 and second.batches_written >= 3
     assert len(list((store_dir / "commitlog").iterdir())) >= 4
-    rows = _stored_rows(store_dir, offsets)
+    dumped = _dump(store_dir, capsys)
+    assert [d["physical_offset"] for d in dumped] == offsets
+    rows = [row_from_dump(d) for d in dumped]
     assert plain_rows(_table(spark, tables, CONSUME_QUEUE).collect()) == plain_rows(
         expected_consume_queue(rows)
     )
@@ -103,11 +116,8 @@ def test_tables_equal_the_log_after_micro_batches_across_segment_rolls(
         expected_index(rows)
     )
     messages = _table(spark, tables, MESSAGES)
-    got = messages.select("physical_offset", "topic", "queue_id", "queue_offset", "total_size")
-    assert sorted(tuple(r) for r in got.collect()) == sorted(
-        (r["physical_offset"], r["topic"], r["queue_id"], r["queue_offset"], r["total_size"])
-        for r in rows
-    )
+    as_dumped = [row_json(r.asDict()) for r in messages.orderBy("physical_offset").collect()]
+    assert as_dumped == dumped  # the messages table says what `rmq-spark dump` says, row for row
     scheduled = [r for r in rows if r["topic"] == "SCHEDULE_TOPIC_XXXX"]
     assert scheduled, "the DELAY messages went to the schedule topic"
 
