@@ -281,3 +281,20 @@ def test_projection_builds_only_the_requested_columns(tmp_path):
     assert got.to_pylist() == [
         {"tags": r["tags"], "physical_offset": r["physical_offset"]} for r in expected
     ]
+
+
+@pytest.mark.parametrize("count", [64, 65, 200])
+@pytest.mark.parametrize("where", ["body", "stored_crc", "stored_crc_sign"])
+def test_crc_check_of_many_equal_bodies_finds_the_corrupt_one(tmp_path, count, where):
+    writer = LogWriter(tmp_path, segment_size_bytes=1 << 20)
+    records = writer.extend(make_record(i, body=bytes([i % 251]) * 100) for i in range(count))
+    data = bytearray(writer.segment_path(0).read_bytes())
+    piece = SegmentSlice(0, 0, writer.end_offset, writer.end_offset)
+    clean = rows_of(list(read_slice(bytes(data), len(data), piece, DecodeSettings())))
+    assert len(clean) == count
+    victim = records[count // 2]
+    offset = {"body": 88 + 37, "stored_crc": 11, "stored_crc_sign": 8}[where]
+    data[victim.physical_offset + offset] ^= 0x80 if where == "stored_crc_sign" else 0x04
+    with pytest.raises(CorruptRecordError, match="BODYCRC") as info:
+        list(read_slice(bytes(data), len(data), piece, DecodeSettings()))
+    assert info.value.position == victim.physical_offset
