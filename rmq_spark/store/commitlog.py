@@ -65,8 +65,15 @@ class CommitLog:
         self.directory = directory
         self.segment_size_bytes = segment_size_bytes
         self._opener = opener
-        self._segments: list[Segment] = list(segments or [])
+        self._segments: list[Segment] = []
+        self.active: Segment | None = None
+        """The last segment (where appends go), or ``None``; kept in step with ``segments``."""
+        self._set_segments(list(segments or []))
         self._flush_lock = threading.Lock()
+
+    def _set_segments(self, segments: list[Segment]) -> None:
+        self._segments = segments
+        self.active = segments[-1] if segments else None
 
     # --- loading ------------------------------------------------------------------------------
 
@@ -215,7 +222,7 @@ class CommitLog:
             except BaseException:
                 segment.close()
                 raise
-        self._segments = [*self._segments, segment]
+        self._set_segments([*self._segments, segment])
         return segment
 
     # --- flushing -----------------------------------------------------------------------------
@@ -257,7 +264,7 @@ class CommitLog:
                 last.truncate_to(position)
             else:
                 last.write_position = position
-        self._segments = keep
+        self._set_segments(keep)
         for segment in drop:
             segment.close()
             _log.warning("deleting segment %s past the end of the log", segment.path)
@@ -272,7 +279,7 @@ class CommitLog:
         if count <= 0:
             return []
         doomed = segments[:count]
-        self._segments = segments[count:]
+        self._set_segments(segments[count:])
         paths = []
         for segment in doomed:
             segment.close()

@@ -229,10 +229,11 @@ class OsFile:
 class MmapFile:
     """``SegmentFile`` over a shared memory map of the whole (preallocated) file."""
 
-    __slots__ = ("path", "_fd", "_map", "_size")
+    __slots__ = ("path", "_fd", "_map", "_size", "_read_only")
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        self._read_only = read_only
         self._fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR)
         try:
             self._size = os.fstat(self._fd).st_size
@@ -241,6 +242,12 @@ class MmapFile:
         except BaseException:
             os.close(self._fd)
             raise
+
+    @property
+    def mapping(self) -> mmap.mmap | None:
+        """The writable mapping itself (``None`` when read-only, empty or closed), for callers
+        that pack records straight into it; such a write is the same as ``write``."""
+        return None if self._read_only else self._map
 
     def write(self, position: int, data: bytes | bytearray | memoryview) -> None:
         end = position + len(data)

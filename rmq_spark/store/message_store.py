@@ -23,6 +23,7 @@ import logging
 import os
 import struct
 import threading
+import zlib
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -45,11 +46,15 @@ from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.fileio import FileOpener, OsOpener
 from rmq_spark.store.flush import FlushWait, GroupCommit, Housekeeper, PeriodicTask
-from rmq_spark.store.layout import MAX_PROPERTIES_SIZE_BYTES, MAX_TOPIC_LENGTH_V1
+from rmq_spark.store.layout import (
+    MAX_PROPERTIES_SIZE_BYTES,
+    MAX_TOPIC_LENGTH_V1,
+    MESSAGE_MAGIC_CODE_V1,
+)
 from rmq_spark.store.lockfile import StoreLock, abort_exists, create_abort, remove_abort
-from rmq_spark.store.message import HostAddress, MessageRecord
-from rmq_spark.store.msg_id import UniqKeyGenerator
+from rmq_spark.store.message import LOCALHOST, HostAddress, MessageRecord
 from rmq_spark.store.put import (
+    LOCALHOST_IPV4,
     MAX_RECORD_OVERHEAD_BYTES,
     PreparedMessage,
     PutContext,
@@ -57,10 +62,13 @@ from rmq_spark.store.put import (
     PutResult,
     PutStatus,
     WindowEntry,
+    check_topic,
     duplicates_in,
+    ipv4_of,
     prepare,
     reject_batch,
 )
+from rmq_spark.store.put_plan import RecordPlan, UniqKeys, record_plan
 from rmq_spark.store.reader import read_record
 from rmq_spark.store.recovery import RecoveredState, RecoveryReport, recover
 from rmq_spark.store.retention import deletable_segment_count, disk_used_ratio
@@ -74,6 +82,15 @@ _pack_offsets = _OFFSETS.pack_into
 _pack_i64 = _I64.pack_into
 _QUEUE_OFFSET_POSITION = 20
 _SIZE = struct.Struct(">i")
+_I32_MAX = (1 << 31) - 1
+_I64_MIN = -(1 << 63)
+_I64_MAX = (1 << 63) - 1
+_ZERO = 0
+_PUT_OK = PutStatus.PUT_OK
+_PLANS_MAX = 4096
+_crc32 = zlib.crc32
+_ipv4 = ipv4_of
+_LOCALHOST_IPV4 = LOCALHOST_IPV4
 
 
 class MessageStore:
@@ -95,13 +112,22 @@ class MessageStore:
         host = HostAddress.parse(config.store_host)
         self.store_host = host
         self._msg_id_prefix = (host.packed() + _SIZE.pack(host.port)).hex().upper()
-        uniq = UniqKeyGenerator(clock, host.ip, os.getpid())
+        pid = os.getpid()
+        now = clock.now_ms()
+        self._uniq_keys = UniqKeys(host.ip, pid, (now * 31 + pid) & 0xFFFFFFFF, now)
         self._ctx = PutContext(
             max_body_bytes=config.max_message_size_bytes,
             max_delay_level=len(parse_message_delay_level(config.message_delay_level)),
             store_host=host,
-            new_uniq_key=uniq.next_key,
+            new_uniq_key=lambda: self._uniq_keys.key_at(clock.now_ms()),
         )
+        # The single-put fast path (``put``): IPv4 store host only.
+        self._now_ms = clock.now_ms
+        self._max_body_bytes = config.max_message_size_bytes
+        self._plans: dict[object, RecordPlan | None] = {}
+        store_ipv4 = _ipv4(host)
+        self._fast_path = store_ipv4 is not None
+        self._store_ip, self._store_port = store_ipv4 or (b"", 0)
         self._published_confirm = -1
         self._closed_at_cache: dict[int, int] = {}
 
@@ -175,6 +201,7 @@ class MessageStore:
         self.recovery_report: RecoveryReport = state.report
         self._queue_offsets = state.queue_offsets.offsets
         self._window = state.window
+        self._window_capacity = max(0, state.window.capacity)
         self._last_record_offset = state.last_record_offset
         self._last_store_ts = state.last_store_timestamp_ms
         end = state.report.end_offset
@@ -252,6 +279,135 @@ class MessageStore:
     def put(self, request: PutRequest) -> PutResult:
         """Store one message; the outcome is in ``PutResult.status`` (never an exception for a
         bad message or a full disk)."""
+        # The fast path: a message with no properties but TAGS, a generated UNIQ_KEY, IPv4
+        # hosts, a v1 topic and default flags is packed whole, straight into the segment's
+        # memory map, under the lock (put_plan.py). Anything else takes ``_put_general``; a
+        # property test checks both write the same bytes.
+        topic = request.topic
+        tags = request.tags
+        try:
+            plan = self._plans[(topic, tags) if tags else topic]
+        except (KeyError, TypeError):
+            plan = self._plan(topic, tags)
+        body = request.body
+        queue_id = request.queue_id
+        born = request.born_timestamp_ms
+        host = request.born_host
+        born_host = _LOCALHOST_IPV4 if host is LOCALHOST else _ipv4(host)
+        if (
+            plan is None
+            or born_host is None
+            or request.properties
+            or request.raw_properties is not None
+            or request.keys
+            or type(body) is not bytes
+            or len(body) > self._max_body_bytes
+            or type(queue_id) is not int
+            or not 0 <= queue_id <= _I32_MAX
+            or (born is not None and (type(born) is not int or not _I64_MIN <= born <= _I64_MAX))
+            # ``is`` the interned int 0: anything else (another int, a bool, a float, None)
+            # goes to the general path, which stores or rejects it.
+            or request.flag is not _ZERO
+            or request.sys_flag is not _ZERO
+            or request.reconsume_times is not _ZERO
+            or request.prepared_transaction_offset is not _ZERO
+        ):
+            return self._put_general(request)
+        body_size = len(body)
+        crc = _crc32(body) & 0x7FFFFFFF
+        size = plan.fixed_size + body_size
+        packer = plan.packers.get(body_size) or plan.packer(body_size)
+        key = (topic, queue_id)
+        lock = self._put_lock
+        lock.acquire()
+        try:
+            if self._failure is not None or self._closed:
+                return self._unavailable()
+            segment = self._commitlog.active
+            if segment is None or size + 8 > segment.size_bytes - segment.write_position:
+                try:
+                    segment = self._commitlog.segment_for_append(size)
+                except OSError as err:
+                    return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+            position = segment.write_position
+            physical_offset = segment.base_offset + position
+            now = self._now_ms()
+            uniq_key = self._uniq_keys.key_at(now)
+            queue_offset = self._queue_offsets.get(key, 0)
+            values = (
+                size,
+                MESSAGE_MAGIC_CODE_V1,
+                crc,
+                queue_id,
+                0,
+                queue_offset,
+                physical_offset,
+                0,
+                now if born is None else born,
+                born_host[0],
+                born_host[1],
+                now,
+                self._store_ip,
+                self._store_port,
+                0,
+                0,
+                body_size,
+                body,
+                plan.before,
+                uniq_key.encode("ascii"),
+                plan.after,
+            )
+            mapping = segment.mapping
+            if mapping is not None and position + size <= segment.size_bytes:
+                packer.pack_into(mapping, position, *values)
+                segment.write_position = position + size
+            else:
+                try:
+                    segment.append(packer.pack(*values))
+                except OSError as err:
+                    self._undo_failed_write(segment, size, err)
+                    return _failed(PutStatus.UNKNOWN_ERROR, "writing the record", err)
+            self._queue_offsets[key] = queue_offset + 1
+            if self._window_capacity:
+                self._window.add(
+                    topic, uniq_key, (physical_offset, size, queue_offset, queue_id, now)
+                )
+            self._last_record_offset = physical_offset
+            self._last_store_ts = now
+        finally:
+            lock.release()
+        result = PutResult(
+            _PUT_OK,
+            physical_offset,
+            queue_offset,
+            f"{self._msg_id_prefix}{physical_offset:016X}",
+            topic,
+            queue_id,
+            now,
+            uniq_key,
+            size,
+        )
+        return self._await(result) if self._sync else result
+
+    def _plan(self, topic: object, tags: object) -> RecordPlan | None:
+        """The fast path's plan for (``topic``, ``tags``); ``None`` (remembered too) sends
+        such messages down the general path."""
+        plan = None
+        if self._fast_path and type(topic) is str and not check_topic(topic):
+            plan = record_plan(topic, tags, self._uniq_keys.key_size)
+        try:
+            key = (topic, tags) if tags else topic
+            hash(key)
+        except TypeError:
+            return None
+        if len(self._plans) >= _PLANS_MAX:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def _put_general(self, request: PutRequest) -> PutResult:
+        """``put`` of any request: validate and encode outside the lock (``put.prepare``),
+        then place and patch the record under it."""
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
         clock = self._clock

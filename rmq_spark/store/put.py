@@ -26,7 +26,6 @@ import enum
 import re
 import struct
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -64,6 +63,7 @@ from rmq_spark.store.properties import (
 
 __all__ = [
     "IdempotencyWindow",
+    "LOCALHOST_IPV4",
     "MAX_RECORD_OVERHEAD_BYTES",
     "PreparedMessage",
     "PutContext",
@@ -75,6 +75,7 @@ __all__ = [
     "check_topic",
     "duplicates_in",
     "encode_ipv4_v1",
+    "ipv4_of",
     "order_properties",
     "prepare",
     "reject_batch",
@@ -388,10 +389,13 @@ _PROPS_SIZE = struct.Struct(">h")
 _topic_prefixes: dict[str, bytes] = {}
 _ipv4_hosts: dict[int, tuple[HostAddress, tuple[bytes, int] | None]] = {}
 _simple_orders: dict[tuple[bool, bool], tuple[str, ...]] = {}
-_LOCALHOST_IPV4 = (LOCALHOST.packed(), LOCALHOST.port)
+LOCALHOST_IPV4 = (LOCALHOST.packed(), LOCALHOST.port)
+"""``ipv4_of(LOCALHOST)``, the default born host."""
+_LOCALHOST_IPV4 = LOCALHOST_IPV4
 
 
-def _ipv4(host: HostAddress) -> tuple[bytes, int] | None:
+def ipv4_of(host: HostAddress) -> tuple[bytes, int] | None:
+    """(packed address, port) of an IPv4 ``host``; ``None`` for IPv6 or a non-host (cached)."""
     # Keyed by id() (hashing a frozen dataclass is slow); the host itself is kept in the
     # entry so that a recycled id never matches another object.
     cached = _ipv4_hosts.get(id(host))
@@ -433,8 +437,8 @@ def encode_ipv4_v1(
         if len(_topic_prefixes) > 4096:
             _topic_prefixes.clear()
         _topic_prefixes[topic] = prefix
-    born = _LOCALHOST_IPV4 if born_host is LOCALHOST else _ipv4(born_host)
-    store = _ipv4(store_host)
+    born = _LOCALHOST_IPV4 if born_host is LOCALHOST else ipv4_of(born_host)
+    store = ipv4_of(store_host)
     if born is None or store is None:
         return None
     body_size = len(body)
@@ -542,38 +546,52 @@ class IdempotencyWindow:
     """The last ``capacity`` (stored topic, UNIQ_KEY) pairs and where they were stored.
 
     Entries are kept as plain tuples (cheaper on the put path) and handed out as
-    ``WindowEntry``.
+    ``WindowEntry``. ``entries`` is a plain dict; ``ring`` holds its keys in the order they
+    were added, ``position`` is the slot of the oldest once the ring is full (a dict plus a
+    ring is cheaper per put than an ``OrderedDict`` evicting its first item).
     """
 
-    __slots__ = ("capacity", "_entries")
+    __slots__ = ("capacity", "entries", "ring", "position")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._entries: OrderedDict[tuple[str, str], tuple[int, int, int, int, int]] = OrderedDict()
+        self.entries: dict[tuple[str, str], tuple[int, int, int, int, int]] = {}
+        self.ring: list[tuple[str, str] | None] = [None] * max(capacity, 0)
+        self.position = 0
 
     def __len__(self) -> int:
-        return len(self._entries)
+        return len(self.entries)
 
     def get(self, topic: str, uniq_key: str) -> WindowEntry | None:
-        entry = self._entries.get((topic, uniq_key))
+        entry = self.entries.get((topic, uniq_key))
         return None if entry is None else WindowEntry._make(entry)
 
     def add(self, topic: str, uniq_key: str, entry: tuple[int, int, int, int, int]) -> None:
         """Remember ``entry`` = (physical_offset, total_size, queue_offset, queue_id,
         store_timestamp_ms) unless the key is already known (the first copy stays)."""
-        entries = self._entries
+        entries = self.entries
         key = (topic, uniq_key)
         if key in entries or self.capacity <= 0:
             return
         entries[key] = entry
-        if len(entries) > self.capacity:
-            entries.popitem(last=False)
+        ring = self.ring
+        position = self.position
+        oldest = ring[position]
+        if oldest is not None:
+            del entries[oldest]
+        ring[position] = key
+        position += 1
+        self.position = 0 if position == self.capacity else position
 
     def start_offset(self, default: int) -> int:
         """Physical offset of the oldest record in the window (``default`` if empty)."""
-        for entry in self._entries.values():
-            return entry[0]
-        return default
+        if not self.entries:
+            return default
+        oldest = self.ring[self.position]
+        if oldest is None:  # not full yet: the ring starts at slot 0
+            oldest = self.ring[0]
+        assert oldest is not None
+        return self.entries[oldest][0]
 
 
 # --- batches ----------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ flushed position never claims more than the fsync covered); ``read`` is safe at 
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 from rmq_spark.store.codec import encode_blank
@@ -34,12 +35,22 @@ class Segment:
         Where the next record goes; recovery sets the real value.
     """
 
-    __slots__ = ("base_offset", "size_bytes", "file", "write_position", "flushed_position")
+    __slots__ = (
+        "base_offset",
+        "size_bytes",
+        "file",
+        "mapping",
+        "write_position",
+        "flushed_position",
+    )
 
     def __init__(self, base_offset: int, file: SegmentFile, write_position: int = 0) -> None:
         self.base_offset = base_offset
         self.file = file
         self.size_bytes = file.size()
+        # The writable memory map of an ``MmapFile`` (else ``None``): the put path packs a
+        # record straight into it, then advances ``write_position`` (``append`` semantics).
+        self.mapping: mmap.mmap | None = getattr(file, "mapping", None)
         assert 0 <= write_position <= self.size_bytes
         self.write_position = write_position
         self.flushed_position = write_position
@@ -109,6 +120,7 @@ class Segment:
         self.flushed_position = min(self.flushed_position, position)
 
     def close(self) -> None:
+        self.mapping = None
         self.file.close()
 
     def __repr__(self) -> str:

@@ -141,3 +141,19 @@ def test_flush_after_mark_unflushed_fsyncs_every_segment_past_the_offset(tmp_pat
     assert log.flush(1500) == 3048
     assert plan.hits == before + 2  # the segments at 1024 and 2048
     log.close()
+
+
+def test_active_is_always_the_last_segment(tmp_path: Path) -> None:
+    log = _log(tmp_path)
+    assert log.active is None
+    for _ in range(3):
+        log.segment_for_append(1000).append(b"x" * 1000)
+        assert log.active is log.segments[-1]
+    log.delete_oldest(1)
+    assert log.active is log.segments[-1] and log.active.base_offset == 2 * SIZE
+    log.truncate_to(SIZE + 10)
+    assert log.active is log.segments[-1] and log.active.base_offset == SIZE
+    log.close()
+    reloaded = _log(tmp_path)
+    assert reloaded.active is reloaded.segments[-1]
+    reloaded.close()

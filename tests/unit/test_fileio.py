@@ -153,3 +153,18 @@ def test_faulty_checkpoint_fails_checkpoint_writes_only(tmp_path: Path) -> None:
 def test_fault_plan_rejects_an_unknown_failpoint() -> None:
     with pytest.raises(ValueError, match="fail_at"):
         FaultPlan("explode")
+
+
+def test_mmap_file_hands_out_its_mapping_only_while_writable_and_open(tmp_path: Path) -> None:
+    OsOpener().create(tmp_path / "f", 4096, FileKind.SEGMENT).close()
+    file = MmapFile(tmp_path / "f")
+    mapping = file.mapping
+    assert mapping is not None and len(mapping) == 4096
+    mapping[10:13] = b"abc"  # a write through the mapping is a write of the file
+    assert file.read(10, 3) == b"abc"
+    file.close()
+    assert file.mapping is None
+    read_only = MmapFile(tmp_path / "f", read_only=True)
+    assert read_only.mapping is None and read_only.read(10, 3) == b"abc"
+    read_only.close()
+    assert not hasattr(OsFile(tmp_path / "f"), "mapping")

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ from store_helpers import open_store
 
 from rmq_spark.clock import ManualClock
 from rmq_spark.store.codec import encode_record
+from rmq_spark.store.config import IoMode
 from rmq_spark.store.layout import (
     RMQ_SYS_SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
@@ -353,3 +355,127 @@ def test_ipv6_hosts_are_stored_through_the_codec(tmp_path: Path) -> None:
     )
     assert record.sys_flag & 0x30 == 0x30
     store.close()
+
+
+# --- the single-put fast path is the codec, byte for byte -------------------------------------
+
+
+def _expected_record(request: PutRequest, result, store_host: HostAddress) -> MessageRecord:  # type: ignore[no-untyped-def]
+    props = {"UNIQ_KEY": result.uniq_key}
+    if request.tags:
+        props["TAGS"] = request.tags
+    if request.keys:
+        props["KEYS"] = " ".join(request.keys)
+    text = "".join(f"{key}\x01{props[key]}\x02" for key in order_properties(props))
+    born = request.born_timestamp_ms
+    return MessageRecord(
+        request.topic, bytes(request.body), text, request.queue_id, request.flag,
+        result.queue_offset, result.physical_offset, request.sys_flag,
+        result.store_timestamp_ms if born is None else born, request.born_host,
+        result.store_timestamp_ms, store_host, request.reconsume_times,
+        request.prepared_transaction_offset,
+    )  # fmt: skip
+
+
+def _random_requests(seed: int, count: int) -> list[PutRequest]:
+    rng = random.Random(seed)
+    hosts = [LOCALHOST, HostAddress("10.1.2.3", 40_000), HostAddress("fe80::1", 7)]
+    requests = []
+    for _ in range(count):
+        requests.append(
+            PutRequest(
+                rng.choice(["TopicA", "B", "%RETRY%g", "T" * 127]),
+                rng.randbytes(rng.choice([0, 1, 100, 333])),
+                queue_id=rng.choice([0, 1, 7, (1 << 31) - 1]),
+                tags=rng.choice([None, "", "TagA", "étiquette"]),
+                keys=rng.choice([(), (), ("k1", "k2")]),  # KEYS take the general path
+                born_timestamp_ms=rng.choice([None, 0, 1_600_000_000_000, -5]),
+                born_host=rng.choice(hosts),
+                flag=rng.choice([0, 0, 0, 3]),  # a flag takes the general path
+            )
+        )
+    return requests
+
+
+@pytest.mark.parametrize("io_mode", [IoMode.MMAP, IoMode.PWRITE])
+def test_single_puts_store_exactly_what_the_codec_encodes(tmp_path: Path, io_mode: IoMode) -> None:
+    clock = ManualClock(1_700_000_000_000)
+    host = HostAddress("192.168.0.1", 10911)
+    store = open_store(tmp_path, clock=clock, io_mode=io_mode, store_host=str(host))
+    general = []
+    general_put = store._put_general
+    store._put_general = lambda request: general.append(request) or general_put(request)
+    queue_offsets: dict[tuple[str, int], int] = {}
+    requests = _random_requests(seed=7, count=400)
+    for index, request in enumerate(requests):
+        clock.advance(index % 3)
+        result = store.put(request)
+        assert result.ok, result.detail
+        key = (request.topic, request.queue_id)
+        assert result.queue_offset == queue_offsets.get(key, 0)
+        queue_offsets[key] = result.queue_offset + 1
+        assert result.store_timestamp_ms == clock.now_ms()
+        assert result.msg_id == offset_msg_id(host, result.physical_offset)
+        stored = store.commitlog.read(result.physical_offset, result.total_size)
+        assert stored == encode_record(_expected_record(request, result, host))
+    assert len(store.commitlog.segments) > 10  # 4 KiB segments: the puts rolled many times
+    assert 50 < len(general) < 350  # both paths were taken, interleaved
+    store.close()
+
+
+def test_fast_path_puts_survive_reopen_with_their_queue_offsets(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    results = [store.put(PutRequest("T", bytes([i]) * 50, queue_id=i % 2)) for i in range(100)]
+    store.close()
+    store = open_store(tmp_path)
+    assert store.queue_offset("T", 0) == store.queue_offset("T", 1) == 50
+    for result in results:
+        assert store.read(result.physical_offset).body == bytes([results.index(result)]) * 50
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("flag", None),
+        ("flag", 0.0),
+        ("reconsume_times", "0"),
+        ("born_timestamp_ms", 1 << 63),
+        ("born_timestamp_ms", 1.5),
+        ("queue_id", 1 << 31),
+        ("queue_id", True),
+    ],
+)
+def test_fields_of_the_wrong_type_or_range_are_illegal_not_coerced(
+    store, field: str, value: object
+) -> None:  # type: ignore[no-untyped-def]
+    result = store.put(PutRequest("T", b"x", **{field: value}))  # type: ignore[arg-type]
+    assert result.status is PutStatus.MESSAGE_ILLEGAL, result
+    assert store.max_offset == 0
+
+
+def test_fast_path_puts_fill_the_idempotency_window(store) -> None:  # type: ignore[no-untyped-def]
+    first = store.put(PutRequest("T", b"x"))
+    retry = store.put(
+        PutRequest("T", b"x", properties={"UNIQ_KEY": first.uniq_key}, idempotent=True)
+    )
+    assert retry.duplicate and retry.physical_offset == first.physical_offset
+    assert (retry.queue_offset, retry.total_size) == (first.queue_offset, first.total_size)
+    assert store.max_offset == first.total_size
+
+
+def test_window_ring_evicts_in_order_across_wraps_and_keeps_first_copies() -> None:
+    window = IdempotencyWindow(3)
+    assert window.start_offset(-1) == -1
+    window.add("T", "K0", (0, 10, 0, 0, 0))
+    window.add("T", "K0", (99, 10, 9, 0, 0))  # known: the first copy stays
+    assert window.get("T", "K0") == WindowEntry(0, 10, 0, 0, 0)
+    assert window.start_offset(-1) == 0
+    for index in range(1, 8):
+        window.add("T", f"K{index}", (index * 10, 10, index, 0, 0))
+        expected = [f"K{i}" for i in range(max(0, index - 2), index + 1)]
+        assert [k for k in (f"K{i}" for i in range(index + 1)) if window.get("T", k)] == expected
+        assert window.start_offset(-1) == int(expected[0][1:]) * 10
+        assert len(window) == len(expected)
+    window.add("T", "K7", (1, 1, 1, 1, 1))  # still known
+    assert window.get("T", "K7") == WindowEntry(70, 10, 7, 0, 0)

@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from rmq_spark.store.codec import BlankPadding, decode_record
-from rmq_spark.store.fileio import FileKind, OsOpener
+from rmq_spark.store.config import IoMode
+from rmq_spark.store.fileio import FaultPlan, FaultyOpener, FileKind, OsOpener
 from rmq_spark.store.segment import Segment
 
 
@@ -50,3 +51,20 @@ def test_truncate_to_zeroes_after_the_position(segment: Segment) -> None:
     segment.truncate_to(120)
     assert segment.write_position == 120
     assert segment.read(0, 300) == b"x" * 120 + bytes(180)
+
+
+def test_a_mapped_segment_exposes_its_mapping_until_closed(tmp_path: Path) -> None:
+    file = OsOpener(IoMode.MMAP).create(tmp_path / "00000000000000000000", 1024, FileKind.SEGMENT)
+    segment = Segment(0, file)
+    assert segment.mapping is not None
+    segment.close()
+    assert segment.mapping is None
+
+
+def test_segments_of_unmapped_or_faulty_files_have_no_mapping(tmp_path: Path) -> None:
+    pwrite = OsOpener(IoMode.PWRITE).create(tmp_path / "a", 1024, FileKind.SEGMENT)
+    faulty = FaultyOpener(FaultPlan("fsync")).create(tmp_path / "b", 1024, FileKind.SEGMENT)
+    for file in (pwrite, faulty):
+        segment = Segment(0, file)
+        assert segment.mapping is None  # puts go through ``append`` (and its failpoints)
+        segment.close()
