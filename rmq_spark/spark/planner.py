@@ -150,8 +150,8 @@ def count_records(view: StoreView, start: int, end: int, records_max: int) -> tu
     for _, _, starts, is_blank in _units(view, start, end):
         if not is_blank:
             count += len(starts)
-            if count >= records_max:
-                return count, False
+            if count > records_max:
+                return records_max, False
     return count, True
 
 
