@@ -178,6 +178,9 @@ class Redeliverer:
             now_ms = self.clock.now_ms()
             fetch = remaining  # one source query per pass, unless it came back full
             found = self._fetch(now_ms, fetch)
+            full = len(found.timer) >= fetch or any(
+                len(rows) >= fetch for rows in found.levels.values()
+            )
             progressed = replan = False
             while remaining > 0:
                 limit = min(self.config.batch_messages_max, remaining)
@@ -193,9 +196,6 @@ class Redeliverer:
                     return report
             if replan:
                 continue
-            full = len(found.timer) >= fetch or any(
-                len(rows) >= fetch for rows in found.levels.values()
-            )
             if not (full and progressed):
                 # Every queue stopped for a reason other than the fetch size: nothing else
                 # was due at ``now_ms``.
@@ -238,7 +238,15 @@ class Redeliverer:
             _earliest(report, plan.next_due_ms)
         if self.config.timer_enabled:
             skip = self._skip(TIMER, TIMER_QUEUE_ID)
-            picked = plan_timer(found.timer, self.journal.timer, now_ms, limit, skip)
+            # found.timer is in (due, offset) order and batches take it from the front: drop
+            # the delivered head, then look only at as many rows as a batch can need.
+            rows, progress = found.timer, self.journal.timer
+            head = 0
+            while head < len(rows) and progress.is_done(rows[head].queue_offset):
+                head += 1
+            del rows[:head]
+            window = rows[: limit + len(skip)]
+            picked = plan_timer(window, progress, now_ms, limit, skip)
             chosen.extend(IntentEntry(TIMER, e) for e in picked)
             _earliest(report, found.timer_next_due_ms)
         chosen.sort(key=lambda item: item.entry.due_ms)

@@ -19,6 +19,7 @@ Does not own reading entries or messages (``entries.py``, ``log_reader.py``), pu
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -148,7 +149,8 @@ def plan_level(
     Parameters
     ----------
     entries
-        Units of the level, any order (ones already done are ignored).
+        Units of the level in queue-offset order, as sources return them (ones already
+        done are ignored).
     progress
         The level's progress.
     now_ms
@@ -163,10 +165,14 @@ def plan_level(
     LevelPlan
     """
     assert limit > 0
-    ordered = sorted(entries, key=lambda e: e.queue_offset)
     chosen: list[DueEntry] = []
     expected = progress.next_not_done(progress.low_water)
-    for entry in ordered:
+    # Start at the low water mark: a pass plans many batches from the same fetched rows.
+    start = bisect.bisect_left(entries, expected, key=lambda e: e.queue_offset)
+    previous = -1
+    for entry in itertools.islice(entries, start, None):
+        assert entry.queue_offset >= previous, "entries must be in queue-offset order"
+        previous = entry.queue_offset
         while entry.queue_offset > expected and expected in skip:
             expected = progress.next_not_done(expected + 1)
         if entry.queue_offset < expected or progress.is_done(entry.queue_offset):

@@ -226,3 +226,16 @@ def test_timer_delete_marker_cancels_its_message(world: DelayWorld) -> None:
     report = redeliverer.run_pass()
     assert bodies(world) == [] and report.discarded == 2
     redeliverer.close()
+
+
+def test_one_pass_delivers_many_batches_of_levels_and_timers(world: DelayWorld) -> None:
+    for index in range(10):
+        world.put_delayed("orders", f"level-{index}".encode(), 1 + index % 3)
+        world.put_timer("orders", f"timer-{index}".encode(), START_MS + 100 * index + 1)
+    world.clock.advance(3000)
+    redeliverer = world.redeliverer(batch_messages_max=4, pass_messages_max=100)
+    report = redeliverer.run_pass()
+    assert (report.delivered, report.batches, report.exhausted) == (20, 5, True)
+    assert len(bodies(world)) == 20 and len(set(bodies(world))) == 20
+    assert redeliverer.run_pass().delivered == 0
+    redeliverer.close()
