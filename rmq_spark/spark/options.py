@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from rmq_spark.errors import SourceError
 
 __all__ = [
-    "OPTION_NAMES",
     "EndingMode",
+    "OPTION_NAMES",
     "SourceOptions",
     "StartingMode",
     "parse_options",

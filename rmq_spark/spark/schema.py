@@ -17,10 +17,10 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ARROW_SCHEMA",
-    "arrow_schema_for",
     "COLUMN_NAMES",
     "SCHEMA_DDL",
     "TRANSACTION_TYPE_NAMES",
+    "arrow_schema_for",
     "spark_schema",
 ]
 
