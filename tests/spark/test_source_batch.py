@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import pytest
 from source_support import LogWriter, make_record, reference_rows
 
 from rmq_spark.store.message import HostAddress
-
-# Python workers must run this interpreter (numpy, pyarrow, rmq_spark); see the report about
-# setting spark.pyspark.python in the session builder.
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 pytestmark = pytest.mark.spark
 

@@ -5,14 +5,10 @@ processAllAvailable, never with sleeps."""
 from __future__ import annotations
 
 import json
-import os
-import sys
 from dataclasses import dataclass, field
 
 import pytest
 from source_support import LogWriter, make_record
-
-os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 pytestmark = pytest.mark.spark
 
