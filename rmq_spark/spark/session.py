@@ -35,6 +35,10 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         "spark.ui.enabled": str(config.ui_enabled).lower(),
         "spark.ui.showConsoleProgress": "false",
         "spark.driver.memory": config.driver_memory,
+        # A busy 2-core machine can starve the local executor's heartbeat past Spark's 120 s
+        # default; losing the executor then fails a batch that would have succeeded.
+        "spark.network.timeout": "600s",
+        "spark.executor.heartbeatInterval": "60s",
         # Delta writes small logs often; these keep a local log store quick and quiet.
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
