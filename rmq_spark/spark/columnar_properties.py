@@ -122,8 +122,8 @@ def parse_properties_column(
         code = dictionary.index(name) if name in dictionary else -1
         hits = np.flatnonzero(codes == code)
         index = np.full(count, -1, dtype=np.int64)
-        index[rows[hits]] = np.arange(len(hits))
-        return values.take(hits).take(pa.array(index, mask=index < 0))
+        index[rows[hits]] = hits
+        return values.take(pa.array(index, mask=index < 0))
 
     columns: dict[str, pa.Array] = {}
     if "properties" in wanted:
