@@ -169,10 +169,45 @@ def bench_batch(spark, store_dir: Path, parquet_dir: Path, repeat: int) -> dict[
     for _ in range(repeat):  # interleaved, so that background load hits both alike
         for name, df in frames.items():
             count = _timed(df.count)
+            before = _cpu_seconds()
             noop = _timed(lambda d=df: d.write.format("noop").mode("overwrite").save())
+            after = _cpu_seconds()
+            if noop < results.get(f"{name}_noop", 1e9):
+                results[f"{name}_noop_cpu_jvm"] = after[0] - before[0]
+                results[f"{name}_noop_cpu_python"] = after[1] - before[1]
             results[f"{name}_count"] = min(results.get(f"{name}_count", 1e9), count)
             results[f"{name}_noop"] = min(results.get(f"{name}_noop", 1e9), noop)
     return results
+
+
+def _cpu_seconds() -> tuple[float, float]:
+    """CPU seconds used so far by this process's JVM and by its Python workers (Linux).
+
+    Less sensitive than wall time to other jobs on the machine; 0 where /proc is missing.
+    """
+    tick = os.sysconf("SC_CLK_TCK")
+    table: dict[int, tuple[int, int, bool]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            is_java = b"java" in (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        table[int(entry.name)] = (int(fields[1]), int(fields[11]) + int(fields[12]), is_java)
+    family, grew = {os.getpid()}, True
+    while grew:
+        grew = False
+        for pid, (parent, _, _) in table.items():
+            if parent in family and pid not in family:
+                family.add(pid)
+                grew = True
+    family.discard(os.getpid())
+    jvm = sum(table[p][1] for p in family if table[p][2])
+    python = sum(table[p][1] for p in family if not table[p][2])
+    return jvm / tick, python / tick
 
 
 def bench_stream(spark, store_dir: Path, checkpoint: Path) -> tuple[int, float, float]:  # noqa: ANN001
@@ -287,6 +322,11 @@ def main(argv: list[str] | None = None) -> int:
             extra_conf={"spark.pyspark.python": sys.executable},
         )
         batch = bench_batch(spark, store, store.parent / (store.name + "-parquet"), args.repeat)
+        print(
+            "batch noop CPU seconds (JVM + Python workers): rocketmq "
+            f"{batch['rocketmq_noop_cpu_jvm']:.2f} + {batch['rocketmq_noop_cpu_python']:.2f}, "
+            f"parquet {batch['parquet_noop_cpu_jvm']:.2f} + {batch['parquet_noop_cpu_python']:.2f}"
+        )
         for action in ("noop", "count"):
             ours, theirs = batch[f"rocketmq_{action}"], batch[f"parquet_{action}"]
             narrow = batch[f"rocketmq_narrow_{action}"]
