@@ -129,6 +129,7 @@ class MessageStore:
         self._fast_path = store_ipv4 is not None
         self._store_ip, self._store_port = store_ipv4 or (b"", 0)
         self._published_confirm = -1
+        self._published_ts = 0
         self._closed_at_cache: dict[int, int] = {}
 
     # --- opening ------------------------------------------------------------------------------
@@ -674,13 +675,19 @@ class MessageStore:
             raise StoreIOError(f"flushing store {self._root} failed: {err}") from err
 
     def _flush_and_publish(self) -> int:
-        """fsync the log, then publish the new offsets in the checkpoint (raises ``OSError``)."""
+        """fsync the log, then publish the new offsets in the checkpoint (raises ``OSError``).
+
+        The fsync runs outside ``_flush_lock`` so that SYNC group commit can overlap fsyncs;
+        publishing is serialised and only ever moves the offsets forward.
+        """
+        last_ts = self._last_store_ts  # of a record written before the fsync reads positions
+        flushed = self._commitlog.flush(self._flushed_offset)
         with self._flush_lock:
-            last_ts = self._last_store_ts
-            flushed = self._commitlog.flush(self._flushed_offset)
             if flushed > self._flushed_offset:
+                last_ts = max(last_ts, self._published_ts)
                 self._checkpoint.publish_flushed(flushed, last_ts)
                 self._flushed_offset = flushed
+                self._published_ts = last_ts
                 if flushed > self._published_confirm:  # ASYNC may have published more already
                     self._checkpoint.publish_confirmed(flushed)
                     self._published_confirm = flushed
