@@ -147,14 +147,18 @@ def record_at(store_dir: str | Path, physical_offset: int) -> DecodedRecord:
     CorruptRecordError
         A record starts there but its bytes are corrupt (the error names file and position).
     """
+    from rmq_spark.spark.planner import readable_end
     from rmq_spark.spark.segments import MappedSegment, StoreView
 
     view = StoreView.open(store_dir)
-    if not view.min_offset <= physical_offset < view.confirm_offset:
-        raise OffsetOutOfRangeError(physical_offset, view.min_offset, view.confirm_offset)
+    # A closed store (crashed, copied, or written by Apache RocketMQ) may hold 0 or a stale
+    # value at confirmPhyOffset: readable_end then finds its last valid record.
+    end = readable_end(view)
+    if not view.min_offset <= physical_offset < end:
+        raise OffsetOutOfRangeError(physical_offset, view.min_offset, end)
     span = view.span_at(physical_offset)
     if span is None:
-        raise OffsetOutOfRangeError(physical_offset, view.min_offset, view.confirm_offset)
+        raise OffsetOutOfRangeError(physical_offset, view.min_offset, end)
     path = view.segment_path(span.base_offset)
     position = physical_offset - span.base_offset
     try:
@@ -167,7 +171,7 @@ def record_at(store_dir: str | Path, physical_offset: int) -> DecodedRecord:
                 )
             outcome = decode_record(segment.buffer, position, path=path.name)
     except FileNotFoundError as err:
-        raise OffsetOutOfRangeError(physical_offset, view.min_offset, view.confirm_offset) from err
+        raise OffsetOutOfRangeError(physical_offset, view.min_offset, end) from err
     if not isinstance(outcome, DecodedRecord):
         raise CorruptRecordError(path.name, position, f"expected a message, found {outcome}")
     if outcome.record.physical_offset != physical_offset:

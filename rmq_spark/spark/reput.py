@@ -118,10 +118,11 @@ def reput_lag(
     Walks record headers from ``reput_offset`` to the durable offset (the checkpoint's
     confirmPhyOffset) without locks, the way the source reads.
     """
+    from rmq_spark.spark.planner import readable_end
     from rmq_spark.spark.segments import MappedSegment, StoreView
 
     view = StoreView.open(store_dir)
-    durable = view.confirm_offset
+    durable = readable_end(view)  # confirmPhyOffset, or the last valid record of a closed store
     position = max(reput_offset, view.min_offset)
     count = 0
     first_store_ms: int | None = None
