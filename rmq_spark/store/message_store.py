@@ -20,6 +20,7 @@ keeps serving reads; reopening runs recovery, which truncates whatever the failu
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import struct
 import threading
@@ -88,6 +89,10 @@ _I64_MAX = (1 << 63) - 1
 _ZERO = 0
 _PUT_OK = PutStatus.PUT_OK
 _PLANS_MAX = 4096
+# (topic, queue_id, body, born_timestamp_ms, born_host, plan, packer, body_crc, size)
+_FastParts = tuple[
+    str, int, bytes, "int | None", tuple[bytes, int], RecordPlan, struct.Struct, int, int
+]
 _crc32 = zlib.crc32
 _ipv4 = ipv4_of
 _LOCALHOST_IPV4 = LOCALHOST_IPV4
@@ -282,8 +287,9 @@ class MessageStore:
         bad message or a full disk)."""
         # The fast path: a message with no properties but TAGS, a generated UNIQ_KEY, IPv4
         # hosts, a v1 topic and default flags is packed whole, straight into the segment's
-        # memory map, under the lock (put_plan.py). Anything else takes ``_put_general``; a
-        # property test checks both write the same bytes.
+        # memory map, under the lock (put_plan.py). Anything else takes ``_put_general``;
+        # tests check that both write the same bytes. The checks are ``_fast_parts``'s,
+        # inlined: a call and a tuple cost 6 % of a put.
         topic = request.topic
         tags = request.tags
         try:
@@ -390,12 +396,59 @@ class MessageStore:
         )
         return self._await(result) if self._sync else result
 
+    def _fast_parts(self, request: PutRequest) -> _FastParts | None:
+        """What the fast path needs to write ``request``, or ``None`` if it cannot: the
+        request must have no properties but TAGS (so its UNIQ_KEY is generated), IPv4 hosts,
+        a v1 topic, a ``bytes`` body within the limit and default flags (``put_plan.py``)."""
+        topic = request.topic
+        tags = request.tags
+        try:
+            plan = self._plans[(topic, tags) if tags else topic]
+        except (KeyError, TypeError):
+            plan = self._plan(topic, tags)
+        body = request.body
+        queue_id = request.queue_id
+        born = request.born_timestamp_ms
+        host = request.born_host
+        born_host = _LOCALHOST_IPV4 if host is LOCALHOST else _ipv4(host)
+        if (
+            plan is None
+            or born_host is None
+            or request.properties
+            or request.raw_properties is not None
+            or request.keys
+            or type(body) is not bytes
+            or len(body) > self._max_body_bytes
+            or type(queue_id) is not int
+            or not 0 <= queue_id <= _I32_MAX
+            or (born is not None and (type(born) is not int or not _I64_MIN <= born <= _I64_MAX))
+            # ``is`` the interned int 0: anything else (another int, a bool, a float, None)
+            # goes to the general path, which stores or rejects it.
+            or request.flag is not _ZERO
+            or request.sys_flag is not _ZERO
+            or request.reconsume_times is not _ZERO
+            or request.prepared_transaction_offset is not _ZERO
+        ):
+            return None
+        body_size = len(body)
+        return (
+            topic,
+            queue_id,
+            body,
+            born,
+            born_host,
+            plan,
+            plan.packers.get(body_size) or plan.packer(body_size),
+            _crc32(body) & 0x7FFFFFFF,
+            plan.fixed_size + body_size,
+        )
+
     def _plan(self, topic: object, tags: object) -> RecordPlan | None:
         """The fast path's plan for (``topic``, ``tags``); ``None`` (remembered too) sends
         such messages down the general path."""
         plan = None
         if self._fast_path and type(topic) is str and not check_topic(topic):
-            plan = record_plan(topic, tags, self._uniq_keys.key_size)
+            plan = record_plan(topic, tags or None, self._uniq_keys.key_size)
         try:
             key = (topic, tags) if tags else topic
             hash(key)
@@ -478,6 +531,10 @@ class MessageStore:
             return []
         if self._closed:
             return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")] * count
+        fast_parts = self._fast_parts
+        parts = [fast_parts(request) for request in requests]
+        if None not in parts:
+            return self._put_batch_fast(parts)  # type: ignore[arg-type]
         now = self._clock.now_ms()
         ctx = self._ctx
         prepared = [prepare(request, ctx, now) for request in requests]
@@ -526,6 +583,99 @@ class MessageStore:
             )
         if self._sync:
             status = self._wait_durable(end)
+            if status is not None:
+                for result in results:
+                    result.status, result.detail = status
+        return results
+
+    def _put_batch_fast(self, parts: list[_FastParts]) -> list[PutResult]:
+        """``put_batch`` of requests that all take the fast path: each record is packed
+        straight into the segment's memory map (or one buffer), under one lock."""
+        count = len(parts)
+        total = sum(part[8] for part in parts)
+        if total + 8 > self.config.segment_size_bytes:
+            detail = f"batch of {total} bytes does not fit a segment"
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count
+        placed: list[tuple[int, int, str]] = []  # (physical offset, queue offset, UNIQ_KEY)
+        lock = self._put_lock
+        lock.acquire()
+        try:
+            if self._failure is not None or self._closed:
+                return [self._unavailable()] * count
+            segment = self._commitlog.active
+            if segment is None or total + 8 > segment.size_bytes - segment.write_position:
+                try:
+                    segment = self._commitlog.segment_for_append(total)
+                except OSError as err:
+                    return [
+                        _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+                    ] * count
+            position = segment.write_position
+            physical_offset = segment.base_offset + position
+            now = self._now_ms()
+            mapping = segment.mapping
+            buffer = None
+            if mapping is not None and position + total <= segment.size_bytes:
+                target: mmap.mmap | bytearray = mapping
+                offset = position
+            else:
+                target = buffer = bytearray(total)
+                offset = 0
+            queue_offsets = self._queue_offsets
+            pending: dict[tuple[str, int], int] = {}
+            key_at = self._uniq_keys.key_at
+            store_ip = self._store_ip
+            store_port = self._store_port
+            for topic, queue_id, body, born, born_host, plan, packer, crc, size in parts:
+                key = (topic, queue_id)
+                queue_offset = pending.get(key)
+                if queue_offset is None:
+                    queue_offset = queue_offsets.get(key, 0)
+                pending[key] = queue_offset + 1
+                uniq_key = key_at(now)
+                packer.pack_into(
+                    target, offset, size, MESSAGE_MAGIC_CODE_V1, crc, queue_id, 0, queue_offset,
+                    physical_offset, 0, now if born is None else born, born_host[0],
+                    born_host[1], now, store_ip, store_port, 0, 0, len(body), body, plan.before,
+                    uniq_key.encode("ascii"), plan.after,
+                )  # fmt: skip
+                placed.append((physical_offset, queue_offset, uniq_key))
+                offset += size
+                physical_offset += size
+            if buffer is None:
+                segment.write_position = position + total
+            else:
+                try:
+                    segment.append(buffer)
+                except OSError as err:
+                    self._undo_failed_write(segment, total, err)
+                    return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count
+            queue_offsets.update(pending)
+            if self._window_capacity:
+                add = self._window.add
+                for part, (offset, queue_offset, uniq_key) in zip(parts, placed, strict=True):
+                    add(part[0], uniq_key, (offset, part[8], queue_offset, part[1], now))
+            self._last_record_offset = placed[-1][0]
+            self._last_store_ts = now
+        finally:
+            lock.release()
+        prefix = self._msg_id_prefix
+        results = [
+            PutResult(
+                _PUT_OK,
+                offset,
+                queue_offset,
+                f"{prefix}{offset:016X}",
+                part[0],
+                part[1],
+                now,
+                uniq_key,
+                part[8],
+            )  # fmt: skip
+            for part, (offset, queue_offset, uniq_key) in zip(parts, placed, strict=True)
+        ]
+        if self._sync:
+            status = self._wait_durable(physical_offset)
             if status is not None:
                 for result in results:
                     result.status, result.detail = status

@@ -419,7 +419,10 @@ def test_single_puts_store_exactly_what_the_codec_encodes(tmp_path: Path, io_mod
         stored = store.commitlog.read(result.physical_offset, result.total_size)
         assert stored == encode_record(_expected_record(request, result, host))
     assert len(store.commitlog.segments) > 10  # 4 KiB segments: the puts rolled many times
-    assert 50 < len(general) < 350  # both paths were taken, interleaved
+    # The fast path took every message it can (no KEYS, flag or IPv6 host), the rest went
+    # the general way, interleaved.
+    assert general == [r for r in requests if r.keys or r.flag or r.born_host.is_ipv6]
+    assert 50 < len(general) < 350
     store.close()
 
 
@@ -446,10 +449,17 @@ def test_fast_path_puts_survive_reopen_with_their_queue_offsets(tmp_path: Path) 
         ("queue_id", True),
     ],
 )
+@pytest.mark.parametrize("batch", [False, True], ids=["put", "put_batch"])
 def test_fields_of_the_wrong_type_or_range_are_illegal_not_coerced(
-    store, field: str, value: object
+    store, field: str, value: object, batch: bool
 ) -> None:  # type: ignore[no-untyped-def]
-    result = store.put(PutRequest("T", b"x", **{field: value}))  # type: ignore[arg-type]
+    request = PutRequest("T", b"x", **{field: value})  # type: ignore[arg-type]
+    if batch:
+        results = store.put_batch([PutRequest("T", b"ok"), request])
+        assert results[0].status is PutStatus.MESSAGE_ILLEGAL
+        result = results[1]
+    else:
+        result = store.put(request)
     assert result.status is PutStatus.MESSAGE_ILLEGAL, result
     assert store.max_offset == 0
 
@@ -479,3 +489,44 @@ def test_window_ring_evicts_in_order_across_wraps_and_keeps_first_copies() -> No
         assert len(window) == len(expected)
     window.add("T", "K7", (1, 1, 1, 1, 1))  # still known
     assert window.get("T", "K7") == WindowEntry(70, 10, 7, 0, 0)
+
+
+@pytest.mark.parametrize("io_mode", [IoMode.MMAP, IoMode.PWRITE])
+def test_put_batches_store_exactly_what_the_codec_encodes(tmp_path: Path, io_mode: IoMode) -> None:
+    clock = ManualClock(1_700_000_000_000)
+    host = HostAddress("10.0.0.9", 10911)
+    store = open_store(
+        tmp_path, clock=clock, io_mode=io_mode, store_host=str(host), segment_size_bytes=8192
+    )
+    general = []
+    general_put = store._put_general
+    store._put_general = lambda request: general.append(request) or general_put(request)
+    fast = []
+    fast_batch = store._put_batch_fast
+    store._put_batch_fast = lambda parts: fast.append(parts) or fast_batch(parts)
+    requests = _random_requests(seed=11, count=600)
+    rng = random.Random(3)
+    queue_offsets: dict[tuple[str, int], int] = {}
+    while requests:
+        size = rng.choice([1, 2, 5, 9])
+        batch = requests[:size]
+        if rng.random() < 0.6:  # mostly batches the fast path may take whole
+            eligible = [r for r in requests if not (r.keys or r.flag or r.born_host.is_ipv6)]
+            batch = eligible[:size] or batch
+        for request in batch:
+            requests.remove(request)
+        clock.advance(1)
+        results = store.put_batch(batch)
+        for request, result in zip(batch, results, strict=True):
+            assert result.ok, result.detail
+            key = (request.topic, request.queue_id)
+            assert result.queue_offset == queue_offsets.get(key, 0)
+            queue_offsets[key] = result.queue_offset + 1
+            assert result.store_timestamp_ms == clock.now_ms()
+            assert result.msg_id == offset_msg_id(host, result.physical_offset)
+            stored = store.commitlog.read(result.physical_offset, result.total_size)
+            assert stored == encode_record(_expected_record(request, result, host))
+        assert results[-1].physical_offset + results[-1].total_size == store.max_offset
+    assert general == []  # put_batch never falls back to single puts
+    assert len(fast) > 20 and len(store.commitlog.segments) > 10
+    store.close()
