@@ -72,9 +72,12 @@ class GroupCommit:
       hands leadership to the oldest waiter no started fsync covers. By then the woken puts
       have written their next records, so one fsync covers them all: fewer fsyncs per put.
       (With no chain to wait for, the returning leader hands over at once.)
-    * With ``max_in_flight`` = 2, one group of puts is fsynced while the other is woken and
-      writes; the kernel (jbd2) overlaps the fsyncs. That kept throughput up on a busy
-      machine where a single, strictly alternating pipeline stalled.
+    * With ``max_in_flight`` = 1 (the default) all producers form one group: fsync, wake
+      the group, fsync again (about 62 of 64 producers per fsync in bench_put.py). With 2, a
+      second group is fsynced while the first is woken and writes, and the kernel (jbd2)
+      overlaps the fsyncs: on a CPU-saturated machine that gave up to 1.5x the wall-clock
+      throughput at the same CPU per put, but on a quiet one 20 % less throughput and 50 %
+      more CPU per put (twice the fsyncs and hand-overs, each waking an idle core).
     * A failed fsync is sticky: every waiter, now and later, gets ``FAILED``.
 
     Parameters
@@ -96,7 +99,7 @@ class GroupCommit:
         flush: Callable[[], int],
         written: Callable[[], int],
         flushed_offset: int = 0,
-        max_in_flight: int = 2,
+        max_in_flight: int = 1,
     ) -> None:
         if max_in_flight < 1:
             raise ValueError(f"max_in_flight: must be >= 1, got {max_in_flight}")

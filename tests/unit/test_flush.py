@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rmq_spark.store.flush import FlushWait, GroupCommit, Housekeeper, PeriodicTask
+from rmq_spark.store.flush import FlushWait, GroupCommit, Housekeeper, PeriodicTask, _Waiter
 
 
 class FakeLog:
@@ -243,3 +243,30 @@ def test_fail_wakes_every_waiter_with_failed() -> None:
 def test_max_in_flight_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_in_flight"):
         GroupCommit(lambda: 0, lambda: 0, max_in_flight=0)
+
+
+def test_puts_arriving_while_a_wake_up_chain_runs_wait_for_its_end_then_share_one_fsync() -> None:
+    log = FakeLog()
+    group = _group(log)
+    log.written = 40
+    running_chain = _Waiter()
+    group._ready.append(running_chain)  # noqa: SLF001 - a chain is waking durable puts
+    # Nothing is being fsynced, but a put does not lead while the chain runs: the woken
+    # puts are about to write, and one fsync after the chain covers them all.
+    assert group.wait_durable(40, 1) is FlushWait.TIMEOUT
+    assert log.calls == 0
+    outcomes: list[FlushWait] = []
+    waiters = [
+        threading.Thread(target=lambda end=end: outcomes.append(group.wait_durable(end, None)))
+        for end in (20, 30, 40)
+    ]
+    for thread in waiters:
+        thread.start()
+    while len(group._waiters) < len(waiters):  # noqa: SLF001 - wait until all are queued
+        threading.Event().wait(0.001)
+    group._wake_next()  # noqa: SLF001 - wakes the chain's last put...
+    group._wake_next()  # noqa: SLF001 - ...which finds the chain ended and hands over
+    for thread in waiters:
+        thread.join()
+    assert outcomes == [FlushWait.DURABLE] * 3
+    assert log.calls == 1
