@@ -52,6 +52,7 @@ from rmq_spark.store.message import HostAddress, MessageRecord
 from rmq_spark.store.put import (
     MAX_RECORD_OVERHEAD_BYTES,
 )
+from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.reader import read_record
 from rmq_spark.store.recovery import RecoveredState, RecoveryReport, recover
 from rmq_spark.store.retention import deletable_segment_count, disk_used_ratio
@@ -72,7 +73,7 @@ class MessageStore(PutPaths):
         self._clock = clock
         self._opener = opener
         self._root = config.root_dir
-        self._put_lock = threading.Lock()
+        self._put_lock = PutLock()
         self._flush_lock = threading.Lock()
         self._closed = False
         self._failure: OSError | None = None

@@ -25,7 +25,6 @@ from __future__ import annotations
 import logging
 import mmap
 import struct
-import threading
 import zlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -52,6 +51,7 @@ from rmq_spark.store.put import (
     prepare,
     reject_batch,
 )
+from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.put_plan import RecordPlan, UniqKeys, record_plan
 
 __all__ = ["PutPaths"]
@@ -84,7 +84,7 @@ class PutPaths:
     # The store's state these paths share with it (set up by ``MessageStore``).
     config: StoreConfig
     _clock: Clock
-    _put_lock: threading.Lock
+    _put_lock: PutLock
     _closed: bool
     _failure: OSError | None
     _sync: bool
@@ -162,7 +162,8 @@ class PutPaths:
         packer = plan.packers.get(body_size) or plan.packer(body_size)
         key = (topic, queue_id)
         lock = self._put_lock
-        lock.acquire()
+        if not lock.mutex.acquire(False):
+            lock.acquire_contended()
         try:
             if self._failure is not None or self._closed:
                 return self._unavailable()
@@ -218,7 +219,9 @@ class PutPaths:
             self._last_record_offset = physical_offset
             self._last_store_ts = now
         finally:
-            lock.release()
+            lock.mutex.release()
+            if lock.parked:
+                lock.wake_one()
         result = PutResult(
             _PUT_OK,
             physical_offset,
@@ -434,7 +437,8 @@ class PutPaths:
             return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count
         placed: list[tuple[int, int, str]] = []  # (physical offset, queue offset, UNIQ_KEY)
         lock = self._put_lock
-        lock.acquire()
+        if not lock.mutex.acquire(False):
+            lock.acquire_contended()
         try:
             if self._failure is not None or self._closed:
                 return [self._unavailable()] * count
@@ -494,7 +498,9 @@ class PutPaths:
             self._last_record_offset = placed[-1][0]
             self._last_store_ts = now
         finally:
-            lock.release()
+            lock.mutex.release()
+            if lock.parked:
+                lock.wake_one()
         prefix = self._msg_id_prefix
         results = [
             PutResult(
