@@ -23,7 +23,7 @@ from rmq_spark.errors import CorruptRecordError, RmqError
 from rmq_spark.store.checkpoint import read_checkpoint
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.config import StoreConfig
-from rmq_spark.store.layout import COMMITLOG_DIR, is_segment_name
+from rmq_spark.store.layout import COMMITLOG_DIR
 from rmq_spark.store.lockfile import abort_exists
 from rmq_spark.store.msg_id import offset_msg_id
 from rmq_spark.store.properties import DELAY, parse_properties
@@ -140,23 +140,10 @@ def _register_verify(subparsers: argparse._SubParsersAction) -> None:  # type: i
 
 
 def _store_config(args: argparse.Namespace) -> StoreConfig:
+    # The configured segment size, never guessed from the files: a store written with another
+    # size is refused by MessageStore.open (SegmentSizeMismatchError says which setting fits).
     config: StoreConfig = config_from_args(args).store
-    changes: dict[str, Any] = {"root_dir": args.store}
-    overridden = any(item.startswith("store.segment_size_bytes") for item in args.overrides)
-    existing = _existing_segment_size(args.store)
-    if existing is not None and not overridden:
-        changes["segment_size_bytes"] = existing  # the store's own size, not the default
-    return dataclasses.replace(config, **changes)
-
-
-def _existing_segment_size(root: Path) -> int | None:
-    directory = root / COMMITLOG_DIR
-    if not directory.is_dir():
-        return None
-    for path in sorted(directory.iterdir()):
-        if is_segment_name(path.name) and path.is_file() and path.stat().st_size:
-            return path.stat().st_size
-    return None
+    return dataclasses.replace(config, root_dir=args.store)
 
 
 def _handle_send(args: argparse.Namespace) -> int:

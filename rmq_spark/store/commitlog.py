@@ -25,7 +25,7 @@ from rmq_spark.store.fileio import FileKind, FileOpener, fsync_dir
 from rmq_spark.store.layout import is_segment_name, segment_name
 from rmq_spark.store.segment import Segment
 
-__all__ = ["CommitLog", "SegmentLayoutError"]
+__all__ = ["CommitLog", "SegmentLayoutError", "SegmentSizeMismatchError"]
 
 _log = logging.getLogger(__name__)
 
@@ -37,6 +37,41 @@ class SegmentLayoutError(StoreError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+class SegmentSizeMismatchError(SegmentLayoutError):
+    """A segment file whose length is not the configured ``segment_size_bytes``.
+
+    RocketMQ's ``MappedFileQueue.load`` refuses such a file and the broker does not start
+    (spec 5.2); so do we, before anything in the store is changed. ``store_size`` is the
+    size every segment file of the store has, when they all agree (then the store was
+    written with that size and opening it with ``segment_size_bytes = store_size`` works);
+    ``None`` when they differ (a damaged or foreign file).
+    """
+
+    def __init__(
+        self, path: Path, size: int, configured: int, store_size: int | None = None
+    ) -> None:
+        if store_size is not None:
+            fix = (
+                f"every segment of this store is {store_size} bytes: open it with "
+                f"`--set store.segment_size_bytes={store_size}` (or segment_size_bytes = "
+                f"{store_size} under [store] in the config file)"
+            )
+        else:
+            fix = (
+                "the segment files differ in size, so this one is damaged or foreign: move it "
+                "away, or set `--set store.segment_size_bytes=N` to the size the store was "
+                "written with"
+            )
+        super().__init__(
+            path,
+            f"length {size} does not match store.segment_size_bytes {configured}; RocketMQ "
+            f"refuses to load such a file and so do we. To fix: {fix}",
+        )
+        self.size = size
+        self.configured = configured
+        self.store_size = store_size
 
 
 class CommitLog:
@@ -90,9 +125,11 @@ class CommitLog:
 
         Raises
         ------
-        SegmentLayoutError
+        SegmentSizeMismatchError
             A segment whose length is not ``segment_size_bytes`` (RocketMQ refuses to start
-            too), or segments that are not exactly one segment size apart.
+            too); raised before anything is changed (not even an empty trailing file deleted).
+        SegmentLayoutError
+            Segments that are not exactly one segment size apart.
         """
         if not directory.exists():
             if read_only:
@@ -109,25 +146,19 @@ class CommitLog:
                 )
             else:
                 names.append(entry.name)
-        while names and (directory / names[-1]).stat().st_size == 0 and not read_only:
-            _log.warning("deleting empty trailing segment %s", directory / names[-1])
-            (directory / names.pop()).unlink()
-            fsync_dir(directory)
-        expected = None
-        for name in names:
-            path = directory / name
-            size = path.stat().st_size
-            if size != segment_size_bytes:
-                raise SegmentLayoutError(
-                    path,
-                    f"length {size} does not match segment_size_bytes {segment_size_bytes} "
-                    "(RocketMQ refuses to load such a file; move it away or fix the config)",
-                )
-            if expected is not None and int(name) != expected:
-                raise SegmentLayoutError(
-                    path, f"segments are not contiguous: expected {segment_name(expected)} next"
-                )
-            expected = int(name) + segment_size_bytes
+        sizes = {name: (directory / name).stat().st_size for name in names}
+        # A trailing empty file is one being created (RocketMQ 5.x deletes it on load).
+        empty_tail = 0
+        while empty_tail < len(names) and sizes[names[len(names) - 1 - empty_tail]] == 0:
+            empty_tail += 1
+        kept = names[: len(names) - empty_tail]
+        _check_layout(directory, kept, sizes, segment_size_bytes)  # before changing anything
+        if not read_only:
+            for name in reversed(names[len(kept) :]):
+                _log.warning("deleting empty trailing segment %s", directory / name)
+                (directory / name).unlink()
+                fsync_dir(directory)
+        names = kept
         segments: list[Segment] = []
         try:
             for name in names:
@@ -293,3 +324,23 @@ class CommitLog:
     def close(self) -> None:
         for segment in self._segments:
             segment.close()
+
+
+def _check_layout(
+    directory: Path, names: list[str], sizes: dict[str, int], segment_size_bytes: int
+) -> None:
+    """Raise ``SegmentLayoutError`` unless every file is one segment long and they follow
+    each other without a gap (spec 5.2)."""
+    distinct = {sizes[name] for name in names}
+    store_size = distinct.pop() if len(distinct) == 1 else None
+    expected = None
+    for name in names:
+        path = directory / name
+        size = sizes[name]
+        if size != segment_size_bytes:
+            raise SegmentSizeMismatchError(path, size, segment_size_bytes, store_size)
+        if expected is not None and int(name) != expected:
+            raise SegmentLayoutError(
+                path, f"segments are not contiguous: expected {segment_name(expected)} next"
+            )
+        expected = int(name) + segment_size_bytes

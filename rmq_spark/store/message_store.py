@@ -103,8 +103,12 @@ class MessageStore(PutPaths):
         ------
         StoreLockedError
             Another ``MessageStore`` or broker has the store open.
+        SegmentSizeMismatchError
+            A segment file whose length is not ``config.segment_size_bytes`` (a store written
+            with another segment size): nothing is changed, the message says which setting
+            opens it.
         SegmentLayoutError
-            A segment file of the wrong size, or a gap between segments.
+            A gap between segments.
         CorruptRecordError
             Recovery found damaged data that is not a torn tail.
         StoreIOError
