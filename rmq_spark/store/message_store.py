@@ -9,9 +9,10 @@ files ``commitlog.py``, the scan ``recovery.py``, fsync timing ``flush.py`` and 
 decisions ``retention.py``.
 
 Acknowledged means durable under the configured policy: SYNC returns ``PUT_OK`` only after an
-fsync covered the record; ASYNC after the record is in the page cache (it survives a crash of
-the process; the background flush makes it survive a crash of the machine within
-``flush_interval_ms``).
+fsync covered the record (``put`` blocks the calling thread until then; ``put_async`` lets a
+coroutine await it, ``async_commit.py``); ASYNC after the record is in the page cache (it
+survives a crash of the process; the background flush makes it survive a crash of the machine
+within ``flush_interval_ms``).
 
 Failing closed: when a write cannot be undone (a failed append whose bytes could not be
 zeroed) or an fsync failed, the store stops accepting puts (``SERVICE_NOT_AVAILABLE``) but
@@ -32,6 +33,7 @@ from rmq_spark.errors import (
     StoreClosedError,
     StoreIOError,
 )
+from rmq_spark.store.async_commit import AsyncGroupCommit, AsyncPutPaths
 from rmq_spark.store.checkpoint import (
     Checkpoint,
     QueueOffsetSnapshot,
@@ -56,17 +58,18 @@ from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.reader import read_record
 from rmq_spark.store.recovery import RecoveredState, RecoveryReport, recover
 from rmq_spark.store.retention import deletable_segment_count, disk_used_ratio
-from rmq_spark.store.store_put import PutPaths
 
 __all__ = ["MessageStore"]
 
 _log = logging.getLogger(__name__)
 
 
-class MessageStore(PutPaths):
+class MessageStore(AsyncPutPaths):
     """A RocketMQ-compatible CommitLog store in ``config.root_dir``. Use ``MessageStore.open``.
 
-    ``put`` and ``put_batch`` come from ``PutPaths`` (``store_put.py``)."""
+    ``put`` and ``put_batch`` come from ``PutPaths`` (``store_put.py``), ``put_async`` and
+    ``put_batch_async`` (for coroutines on an event loop) from ``AsyncPutPaths``
+    (``async_commit.py``)."""
 
     def __init__(self, config: StoreConfig, clock: Clock, opener: FileOpener) -> None:
         self.config = config
@@ -79,6 +82,7 @@ class MessageStore(PutPaths):
         self._failure: OSError | None = None
         self._lock: StoreLock | None = None
         self._housekeeper: Housekeeper | None = None
+        self._async_commit: AsyncGroupCommit | None = None
         self._sync = config.flush_policy is FlushPolicy.SYNC
         self._timeout_ms = config.sync_flush_timeout_ms
         self.store_host = HostAddress.parse(config.store_host)
@@ -405,10 +409,16 @@ class MessageStore(PutPaths):
                         "clean shutdown of %s failed, it will recover on open: %s", self._root, err
                     )
         finally:
+            self._stop_async_commit()
             self._checkpoint.close()
             self._commitlog.close()
             if self._lock is not None:
                 self._lock.release()
+
+    def _stop_async_commit(self) -> None:
+        """Answer the asyncio puts still waiting (from what was flushed) and end their thread."""
+        if self._async_commit is not None:
+            self._async_commit.stop()
 
     def abandon(self) -> None:
         """Stop like a killed process: no flush, no snapshot, ``abort`` stays; release files
@@ -420,6 +430,7 @@ class MessageStore(PutPaths):
             self._closed = True
         if self._housekeeper is not None:
             self._housekeeper.stop()
+        self._stop_async_commit()
         self._checkpoint.close()
         self._commitlog.close()
         if self._lock is not None:

@@ -120,7 +120,16 @@ class PutPaths:
 
     def put(self, request: PutRequest) -> PutResult:
         """Store one message; the outcome is in ``PutResult.status`` (never an exception for a
-        bad message or a full disk)."""
+        bad message or a full disk). Under SYNC, returns once an fsync covered the record
+        (or with ``FLUSH_DISK_TIMEOUT`` after ``sync_flush_timeout_ms``)."""
+        result = self._append(request)
+        if self._sync and result.status is _PUT_OK:
+            return self._await(result)
+        return result
+
+    def _append(self, request: PutRequest) -> PutResult:
+        """``put`` without the wait for durability: the record is written (page cache) when
+        the result is ``PUT_OK``; under SYNC the caller waits for an fsync to cover it."""
         # The fast path: a message with no properties but TAGS, a generated UNIQ_KEY, IPv4
         # hosts, a v1 topic and default flags is packed whole, straight into the segment's
         # memory map, under the lock (put_plan.py). Anything else takes ``_put_general``;
@@ -233,7 +242,7 @@ class PutPaths:
             uniq_key,
             size,
         )
-        return self._await(result) if self._sync else result
+        return result
 
     def _fast_parts(self, request: PutRequest) -> _FastParts | None:
         """What the fast path needs to write ``request``, or ``None`` if it cannot: the
@@ -320,7 +329,7 @@ class PutPaths:
             if prepared.idempotent and uniq_key is not None:
                 entry = self._window.get(topic, uniq_key)
                 if entry is not None:
-                    return self._await(self._duplicate(prepared, entry))
+                    return self._duplicate(prepared, entry)  # durable once the first is
             try:
                 segment = self._commitlog.segment_for_append(size)
             except OSError as err:
@@ -355,7 +364,7 @@ class PutPaths:
             uniq_key,
             size,
         )
-        return self._await(result) if self._sync else result
+        return result
 
     def put_batch(self, requests: Sequence[PutRequest]) -> list[PutResult]:
         """Store many messages with one lock acquisition and one write.
@@ -363,13 +372,24 @@ class PutPaths:
         All or nothing for validity: if any message is illegal, none is stored (each result
         says why). The batch goes into one segment (BLANK and a new segment first if it does
         not fit); each (topic, queue id) gets consecutive queue offsets. Idempotent messages
-        already in the window, or repeated inside the batch, are written once.
+        already in the window, or repeated inside the batch, are written once. Under SYNC,
+        returns once one fsync covered the whole batch.
         """
+        results, end = self._append_batch(requests)
+        if self._sync and end:
+            self._apply_status(results, self._wait_durable(end))
+        return results
+
+    def _append_batch(self, requests: Sequence[PutRequest]) -> tuple[list[PutResult], int]:
+        """``put_batch`` without the wait for durability: the results and the end offset an
+        fsync must cover before they are acknowledged (0 when nothing is to be waited for:
+        the batch was refused)."""
         count = len(requests)
         if not count:
-            return []
+            return [], 0
         if self._closed:
-            return [PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")] * count
+            closed = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
+            return [closed] * count, 0
         fast_parts = self._fast_parts
         parts = [fast_parts(request) for request in requests]
         if None not in parts:
@@ -379,22 +399,22 @@ class PutPaths:
         prepared = [prepare(request, ctx, now) for request in requests]
         rejected = reject_batch(prepared)
         if rejected is not None:
-            return rejected
+            return rejected, 0
         messages: list[PreparedMessage] = prepared  # type: ignore[assignment]
         total = sum(message.size for message in messages)
         if total + 8 > self.config.segment_size_bytes:
             detail = f"batch of {total} bytes does not fit a segment"
-            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count, 0
         with self._put_lock:
             if self._failure is not None or self._closed:
-                return [self._unavailable()] * count
+                return [self._unavailable()] * count, 0
             copies = duplicates_in(messages, self._window)
             writes = [m for m in messages if id(m) not in copies] if copies else messages
             placed: dict[int, tuple[int, int]] = {}
             if writes:
                 failed = self._write_batch(writes, total, bool(copies), now, placed)
                 if failed is not None:
-                    return [failed] * count
+                    return [failed] * count, 0
         prefix = self._msg_id_prefix
         results = []
         end = 0
@@ -420,36 +440,30 @@ class PutPaths:
                     duplicate=copy_of is not None,
                 )
             )
-        if self._sync:
-            status = self._wait_durable(end)
-            if status is not None:
-                for result in results:
-                    result.status, result.detail = status
-        return results
+        return results, end
 
-    def _put_batch_fast(self, parts: list[_FastParts]) -> list[PutResult]:
-        """``put_batch`` of requests that all take the fast path: each record is packed
+    def _put_batch_fast(self, parts: list[_FastParts]) -> tuple[list[PutResult], int]:
+        """``_append_batch`` of requests that all take the fast path: each record is packed
         straight into the segment's memory map (or one buffer), under one lock."""
         count = len(parts)
         total = sum(part[8] for part in parts)
         if total + 8 > self.config.segment_size_bytes:
             detail = f"batch of {total} bytes does not fit a segment"
-            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count, 0
         placed: list[tuple[int, int, str]] = []  # (physical offset, queue offset, UNIQ_KEY)
         lock = self._put_lock
         if not lock.mutex.acquire(False):
             lock.acquire_contended()
         try:
             if self._failure is not None or self._closed:
-                return [self._unavailable()] * count
+                return [self._unavailable()] * count, 0
             segment = self._commitlog.active
             if segment is None or total + 8 > segment.size_bytes - segment.write_position:
                 try:
                     segment = self._commitlog.segment_for_append(total)
                 except OSError as err:
-                    return [
-                        _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
-                    ] * count
+                    failed = _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+                    return [failed] * count, 0
             position = segment.write_position
             physical_offset = segment.base_offset + position
             now = self._now_ms()
@@ -489,7 +503,7 @@ class PutPaths:
                     segment.append(buffer)
                 except OSError as err:
                     self._undo_failed_write(segment, total, err)
-                    return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count
+                    return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count, 0
             queue_offsets.update(pending)
             if self._window_capacity:
                 add = self._window.add
@@ -516,12 +530,7 @@ class PutPaths:
             )  # fmt: skip
             for part, (offset, queue_offset, uniq_key) in zip(parts, placed, strict=True)
         ]
-        if self._sync:
-            status = self._wait_durable(physical_offset)
-            if status is not None:
-                for result in results:
-                    result.status, result.detail = status
-        return results
+        return results, physical_offset
 
     def _write_batch(
         self,
@@ -593,15 +602,23 @@ class PutPaths:
 
     def _await(self, result: PutResult) -> PutResult:
         """SYNC: wait until ``result``'s record is fsynced (called without the put lock)."""
-        if not self._sync:
-            return result
         status = self._wait_durable(result.physical_offset + result.total_size)
         if status is not None:
             result.status, result.detail = status
         return result
 
+    @staticmethod
+    def _apply_status(results: list[PutResult], status: tuple[PutStatus, str] | None) -> None:
+        if status is not None:
+            for result in results:
+                result.status, result.detail = status
+
     def _wait_durable(self, end_offset: int) -> tuple[PutStatus, str] | None:
-        outcome = self._group.wait_durable(end_offset, self._timeout_ms)
+        return self._flush_status(self._group.wait_durable(end_offset, self._timeout_ms))
+
+    def _flush_status(self, outcome: FlushWait) -> tuple[PutStatus, str] | None:
+        """``None`` for ``DURABLE``, else the status and detail of an unacknowledged put (a
+        failed fsync makes the store fail closed)."""
         if outcome is FlushWait.DURABLE:
             return None
         if outcome is FlushWait.TIMEOUT:
