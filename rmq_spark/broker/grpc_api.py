@@ -222,7 +222,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
     service
         Where sends and route lookups go.
     executor
-        Runs the blocking ``service.send`` calls (store puts wait for fsync).
+        Runs the blocking ``service.send`` calls of a store without ``put_async`` (a store
+        with it is put from the loop: ``service.send_async``).
     route_host, route_port
         The address advertised in routes; clients send every RPC but QueryRoute there.
     shutdown
@@ -311,9 +312,12 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
                 entry = self._precheck(message)
                 if entry is None:
                     command = self._command(message, born_host)
-                    outcome = await loop.run_in_executor(
-                        self._executor, self._service.send, command
-                    )
+                    if self._service.puts_async:  # the put awaits its fsync on this loop
+                        outcome = await self._service.send_async(command)
+                    else:
+                        outcome = await loop.run_in_executor(
+                            self._executor, self._service.send, command
+                        )
                     entry = self._entry(outcome)
                 entries.append(entry)
             codes = {entry.status.code for entry in entries}

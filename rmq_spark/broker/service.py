@@ -13,6 +13,7 @@ record encoding and durability (the store: a put is acknowledged only when the s
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import re
 import threading
@@ -186,6 +187,40 @@ def _has_control_chars(text: str) -> bool:
     return _CONTROL_CHARS.search(text) is not None
 
 
+# Set by ``send_async`` around its (synchronous) ``send``: ``_put`` then hands the request
+# back (``_PutLater``) instead of putting it, and the coroutine awaits ``put_async``.
+_PUT_LATER: contextvars.ContextVar[bool] = contextvars.ContextVar("put_later", default=False)
+
+
+class _PutLater(Exception):  # noqa: N818 - control flow inside BrokerService, never escapes
+    def __init__(self, request: PutRequest, message_id: str) -> None:
+        super().__init__(message_id)
+        self.request = request
+        self.message_id = message_id
+
+
+def _store_failure(err: StoreError, message_id: str) -> SendOutcome:
+    if isinstance(err, StoreClosedError):
+        return _reject(SendCode.SHUTTING_DOWN, "the store is closed", message_id)
+    return _reject(SendCode.STORE_ERROR, f"store error: {err}", message_id)
+
+
+def _put_outcome(result: PutResult, message_id: str) -> SendOutcome:
+    """``OK`` with the stored position for ``PUT_OK``, else the matching refusal."""
+    if result.status is PutStatus.PUT_OK:
+        return SendOutcome(
+            SendCode.OK,
+            message_id=message_id,
+            topic=result.topic,
+            queue_id=result.queue_id,
+            queue_offset=result.queue_offset,
+            physical_offset=result.physical_offset,
+            duplicate=result.duplicate,
+        )
+    code = _PUT_CODES.get(result.status, SendCode.STORE_ERROR)
+    return _reject(code, f"{result.status.name}: {result.detail}", message_id)
+
+
 class BrokerService:
     """Puts producers' messages into a ``MessageStore``; thread-safe.
 
@@ -261,6 +296,37 @@ class BrokerService:
 
     # --- sends ----------------------------------------------------------------------------
 
+    @property
+    def puts_async(self) -> bool:
+        """Whether the store has ``put_async``: then ``send_async`` never blocks its loop."""
+        return hasattr(self._store, "put_async")
+
+    async def send_async(self, command: SendCommand) -> SendOutcome:
+        """``send`` for a coroutine on an event loop (the gRPC handlers): the same checks and
+        the same acknowledgement (``OK`` only once the store made the record durable under its
+        flush policy), but the put is the store's ``put_async``: under SYNC the coroutine
+        awaits the fsync, no thread blocks per send. Needs ``puts_async``."""
+        with self._state_lock:  # in flight until the put is answered (send counts itself too)
+            self._in_flight += 1
+        try:
+            token = _PUT_LATER.set(True)
+            try:
+                return self.send(command)  # refused, or answered without a put
+            except _PutLater as later:
+                request, message_id = later.request, later.message_id
+            finally:
+                _PUT_LATER.reset(token)
+            try:
+                result: PutResult = await self._store.put_async(request)  # type: ignore[attr-defined]
+            except StoreError as err:
+                return _store_failure(err, message_id)
+            return _put_outcome(result, message_id)
+        finally:
+            with self._state_lock:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._state_lock.notify_all()
+
     def send(self, command: SendCommand) -> SendOutcome:
         """Validate, place and store one message.
 
@@ -321,24 +387,13 @@ class BrokerService:
         return self._put(request, command.message_id)
 
     def _put(self, request: PutRequest, message_id: str) -> SendOutcome:
+        if _PUT_LATER.get():  # inside send_async: it awaits the put itself
+            raise _PutLater(request, message_id)
         try:
             result: PutResult = self._store.put(request)  # type: ignore[attr-defined]
-        except StoreClosedError:
-            return _reject(SendCode.SHUTTING_DOWN, "the store is closed", message_id)
         except StoreError as err:
-            return _reject(SendCode.STORE_ERROR, f"store error: {err}", message_id)
-        if result.status is PutStatus.PUT_OK:
-            return SendOutcome(
-                SendCode.OK,
-                message_id=message_id,
-                topic=result.topic,
-                queue_id=result.queue_id,
-                queue_offset=result.queue_offset,
-                physical_offset=result.physical_offset,
-                duplicate=result.duplicate,
-            )
-        code = _PUT_CODES.get(result.status, SendCode.STORE_ERROR)
-        return _reject(code, f"{result.status.name}: {result.detail}", message_id)
+            return _store_failure(err, message_id)
+        return _put_outcome(result, message_id)
 
     # --- the pieces -----------------------------------------------------------------------
 
