@@ -11,6 +11,11 @@ Cases:
 * Producer threads, 100 B bodies, each case bounded in time: ASYNC with 64 threads, and SYNC
   group commit with 1/8/64 threads: msgs/s (wall and CPU), p50/p99 put latency, fsyncs and
   messages per fsync, ratio to the ASYNC single-put rate of the same run (wall and CPU).
+* asyncio producers (coroutines on one event loop, ``await store.put_async``; what the gRPC
+  broker's handlers are), same bounds and columns: ASYNC with 64 coroutines (the baseline of
+  the SYNC ratio: same producer model) and SYNC with 1/8/64. Also "ASYNC, yield per put"
+  (each producer yields to the loop after every put, as separate requests of a server do):
+  informative, not the baseline.
 
 Columns "msgs/s" are per elapsed (wall) second; "cpu" rates divide by this process's CPU time
 (``time.process_time``: user + system, all threads, including the kernel's fsync work), which
@@ -19,12 +24,14 @@ by. Requests are built (and ``gc.freeze()``-d) before
 timing; results are discarded. Segments are 1 GiB, preallocated (fallocate) like RocketMQ's.
 
 Usage: python bench/bench_put.py [--messages N] [--sync-seconds S] [--dir DIR] [--quick]
-Default: 200 000 messages per ASYNC case, 4 s per SYNC case (about 2-3 minutes on 2 cores).
+    [--only-producers]
+Default: 200 000 messages per ASYNC case, 4 s per producer case (about 3 minutes on 2 cores).
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import os
 import shutil
@@ -194,6 +201,55 @@ def threaded_case(
     return count / timer.wall, count / timer.cpu, p50, p99, fsyncs, count
 
 
+def asyncio_case(
+    root: Path, policy: FlushPolicy, producers: int, seconds: float, *, yield_each: bool = False
+) -> tuple[float, float, float, float, int, int, int]:
+    """(msgs/s wall, msgs/s cpu, p50 ms, p99 ms, fsyncs, messages, loop wake-ups) of
+    ``put_async`` from ``producers`` coroutines on one loop during ``seconds``."""
+    shutil.rmtree(root, ignore_errors=True)
+    store = MessageStore.open(_config(root, policy, IoMode.MMAP))
+    latencies: list[list[float]] = [[] for _ in range(producers)]
+    failures = []
+
+    async def producer(index: int, deadline: float) -> None:
+        request = PutRequest(TOPIC, b"x" * 100, queue_id=index & 3)
+        own = latencies[index]
+        clock = time.perf_counter
+        put_async = store.put_async
+        while True:
+            start = clock()
+            if start >= deadline:
+                return
+            result = await put_async(request)
+            own.append(clock() - start)
+            if not result.ok:
+                failures.append(result)
+                return
+            if yield_each:
+                await asyncio.sleep(0)
+
+    async def run() -> None:
+        deadline = time.perf_counter() + seconds
+        await asyncio.gather(*(producer(index, deadline) for index in range(producers)))
+
+    try:
+        fsyncs_before = store._group.fsync_count  # noqa: SLF001 - bench introspection
+        with Timer() as timer:
+            asyncio.run(run())
+        fsyncs = store._group.fsync_count - fsyncs_before  # noqa: SLF001
+        commit = store._async_commit  # noqa: SLF001
+        wakeups = commit.groups if commit is not None else 0
+    finally:
+        store.close()
+    if failures:
+        raise SystemExit(f"{policy.name} put_async failed: {failures[0]}")
+    merged = sorted(value for own in latencies for value in own)
+    p50 = statistics.median(merged) * 1000
+    p99 = merged[min(len(merged) - 1, int(len(merged) * 0.99))] * 1000
+    count = len(merged)
+    return count / timer.wall, count / timer.cpu, p50, p99, fsyncs, count, wakeups
+
+
 def _row(cells: list[str], widths: list[int]) -> str:
     return "  ".join(cell.rjust(width) for cell, width in zip(cells, widths, strict=True))
 
@@ -205,6 +261,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--disk-mb", type=int, default=512, help="MB written by the dd baseline")
     parser.add_argument("--dir", type=Path, default=None, help="where to put the stores")
     parser.add_argument("--quick", action="store_true", help="20 000 messages, 1 s SYNC cases")
+    parser.add_argument(
+        "--only-producers",
+        action="store_true",
+        help="only the single-put baseline and the producer (thread and asyncio) cases",
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.sync_seconds, args.disk_mb = 20_000, 1.0, 128
@@ -224,12 +285,13 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
         async_single_100 = (0.0, 0.0)  # (msgs/s wall, msgs/s cpu)
-        for body_size in BODY_SIZES:
+        only = args.only_producers
+        for body_size in (100,) if only else BODY_SIZES:
             enc_wall, enc_cpu, enc_mb = encode_rate(body_size, args.messages)
             emit(_row([str(body_size), "encode only", "-", f"{enc_wall:,.0f}", f"{enc_cpu:,.0f}",
                        f"{enc_mb:,.0f}", "1.00", f"{enc_mb / disk:.2f}"], widths))  # fmt: skip
-            for io_mode in (IoMode.MMAP, IoMode.PWRITE):
-                for batch in (False, True):
+            for io_mode in (IoMode.MMAP,) if only else (IoMode.MMAP, IoMode.PWRITE):
+                for batch in (False,) if only else (False, True):
                     wall, cpu, mb = async_case(
                         base / "async", io_mode, body_size, args.messages, batch
                     )
@@ -257,6 +319,30 @@ def main(argv: list[str] | None = None) -> int:
             emit(_row([policy.name, str(threads), f"{wall:,.0f}", f"{cpu:,.0f}", f"{p50:.2f}",
                        f"{p99:.2f}", str(fsyncs), per_fsync, f"{wall / async_single_100[0]:.2f}",
                        f"{cpu / async_single_100[1]:.2f}"], widths))  # fmt: skip
+        emit("")
+        emit(
+            "asyncio producers (coroutines on one loop, await put_async), 100 B, MMAP. Ratios: "
+            "vs ASYNC with 64 coroutines of this run (same producer model), by wall and by CPU"
+        )
+        widths = [6, 15, 10, 11, 8, 8, 8, 10, 8, 9, 9]
+        emit(_row(["policy", "producers", "msgs/s", "cpu msgs/s", "p50 ms", "p99 ms", "fsyncs",
+                   "msgs/fsync", "wakeups", "vs async", "cpu vs"], widths))  # fmt: skip
+        aio_cases = [(FlushPolicy.ASYNC, THREAD_COUNTS[-1], False)]
+        aio_cases += [(FlushPolicy.ASYNC, THREAD_COUNTS[-1], True)]
+        aio_cases += [(FlushPolicy.SYNC, count, False) for count in THREAD_COUNTS]
+        baseline = (0.0, 0.0)
+        for policy, producers, yield_each in aio_cases:
+            wall, cpu, p50, p99, fsyncs, count, wakeups = asyncio_case(
+                base / "asyncio", policy, producers, args.sync_seconds, yield_each=yield_each
+            )
+            if policy is FlushPolicy.ASYNC and not yield_each:
+                baseline = (wall, cpu)
+            per_fsync = f"{count / fsyncs:,.1f}" if fsyncs else "-"
+            label = f"{producers}, yield/put" if yield_each else str(producers)
+            emit(_row([policy.name, label, f"{wall:,.0f}", f"{cpu:,.0f}", f"{p50:.3f}",
+                       f"{p99:.3f}", str(fsyncs), per_fsync, str(wakeups),
+                       f"{wall / baseline[0]:.2f}", f"{cpu / baseline[1]:.2f}"],
+                      widths))  # fmt: skip
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

@@ -13,12 +13,14 @@ Builds a log of ``--gb`` GB (1 KiB bodies, ``put_batch``), then measures ``open`
 Usage: python bench/bench_recovery.py [--gb G] [--tail-mb M] [--segment-mb S] [--dir DIR]
 Default: 1 GB log in 256 MiB segments, 64 MB tail (about a minute on 2 cores). The issue's
 10 GB case: --gb 10 (about ten times longer to build; recovery times should not grow except
-for the full-scan baseline).
+for the full-scan baseline). Refuses to start without room for the log plus 2 GB; progress
+goes to stderr; the log is deleted at the end (also on Ctrl-C).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
@@ -48,15 +50,30 @@ def _config(root: Path, segment_mb: int, window: int) -> StoreConfig:
     )
 
 
-def _fill(store: MessageStore, total_bytes: int) -> int:
+def _progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def _fill(store: MessageStore, total_bytes: int, *, report_every: int = 0) -> int:
+    """Put 1 KiB messages until ``total_bytes`` were written; a progress line on stderr every
+    ``report_every`` bytes (0: none)."""
     requests = [PutRequest("BenchTopic", b"r" * BODY_SIZE, queue_id=i % 8) for i in range(BATCH)]
     start = store.max_offset
+    began = time.perf_counter()
+    next_report = report_every
     count = 0
-    while store.max_offset - start < total_bytes:
+    while (written := store.max_offset - start) < total_bytes:
         results = store.put_batch(requests)
         if not results[0].ok:
             raise SystemExit(f"put failed: {results[0]}")
         count += len(results)
+        if report_every and written >= next_report:
+            elapsed = time.perf_counter() - began
+            _progress(
+                f"  built {written / 1e9:5.1f} of {total_bytes / 1e9:.1f} GB "
+                f"({written / MB / elapsed:,.0f} MB/s)"
+            )
+            next_report += report_every
     return count
 
 
@@ -75,12 +92,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=100_000, help="idempotency window size")
     parser.add_argument("--dir", type=Path, default=None, help="where to build the log")
     args = parser.parse_args(argv)
-    root = Path(tempfile.mkdtemp(prefix="bench-recovery-", dir=args.dir)) / "store"
+    parent = Path(tempfile.mkdtemp(prefix="bench-recovery-", dir=args.dir))
+    free = shutil.disk_usage(parent).free
+    needed = int(args.gb * 1e9) + args.tail_mb * 2 * MB + 2 * 10**9
+    if free < needed:
+        os.rmdir(parent)
+        raise SystemExit(f"not enough disk under {parent.parent}: {free / 1e9:.1f} GB free, "
+                         f"{needed / 1e9:.1f} GB needed")  # fmt: skip
+    root = parent / "store"
     try:
         config = _config(root, args.segment_mb, args.window)
         store = MessageStore.open(config)
         start = time.perf_counter()
-        count = _fill(store, int(args.gb * 1e9))
+        _progress(f"building a {args.gb:g} GB log in {root} ...")
+        count = _fill(store, int(args.gb * 1e9), report_every=max(int(args.gb * 1e8), 100 * MB))
         build_s = time.perf_counter() - start
         log_bytes = store.max_offset
         store.close()
@@ -93,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         no_window = _config(root, args.segment_mb, 0)
         # With the window on first: a store opened with the window off forgets it.
         for name, cfg in (("", config), (", window off", no_window)):
+            _progress(f"normal and abnormal open{name} ...")
             seconds, store = _timed_open(cfg)
             rows.append((f"normal{name or ' (clean shutdown)'}", seconds, store.recovery_report))
             store.snapshot()
@@ -104,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             store.close()
 
         (root / "queue_offsets.json").unlink()
+        _progress(f"full scan of {log_bytes / 1e9:.1f} GB (the baseline) ...")
         seconds, store = _timed_open(config)
         baseline = seconds
         rows.append(("full scan (no snapshot)", seconds, store.recovery_report))
@@ -119,7 +146,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{seconds / baseline[0]:8.3f}"
             )
     finally:
-        shutil.rmtree(root.parent, ignore_errors=True)
+        shutil.rmtree(parent, ignore_errors=True)
     return 0
 
 
