@@ -35,7 +35,7 @@ class BrokerConfig:
     delay_ms_max: int = 86_400_000  # furthest delivery time ahead (Java proxy: 1 day)
     timer_precision_ms: int = 1000  # TIMER_OUT_MS rounding step (RocketMQ timerPrecisionMs)
     send_max_attempts: int = 3  # send attempts the Telemetry settings tell clients to make
-    grpc_worker_threads: int = 8  # threads that run store puts for gRPC requests
+    grpc_worker_threads: int = 8  # threads for puts to a store without put_async (else: the loop)
     shutdown_grace_ms: int = 5000  # how long a stop waits for in-flight requests
 
     def __post_init__(self) -> None:
