@@ -67,6 +67,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True  # deleted data the query needed: fail (True) or skip
     include_body: bool = True  # False: body column is null and bodies are not copied
     check_crc: bool = True  # verify each body's BODYCRC while reading
+    driver_read_max_bytes: int = 0  # streaming: read batches this small on the driver; 0 = off
     streaming: bool = False  # parsed for a streaming query (changes defaults and checks)
 
     def __post_init__(self) -> None:
@@ -78,6 +79,8 @@ class SourceOptions:
             )
         if self.max_bytes_per_trigger < 0 or self.max_messages_per_trigger < 0:
             raise ValueError("max_*_per_trigger: must be >= 0 (0 means unlimited)")
+        if self.driver_read_max_bytes < 0:
+            raise ValueError("driver_read_max_bytes: must be >= 0 (0 means off)")
 
     def wants_topic_filter(self) -> bool:
         """True when some topics are to be skipped."""
@@ -100,6 +103,7 @@ _SYNTAX: dict[str, str] = {
     "failOnDataLoss": "true or false",
     "includeBody": "true or false",
     "checkCrc": "true or false",
+    "driverReadMaxBytes": "a number of bytes >= 0, e.g. 4m; 0 turns it off (streaming only)",
 }
 
 OPTION_NAMES: tuple[str, ...] = tuple(_SYNTAX)
@@ -253,6 +257,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         values["max_bytes_per_partition"] = _bytes(
             "maxBytesPerPartition", raw["maxBytesPerPartition"], 1
         )
+    if "driverReadMaxBytes" in raw:
+        if not streaming:
+            raise SourceError(
+                "option driverReadMaxBytes applies to streaming queries only (readStream)"
+            )
+        values["driver_read_max_bytes"] = _bytes("driverReadMaxBytes", raw["driverReadMaxBytes"], 0)
     for name, key in (
         ("failOnDataLoss", "fail_on_data_loss"),
         ("includeBody", "include_body"),

@@ -111,8 +111,10 @@ class RocketMQDataSource(DataSource):
         return RocketMQBatchReader(options, arrow_schema_for(schema))
 
     def streamReader(self, schema: StructType) -> RocketMQStreamReader:
+        from rmq_spark.spark.driver_read import stream_reader  # it imports this module
+
         options = parse_options(self.options, streaming=True)
-        return RocketMQStreamReader(options, arrow_schema_for(schema))
+        return stream_reader(options, arrow_schema_for(schema))
 
 
 # --- shared planning ------------------------------------------------------------------------

@@ -189,13 +189,17 @@ def test_stream_with_ending_offsets_is_refused(spark, log):
         df.writeStream.format("noop").start().awaitTermination()
 
 
+# driverReadMaxBytes: the batches are read on the driver and handed to Spark as prefetched rows.
+DRIVER_READ = [{}, {"driverReadMaxBytes": "1m"}]
+
+
 @pytest.mark.slow
-def test_replayed_batch_after_a_crash_reads_the_same_records(spark, log, tmp_path):
+@pytest.mark.parametrize("options", DRIVER_READ, ids=["executors", "driver-read"])
+def test_replayed_batch_after_a_crash_reads_the_same_records(spark, log, tmp_path, options):
     checkpoint = tmp_path / "ck"
     first = Sink()
-    query = start(
-        spark, log.store_dir, checkpoint, first, {"availableNow": True}, maxMessagesPerTrigger="25"
-    )
+    limits = {"maxMessagesPerTrigger": "25", **options}
+    query = start(spark, log.store_dir, checkpoint, first, {"availableNow": True}, **limits)
     query.awaitTermination()
     # Crash after batch 2 was planned (offset log) but before it was committed.
     (checkpoint / "commits" / "2").unlink()
@@ -203,19 +207,19 @@ def test_replayed_batch_after_a_crash_reads_the_same_records(spark, log, tmp_pat
     log.extend(make_record(i) for i in range(60, 70))
     log.set_confirm()
     replay = Sink()
-    query = start(
-        spark, log.store_dir, checkpoint, replay, {"availableNow": True}, maxMessagesPerTrigger="25"
-    )
+    query = start(spark, log.store_dir, checkpoint, replay, {"availableNow": True}, **limits)
     query.awaitTermination()
     by_batch = {}
     for batch_id, _, offset in replay.rows:
         by_batch.setdefault(batch_id, []).append(offset)
     assert by_batch[2] == [o for b, _, o in first.rows if b == 2]  # the same records again
     assert [o for b, _, o in replay.rows if b > 2] == offsets_of(log.records[60:])
+    assert first.batch_sizes == [25, 25, 10]
 
 
 @pytest.mark.slow
-def test_stream_over_a_store_a_broker_is_writing(spark, tmp_path):
+@pytest.mark.parametrize("options", DRIVER_READ, ids=["executors", "driver-read"])
+def test_stream_over_a_store_a_broker_is_writing(spark, tmp_path, options):
     import threading
 
     from rmq_spark.store.config import FlushPolicy, StoreConfig
@@ -233,7 +237,8 @@ def test_stream_over_a_store_a_broker_is_writing(spark, tmp_path):
             results.append(store.put(PutRequest(topic="Live", body=b"%06d" % index * 20)))
 
     sink = Sink()
-    query = start(spark, config.root_dir, tmp_path / "ck", sink, {"processingTime": "0 seconds"})
+    trigger = {"processingTime": "0 seconds"}
+    query = start(spark, config.root_dir, tmp_path / "ck", sink, trigger, **options)
     try:
         for _ in range(3):  # the query runs while the producer appends (and rolls segments)
             producer = threading.Thread(target=produce, args=(400,))

@@ -96,6 +96,16 @@ def test_batch_only_and_stream_only_options_are_refused_in_the_other_mode():
         parse(streaming=False, maxBytesPerTrigger="10")
     with pytest.raises(SourceError, match="streaming queries only"):
         parse(streaming=False, startingOffsets="latest")
+    with pytest.raises(SourceError, match="streaming queries only"):
+        parse(streaming=False, driverReadMaxBytes="4m")
+
+
+def test_driver_read_max_bytes_is_off_by_default_and_takes_units():
+    assert parse().driver_read_max_bytes == 0
+    assert parse(driverReadMaxBytes="4m").driver_read_max_bytes == 4 << 20
+    assert parse(driverReadMaxBytes="0").driver_read_max_bytes == 0
+    with pytest.raises(SourceError, match="driverReadMaxBytes.*not a byte count"):
+        parse(driverReadMaxBytes="-1")
 
 
 def test_missing_path_is_explained():

@@ -13,7 +13,9 @@ from source_support import LogWriter, make_record, reference_rows
 
 from rmq_spark.errors import CorruptRecordError, DataLossError, SourceError
 from rmq_spark.spark import planner
+from rmq_spark.spark.driver_read import DriverReadStreamReader, stream_reader
 from rmq_spark.spark.options import parse_options
+from rmq_spark.spark.schema import ARROW_SCHEMA
 from rmq_spark.spark.segments import StoreView
 from rmq_spark.spark.source import RocketMQBatchReader, RocketMQStreamReader
 
@@ -335,3 +337,57 @@ def test_copied_store_reads_the_same(log, tmp_path):
 def test_missing_store_directory_is_a_source_error(tmp_path):
     with pytest.raises(SourceError, match="does not exist"):
         batch(tmp_path / "nope").partitions()
+
+
+def driver_stream(store, **options: str) -> DriverReadStreamReader:
+    raw = {"path": str(store), "startingOffsets": "earliest", **options}
+    reader = stream_reader(parse_options(raw, streaming=True), ARROW_SCHEMA)
+    assert isinstance(reader, DriverReadStreamReader)
+    return reader
+
+
+def test_driver_read_is_off_by_default(log):
+    raw = {"path": str(log.store_dir), "startingOffsets": "earliest"}
+    reader = stream_reader(parse_options(raw, streaming=True), ARROW_SCHEMA)
+    assert type(reader) is RocketMQStreamReader
+
+
+def test_driver_read_hands_small_batches_to_spark_as_one_prefetched_partition(log):
+    from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
+
+    reader = driver_stream(log.store_dir, driverReadMaxBytes="1m", maxBytesPerPartition="1000")
+    assert isinstance(reader, _SimpleStreamReaderWrapper)  # what PySpark checks for the path
+    assert reader.simple_reader is reader  # PySpark asks it for Trigger.AvailableNow support
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    partitions = reader.partitions(start, end)
+    assert len(partitions) == 1  # Spark takes exactly one partition next to prefetched rows
+    assert len(stream(log.store_dir, maxBytesPerPartition="1000").partitions(start, end)) > 1
+    prefetched = [row for b in reader.getCache(start, end) for row in b.to_pylist()]
+    for row in prefetched:
+        row["properties"] = dict(row["properties"])
+    assert prefetched == reference_rows(log.records)
+    assert rows(reader, partitions) == prefetched  # a replayed batch reads the same records
+
+
+def test_driver_read_leaves_larger_batches_to_the_executors(log):
+    reader = driver_stream(log.store_dir, driverReadMaxBytes="1000", minPartitions="2")
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end["physical_offset"] - start["physical_offset"] > 1000
+    assert reader.getCache(start, end) is None
+    assert rows(reader, reader.partitions(start, end)) == reference_rows(log.records)
+
+
+def test_driver_read_stream_is_exactly_once_under_admission_control(log):
+    reader = driver_stream(log.store_dir, driverReadMaxBytes="4m", maxMessagesPerTrigger="9")
+    start, got, batches = reader.initialOffset(), [], 0
+    while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) != start:
+        reader.partitions(start, end)
+        batch_rows = [row for b in reader.getCache(start, end) for row in b.to_pylist()]
+        assert len(batch_rows) <= 9
+        got += [r["physical_offset"] for r in batch_rows]
+        reader.commit(end)
+        start, batches = end, batches + 1
+    assert got == [r["physical_offset"] for r in reference_rows(log.records)]
+    assert batches == 9  # 80 messages, 9 per batch
