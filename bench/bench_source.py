@@ -229,8 +229,11 @@ def bench_stream(spark, store_dir: Path, checkpoint: Path) -> tuple[int, float, 
     return rows, seconds, triggers / 1000
 
 
-def bench_latency(spark, work: Path, seconds: float, interval_ms: float) -> list[float]:  # noqa: ANN001
-    """Put -> row-in-a-foreachBatch-sink latencies (ms) under a 0-second trigger.
+def bench_latency(  # noqa: ANN001
+    spark, work: Path, seconds: float, interval_ms: float, options: dict[str, str]
+) -> tuple[list[float], dict[str, float]]:
+    """Put -> row-in-a-foreachBatch-sink latencies (ms) under a 0-second trigger, and the
+    median ``durationMs`` parts of the micro-batches (Spark's progress).
 
     A thread puts a message every ``interval_ms`` through the engine's ``MessageStore`` (SYNC
     flush: acknowledged = fsynced = below confirmPhyOffset); the store timestamp of each row
@@ -240,8 +243,9 @@ def bench_latency(spark, work: Path, seconds: float, interval_ms: float) -> list
     from rmq_spark.store.message_store import MessageStore
     from rmq_spark.store.put import PutRequest
 
+    name = "latency-" + "-".join(options.values())
     config = StoreConfig(
-        root_dir=work / "latency-store", segment_size_bytes=1 << 20, flush_policy=FlushPolicy.SYNC
+        root_dir=work / name / "store", segment_size_bytes=1 << 20, flush_policy=FlushPolicy.SYNC
     )
     store = MessageStore.open(config)
     latencies: list[float] = []
@@ -254,9 +258,10 @@ def bench_latency(spark, work: Path, seconds: float, interval_ms: float) -> list
     query = (
         spark.readStream.format("rocketmq")
         .option("startingOffsets", "latest")
+        .options(**options)
         .load(str(config.root_dir))
         .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(work / "latency-ck"))
+        .option("checkpointLocation", str(work / name / "ck"))
         .trigger(processingTime="0 seconds")
         .start()
     )
@@ -277,10 +282,15 @@ def bench_latency(spark, work: Path, seconds: float, interval_ms: float) -> list
         stop.set()
         producer.join()
         query.processAllAvailable()
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
     finally:
         query.stop()
         store.close()
-    return latencies
+    parts = {
+        key: statistics.median(p["durationMs"].get(key, 0) for p in progress)
+        for key in ("triggerExecution", "latestOffset", "walCommit", "addBatch", "commitOffsets")
+    }
+    return latencies, parts
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,6 +301,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--keep", type=Path, default=None, help="store dir to create or reuse")
     parser.add_argument("--skip-spark", action="store_true")
     parser.add_argument("--skip-latency", action="store_true")
+    parser.add_argument("--skip-stream", action="store_true", help="no availableNow run")
+    parser.add_argument(
+        "--driver-read-max-bytes",
+        default="4m",
+        help="latency run with this driverReadMaxBytes next to the default (0: skip it)",
+    )
     parser.add_argument("--latency-seconds", type=float, default=15.0)
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
@@ -336,20 +352,30 @@ def main(argv: list[str] | None = None) -> int:
                 f"rocketmq with schema 'physical_offset long' {narrow:.2f} s "
                 f"(ratio {theirs / narrow:.2f})"
             )
-        rows, seconds, in_triggers = bench_stream(spark, store, work / "stream-ck")
-        print(
-            f"stream availableNow: {rows:,} rows in {seconds:.2f} s wall = "
-            f"{rows / seconds:,.0f} rows/s ({rows / in_triggers:,.0f} rows/s inside triggers, "
-            "i.e. without query start-up)"
-        )
-        if not args.skip_latency:
-            latencies = sorted(bench_latency(spark, work, args.latency_seconds, 5.0))
-            p50 = statistics.median(latencies)
-            p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]
+        if not args.skip_stream:
+            rows, seconds, in_triggers = bench_stream(spark, store, work / "stream-ck")
             print(
-                f"put-to-visible (trigger 0, SYNC puts every 5 ms, {len(latencies)} messages): "
-                f"p50 {p50:.0f} ms, p99 {p99:.0f} ms"
+                f"stream availableNow: {rows:,} rows in {seconds:.2f} s wall = "
+                f"{rows / seconds:,.0f} rows/s ({rows / in_triggers:,.0f} rows/s inside "
+                "triggers, i.e. without query start-up)"
             )
+        if not args.skip_latency:
+            runs = {"executors (default)": {}}
+            if args.driver_read_max_bytes not in ("", "0"):
+                runs[f"driverReadMaxBytes={args.driver_read_max_bytes}"] = {
+                    "driverReadMaxBytes": args.driver_read_max_bytes
+                }
+            for label, options in runs.items():
+                found, parts = bench_latency(spark, work, args.latency_seconds, 5.0, options)
+                latencies = sorted(found)
+                p50 = statistics.median(latencies)
+                p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]
+                print(
+                    f"put-to-visible, {label} (trigger 0, SYNC puts every 5 ms, "
+                    f"{len(latencies)} messages): p50 {p50:.0f} ms, p99 {p99:.0f} ms; "
+                    "median batch ms: "
+                    + ", ".join(f"{key} {value:.0f}" for key, value in parts.items())
+                )
         spark.stop()
         return 0
     finally:
