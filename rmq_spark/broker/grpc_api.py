@@ -35,6 +35,7 @@ from rmq_spark.broker.service import (
     SendCommand,
     SendOutcome,
 )
+from rmq_spark.delay.remote import is_redelivery_message, ref_from_message
 from rmq_spark.store.message import HostAddress
 
 __all__ = [
@@ -360,7 +361,11 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         born_ms = 0
         if props.HasField("born_timestamp"):
             born_ms = props.born_timestamp.seconds * 1000 + props.born_timestamp.nanos // 10**6
+        redelivery = None
+        if is_redelivery_message(message):  # the schedule job's; docs/DELAY.md
+            redelivery = ref_from_message(message)
         return SendCommand(
+            redelivery=redelivery,
             topic=message.topic.name,
             namespace=message.topic.resource_namespace,
             body=message.body,

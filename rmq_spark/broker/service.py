@@ -135,6 +135,9 @@ class SendCommand:
     born_host_text: str = ""
     trace_context: str = ""
     delay_level: int | None = None  # RocketMQ 4 style delay level (embedded sends only)
+    # A redelivery request of the schedule job (``delay.remote.RedeliveryRef``): names a
+    # schedule record in this store; nothing else of the command is used.
+    redelivery: object | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +355,8 @@ class BrokerService:
                     self._state_lock.notify_all()
 
     def _send(self, command: SendCommand) -> SendOutcome:
+        if command.redelivery is not None:
+            return self._redeliver(command.redelivery, command.message_id)
         problem = self._validate(command)
         if problem is not None:
             return problem
@@ -385,6 +390,22 @@ class BrokerService:
             idempotent=True,
         )
         return self._put(request, command.message_id)
+
+    def _redeliver(self, ref: object, message_id: str) -> SendOutcome:
+        """Put back a due schedule record of this store exactly as the in-process schedule
+        job does (docs/DELAY.md, "Redelivery through a broker")."""
+        from rmq_spark.delay.remote import NotDue, resolve_redelivery
+
+        if isinstance(ref, str):  # the wire layer could not read the request
+            return _reject(SendCode.BAD_REQUEST, ref, message_id)
+        found = resolve_redelivery(self._store, ref, self._clock.now_ms())  # type: ignore[arg-type]
+        if isinstance(found, NotDue):
+            return _reject(
+                SendCode.ILLEGAL_DELIVERY_TIME, f"not due until {found.due_ms}", message_id
+            )
+        if isinstance(found, str):
+            return _reject(SendCode.BAD_REQUEST, found, message_id)
+        return self._put(found, message_id)
 
     def _put(self, request: PutRequest, message_id: str) -> SendOutcome:
         if _PUT_LATER.get():  # inside send_async: it awaits the put itself

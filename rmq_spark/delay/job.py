@@ -11,6 +11,7 @@ Does not own a pass (``redeliver.py``) or argument parsing (jobs/, cli/).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import threading
@@ -133,6 +134,7 @@ def run_once(redeliverer: Redeliverer) -> PassReport:
         A pass could not finish (unknown put outcome) or some puts were refused.
     """
     total = PassReport(now_ms=redeliverer.clock.now_ms(), source=redeliverer.source.name)
+    redeliverer.lookahead_enabled = False  # nothing is waited for: no reading ahead
     for _ in range(_ONCE_PASSES_MAX):
         report = redeliverer.run_pass()
         _add(total, report)
@@ -160,8 +162,13 @@ def run_continuous(
     check_lag: Callable[[], str | None] | None = None,
 ) -> None:
     """Run passes until ``stop`` is set: one every ``trigger_interval_ms``, or sooner when
-    the next known due time comes first. A failed pass is logged and retried next time."""
+    the next known due time comes first (messages read ahead are put as soon as they fall
+    due). A failed pass is logged and retried next time. Passes that delivered are summed
+    into one progress line at most every ``trigger_interval_ms`` (lateness p50/p99 of those
+    passes and of the last ``lateness_window_messages``)."""
     last_lag_check_ms: float | None = None
+    pending: PassReport | None = None  # delivering passes not logged yet
+    last_log_ms: float | None = None
     while not stop.is_set():
         started_ms = redeliverer.clock.monotonic_ms()
         try:
@@ -177,7 +184,20 @@ def run_continuous(
             if note:
                 report.notes.append(note)
         if report.delivered or report.settled_put or report.error or report.notes:
-            _log_pass(redeliverer, report)
+            if pending is None:
+                pending = PassReport(now_ms=report.now_ms, source=report.source)
+            _add(pending, report)
+            pending.error = pending.error or report.error
+        now_mono_ms = redeliverer.clock.monotonic_ms()
+        if pending is not None and (
+            pending.error
+            or pending.notes
+            or last_log_ms is None
+            or now_mono_ms - last_log_ms >= trigger_interval_ms
+            or stop.is_set()
+        ):
+            _log_pass(redeliverer, pending)
+            pending, last_log_ms = None, now_mono_ms
         if on_pass is not None:
             on_pass(report)
         wait_ms = float(trigger_interval_ms)
@@ -185,6 +205,8 @@ def run_continuous(
             wait_ms = min(wait_ms, max(0.0, report.next_due_ms - redeliverer.clock.now_ms()))
         wait_ms -= redeliverer.clock.monotonic_ms() - started_ms
         stop.wait(max(wait_ms, 1.0) / 1000)
+    if pending is not None:
+        _log_pass(redeliverer, pending)
 
 
 def run_schedule(
@@ -218,6 +240,12 @@ def run_schedule(
     """
     clock = clock or SystemClock()
     delay_config: DelayConfig = getattr(config, "delay", None) or DelayConfig()
+    if spec.trigger_interval_ms is not None:
+        delay_config = dataclasses.replace(
+            delay_config,
+            trigger_interval_ms=spec.trigger_interval_ms,
+            pass_messages_max=max(delay_config.pass_messages_max, delay_config.batch_messages_max),
+        )
     try:
         levels = parse_message_delay_level(config.store.message_delay_level)
     except ValueError as err:

@@ -21,6 +21,7 @@ transport (``sink.py``) or the loop and its timing (``job.py``).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import dataclasses
 import logging
@@ -33,19 +34,21 @@ from rmq_spark.delay.entries import Candidates, EntrySource, LogEntrySource
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.delay.offsets import Intent, IntentEntry, Journal
 from rmq_spark.delay.progress import ProgressFiles
+from rmq_spark.delay.remote import RedeliveryRef, redelivery_put_request
 from rmq_spark.delay.schedule import (
     DELETE_MARKER_PREFIX,
     TIMER_QUEUE_ID,
     Discard,
     QueueProgress,
     StopReason,
+    TimerRestore,
     fingerprint,
     percentile,
     plan_level,
     plan_timer,
     property_value,
     restore_delayed,
-    restore_timer,
+    restore_timer_template,
     target_delete_key,
     timer_due_ms,
 )
@@ -54,6 +57,7 @@ from rmq_spark.errors import StoreError
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.properties import UNIQ_KEY, parse_properties
+from rmq_spark.store.put import PutRequest
 
 __all__ = ["EntryMismatchError", "PassReport", "Redeliverer"]
 
@@ -106,6 +110,20 @@ class _Item:
     restored: MessageRecord | Discard
     due_ms: int
     message_id: str
+    dequeue_ms: int = 0
+    request: PutRequest | None = None  # the put, when prepared ahead
+
+
+@dataclass(frozen=True, slots=True)
+class _Loaded:
+    """An entry's message read and restored but for the dequeue time (``TimerRestore``):
+    what the pass prepares before the entry falls due."""
+
+    physical_offset: int
+    restored: MessageRecord | TimerRestore | Discard
+    due_ms: int
+    message_id: str
+    request: PutRequest | None = None  # the put of a final record (not a timer template)
 
 
 class Redeliverer:
@@ -145,6 +163,15 @@ class Redeliverer:
         self._blocked: dict[tuple[str, int, int], int] = {}
         self._mirror_written_ms: int | None = None
         self._mirror_dirty = False
+        # Look-ahead (docs/DELAY.md, "Lateness"): messages falling due within
+        # ``lookahead_ms`` are read and restored before they are due, so that the work at
+        # due time is the put. ``run_once`` turns it off (nothing is waited for).
+        self.lookahead_enabled = True
+        self._ready: dict[tuple[str, int, int], _Loaded] = {}
+        self._ready_next_ms: int | None = None
+        self._found: Candidates | None = None  # reused while ``now < _found_until_ms``
+        self._found_until_ms = 0
+        self._found_horizon_ms = 0  # the last answer covers entries due up to this time
 
     # --- lifecycle ------------------------------------------------------------------------
 
@@ -174,6 +201,7 @@ class Redeliverer:
         if self.journal.intent is not None and not self._settle(report):
             return report
         remaining = self.config.pass_messages_max
+        found = Candidates()
         while remaining > 0:
             now_ms = self.clock.now_ms()
             fetch = remaining  # one source query per pass, unless it came back full
@@ -194,6 +222,8 @@ class Redeliverer:
                 remaining -= len(batch)
                 if not self._deliver(batch, now_ms, report):
                     return report
+            if replan or (full and progressed):
+                self._found = None  # stale: fetch again
             if replan:
                 continue
             if not (full and progressed):
@@ -202,6 +232,8 @@ class Redeliverer:
                 report.exhausted = True
                 break
         now_ms = self.clock.now_ms()
+        if report.exhausted and self._lookahead_ms() > 0:
+            self._prepare_ahead(found, now_ms, report)
         if self._mirror_dirty and (
             self._mirror_written_ms is None
             or now_ms - self._mirror_written_ms >= self.config.delay_offset_flush_interval_ms
@@ -209,12 +241,76 @@ class Redeliverer:
             self._write_mirror(now_ms)
         return report
 
+    def _lookahead_ms(self) -> int:
+        if not self.lookahead_enabled or self.config.lookahead_ms == 0:
+            return 0
+        return max(self.config.lookahead_ms, self.config.trigger_interval_ms)
+
     def _fetch(self, now_ms: int, fetch: int) -> Candidates:
         """Ask the source once for up to ``fetch`` candidates per queue (one Spark query for
-        the table); the pass plans all its batches from them."""
+        the table); the pass plans all its batches from them.
+
+        With look-ahead the source is asked for what falls due up to ``now + lookahead``, and
+        the answer is reused by later passes for a while: until that horizon for a costly
+        source (the table: a Spark query), for half a trigger interval for the CommitLog
+        (which reads only new bytes, but lists every pending entry). Entries stored meanwhile
+        and due sooner are late by at most that, never lost; an answer cut by ``fetch`` or
+        a gap is not reused.
+        """
+        lookahead_ms = self._lookahead_ms()
+        if self._found is not None and now_ms < self._found_until_ms:
+            return self._found
         by_queue = levels_by_queue(dict(self.journal.levels))
         timer = self.journal.timer if self.config.timer_enabled else None
-        return self.source.candidates(by_queue, timer, now_ms, fetch)
+        found = self.source.candidates(by_queue, timer, now_ms + lookahead_ms, fetch)
+        if lookahead_ms:
+            reuse_ms = lookahead_ms
+            if not getattr(self.source, "costly", False):
+                reuse_ms = min(lookahead_ms, self.config.trigger_interval_ms // 2)
+            self._found, self._found_until_ms = found, now_ms + reuse_ms
+        self._found_horizon_ms = now_ms + lookahead_ms
+        return found
+
+    def _prepare_ahead(self, found: Candidates, now_ms: int, report: PassReport) -> None:
+        """Read and restore the messages of entries due within the look-ahead (at most
+        ``pass_messages_max`` held), soonest first, a batch at a time; stop as soon as
+        something known falls due (the next pass puts it). After a complete round the next
+        one waits until the horizon moved by a tenth of the look-ahead."""
+        lookahead_ms = self._lookahead_ms()
+        horizon_ms = min(now_ms + lookahead_ms, self._found_horizon_ms)  # what ``found`` covers
+        if self._ready_next_ms is not None and horizon_ms < self._ready_next_ms:
+            return
+        budget = self.config.pass_messages_max - len(self._ready)
+        if budget <= 0:
+            return
+        by_queue = levels_by_queue(dict(self.journal.levels))
+        upcoming: list[IntentEntry] = []
+        for queue_id, rows in found.levels.items():
+            skip = self._skip(LEVEL, queue_id)
+            progress = by_queue.get(queue_id, QueueProgress())
+            plan = plan_level(rows, progress, horizon_ms, budget, skip)
+            upcoming.extend(IntentEntry(LEVEL, e) for e in plan.entries)
+        if self.config.timer_enabled:
+            skip = self._skip(TIMER, TIMER_QUEUE_ID)
+            picked = plan_timer(found.timer, self.journal.timer, horizon_ms, budget, skip)
+            upcoming.extend(IntentEntry(TIMER, e) for e in picked)
+        ready = self._ready
+        upcoming = [i for i in upcoming if i.entry.due_ms > now_ms and _key(i) not in ready]
+        upcoming.sort(key=lambda item: item.entry.due_ms)
+        del upcoming[budget:]
+        if upcoming:
+            _earliest(report, upcoming[0].entry.due_ms)
+        step = self.config.batch_messages_max
+        for start in range(0, len(upcoming), step):
+            if report.next_due_ms is not None and self.clock.now_ms() >= report.next_due_ms:
+                return  # something is due: put it first, continue next pass
+            chunk = upcoming[start : start + step]
+            records = self.reader.read_many(
+                [(item.entry.physical_offset, item.entry.total_size) for item in chunk]
+            )
+            for item, record in zip(chunk, records, strict=True):
+                ready[_key(item)] = self._load(item, record)
+        self._ready_next_ms = horizon_ms + max(1, lookahead_ms // 10)
 
     def _plan(
         self, found: Candidates, now_ms: int, limit: int, report: PassReport
@@ -248,6 +344,9 @@ class Redeliverer:
             window = rows[: limit + len(skip)]
             picked = plan_timer(window, progress, now_ms, limit, skip)
             chosen.extend(IntentEntry(TIMER, e) for e in picked)
+            # Rows are in due order; with look-ahead some fall due after now_ms.
+            later = bisect.bisect_right(rows, now_ms, key=lambda row: row.due_ms)
+            _earliest(report, rows[later].due_ms if later < len(rows) else None)
             _earliest(report, found.timer_next_due_ms)
         chosen.sort(key=lambda item: item.entry.due_ms)
         return chosen[:limit]
@@ -330,7 +429,16 @@ class Redeliverer:
         ones) and clear the intent; leave everything as is when an outcome is unknown."""
         puts = [i for i in to_put if isinstance(i.restored, MessageRecord)]
         records = [i.restored for i in puts if isinstance(i.restored, MessageRecord)]
-        results = self.sink.put(records, [i.message_id for i in puts]) if puts else []
+        ids = [i.message_id for i in puts]
+        if not puts:
+            results = []
+        elif self.sink.by_reference:
+            results = self.sink.put(records, ids, [_ref(i) for i in puts])
+        else:
+            requests = [
+                i.request or redelivery_put_request(r) for i, r in zip(puts, records, strict=True)
+            ]
+            results = self.sink.put(records, ids, requests=requests)
         now_ms = self.clock.now_ms()
         refused: list[_Item] = []
         for item, result in zip(puts, results, strict=False):
@@ -394,20 +502,36 @@ class Redeliverer:
         self._mirror_dirty = True
 
     def _prepare(self, batch: list[IntentEntry], dequeue_ms: int) -> list[_Item]:
-        """Read each entry's message and restore it (``Discard`` when it is gone)."""
-        records = self.reader.read_many(
-            [(item.entry.physical_offset, item.entry.total_size) for item in batch]
-        )
-        pairs = zip(batch, records, strict=True)
-        return [self._restore(item, record, dequeue_ms) for item, record in pairs]
+        """Read each entry's message and restore it (``Discard`` when it is gone); entries
+        prepared ahead (``_prepare_ahead``) are taken from memory."""
+        loaded: list[_Loaded | None] = [self._ready.pop(_key(item), None) for item in batch]
+        missing = [
+            index
+            for index, (item, found) in enumerate(zip(batch, loaded, strict=True))
+            if found is None or found.physical_offset != item.entry.physical_offset
+        ]
+        if missing:
+            records = self.reader.read_many(
+                [(batch[i].entry.physical_offset, batch[i].entry.total_size) for i in missing]
+            )
+            for index, record in zip(missing, records, strict=True):
+                loaded[index] = self._load(batch[index], record)
+        items = []
+        for item, found in zip(batch, loaded, strict=True):
+            assert found is not None
+            restored = found.restored
+            if isinstance(restored, TimerRestore):
+                restored = restored.build(dequeue_ms)
+            items.append(
+                _Item(item, restored, found.due_ms, found.message_id, dequeue_ms, found.request)
+            )
+        return items
 
-    def _restore(
-        self, intent: IntentEntry, record: MessageRecord | Exception, dequeue_ms: int
-    ) -> _Item:
+    def _load(self, intent: IntentEntry, record: MessageRecord | Exception) -> _Loaded:
         entry = intent.entry
         if isinstance(record, Exception):
             gone = Discard("message no longer in the CommitLog (deleted by retention)")
-            return _Item(intent, gone, entry.due_ms, "")
+            return _Loaded(entry.physical_offset, gone, entry.due_ms, "")
         topic = RMQ_SYS_SCHEDULE_TOPIC if intent.kind == LEVEL else RMQ_SYS_WHEEL_TIMER_TOPIC
         if (record.topic, record.queue_id, record.queue_offset) != (
             topic,
@@ -422,17 +546,18 @@ class Redeliverer:
         if intent.kind == LEVEL:
             uniq = property_value(record.properties, UNIQ_KEY)
             message_id = uniq or fallback_message_id(entry.physical_offset)
-            return _Item(intent, restore_delayed(record), entry.due_ms, message_id)
+            restored = restore_delayed(record)
+            request = None
+            if isinstance(restored, MessageRecord):
+                request = redelivery_put_request(restored)
+            return _Loaded(entry.physical_offset, restored, entry.due_ms, message_id, request)
         properties = parse_properties(record.properties)
         message_id = properties.get(UNIQ_KEY) or fallback_message_id(entry.physical_offset)
         due_ms = max(entry.due_ms, timer_due_ms(properties, record.store_timestamp_ms))
-        restored = restore_timer(
-            record,
-            enqueue_ms=record.store_timestamp_ms,
-            dequeue_ms=dequeue_ms,
-            properties=properties,
+        template = restore_timer_template(
+            record, enqueue_ms=record.store_timestamp_ms, properties=properties
         )
-        return _Item(intent, restored, due_ms, message_id)
+        return _Loaded(entry.physical_offset, template, due_ms, message_id)
 
     def _save(self, journal: Journal) -> None:
         self.files.save(journal)
@@ -443,6 +568,24 @@ class Redeliverer:
         self.files.save_delay_offsets(offsets, now_ms)
         self._mirror_written_ms = now_ms
         self._mirror_dirty = False
+
+
+def _key(item: IntentEntry) -> tuple[str, int, int]:
+    return (item.kind, item.entry.queue_id, item.entry.queue_offset)
+
+
+def _ref(item: _Item) -> RedeliveryRef:
+    """How a broker finds the item's schedule record (``GrpcSink``)."""
+    entry = item.intent.entry
+    topic = RMQ_SYS_SCHEDULE_TOPIC if item.intent.kind == LEVEL else RMQ_SYS_WHEEL_TIMER_TOPIC
+    return RedeliveryRef(
+        topic,
+        entry.queue_id,
+        entry.queue_offset,
+        entry.physical_offset,
+        item.dequeue_ms,
+        item.message_id,
+    )
 
 
 def levels_by_queue(levels: dict[int, QueueProgress]) -> dict[int, QueueProgress]:

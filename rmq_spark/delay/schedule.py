@@ -59,6 +59,7 @@ __all__ = [
     "SCHEDULE_TOPICS",
     "StopReason",
     "TIMER_QUEUE_ID",
+    "TimerRestore",
     "fingerprint",
     "percentile",
     "plan_level",
@@ -66,6 +67,7 @@ __all__ = [
     "property_value",
     "restore_delayed",
     "restore_timer",
+    "restore_timer_template",
     "target_delete_key",
     "timer_due_ms",
 ]
@@ -82,6 +84,7 @@ _JAVA_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 
 # Java HashMap(128): 5.x string2messageProperties builds the map the timer store edits.
 _JAVA_5X_PROPERTY_MAP_CAPACITY = 128
+_DEQUEUE_PLACEHOLDER = "\x00dequeue\x00"  # never a stored value (a placeholder, replaced)
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +318,27 @@ def restore_delayed(
     return _copy(record, topic, queue_id, record.properties)
 
 
+@dataclass(frozen=True, slots=True)
+class TimerRestore:
+    """A timer message's restored record, all but TIMER_DEQUEUE_MS (known at delivery only).
+
+    ``build(dequeue_ms)`` is cheap (two string joins), so the job restores timer messages
+    before they fall due and only fills in the dequeue time when it puts them.
+    """
+
+    record: MessageRecord
+    head: str  # the properties string up to the TIMER_DEQUEUE_MS value
+    tail: str  # and after it
+
+    def build(self, dequeue_ms: int) -> MessageRecord:
+        return _copy(
+            self.record,
+            self.record.topic,
+            self.record.queue_id,
+            self.head + str(dequeue_ms) + self.tail,
+        )
+
+
 def restore_timer(
     record: MessageRecord,
     *,
@@ -339,6 +363,14 @@ def restore_timer(
         When it is taken out for delivery (the pass's time; recorded in the intent so that a
         retried put after a crash builds the same bytes).
     """
+    template = restore_timer_template(record, enqueue_ms=enqueue_ms, properties=properties)
+    return template if isinstance(template, Discard) else template.build(dequeue_ms)
+
+
+def restore_timer_template(
+    record: MessageRecord, *, enqueue_ms: int, properties: Mapping[str, str] | None = None
+) -> TimerRestore | Discard:
+    """``restore_timer`` without the dequeue time: ``.build(dequeue_ms)`` finishes it."""
     if properties is None:
         properties = parse_properties(record.properties)
     if TIMER_DEL_UNIQKEY in properties:
@@ -350,13 +382,24 @@ def restore_timer(
     keys = list(properties) + [TIMER_ENQUEUE_MS, TIMER_DEQUEUE_MS]
     updated = dict(properties)
     updated[TIMER_ENQUEUE_MS] = str(enqueue_ms)
-    updated[TIMER_DEQUEUE_MS] = str(dequeue_ms)
+    updated[TIMER_DEQUEUE_MS] = _DEQUEUE_PLACEHOLDER
     ordered = java_hashmap_order(keys, _JAVA_5X_PROPERTY_MAP_CAPACITY)
     text = encode_properties(
         {key: updated[key] for key in ordered},
         trailing_separator=record.properties.endswith(PROPERTY_SEPARATOR),
     )
-    return _copy(record, topic, queue_id, text)
+    # Keys are unique and a value never holds \x02: the pair starts the string or follows
+    # a separator, exactly once.
+    marker = TIMER_DEQUEUE_MS + NAME_VALUE_SEPARATOR
+    at = 0 if text.startswith(marker + _DEQUEUE_PLACEHOLDER) else -1
+    if at < 0:
+        at = text.index(PROPERTY_SEPARATOR + marker + _DEQUEUE_PLACEHOLDER) + 1
+    value_at = at + len(marker)
+    return TimerRestore(
+        _copy(record, topic, queue_id, ""),
+        text[:value_at],
+        text[value_at + len(_DEQUEUE_PLACEHOLDER) :],
+    )
 
 
 def timer_due_ms(properties: Mapping[str, str], store_timestamp_ms: int) -> int:

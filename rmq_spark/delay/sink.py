@@ -2,8 +2,8 @@
 
 Owns ``StoreSink`` (embedded: ``PutRequest`` with the properties string verbatim, the record
 byte-for-byte what RocketMQ's messageTimeup builds, spec 9.3) and ``GrpcSink`` (a remote
-broker through ``broker.producer.Producer``; the broker rebuilds system properties and picks
-the queue, so only topic, body, tag, keys, user properties and UNIQ_KEY survive). Each put
+broker: redelivery requests that name the schedule record, which the broker restores and
+puts itself, so the stored record is the same as in process; ``remote.py``). Each put
 outcome is one of three: ``OK``, ``REFUSED`` (the broker said no and nothing was stored; retry
 later), ``UNKNOWN`` (it may or may not be stored: the job keeps its intent and settles it by
 reading the log). Does not own retries, batching or progress (``redeliver.py``).
@@ -20,9 +20,10 @@ from typing import Any, Protocol
 
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.delay.log_reader import LogReader
-from rmq_spark.errors import BrokerError, RmqError
+from rmq_spark.delay.remote import RedeliveryRef, redelivery_put_request, ref_to_message
+from rmq_spark.errors import RmqError
 from rmq_spark.store.message import MessageRecord
-from rmq_spark.store.properties import KEYS, TAGS, UNIQ_KEY, parse_properties
+from rmq_spark.store.put import PutRequest
 
 __all__ = ["GrpcSink", "PutOutcome", "Sink", "SinkResult", "StoreSink", "fallback_message_id"]
 
@@ -50,13 +51,23 @@ class Sink(Protocol):
 
     name: str
     exact: bool  # stored records equal the restored ones (``schedule.fingerprint(exact=...)``)
+    by_reference: bool  # puts name the schedule record (``refs``) instead of carrying it
 
     def log_end_offset(self) -> int:
         """A CommitLog offset at or below where the next put will land."""
         ...
 
-    def put(self, records: Sequence[MessageRecord], message_ids: Sequence[str]) -> list[SinkResult]:
-        """Put ``records`` in order; may stop early after an ``UNKNOWN`` (fewer results)."""
+    def put(
+        self,
+        records: Sequence[MessageRecord],
+        message_ids: Sequence[str],
+        refs: Sequence[RedeliveryRef] = (),
+        requests: Sequence[PutRequest] | None = None,
+    ) -> list[SinkResult]:
+        """Put ``records`` in order; may stop early after an ``UNKNOWN`` (fewer results).
+
+        ``refs`` (``by_reference`` sinks): the schedule record of each. ``requests``: the
+        ``redelivery_put_request`` of each when already built."""
         ...
 
     def close(self) -> None: ...
@@ -70,13 +81,12 @@ def fallback_message_id(schedule_physical_offset: int) -> str:
 class StoreSink:
     """Puts into a ``MessageStore`` open in this process (``Broker.store`` or the store).
 
-    Puts are not ``idempotent``: the store's (topic, UNIQ_KEY) window would drop a legitimate
-    second redelivery of one message (a consumer retry carries the same UNIQ_KEY every time).
-    The job's intent journal makes redelivery exactly once instead (docs/DELAY.md).
+    Puts are not ``idempotent`` (``remote.redelivery_put_request``).
     """
 
     name = "embedded"
     exact = True
+    by_reference = False
 
     def __init__(self, store: Any) -> None:
         self._store = getattr(store, "store", store)  # an embedded Broker, or the store itself
@@ -85,25 +95,17 @@ class StoreSink:
         value = self._store.max_offset
         return int(value() if callable(value) else value)
 
-    def put(self, records: Sequence[MessageRecord], message_ids: Sequence[str]) -> list[SinkResult]:
-        from rmq_spark.store.put import PutRequest, PutStatus
+    def put(
+        self,
+        records: Sequence[MessageRecord],
+        message_ids: Sequence[str],
+        refs: Sequence[RedeliveryRef] = (),
+        requests: Sequence[PutRequest] | None = None,
+    ) -> list[SinkResult]:
+        from rmq_spark.store.put import PutStatus
 
-        requests = [
-            PutRequest(
-                topic=r.topic,
-                body=r.body,
-                queue_id=r.queue_id,
-                flag=r.flag,
-                sys_flag=r.sys_flag,
-                born_timestamp_ms=r.born_timestamp_ms,
-                born_host=r.born_host,
-                reconsume_times=r.reconsume_times,
-                prepared_transaction_offset=0,
-                raw_properties=r.properties,
-                idempotent=False,
-            )
-            for r in records
-        ]
+        if requests is None:
+            requests = [redelivery_put_request(r) for r in records]
         refused = {PutStatus.MESSAGE_ILLEGAL, PutStatus.PROPERTIES_SIZE_EXCEEDED}
         try:
             results = self._store.put_batch(requests) if len(requests) > 1 else []
@@ -136,10 +138,13 @@ class StoreSink:
 
 
 class GrpcSink:
-    """Puts through a broker's gRPC endpoint (``rmq-spark broker``) with our Producer.
+    """Puts through a broker's gRPC endpoint (``rmq-spark broker``) as redelivery requests.
 
-    The message id sent is the original UNIQ_KEY, so the broker's own idempotence (same topic
-    and message id stored once) also guards a retried send.
+    Each message of a ``SendMessageRequest`` names its schedule record
+    (``remote.ref_to_message``); the broker reads and restores it from its own store, so the
+    stored record is the one the in-process sink would store (``exact``). One attempt per
+    request, no transport retries: a put whose answer is lost is ``UNKNOWN`` and the job's
+    intent settles it by reading the log (a blind retry could store it twice).
 
     Parameters
     ----------
@@ -150,7 +155,9 @@ class GrpcSink:
     """
 
     name = "grpc"
-    exact = False
+    exact = True
+    by_reference = True
+    messages_per_request = 200
 
     def __init__(
         self,
@@ -158,17 +165,29 @@ class GrpcSink:
         store_dir: str | Path,
         *,
         clock: Clock | None = None,
-        request_timeout_s: float = 5.0,
-        max_attempts: int = 3,
+        request_timeout_s: float = 10.0,
     ) -> None:
-        from rmq_spark.broker.producer import Producer
+        import grpc
 
-        self._clock = clock or SystemClock()
-        self._producer = Producer(
-            address, request_timeout_s=request_timeout_s, max_attempts=max_attempts, clock=clock
-        )
+        from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
         from rmq_spark.spark.segments import read_confirm_offset
 
+        self._clock = clock or SystemClock()
+        self._timeout_s = request_timeout_s
+        self._channel = grpc.insecure_channel(
+            address,
+            options=[
+                ("grpc.max_send_message_length", -1),
+                ("grpc.max_receive_message_length", -1),
+                ("grpc.enable_retries", 0),
+            ],
+        )
+        self._stub = spb_grpc.MessagingServiceStub(self._channel)
+        self._metadata = (
+            ("x-mq-client-id", f"rmq-spark-schedule@{address}"),
+            ("x-mq-language", "PYTHON"),
+            ("x-mq-protocol", "GRPC_V2"),
+        )
         self._reader = LogReader(store_dir)
         # The checkpoint's confirmed offset is a record boundary at or below the log's end:
         # the first scan for the end starts there, not at the oldest segment.
@@ -178,12 +197,20 @@ class GrpcSink:
         self._end = self._reader.end_offset(max(self._end, self._reader.min_offset()))
         return self._end
 
-    def put(self, records: Sequence[MessageRecord], message_ids: Sequence[str]) -> list[SinkResult]:
-        from rmq_spark.broker.producer import SendRejectedError
-        from rmq_spark.broker.proto import definition_pb2 as pb
-        from rmq_spark.broker.service import RESERVED_PROPERTY_KEYS
+    def put(
+        self,
+        records: Sequence[MessageRecord],
+        message_ids: Sequence[str],
+        refs: Sequence[RedeliveryRef] = (),
+        requests: Sequence[PutRequest] | None = None,
+    ) -> list[SinkResult]:
+        import grpc
 
-        retryable = {
+        from rmq_spark.broker.proto import definition_pb2 as pb
+        from rmq_spark.broker.proto import service_pb2 as spb
+
+        assert len(refs) == len(records), "GrpcSink needs the schedule record of every put"
+        unknown_codes = {
             pb.INTERNAL_ERROR,
             pb.INTERNAL_SERVER_ERROR,
             pb.MASTER_PERSISTENCE_TIMEOUT,
@@ -191,31 +218,37 @@ class GrpcSink:
             pb.TOO_MANY_REQUESTS,
         }
         out: list[SinkResult] = []
-        for record, message_id in zip(records, message_ids, strict=True):
-            properties = parse_properties(record.properties)
-            user = {k: v for k, v in properties.items() if k not in RESERVED_PROPERTY_KEYS}
-            keys = tuple(k for k in properties.get(KEYS, "").split(" ") if k)
+        step = self.messages_per_request
+        for start in range(0, len(refs), step):
+            chunk = refs[start : start + step]
+            request = spb.SendMessageRequest(messages=[ref_to_message(ref) for ref in chunk])
             try:
-                self._producer.send(
-                    record.topic,
-                    record.body,
-                    tag=properties.get(TAGS) or None,
-                    keys=keys,
-                    properties=user,
-                    message_id=properties.get(UNIQ_KEY) or message_id,
+                response = self._stub.SendMessage(
+                    request, timeout=self._timeout_s, metadata=self._metadata
                 )
-            except SendRejectedError as err:
-                if err.code in retryable:
-                    out.append(SinkResult(PutOutcome.UNKNOWN, reason=str(err)))
-                    break
-                out.append(SinkResult(PutOutcome.REFUSED, reason=str(err)))
-                continue
-            except BrokerError as err:
-                out.append(SinkResult(PutOutcome.UNKNOWN, reason=f"broker unreachable: {err}"))
-                break
-            out.append(SinkResult(PutOutcome.OK, self._clock.now_ms()))
+            except grpc.RpcError as err:
+                code = err.code() if hasattr(err, "code") else None
+                reason = f"broker unreachable: gRPC {code.name if code else 'error'}"
+                out.append(SinkResult(PutOutcome.UNKNOWN, reason=reason))
+                return out
+            now_ms = self._clock.now_ms()
+            if len(response.entries) != len(chunk):
+                status = response.status
+                reason = f"{pb.Code.Name(status.code)}: {status.message}"
+                out.append(SinkResult(PutOutcome.UNKNOWN, reason=reason))
+                return out
+            for entry in response.entries:
+                code = entry.status.code
+                reason = f"{pb.Code.Name(code)}: {entry.status.message}"
+                if code == pb.OK:
+                    out.append(SinkResult(PutOutcome.OK, now_ms))
+                elif code in unknown_codes:
+                    out.append(SinkResult(PutOutcome.UNKNOWN, reason=reason))
+                    return out
+                else:
+                    out.append(SinkResult(PutOutcome.REFUSED, reason=reason))
         return out
 
     def close(self) -> None:
-        self._producer.close()
+        self._channel.close()
         self._reader.close()

@@ -28,7 +28,13 @@ class CrashingSink(StoreSink):
         super().__init__(store)
         self.put_count = put_count
 
-    def put(self, records: Sequence[MessageRecord], message_ids: Sequence[str]) -> list[SinkResult]:
+    def put(
+        self,
+        records: Sequence[MessageRecord],
+        message_ids: Sequence[str],
+        refs: Sequence = (),
+        requests: Sequence | None = None,
+    ) -> list[SinkResult]:
         if self.put_count:
             super().put(records[: self.put_count], message_ids[: self.put_count])
         raise Crash
@@ -37,7 +43,13 @@ class CrashingSink(StoreSink):
 class UnknownSink(StoreSink):
     """Stores everything but answers UNKNOWN (a timeout after the write)."""
 
-    def put(self, records: Sequence[MessageRecord], message_ids: Sequence[str]) -> list[SinkResult]:
+    def put(
+        self,
+        records: Sequence[MessageRecord],
+        message_ids: Sequence[str],
+        refs: Sequence = (),
+        requests: Sequence | None = None,
+    ) -> list[SinkResult]:
         super().put(records, message_ids)
         return [SinkResult(PutOutcome.UNKNOWN, reason="timeout")]
 
