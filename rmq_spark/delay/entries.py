@@ -110,7 +110,6 @@ class TableEntrySource:
     """
 
     name = "consume_queue"
-    costly = True  # one Spark query per call: the pass reuses an answer (``_fetch``)
 
     def __init__(
         self, spark: SparkSession, tables_dir: str | Path, *, lookahead_ms: int = 1000

@@ -163,6 +163,7 @@ class Redeliverer:
         self._blocked: dict[tuple[str, int, int], int] = {}
         self._mirror_written_ms: int | None = None
         self._mirror_dirty = False
+        self._journal_unsaved = False  # ``journal`` holds a commit not written yet
         # Look-ahead (docs/DELAY.md, "Lateness"): messages falling due within
         # ``lookahead_ms`` are read and restored before they are due, so that the work at
         # due time is the put. ``run_once`` turns it off (nothing is waited for).
@@ -183,6 +184,7 @@ class Redeliverer:
     def close(self) -> None:
         """Write delayOffset.json one last time and release the lock."""
         try:
+            self._flush_journal()
             if self._mirror_dirty or self._mirror_written_ms is None:
                 self._write_mirror(self.clock.now_ms())
         finally:
@@ -197,6 +199,15 @@ class Redeliverer:
         broker is down, a timeout): nothing of that batch is marked done and the next pass
         settles it.
         """
+        try:
+            report = self._run_pass()
+        except Exception:
+            self._flush_journal()
+            raise
+        self._flush_journal()
+        return report
+
+    def _run_pass(self) -> PassReport:
         report = PassReport(now_ms=self.clock.now_ms(), source=self.source.name)
         if self.journal.intent is not None and not self._settle(report):
             return report
@@ -232,6 +243,7 @@ class Redeliverer:
                 report.exhausted = True
                 break
         now_ms = self.clock.now_ms()
+        self._flush_journal()  # before delayOffset.json, which must not run ahead of it
         if report.exhausted and self._lookahead_ms() > 0:
             self._prepare_ahead(found, now_ms, report)
         if self._mirror_dirty and (
@@ -251,11 +263,10 @@ class Redeliverer:
         the table); the pass plans all its batches from them.
 
         With look-ahead the source is asked for what falls due up to ``now + lookahead``, and
-        the answer is reused by later passes for a while: until that horizon for a costly
-        source (the table: a Spark query), for half a trigger interval for the CommitLog
-        (which reads only new bytes, but lists every pending entry). Entries stored meanwhile
-        and due sooner are late by at most that, never lost; an answer cut by ``fetch`` or
-        a gap is not reused.
+        the answer is reused by the passes of the next half trigger interval (the table
+        costs a Spark query, the CommitLog lists every pending entry). An entry indexed or
+        stored meanwhile and due sooner is late by at most that, never lost; an answer cut
+        by ``fetch`` or a gap is not reused.
         """
         lookahead_ms = self._lookahead_ms()
         if self._found is not None and now_ms < self._found_until_ms:
@@ -264,9 +275,7 @@ class Redeliverer:
         timer = self.journal.timer if self.config.timer_enabled else None
         found = self.source.candidates(by_queue, timer, now_ms + lookahead_ms, fetch)
         if lookahead_ms:
-            reuse_ms = lookahead_ms
-            if not getattr(self.source, "costly", False):
-                reuse_ms = min(lookahead_ms, self.config.trigger_interval_ms // 2)
+            reuse_ms = min(lookahead_ms, self.config.trigger_interval_ms // 2)
             self._found, self._found_until_ms = found, now_ms + reuse_ms
         self._found_horizon_ms = now_ms + lookahead_ms
         return found
@@ -496,9 +505,10 @@ class Redeliverer:
         scan_from = self.journal.log_scan_from
         if isinstance(self.source, LogEntrySource):
             scan_from = self.source.restart_offset(levels_by_queue(levels), timer)
-        self._save(
-            Journal(levels, timer, None, scan_from, self.journal.passes + 1),
-        )
+        # Written with the next batch's intent (one journal write for both) or at the end of
+        # the pass: until then a crash leaves this batch's intent, which settling finds done.
+        self.journal = Journal(levels, timer, None, scan_from, self.journal.passes + 1)
+        self._journal_unsaved = True
         self._mirror_dirty = True
 
     def _prepare(self, batch: list[IntentEntry], dequeue_ms: int) -> list[_Item]:
@@ -562,6 +572,12 @@ class Redeliverer:
     def _save(self, journal: Journal) -> None:
         self.files.save(journal)
         self.journal = journal
+        self._journal_unsaved = False
+
+    def _flush_journal(self) -> None:
+        """Write a commit not written yet (``_commit``)."""
+        if self._journal_unsaved:
+            self._save(self.journal)
 
     def _write_mirror(self, now_ms: int) -> None:
         offsets = {level: p.low_water for level, p in self.journal.levels.items()}

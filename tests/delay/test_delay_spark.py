@@ -21,7 +21,9 @@ pytestmark = pytest.mark.spark
 
 def reput(spark, world: DelayWorld, tables: Path, levels: str) -> None:  # type: ignore[no-untyped-def]
     world.broker.store.flush()
-    config = ReputConfig(tables_dir=tables, available_now=True, database="rmq_delay_tests")
+    # One database per test: a name registered by an earlier test points at its tables.
+    database = "rmq_delay_" + "".join(c if c.isalnum() else "_" for c in tables.parent.name)
+    config = ReputConfig(tables_dir=tables, available_now=True, database=database)
     run_reput(spark, world.root, config, parse_message_delay_level(levels), clock=world.clock)
 
 

@@ -251,3 +251,86 @@ def test_one_pass_delivers_many_batches_of_levels_and_timers(world: DelayWorld) 
     assert len(bodies(world)) == 20 and len(set(bodies(world))) == 20
     assert redeliverer.run_pass().delivered == 0
     redeliverer.close()
+
+
+class CrashOnCallSink(StoreSink):
+    """Puts normally, then crashes at call number ``crash_call`` before putting anything."""
+
+    def __init__(self, store: object, crash_call: int) -> None:
+        super().__init__(store)
+        self.crash_call, self.calls = crash_call, 0
+
+    def put(
+        self,
+        records: Sequence[MessageRecord],
+        message_ids: Sequence[str],
+        refs: Sequence = (),
+        requests: Sequence | None = None,
+    ) -> list[SinkResult]:
+        self.calls += 1
+        if self.calls == self.crash_call:
+            raise Crash
+        return super().put(records, message_ids, refs, requests)
+
+
+def test_a_crash_in_a_later_batch_keeps_the_earlier_batches_done_exactly_once(
+    world: DelayWorld,
+) -> None:
+    for index in range(6):
+        world.put_delayed("orders", f"m{index}".encode(), 1, UNIQ_KEY=f"U{index}")
+    world.clock.advance(1000)
+    crashing = world.redeliverer(CrashOnCallSink(world.broker, 3), batch_messages_max=2)
+    with pytest.raises(Crash):
+        crashing.run_pass()
+    crashing.files.unlock()
+    journal = json.loads((world.root / "config" / "scheduleJournal.json").read_text())
+    # One write holds batch 2's commit and batch 3's intent.
+    assert journal["levels"]["1"]["low_water"] == 4 and len(journal["intent"]["entries"]) == 2
+    restarted = world.redeliverer()
+    report = restarted.run_pass()
+    assert bodies(world) == [f"m{i}".encode() for i in range(6)]
+    assert (report.settled_found, report.settled_put) == (0, 2)
+    restarted.close()
+
+
+class CountingReader:
+    """The job's LogReader, counting the messages it reads by physical offset."""
+
+    def __init__(self, reader: object) -> None:
+        self._reader, self.read_count = reader, 0
+
+    def read_many(self, spans: Sequence[tuple[int, int]]) -> list[object]:
+        self.read_count += len(spans)
+        return self._reader.read_many(spans)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._reader, name)
+
+
+def test_messages_read_ahead_are_put_when_due_with_the_dequeue_time_of_their_put(
+    world: DelayWorld,
+) -> None:
+    world.put_delayed("orders", b"level", 1, UNIQ_KEY="UL")
+    world.put_timer("orders", b"timer", START_MS + 1500)
+    redeliverer = world.redeliverer(lookahead_ms=3000)
+    reader = CountingReader(redeliverer.reader)
+    redeliverer.reader = reader  # type: ignore[assignment]
+
+    report = redeliverer.run_pass()
+    assert report.delivered == 0 and report.next_due_ms == START_MS + 1000
+    assert reader.read_count == 2  # both read ahead, before they are due
+
+    world.clock.advance(1000)
+    assert redeliverer.run_pass().delivered == 1
+    world.clock.advance(499)
+    assert redeliverer.run_pass().delivered == 0  # never early
+    world.clock.advance(101)
+    assert redeliverer.run_pass().delivered == 1
+    assert reader.read_count == 2  # nothing read at due time
+
+    by_body = {r.body: r for r in world.records("orders")}
+    assert by_body[b"level"].store_timestamp_ms == START_MS + 1000
+    timer = parse_properties(by_body[b"timer"].properties)
+    assert timer["TIMER_DEQUEUE_MS"] == str(START_MS + 1600)  # the put's pass, not the read's
+    assert by_body[b"timer"].store_timestamp_ms == START_MS + 1600
+    redeliverer.close()
