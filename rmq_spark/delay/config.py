@@ -32,7 +32,7 @@ class DelayConfig:
     delay_offset_flush_interval_ms: int = 10_000  # delayOffset.json rewrite interval (RocketMQ)
     lag_warn_bytes: int = 1 << 20  # warn when consume_queue trails the log by more than this
     lateness_window_messages: int = 100_000  # lateness p50/p99 cover the last N deliveries
-    lookahead_ms: int = 3000  # read messages due this soon ahead (>= trigger interval); 0: off
+    lookahead_ms: int = 5000  # read messages due this soon ahead (>= trigger interval); 0: off
 
     def __post_init__(self) -> None:
         for name in (

@@ -6,7 +6,8 @@ Owns the exactly-once protocol (docs/DELAY.md, "Exactly once"):
 2. write the batch down as the journal's *intent*, with a CommitLog offset at or below where
    its puts can land, *before* putting anything;
 3. put the restored records;
-4. mark the entries done and clear the intent in one journal write.
+4. mark the entries done and clear the intent in one journal write (the next batch's intent
+   write when one follows in the pass, else the pass's end).
 
 A crash anywhere leaves either no intent (nothing was put, or everything is recorded) or an
 intent. An intent is settled before anything else (``settle``): the records stored since its
@@ -15,8 +16,13 @@ offset in the batch's real topics are matched against the batch by ``schedule.fi
 outcome is unknown leave the intent for the next pass; refused puts are retried after
 ``blocked_retry_interval_ms`` while later entries go on.
 
+Also owns the look-ahead: messages of entries due within ``lookahead_ms`` are read and
+restored (``items.load_entry``) before they fall due, so that a batch's work at due time is
+the intent, the put and the commit (docs/DELAY.md, "Look-ahead").
+
 Does not own where entries come from (``entries.py``), the files (``progress.py``), the put
-transport (``sink.py``) or the loop and its timing (``job.py``).
+transport (``sink.py``), restoring one entry (``items.py``) or the loop and its timing
+(``job.py``).
 """
 
 from __future__ import annotations
@@ -31,44 +37,39 @@ from typing import Any
 from rmq_spark.clock import Clock
 from rmq_spark.delay.config import DelayConfig
 from rmq_spark.delay.entries import Candidates, EntrySource, LogEntrySource
+from rmq_spark.delay.items import (
+    LEVEL,
+    TIMER,
+    EntryMismatchError,
+    Item,
+    Loaded,
+    apply_cancellations,
+    entry_key,
+    finish,
+    load_entry,
+    reference,
+)
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.delay.offsets import Intent, IntentEntry, Journal
 from rmq_spark.delay.progress import ProgressFiles
-from rmq_spark.delay.remote import RedeliveryRef, redelivery_put_request
+from rmq_spark.delay.remote import redelivery_put_request
 from rmq_spark.delay.schedule import (
-    DELETE_MARKER_PREFIX,
     TIMER_QUEUE_ID,
     Discard,
     QueueProgress,
     StopReason,
-    TimerRestore,
     fingerprint,
     percentile,
     plan_level,
     plan_timer,
-    property_value,
-    restore_delayed,
-    restore_timer_template,
-    target_delete_key,
-    timer_due_ms,
 )
-from rmq_spark.delay.sink import PutOutcome, Sink, fallback_message_id
-from rmq_spark.errors import StoreError
-from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
+from rmq_spark.delay.sink import PutOutcome, Sink
+from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC
 from rmq_spark.store.message import MessageRecord
-from rmq_spark.store.properties import UNIQ_KEY, parse_properties
-from rmq_spark.store.put import PutRequest
 
 __all__ = ["EntryMismatchError", "PassReport", "Redeliverer"]
 
 log = logging.getLogger("rmq_spark.delay")
-
-LEVEL, TIMER = "level", "timer"
-
-
-class EntryMismatchError(StoreError):
-    """A schedule entry points at a record that is not the one it describes (the
-    consume_queue table belongs to another store, or the log was replaced)."""
 
 
 @dataclass
@@ -100,30 +101,6 @@ class PassReport:
             doc["window_lateness_p50_ms"] = percentile(window, 0.5)
             doc["window_lateness_p99_ms"] = percentile(window, 0.99)
         return doc
-
-
-@dataclass
-class _Item:
-    """One intent entry, read and restored."""
-
-    intent: IntentEntry
-    restored: MessageRecord | Discard
-    due_ms: int
-    message_id: str
-    dequeue_ms: int = 0
-    request: PutRequest | None = None  # the put, when prepared ahead
-
-
-@dataclass(frozen=True, slots=True)
-class _Loaded:
-    """An entry's message read and restored but for the dequeue time (``TimerRestore``):
-    what the pass prepares before the entry falls due."""
-
-    physical_offset: int
-    restored: MessageRecord | TimerRestore | Discard
-    due_ms: int
-    message_id: str
-    request: PutRequest | None = None  # the put of a final record (not a timer template)
 
 
 class Redeliverer:
@@ -168,7 +145,7 @@ class Redeliverer:
         # ``lookahead_ms`` are read and restored before they are due, so that the work at
         # due time is the put. ``run_once`` turns it off (nothing is waited for).
         self.lookahead_enabled = True
-        self._ready: dict[tuple[str, int, int], _Loaded] = {}
+        self._ready: dict[tuple[str, int, int], Loaded] = {}
         self._ready_next_ms: int | None = None
         self._found: Candidates | None = None  # reused while ``now < _found_until_ms``
         self._found_until_ms = 0
@@ -304,7 +281,7 @@ class Redeliverer:
             picked = plan_timer(found.timer, self.journal.timer, horizon_ms, budget, skip)
             upcoming.extend(IntentEntry(TIMER, e) for e in picked)
         ready = self._ready
-        upcoming = [i for i in upcoming if i.entry.due_ms > now_ms and _key(i) not in ready]
+        upcoming = [i for i in upcoming if i.entry.due_ms > now_ms and entry_key(i) not in ready]
         upcoming.sort(key=lambda item: item.entry.due_ms)
         del upcoming[budget:]
         if upcoming:
@@ -318,7 +295,7 @@ class Redeliverer:
                 [(item.entry.physical_offset, item.entry.total_size) for item in chunk]
             )
             for item, record in zip(chunk, records, strict=True):
-                ready[_key(item)] = self._load(item, record)
+                ready[entry_key(item)] = load_entry(item, record)
         self._ready_next_ms = horizon_ms + max(1, lookahead_ms // 10)
 
     def _plan(
@@ -396,7 +373,7 @@ class Redeliverer:
                 self._blocked[(item.intent.kind, entry.queue_id, entry.queue_offset)] = item.due_ms
         if not due:
             return True
-        _apply_cancellations(due)
+        apply_cancellations(due)
         intent = Intent(self.sink.log_end_offset(), now_ms, tuple(item.intent for item in due))
         self._save(dataclasses.replace(self.journal, intent=intent))
         report.batches += 1
@@ -407,7 +384,7 @@ class Redeliverer:
         intent = self.journal.intent
         assert intent is not None
         items = self._prepare(list(intent.entries), intent.dequeue_ms)
-        _apply_cancellations(items)
+        apply_cancellations(items)
         restored = [i for i in items if isinstance(i.restored, MessageRecord)]
         topics = {i.restored.topic for i in restored if isinstance(i.restored, MessageRecord)}
         counts: collections.Counter[tuple[object, ...]] = collections.Counter()
@@ -432,7 +409,7 @@ class Redeliverer:
         return self._put_and_commit(items, missing, report, settling=True)
 
     def _put_and_commit(
-        self, items: list[_Item], to_put: list[_Item], report: PassReport, *, settling: bool
+        self, items: list[Item], to_put: list[Item], report: PassReport, *, settling: bool
     ) -> bool:
         """Put ``to_put`` (a subset of ``items``), then mark ``items`` done (except refused
         ones) and clear the intent; leave everything as is when an outcome is unknown."""
@@ -442,14 +419,14 @@ class Redeliverer:
         if not puts:
             results = []
         elif self.sink.by_reference:
-            results = self.sink.put(records, ids, [_ref(i) for i in puts])
+            results = self.sink.put(records, ids, [reference(i) for i in puts])
         else:
             requests = [
                 i.request or redelivery_put_request(r) for i, r in zip(puts, records, strict=True)
             ]
             results = self.sink.put(records, ids, requests=requests)
         now_ms = self.clock.now_ms()
-        refused: list[_Item] = []
+        refused: list[Item] = []
         for item, result in zip(puts, results, strict=False):
             if result.outcome is PutOutcome.OK:
                 stored_ms = result.store_timestamp_ms or now_ms
@@ -488,7 +465,7 @@ class Redeliverer:
         self._commit(done)
         return True
 
-    def _commit(self, done: list[_Item]) -> None:
+    def _commit(self, done: list[Item]) -> None:
         levels = dict(self.journal.levels)
         by_level: dict[int, list[int]] = collections.defaultdict(list)
         timer_offsets: list[int] = []
@@ -511,10 +488,10 @@ class Redeliverer:
         self._journal_unsaved = True
         self._mirror_dirty = True
 
-    def _prepare(self, batch: list[IntentEntry], dequeue_ms: int) -> list[_Item]:
+    def _prepare(self, batch: list[IntentEntry], dequeue_ms: int) -> list[Item]:
         """Read each entry's message and restore it (``Discard`` when it is gone); entries
         prepared ahead (``_prepare_ahead``) are taken from memory."""
-        loaded: list[_Loaded | None] = [self._ready.pop(_key(item), None) for item in batch]
+        loaded: list[Loaded | None] = [self._ready.pop(entry_key(item), None) for item in batch]
         missing = [
             index
             for index, (item, found) in enumerate(zip(batch, loaded, strict=True))
@@ -525,49 +502,10 @@ class Redeliverer:
                 [(batch[i].entry.physical_offset, batch[i].entry.total_size) for i in missing]
             )
             for index, record in zip(missing, records, strict=True):
-                loaded[index] = self._load(batch[index], record)
-        items = []
-        for item, found in zip(batch, loaded, strict=True):
-            assert found is not None
-            restored = found.restored
-            if isinstance(restored, TimerRestore):
-                restored = restored.build(dequeue_ms)
-            items.append(
-                _Item(item, restored, found.due_ms, found.message_id, dequeue_ms, found.request)
-            )
-        return items
-
-    def _load(self, intent: IntentEntry, record: MessageRecord | Exception) -> _Loaded:
-        entry = intent.entry
-        if isinstance(record, Exception):
-            gone = Discard("message no longer in the CommitLog (deleted by retention)")
-            return _Loaded(entry.physical_offset, gone, entry.due_ms, "")
-        topic = RMQ_SYS_SCHEDULE_TOPIC if intent.kind == LEVEL else RMQ_SYS_WHEEL_TIMER_TOPIC
-        if (record.topic, record.queue_id, record.queue_offset) != (
-            topic,
-            entry.queue_id,
-            entry.queue_offset,
-        ):
-            raise EntryMismatchError(
-                f"entry {topic}/{entry.queue_id}@{entry.queue_offset} points at physical "
-                f"offset {entry.physical_offset}, which holds "
-                f"{record.topic}/{record.queue_id}@{record.queue_offset}"
-            )
-        if intent.kind == LEVEL:
-            uniq = property_value(record.properties, UNIQ_KEY)
-            message_id = uniq or fallback_message_id(entry.physical_offset)
-            restored = restore_delayed(record)
-            request = None
-            if isinstance(restored, MessageRecord):
-                request = redelivery_put_request(restored)
-            return _Loaded(entry.physical_offset, restored, entry.due_ms, message_id, request)
-        properties = parse_properties(record.properties)
-        message_id = properties.get(UNIQ_KEY) or fallback_message_id(entry.physical_offset)
-        due_ms = max(entry.due_ms, timer_due_ms(properties, record.store_timestamp_ms))
-        template = restore_timer_template(
-            record, enqueue_ms=record.store_timestamp_ms, properties=properties
-        )
-        return _Loaded(entry.physical_offset, template, due_ms, message_id)
+                loaded[index] = load_entry(batch[index], record)
+        ready = [found for found in loaded if found is not None]
+        assert len(ready) == len(batch)
+        return [finish(item, found, dequeue_ms) for item, found in zip(batch, ready, strict=True)]
 
     def _save(self, journal: Journal) -> None:
         self.files.save(journal)
@@ -586,24 +524,6 @@ class Redeliverer:
         self._mirror_dirty = False
 
 
-def _key(item: IntentEntry) -> tuple[str, int, int]:
-    return (item.kind, item.entry.queue_id, item.entry.queue_offset)
-
-
-def _ref(item: _Item) -> RedeliveryRef:
-    """How a broker finds the item's schedule record (``GrpcSink``)."""
-    entry = item.intent.entry
-    topic = RMQ_SYS_SCHEDULE_TOPIC if item.intent.kind == LEVEL else RMQ_SYS_WHEEL_TIMER_TOPIC
-    return RedeliveryRef(
-        topic,
-        entry.queue_id,
-        entry.queue_offset,
-        entry.physical_offset,
-        item.dequeue_ms,
-        item.message_id,
-    )
-
-
 def levels_by_queue(levels: dict[int, QueueProgress]) -> dict[int, QueueProgress]:
     """Level progress keyed by schedule queue id (level - 1)."""
     return {level - 1: progress for level, progress in levels.items()}
@@ -612,20 +532,3 @@ def levels_by_queue(levels: dict[int, QueueProgress]) -> dict[int, QueueProgress
 def _earliest(report: PassReport, due_ms: int | None) -> None:
     if due_ms is not None and (report.next_due_ms is None or due_ms < report.next_due_ms):
         report.next_due_ms = due_ms
-
-
-def _apply_cancellations(items: list[_Item]) -> None:
-    """Timer messages whose delete marker is in the same batch are not delivered."""
-    markers = {
-        item.restored.reason.removeprefix(DELETE_MARKER_PREFIX)
-        for item in items
-        if isinstance(item.restored, Discard)
-        and item.restored.reason.startswith(DELETE_MARKER_PREFIX)
-    }
-    if not markers:
-        return
-    for item in items:
-        if isinstance(item.restored, MessageRecord) and item.intent.kind == TIMER:
-            key = target_delete_key(item.restored)
-            if key in markers:
-                item.restored = Discard(f"cancelled by a timer delete marker ({key})")
