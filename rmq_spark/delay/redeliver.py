@@ -266,10 +266,14 @@ class Redeliverer:
         horizon_ms = min(now_ms + lookahead_ms, self._found_horizon_ms)  # what ``found`` covers
         if self._ready_next_ms is not None and horizon_ms < self._ready_next_ms:
             return
-        budget = self.config.pass_messages_max - len(self._ready)
-        if budget <= 0:
-            return
         by_queue = levels_by_queue(dict(self.journal.levels))
+        budget = self.config.pass_messages_max - len(self._ready)
+        if budget <= 0:  # forget prepared entries done meanwhile (another pass, a settle)
+            for key in [k for k in self._ready if self._is_done(k, by_queue)]:
+                del self._ready[key]
+            budget = self.config.pass_messages_max - len(self._ready)
+            if budget <= 0:
+                return
         upcoming: list[IntentEntry] = []
         for queue_id, rows in found.levels.items():
             skip = self._skip(LEVEL, queue_id)
@@ -336,6 +340,11 @@ class Redeliverer:
             _earliest(report, found.timer_next_due_ms)
         chosen.sort(key=lambda item: item.entry.due_ms)
         return chosen[:limit]
+
+    def _is_done(self, key: tuple[str, int, int], by_queue: dict[int, QueueProgress]) -> bool:
+        kind, queue_id, queue_offset = key
+        progress = by_queue.get(queue_id, QueueProgress()) if kind == LEVEL else self.journal.timer
+        return progress.is_done(queue_offset)
 
     def _skip(self, kind: str, queue_id: int) -> set[int]:
         now_ms = self.clock.now_ms()
