@@ -151,15 +151,22 @@ class DemoRun:
             query.stop()
 
     def _start_delay_job(self, spark: Any, broker: Any, stack: ExitStack) -> None:
+        from rmq_spark.delay.config import EntrySourceKind
         from rmq_spark.delay.job import open_redeliverer, run_continuous
         from rmq_spark.delay.sink import StoreSink
         from rmq_spark.store.delay_levels import parse_message_delay_level
 
         levels = parse_message_delay_level(self.config.store.message_delay_level)
+        # Next to the store, due entries are read straight from the CommitLog's schedule and
+        # timer records: lateness then does not wait for the reput job's tables (docs/DELAY.md,
+        # "Which one when"). A job elsewhere reads them from rmq.consume_queue.
+        delay_config = dataclasses.replace(
+            self.config.delay, entry_source=EntrySourceKind.COMMITLOG
+        )
         redeliverer = open_redeliverer(
             self.store_dir,
             StoreSink(broker),
-            config=self.config.delay,
+            config=delay_config,
             delay_levels_ms=levels,
             clock=SystemClock(),
             spark=spark,
