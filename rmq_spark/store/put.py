@@ -75,6 +75,7 @@ __all__ = [
     "check_topic",
     "duplicates_in",
     "encode_ipv4_v1",
+    "find_uniq_key",
     "ipv4_of",
     "order_properties",
     "prepare",
@@ -288,6 +289,8 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
         return _illegal(
             f"body is {len(body)} bytes; max_message_size_bytes is {ctx.max_body_bytes}"
         )
+    if type(request.sys_flag) is not int:
+        return _illegal(f"sys_flag must be an int, got {request.sys_flag!r}")
     tx_type = request.sys_flag & TRANSACTION_MASK
     consumes = tx_type == TRANSACTION_NOT_TYPE or tx_type == TRANSACTION_COMMIT_TYPE
     raw = request.raw_properties
@@ -295,7 +298,7 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
         if request.properties or request.tags or request.keys:
             return _illegal("raw_properties excludes properties, tags and keys")
         props_text = raw
-        uniq_key = _find_uniq_key(raw)
+        uniq_key = find_uniq_key(raw)
     elif not request.properties:
         # The common case: only UNIQ_KEY, TAGS and KEYS; their order is known in advance.
         uniq_key = ctx.new_uniq_key()
@@ -490,7 +493,7 @@ def _simple_properties(uniq_key: str, tags: str | None, keys: tuple[str, ...]) -
     return "".join(parts)
 
 
-def _find_uniq_key(props_text: str) -> str | None:
+def find_uniq_key(props_text: str) -> str | None:
     """UNIQ_KEY of a stored properties string, without parsing all of it."""
     start = 0
     marker = UNIQ_KEY + "\x01"

@@ -7,14 +7,19 @@ that cannot be undone, and the wait for durability under SYNC. Does not own vali
 encoding rules (``put.py``, ``put_plan.py``), files (``commitlog.py``), fsync timing
 (``flush.py``) or the store's lifecycle (``message_store.py``).
 
-Two paths, the same bytes (tests check both against ``codec.encode_record``):
+Three paths, the same bytes (tests check each against ``codec.encode_record``):
 
 * *Fast*: a message whose only properties are TAGS and a generated UNIQ_KEY, with IPv4
   hosts, a v1 topic, a ``bytes`` body and default flags (what most producers send). The whole
   record is packed with one ``struct.pack_into`` straight into the segment's memory map under
   the lock (``put_plan.RecordPlan``): no intermediate buffer, no patching.
+* *Raw*: a copy put back with its stored properties string verbatim (``raw_properties``:
+  delay redelivery, transaction commit), IPv4 hosts, a v1 topic, a ``bytes`` body, not
+  ``idempotent``: checked outside the lock, packed whole under it (``store_put_raw.py``).
 * *General*: anything else is validated and encoded outside the lock (``put.prepare``), then
   patched with its offsets and store timestamp and written under it.
+
+A batch takes a fast path when all its requests do (all template or all raw).
 
 ``PutPaths`` is a base class of ``MessageStore``: it sets up its own state
 (``_init_put_paths``) and uses the store's shared state declared below.
@@ -53,6 +58,7 @@ from rmq_spark.store.put import (
 )
 from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.put_plan import RecordPlan, UniqKeys, record_plan
+from rmq_spark.store.store_put_raw import RawPutPaths
 
 __all__ = ["PutPaths"]
 
@@ -78,7 +84,7 @@ _ipv4 = ipv4_of
 _LOCALHOST_IPV4 = LOCALHOST_IPV4
 
 
-class PutPaths:
+class PutPaths(RawPutPaths):
     """``put`` and ``put_batch`` of ``MessageStore`` (see the module docstring)."""
 
     # The store's state these paths share with it (set up by ``MessageStore``).
@@ -117,6 +123,7 @@ class PutPaths:
         store_ipv4 = _ipv4(host)
         self._fast_path = store_ipv4 is not None  # the fast path needs an IPv4 store host
         self._store_ip, self._store_port = store_ipv4 or (b"", 0)
+        self._init_raw_put_paths()
 
     def put(self, request: PutRequest) -> PutResult:
         """Store one message; the outcome is in ``PutResult.status`` (never an exception for a
@@ -312,6 +319,10 @@ class PutPaths:
         then place and patch the record under it."""
         if self._closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
+        if request.raw_properties is not None:
+            raw_parts = self._raw_parts(request)
+            if raw_parts is not None:
+                return self._put_batch_raw([raw_parts])[0][0]
         clock = self._clock
         prepared = prepare(request, self._ctx, clock.now_ms())
         if type(prepared) is PutResult:
@@ -390,10 +401,16 @@ class PutPaths:
         if self._closed:
             closed = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
             return [closed] * count, 0
-        fast_parts = self._fast_parts
-        parts = [fast_parts(request) for request in requests]
-        if None not in parts:
-            return self._put_batch_fast(parts)  # type: ignore[arg-type]
+        if getattr(requests[0], "raw_properties", None) is None:
+            fast_parts = self._fast_parts
+            parts = [fast_parts(request) for request in requests]
+            if None not in parts:
+                return self._put_batch_fast(parts)  # type: ignore[arg-type]
+        else:  # a template request in the batch would be declined by both fast paths
+            raw_parts = self._raw_parts
+            raws = [raw_parts(request) for request in requests]
+            if None not in raws:
+                return self._put_batch_raw(raws)  # type: ignore[arg-type]
         now = self._clock.now_ms()
         ctx = self._ctx
         prepared = [prepare(request, ctx, now) for request in requests]
