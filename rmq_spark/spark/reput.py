@@ -5,8 +5,9 @@ appends the batch's rows to ``messages``, ``message_index`` and ``consume_queue`
 (``tables.py``) in one idempotent step: each append carries Delta ``txnAppId`` =
 ``ReputConfig.txn_app_id`` and ``txnVersion`` = the log position the batch ends at, so a batch
 replayed after a crash adds nothing to a table that already has it, and rows below what a
-table already holds are filtered out when a job starts over a fresh checkpoint. Also owns
-progress: how far the tables are behind the durable log (``reput_lag``), logged per batch.
+table already holds are filtered out when a job starts over a fresh checkpoint. A batch's
+log range comes from the stream's offset log (no Spark job). Progress (``reput_lag``,
+``tables_lag``) lives in ``reput_progress.py`` and is re-exported here.
 Does not own table schemas (``tables.py``), the source (``source.py``) or argument parsing.
 """
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import RmqError
 from rmq_spark.spark.reput_config import ReputConfig
+from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
@@ -38,14 +40,6 @@ from rmq_spark.spark.tables import (
     register_tables,
     table_path,
 )
-from rmq_spark.store.codec import (
-    BlankPadding,
-    DecodedRecord,
-    NeedMoreData,
-    decode_record,
-    peek_header,
-)
-from rmq_spark.store.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODES
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -56,6 +50,9 @@ __all__ = [
     "ReputBatchWriter",
     "ReputError",
     "ReputLag",
+    "fresh_start_offset",
+    "logged_batch_range",
+    "parse_offset_log_entry",
     "reput_lag",
     "run_reput",
     "start_reput",
@@ -63,36 +60,10 @@ __all__ = [
 ]
 
 log = logging.getLogger("rmq_spark.reput")
-_HISTORY_DEPTH = 20  # commits looked at for the newest reput commit of a table
 
 
 class ReputError(RmqError):
     """The reput stream failed; the message carries Spark's reason."""
-
-
-@dataclass(frozen=True, slots=True)
-class ReputLag:
-    """How far the tables are behind the durable log.
-
-    ``behind_messages`` is exact when ``messages_exact``, else a lower bound (the scan stops
-    after ``ReputConfig.lag_scan_messages_max`` records). ``behind_ms`` is how long the oldest
-    message not yet in the tables has been stored (0 when caught up).
-    """
-
-    durable_offset: int
-    reput_offset: int
-    behind_bytes: int
-    behind_messages: int
-    messages_exact: bool
-    behind_ms: int
-
-    def describe(self) -> str:
-        more = "" if self.messages_exact else "+"
-        return (
-            f"{self.behind_bytes} bytes, {self.behind_messages}{more} messages, "
-            f"{self.behind_ms / 1000:.1f} s behind the durable log (at {self.reput_offset} "
-            f"of {self.durable_offset})"
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,120 +77,9 @@ class BatchReport:
     end_offset: int
     row_counts: dict[str, int]
     lag: ReputLag
-    stats_ms: float  # reading and caching the batch, counting it
+    stats_ms: float  # finding the batch's log range (a Spark job only without an offset log)
     write_ms: float  # the three Delta appends (in parallel)
-
-
-def reput_lag(
-    store_dir: str | Path, reput_offset: int, *, clock: Clock, scan_messages_max: int = 100_000
-) -> ReputLag:
-    """Lag of tables that hold every message below ``reput_offset``, read from the log itself.
-
-    Walks record headers from ``reput_offset`` to the durable offset (the checkpoint's
-    confirmPhyOffset) without locks, the way the source reads.
-    """
-    from rmq_spark.spark.planner import readable_end
-    from rmq_spark.spark.segments import MappedSegment, StoreView
-
-    view = StoreView.open(store_dir)
-    durable = readable_end(view)  # confirmPhyOffset, or the last valid record of a closed store
-    position = max(reput_offset, view.min_offset)
-    count = 0
-    first_store_ms: int | None = None
-    exact = True
-    while position < durable:
-        if count >= scan_messages_max:
-            exact = False
-            break
-        span = view.span_at(position)
-        if span is None:
-            break
-        try:
-            segment = MappedSegment(view.segment_path(span.base_offset))
-        except FileNotFoundError:  # deleted by retention meanwhile
-            break
-        with segment:
-            local = position - span.base_offset
-            limit = min(durable, span.end_offset) - span.base_offset
-            buf = segment.buffer
-            while local < limit and count < scan_messages_max:
-                header = peek_header(buf, local)
-                if isinstance(header, NeedMoreData):
-                    break
-                total, magic = header
-                if magic == BLANK_MAGIC_CODE or magic not in MESSAGE_MAGIC_CODES or total <= 0:
-                    break
-                if first_store_ms is None:
-                    first_store_ms = _store_timestamp_ms(buf, local, segment.path)
-                count += 1
-                local += total
-            else:  # the range or the count limit ended the walk
-                position = span.base_offset + local
-                continue
-            position = span.end_offset  # BLANK, end of file, or an unwritten tail
-    behind_ms = 0 if first_store_ms is None else max(0, clock.now_ms() - first_store_ms)
-    return ReputLag(
-        durable_offset=durable,
-        reput_offset=reput_offset,
-        behind_bytes=max(0, durable - reput_offset),
-        behind_messages=count,
-        messages_exact=exact,
-        behind_ms=behind_ms,
-    )
-
-
-def _store_timestamp_ms(buf: object, position: int, path: Path) -> int | None:
-    outcome = decode_record(buf, position, path=path.name, check_crc=False, with_body=False)  # type: ignore[arg-type]
-    if isinstance(outcome, DecodedRecord):
-        return outcome.record.store_timestamp_ms
-    assert not isinstance(outcome, BlankPadding)
-    return None
-
-
-def _committed_end(spark: SparkSession, path: Path) -> int | None:
-    """The log position a table is complete up to: ``end_offset`` of its newest reput commit."""
-    from delta.tables import DeltaTable
-
-    if not (path / "_delta_log").is_dir():
-        return None
-    history = DeltaTable.forPath(spark, str(path)).history(_HISTORY_DEPTH)
-    for row in history.select("userMetadata").collect():
-        if row.userMetadata and "end_offset" in row.userMetadata:
-            return int(json.loads(row.userMetadata)["end_offset"])
-    return None
-
-
-def tables_lag(
-    spark: SparkSession,
-    store_dir: str | Path,
-    tables_dir: str | Path,
-    *,
-    clock: Clock | None = None,
-    scan_messages_max: int = 100_000,
-) -> ReputLag:
-    """How far the tables under ``tables_dir`` are behind the log of ``store_dir`` now.
-
-    The tables' position is the smallest ``end_offset`` among the three tables' newest reput
-    commits (each commit records it next to its Delta txn version); when a table's recent
-    history holds only OPTIMIZE commits, the end of the last message in ``messages`` is used.
-    """
-    from pyspark.sql import functions as F
-
-    ends = [_committed_end(spark, table_path(tables_dir, name)) for name in TABLE_NAMES]
-    if all(end is not None for end in ends):
-        reput_offset = min(end for end in ends if end is not None)
-    else:
-        reput_offset = 0
-        path = table_path(tables_dir, MESSAGES)
-        if (path / "_delta_log").is_dir():
-            table = spark.read.format("delta").load(str(path))
-            top = table.agg(F.max("physical_offset")).first()[0]
-            if top is not None:
-                size = table.where(F.col("physical_offset") == F.lit(top)).first()["total_size"]
-                reput_offset = int(top) + int(size)
-    return reput_lag(
-        store_dir, reput_offset, clock=clock or SystemClock(), scan_messages_max=scan_messages_max
-    )
+    consume_queue_visible_ms: int | None = None  # clock time the consume_queue commit landed
 
 
 def _batch_stats(batch: DataFrame) -> dict[str, int]:
@@ -262,18 +122,21 @@ class ReputBatchWriter:
         *,
         clock: Clock | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
+        offset_log: Path | None = None,
     ) -> None:
         self.spark = spark
+        self.offset_log = offset_log  # the stream's <checkpoint>/offsets: each batch's range
         self.store_dir = Path(store_dir)
         self.config = config
         self.delay_levels_ms = delay_levels_ms
         self.clock = clock or SystemClock()
         self.on_batch = on_batch
         ensure_tables(spark, config.tables_dir)
-        self.floors = committed_floors(spark, config.tables_dir)
+        self.floors = committed_floors(spark, config.tables_dir, config.txn_app_id)
         self.batches_written = 0
         self.messages_written = 0
         self.last_report: BatchReport | None = None
+        self.consume_queue_visible_ms: int | None = None
 
     def _rows(self, name: str, batch: DataFrame) -> DataFrame:
         if name == CONSUME_QUEUE:
@@ -282,26 +145,15 @@ class ReputBatchWriter:
             return message_index_rows(batch)
         return messages_rows(batch)
 
-    def _append(
-        self,
-        name: str,
-        batch: DataFrame,
-        stats: dict[str, int],
-        version: int,
-        metadata: dict[str, int],
-    ) -> None:
+    def _append(self, name: str, batch: DataFrame, version: int, metadata: dict[str, int]) -> int:
         from pyspark.sql import functions as F
 
         floor = self.floors[name]
-        rows = (
-            batch
-            if floor <= stats["start"]
-            else batch.where(F.col("physical_offset") >= F.lit(floor))
-        )
+        rows = batch if floor == 0 else batch.where(F.col("physical_offset") >= F.lit(floor))
         frame = self._rows(name, rows)
-        if stats["bytes"] < self.config.small_batch_bytes:
+        if metadata["end_offset"] - metadata["start_offset"] < self.config.small_batch_bytes:
             frame = frame.coalesce(1)
-        append_idempotent(
+        written = append_idempotent(
             frame,
             self.config.tables_dir,
             name,
@@ -310,6 +162,19 @@ class ReputBatchWriter:
             metadata=metadata,
         )
         self.floors[name] = version
+        if name == CONSUME_QUEUE:
+            self.consume_queue_visible_ms = self.clock.now_ms()
+        return written or 0
+
+    def _range(self, batch: DataFrame, batch_id: int) -> tuple[int, int] | None:
+        """``(start, end)`` of the batch in the log; ``None``: the batch holds no message."""
+        if self.offset_log is not None:
+            logged = logged_batch_range(self.offset_log, batch_id)
+            if logged is not None:
+                start, end = logged
+                return (start, end) if end > start else None
+        stats = _batch_stats(batch)  # no offset log (a direct call): one Spark job
+        return (stats["start"], stats["end"]) if stats["messages"] else None
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         from pyspark import StorageLevel
@@ -317,29 +182,32 @@ class ReputBatchWriter:
         started_ms = self.clock.monotonic_ms()
         batch = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
         try:
-            stats = _batch_stats(batch)
-            if stats["messages"] == 0:
+            span = self._range(batch, batch_id)
+            if span is None:
                 return
-            version = stats["end"]
-            metadata = {"batch_id": batch_id, "start_offset": stats["start"], "end_offset": version}
+            start, version = span
+            metadata = {"batch_id": batch_id, "start_offset": start, "end_offset": version}
             if version <= min(self.floors.values()):
                 return  # every table holds the whole batch already (a replay)
             stats_ms = self.clock.monotonic_ms() - started_ms
-            pending = [name for name in TABLE_NAMES if version > self.floors[name]]
+            # consume_queue first: its rows are the ones consumers wait for (put-to-visible).
+            order = (CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES)
+            pending = [name for name in order if version > self.floors[name]]
+            self.consume_queue_visible_ms = None
             # Three independent Delta transactions, in parallel: most of a small batch's time is
             # driver-side commit work, so this cuts put-to-visible latency (bench_reput.py).
             with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="reput") as pool:
-                futures = [
-                    pool.submit(self._append, name, batch, stats, version, metadata)
+                futures = {
+                    name: pool.submit(self._append, name, batch, version, metadata)
                     for name in pending
-                ]
-                for future in futures:
-                    future.result()  # the first failure fails the batch; a replay finishes it
+                }
+                # The first failure fails the batch; a replay finishes it.
+                written = {name: future.result() for name, future in futures.items()}
             write_ms = self.clock.monotonic_ms() - started_ms - stats_ms
         finally:
             batch.unpersist()
         self.batches_written += 1
-        self.messages_written += stats["messages"]
+        self.messages_written += written.get(MESSAGES, 0)
         interval = self.config.optimize_interval_batches
         if interval and self.batches_written % interval == 0:
             # Between two batches in this driver: nothing of ours is writing concurrently.
@@ -353,19 +221,20 @@ class ReputBatchWriter:
         )
         report = BatchReport(
             batch_id=batch_id,
-            message_count=stats["messages"],
-            log_bytes=stats["bytes"],
-            start_offset=stats["start"],
+            message_count=written.get(MESSAGES, 0),
+            log_bytes=version - start,
+            start_offset=start,
             end_offset=version,
-            row_counts={name: stats[name] for name in (CONSUME_QUEUE, MESSAGE_INDEX)},
+            row_counts={name: written.get(name, 0) for name in (CONSUME_QUEUE, MESSAGE_INDEX)},
             lag=lag,
             stats_ms=stats_ms,
             write_ms=write_ms,
+            consume_queue_visible_ms=self.consume_queue_visible_ms,
         )
         self.last_report = report
         log.info(
             "reput batch %d: %d messages, %d bytes, log [%d, %d) -> consume_queue %d rows, "
-            "message_index %d rows (read %.0f ms, write %.0f ms); %s",
+            "message_index %d rows (range %.0f ms, write %.0f ms); %s",
             batch_id,
             report.message_count,
             report.log_bytes,
@@ -381,28 +250,88 @@ class ReputBatchWriter:
             self.on_batch(report)
 
 
+def parse_offset_log_entry(text: str) -> int | None:
+    """The ``physical_offset`` of a Spark offset-log file of a one-source query (PURE).
+
+    The file is ``v1``, a metadata JSON line, then one JSON line per source; ``None`` when
+    the text is not that shape or the source's offset is not ``{"physical_offset": N}``.
+    """
+    lines = text.splitlines()
+    if len(lines) != 3 or not lines[0].startswith("v"):
+        return None
+    try:
+        offset = json.loads(lines[2])
+    except ValueError:
+        return None
+    if not isinstance(offset, dict) or not isinstance(offset.get("physical_offset"), int):
+        return None
+    return int(offset["physical_offset"])
+
+
+def logged_batch_range(offset_log: Path, batch_id: int) -> tuple[int, int] | None:
+    """``[start, end)`` of micro-batch ``batch_id`` from the stream's offset log.
+
+    Spark writes ``offsets/<id>`` before it runs batch ``id`` and a replay reads the same
+    file, so the range (hence the txn version) of a batch never changes. Batch 0 and a batch
+    whose predecessor's entry was purged start at 0 (rows below the tables' floors are
+    dropped anyway). ``None`` when the entry is missing or unreadable.
+    """
+    try:
+        end = parse_offset_log_entry((offset_log / str(batch_id)).read_text())
+    except OSError:
+        return None
+    if end is None:
+        return None
+    start: int | None = 0
+    if batch_id > 0:
+        try:
+            start = parse_offset_log_entry((offset_log / str(batch_id - 1)).read_text())
+        except OSError:
+            start = 0
+    return (start or 0, end)
+
+
 def _has_progress(checkpoint_dir: Path) -> bool:
     offsets = checkpoint_dir / "offsets"
     return offsets.is_dir() and any(entry.name.isdigit() for entry in offsets.iterdir())
+
+
+def fresh_start_offset(progress: Mapping[str, tuple[int, int | None]]) -> int | None:
+    """Where a stream with a fresh checkpoint starts over existing tables (PURE).
+
+    ``progress`` maps each table to ``(txn_version, max_physical_offset)``: its last reput
+    ``txnVersion`` (-1: none) and its largest ``physical_offset`` (``None``: no rows). Returns
+    a record start at or below the position every table is complete up to, or ``None`` for
+    the log's start: when a table has no reput commit (it may lack rows that the others have)
+    or has one but no rows (its completeness says nothing about a record start). Rows below
+    what each table holds are dropped by the floors, so starting early duplicates nothing.
+    """
+    if not progress:
+        return None
+    starts: list[int] = []
+    for txn_version, top in progress.values():
+        if txn_version < 0 or top is None:
+            return None
+        starts.append(top)  # a record start below the table's txn version (its end)
+    return min(starts)
 
 
 def _starting_offsets(spark: SparkSession, config: ReputConfig) -> str:
     """Where a query with a fresh checkpoint starts: after what the tables already hold."""
     from pyspark.sql import functions as F
 
-    starts: list[int] = []
-    for name in (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE):  # messages first: see below
+    from rmq_spark.spark.delta_append import committed_txn_version
+
+    progress: dict[str, tuple[int, int | None]] = {}
+    for name in TABLE_NAMES:
         path = table_path(config.tables_dir, name)
         if not (path / "_delta_log").is_dir():
-            continue
-        top = spark.read.format("delta").load(str(path)).agg(F.max("physical_offset")).first()[0]
-        if top is not None:
-            starts.append(int(top))  # a record start; its rows are filtered, not duplicated
-        elif name == MESSAGES:
             return "earliest"
-    if not starts:
-        return "earliest"
-    return json.dumps({"physical_offset": min(starts)})
+        top = spark.read.format("delta").load(str(path)).agg(F.max("physical_offset")).first()[0]
+        version = committed_txn_version(spark, str(path), config.txn_app_id)
+        progress[name] = (version, None if top is None else int(top))
+    start = fresh_start_offset(progress)
+    return "earliest" if start is None else json.dumps({"physical_offset": start})
 
 
 def start_reput(
@@ -438,7 +367,13 @@ def start_reput(
     if config.max_bytes_per_trigger:
         reader = reader.option("maxBytesPerTrigger", str(config.max_bytes_per_trigger))
     writer = ReputBatchWriter(
-        spark, store_dir, config, delay_levels_ms, clock=clock, on_batch=on_batch
+        spark,
+        store_dir,
+        config,
+        delay_levels_ms,
+        clock=clock,
+        on_batch=on_batch,
+        offset_log=checkpoint / "offsets",
     )
     stream = (
         reader.load(str(Path(store_dir).absolute()))

@@ -9,18 +9,18 @@ Owns the three tables under one ``tables_dir`` (docs/TABLES.md describes them):
 how a batch of source rows becomes rows of each (plain Spark SQL expressions: Java's
 ``String.hashCode`` runs in the JVM through ``reflect('java.util.Objects', 'hashCode', s)``,
 which is exactly Java's, so no Python UDF touches a row), the idempotent append
-(Delta ``txnAppId``/``txnVersion``), registration in the catalog and compaction (OPTIMIZE).
+(a Delta ``SetTransaction`` per commit), registration in the catalog and compaction (OPTIMIZE).
 Does not own the stream (``reput.py``) nor queries (``query.py``).
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.errors import RmqError
+from rmq_spark.spark.delta_append import committed_txn_version, delta_append_once
 from rmq_spark.spark.schema import COLUMN_NAMES, SCHEMA_DDL
 from rmq_spark.store.layout import (
     RMQ_SYS_SCHEDULE_TOPIC,
@@ -287,11 +287,11 @@ def register_tables(spark: SparkSession, tables_dir: str | Path, database: str =
         for name in TABLE_NAMES:
             path = table_path(tables_dir, name)
             qualified = f"{database}.{name}"
-            if spark.catalog.tableExists(qualified):
-                location = spark.sql(f"DESCRIBE DETAIL {qualified}").first()["location"]
-                if _same_location(str(location), path):
+            location = _registered_location(spark, qualified)
+            if location is not None:
+                if _same_location(location, path):
                     continue
-                spark.sql(f"DROP TABLE {qualified}")  # external: the files stay
+                _drop_entry(spark, qualified)
             spark.sql(
                 f"CREATE TABLE IF NOT EXISTS {qualified} USING delta "
                 f"LOCATION {_sql_string(str(path))}"
@@ -304,16 +304,41 @@ def register_tables(spark: SparkSession, tables_dir: str | Path, database: str =
         ) from err
 
 
+def _session_catalog(spark: SparkSession, qualified: str) -> tuple[Any, Any]:
+    state = spark._jsparkSession.sessionState()  # type: ignore[attr-defined]
+    return state.catalog(), state.sqlParser().parseTableIdentifier(qualified)
+
+
+def _registered_location(spark: SparkSession, qualified: str) -> str | None:
+    """Where a catalog entry points (``None``: no entry), read from the session catalog.
+
+    Not through Delta, which refuses an entry whose directory was deleted meanwhile.
+    """
+    catalog, identifier = _session_catalog(spark, qualified)
+    if not catalog.tableExists(identifier):
+        return None
+    return str(catalog.getTableMetadata(identifier).location().toString())
+
+
+def _drop_entry(spark: SparkSession, qualified: str) -> None:
+    """Drop a catalog entry only (external: the files stay), even when its files are gone."""
+    catalog, identifier = _session_catalog(spark, qualified)
+    catalog.dropTable(identifier, True, False)
+
+
 def _same_location(location: str, path: Path) -> bool:
     return location.removeprefix("file:").rstrip("/") == str(path).rstrip("/")
 
 
-def committed_floors(spark: SparkSession, tables_dir: str | Path) -> dict[str, int]:
+def committed_floors(
+    spark: SparkSession, tables_dir: str | Path, app_id: str = "rmq-reput"
+) -> dict[str, int]:
     """Per table, the physical offset from which its rows are still missing.
 
-    ``max(physical_offset) + 1`` of the table (0 when empty): every message starting at or
-    after it is not in the table, every one before it is (the job writes in log order). A
-    max over a Delta table is answered from the commit statistics, without a data scan.
+    The table's last ``txnVersion`` of ``app_id``: the log position its newest reput commit
+    ends at, written atomically with that commit's rows, so the table holds every message
+    below it. A table without a reput commit (empty, or filled by something else) gets
+    ``max(physical_offset) + 1`` (0 when empty), answered from the commit statistics.
     """
     from pyspark.sql import functions as F
 
@@ -322,6 +347,10 @@ def committed_floors(spark: SparkSession, tables_dir: str | Path) -> dict[str, i
         path = table_path(tables_dir, name)
         if not _is_delta_table(path):
             floors[name] = 0
+            continue
+        version = committed_txn_version(spark, str(path), app_id)
+        if version >= 0:
+            floors[name] = version
             continue
         top = spark.read.format("delta").load(str(path)).agg(F.max("physical_offset")).first()[0]
         floors[name] = 0 if top is None else int(top) + 1
@@ -336,9 +365,10 @@ def append_idempotent(
     app_id: str,
     version: int,
     metadata: Mapping[str, object],
-) -> None:
-    """Append ``rows`` to table ``name`` once: Delta skips it if ``(app_id, version)`` or a
-    later version of ``app_id`` is already committed to that table.
+) -> int | None:
+    """Append ``rows`` to table ``name`` once: skipped if ``(app_id, version)`` or a later
+    version of ``app_id`` is already committed to that table (Delta ``SetTransaction``,
+    ``delta_append.py``). Returns the rows committed, ``None`` when skipped.
 
     Raises
     ------
@@ -347,14 +377,12 @@ def append_idempotent(
     """
     path = table_path(tables_dir, name)
     try:
-        (
-            rows.select(*_COLUMNS[name])
-            .write.format("delta")
-            .mode("append")
-            .option("txnAppId", app_id)
-            .option("txnVersion", str(version))
-            .option("userMetadata", json.dumps(dict(metadata), sort_keys=True))
-            .save(str(path))
+        return delta_append_once(
+            rows.select(*_COLUMNS[name]),
+            str(path),
+            app_id=app_id,
+            version=version,
+            metadata=metadata,
         )
     except Exception as err:
         raise TableError(

@@ -1,0 +1,168 @@
+"""How far the reput tables are behind the durable log (bytes, messages, seconds).
+
+``reput_lag`` walks record headers from a log position to the durable end; ``tables_lag``
+finds the position the three tables are complete up to from their newest reput commits.
+Split from ``reput.py`` (which re-exports these names); writes nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rmq_spark.clock import Clock, SystemClock
+from rmq_spark.spark.tables import MESSAGES, TABLE_NAMES, table_path
+from rmq_spark.store.codec import (
+    BlankPadding,
+    DecodedRecord,
+    NeedMoreData,
+    decode_record,
+    peek_header,
+)
+from rmq_spark.store.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODES
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["ReputLag", "reput_lag", "tables_lag"]
+
+_HISTORY_DEPTH = 20  # commits looked at for the newest reput commit of a table
+
+
+@dataclass(frozen=True, slots=True)
+class ReputLag:
+    """How far the tables are behind the durable log.
+
+    ``behind_messages`` is exact when ``messages_exact``, else a lower bound (the scan stops
+    after ``ReputConfig.lag_scan_messages_max`` records). ``behind_ms`` is how long the oldest
+    message not yet in the tables has been stored (0 when caught up).
+    """
+
+    durable_offset: int
+    reput_offset: int
+    behind_bytes: int
+    behind_messages: int
+    messages_exact: bool
+    behind_ms: int
+
+    def describe(self) -> str:
+        more = "" if self.messages_exact else "+"
+        return (
+            f"{self.behind_bytes} bytes, {self.behind_messages}{more} messages, "
+            f"{self.behind_ms / 1000:.1f} s behind the durable log (at {self.reput_offset} "
+            f"of {self.durable_offset})"
+        )
+
+
+def reput_lag(
+    store_dir: str | Path, reput_offset: int, *, clock: Clock, scan_messages_max: int = 100_000
+) -> ReputLag:
+    """Lag of tables that hold every message below ``reput_offset``, read from the log itself.
+
+    Walks record headers from ``reput_offset`` to the durable offset (the checkpoint's
+    confirmPhyOffset) without locks, the way the source reads.
+    """
+    from rmq_spark.spark.planner import readable_end
+    from rmq_spark.spark.segments import MappedSegment, StoreView
+
+    view = StoreView.open(store_dir)
+    durable = readable_end(view)  # confirmPhyOffset, or the last valid record of a closed store
+    position = max(reput_offset, view.min_offset)
+    count = 0
+    first_store_ms: int | None = None
+    exact = True
+    while position < durable:
+        if count >= scan_messages_max:
+            exact = False
+            break
+        span = view.span_at(position)
+        if span is None:
+            break
+        try:
+            segment = MappedSegment(view.segment_path(span.base_offset))
+        except FileNotFoundError:  # deleted by retention meanwhile
+            break
+        with segment:
+            local = position - span.base_offset
+            limit = min(durable, span.end_offset) - span.base_offset
+            buf = segment.buffer
+            while local < limit and count < scan_messages_max:
+                header = peek_header(buf, local)
+                if isinstance(header, NeedMoreData):
+                    break
+                total, magic = header
+                if magic == BLANK_MAGIC_CODE or magic not in MESSAGE_MAGIC_CODES or total <= 0:
+                    break
+                if first_store_ms is None:
+                    first_store_ms = _store_timestamp_ms(buf, local, segment.path)
+                count += 1
+                local += total
+            else:  # the range or the count limit ended the walk
+                position = span.base_offset + local
+                continue
+            position = span.end_offset  # BLANK, end of file, or an unwritten tail
+    behind_ms = 0 if first_store_ms is None else max(0, clock.now_ms() - first_store_ms)
+    return ReputLag(
+        durable_offset=durable,
+        reput_offset=reput_offset,
+        behind_bytes=max(0, durable - reput_offset),
+        behind_messages=count,
+        messages_exact=exact,
+        behind_ms=behind_ms,
+    )
+
+
+def _store_timestamp_ms(buf: object, position: int, path: Path) -> int | None:
+    outcome = decode_record(buf, position, path=path.name, check_crc=False, with_body=False)  # type: ignore[arg-type]
+    if isinstance(outcome, DecodedRecord):
+        return outcome.record.store_timestamp_ms
+    assert not isinstance(outcome, BlankPadding)
+    return None
+
+
+def _committed_end(spark: SparkSession, path: Path) -> int | None:
+    """The log position a table is complete up to: ``end_offset`` of its newest reput commit."""
+    from delta.tables import DeltaTable
+
+    if not (path / "_delta_log").is_dir():
+        return None
+    history = DeltaTable.forPath(spark, str(path)).history(_HISTORY_DEPTH)
+    for row in history.select("userMetadata").collect():
+        if row.userMetadata and "end_offset" in row.userMetadata:
+            return int(json.loads(row.userMetadata)["end_offset"])
+    return None
+
+
+def tables_lag(
+    spark: SparkSession,
+    store_dir: str | Path,
+    tables_dir: str | Path,
+    *,
+    clock: Clock | None = None,
+    scan_messages_max: int = 100_000,
+) -> ReputLag:
+    """How far the tables under ``tables_dir`` are behind the log of ``store_dir`` now.
+
+    The tables' position is the smallest ``end_offset`` among the three tables' newest reput
+    commits (each commit records it next to its Delta txn version); when a table's recent
+    history holds only OPTIMIZE commits, the end of the last message in ``messages`` is used.
+    """
+    from pyspark.sql import functions as F
+
+    ends = [_committed_end(spark, table_path(tables_dir, name)) for name in TABLE_NAMES]
+    if all(end is not None for end in ends):
+        reput_offset = min(end for end in ends if end is not None)
+    else:
+        reput_offset = 0
+        path = table_path(tables_dir, MESSAGES)
+        if (path / "_delta_log").is_dir():
+            table = spark.read.format("delta").load(str(path))
+            top = table.agg(F.max("physical_offset")).first()[0]
+            if top is not None:
+                size = table.where(F.col("physical_offset") == F.lit(top)).first()["total_size"]
+                reput_offset = int(top) + int(size)
+    return reput_lag(
+        store_dir, reput_offset, clock=clock or SystemClock(), scan_messages_max=scan_messages_max
+    )
