@@ -109,8 +109,9 @@ def _batch_stats(batch: DataFrame) -> dict[str, int]:
 class ReputBatchWriter:
     """The ``foreachBatch`` function: one micro-batch -> the three tables, idempotently.
 
-    Keeps, per table, the physical offset from which rows are missing (``floors``), so that
-    only the first batch after a restart filters anything.
+    Keeps, per table, the physical offset from which rows are missing (``floors``: its last
+    reput version); rows below it are dropped, which matters only in the first batch after a
+    restart over a fresh checkpoint.
     """
 
     def __init__(
