@@ -28,6 +28,7 @@ import argparse
 import logging
 import os
 import random
+import shutil
 import statistics
 import sys
 import tempfile
@@ -78,9 +79,12 @@ def bench_source_noop(spark, store: Path, checkpoint: Path) -> tuple[int, float]
     return sum(p["numInputRows"] for p in running.recentProgress), seconds
 
 
-def bench_reput(spark, store: Path, tables: Path) -> tuple[int, float, int]:  # noqa: ANN001
+def bench_reput(spark, store: Path, tables: Path, batch_bytes: int) -> tuple[int, float, int]:  # noqa: ANN001
     config = ReputConfig(
-        tables_dir=tables, available_now=True, max_bytes_per_trigger=0, optimize_interval_batches=0
+        tables_dir=tables,
+        available_now=True,
+        max_bytes_per_trigger=batch_bytes,
+        optimize_interval_batches=0,
     )
     started = time.perf_counter()
     writer = run_reput(spark, store, config, LEVELS)
@@ -242,6 +246,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--file-mib", type=int, default=4, help="OPTIMIZE target file size (many files to skip)"
     )
+    parser.add_argument(
+        "--batch-mib",
+        type=int,
+        default=256,
+        help="reput maxBytesPerTrigger in MiB for the throughput run (0: the whole log in one "
+        "batch, which needs a driver heap several times the log's size)",
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the work dir (store, tables)")
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
     # The writer's per-batch line (read ms, write ms, lag) shows where a batch's time goes.
@@ -283,13 +295,15 @@ def main(argv: list[str] | None = None) -> int:
                 )
     finally:
         spark.stop()
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
     return 0
 
 
 def bench_throughput_and_lookups(spark, store: Path, work: Path, args) -> None:  # noqa: ANN001
     rows, source_s = bench_source_noop(spark, store, work / "noop-ck")
     print(f"source -> noop: {rows:,} messages in {source_s:.1f} s = {rows / source_s:,.0f}/s")
-    written, reput_s, batches = bench_reput(spark, store, work / "tables")
+    written, reput_s, batches = bench_reput(spark, store, work / "tables", args.batch_mib << 20)
     print(
         f"reput -> 3 Delta tables: {written:,} messages in {reput_s:.1f} s "
         f"({batches} batches) = {written / reput_s:,.0f}/s; "
