@@ -15,7 +15,9 @@ Cases:
   broker's handlers are), same bounds and columns: ASYNC with 64 coroutines (the baseline of
   the SYNC ratio: same producer model) and SYNC with 1/8/64. Also "ASYNC, yield per put"
   (each producer yields to the loop after every put, as separate requests of a server do):
-  informative, not the baseline.
+  informative, not the baseline. And "SYNC 64, 1 wave/pass": the wave goes to the flush
+  thread only at the end of the loop pass (no overlap of appends and fsync; what the store
+  did before ``async_commit.WAVE_SIZE``), the baseline of the overlap.
 
 Columns "msgs/s" are per elapsed (wall) second; "cpu" rates divide by this process's CPU time
 (``time.process_time``: user + system, all threads, including the kernel's fsync work), which
@@ -47,6 +49,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from rmq_spark.clock import SystemClock  # noqa: E402
+from rmq_spark.store.async_commit import AsyncGroupCommit  # noqa: E402
 from rmq_spark.store.codec import encode_record  # noqa: E402
 from rmq_spark.store.config import FlushPolicy, IoMode, StoreConfig  # noqa: E402
 from rmq_spark.store.message import HostAddress, MessageRecord  # noqa: E402
@@ -202,12 +205,21 @@ def threaded_case(
 
 
 def asyncio_case(
-    root: Path, policy: FlushPolicy, producers: int, seconds: float, *, yield_each: bool = False
+    root: Path,
+    policy: FlushPolicy,
+    producers: int,
+    seconds: float,
+    *,
+    yield_each: bool = False,
+    wave_size: int | None = None,
 ) -> tuple[float, float, float, float, int, int, int]:
     """(msgs/s wall, msgs/s cpu, p50 ms, p99 ms, fsyncs, messages, loop wake-ups) of
-    ``put_async`` from ``producers`` coroutines on one loop during ``seconds``."""
+    ``put_async`` from ``producers`` coroutines on one loop during ``seconds``; ``wave_size``
+    overrides the store's (``async_commit.WAVE_SIZE``)."""
     shutil.rmtree(root, ignore_errors=True)
     store = MessageStore.open(_config(root, policy, IoMode.MMAP))
+    if wave_size is not None:  # bench introspection: the same store, another wave size
+        store._async_commit = AsyncGroupCommit(store._group, store._timeout_ms, wave_size)  # noqa: SLF001
     latencies: list[list[float]] = [[] for _ in range(producers)]
     failures = []
 
@@ -327,18 +339,27 @@ def main(argv: list[str] | None = None) -> int:
         widths = [6, 15, 10, 11, 8, 8, 8, 10, 8, 9, 9]
         emit(_row(["policy", "producers", "msgs/s", "cpu msgs/s", "p50 ms", "p99 ms", "fsyncs",
                    "msgs/fsync", "wakeups", "vs async", "cpu vs"], widths))  # fmt: skip
-        aio_cases = [(FlushPolicy.ASYNC, THREAD_COUNTS[-1], False)]
-        aio_cases += [(FlushPolicy.ASYNC, THREAD_COUNTS[-1], True)]
-        aio_cases += [(FlushPolicy.SYNC, count, False) for count in THREAD_COUNTS]
+        aio_cases = [(FlushPolicy.ASYNC, THREAD_COUNTS[-1], False, None)]
+        aio_cases += [(FlushPolicy.ASYNC, THREAD_COUNTS[-1], True, None)]
+        aio_cases += [(FlushPolicy.SYNC, count, False, None) for count in THREAD_COUNTS]
+        # One wave per loop pass (no early hand-over): appends and fsync do not overlap.
+        aio_cases += [(FlushPolicy.SYNC, THREAD_COUNTS[-1], False, 1 << 30)]
         baseline = (0.0, 0.0)
-        for policy, producers, yield_each in aio_cases:
+        for policy, producers, yield_each, wave_size in aio_cases:
             wall, cpu, p50, p99, fsyncs, count, wakeups = asyncio_case(
-                base / "asyncio", policy, producers, args.sync_seconds, yield_each=yield_each
+                base / "asyncio",
+                policy,
+                producers,
+                args.sync_seconds,
+                yield_each=yield_each,
+                wave_size=wave_size,
             )
             if policy is FlushPolicy.ASYNC and not yield_each:
                 baseline = (wall, cpu)
             per_fsync = f"{count / fsyncs:,.1f}" if fsyncs else "-"
             label = f"{producers}, yield/put" if yield_each else str(producers)
+            if wave_size is not None:
+                label = f"{producers}, 1 wave/pass"
             emit(_row([policy.name, label, f"{wall:,.0f}", f"{cpu:,.0f}", f"{p50:.3f}",
                        f"{p99:.3f}", str(fsyncs), per_fsync, str(wakeups),
                        f"{wall / baseline[0]:.2f}", f"{cpu / baseline[1]:.2f}"],

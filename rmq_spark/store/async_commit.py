@@ -4,16 +4,22 @@ Owns how a put made on an event loop waits for durability without blocking the l
 thread per put. The record is appended in the calling (loop) thread, under the put lock, by the
 same code as ``put`` (``store_put.py``); then:
 
-* The put joins the loop's open *wave* (every put made on that loop during one pass of its
-  ready callbacks) and awaits the wave's one future. The first put of a wave schedules
-  (``call_soon``) the wave's closing, which runs after the puts already made ready, so a
-  crowd of producers woken together (the previous wave) writes its next records into one
-  wave.
-* A closed wave goes to the *flush thread* (one per store, started on the first use), which
-  waits until an fsync covers the highest end offset of every wave it took (it joins
-  ``GroupCommit``: it leads an fsync or shares one with thread producers), then resolves
-  every wave of one loop with ONE ``loop.call_soon_threadsafe``: one wake-up of the loop per
-  group of puts, not one thread hand-off per put.
+* The put joins the loop's open *wave* and awaits the wave's one future. A wave closes
+  (goes to the flush thread) as soon as ``WAVE_SIZE`` puts joined it, or at the end of the
+  loop pass in which it opened (its first put schedules the closing with ``call_soon``, which
+  runs after the puts already made ready).
+* The *flush thread* (one per store, started on the first use) waits until an fsync covers
+  the highest end offset of every wave it took (it joins ``GroupCommit``: it leads an fsync
+  or shares one with thread producers; one fsync in flight, the next covers everything
+  written while it ran), then resolves every wave that fsync covered, one
+  ``loop.call_soon_threadsafe`` per loop: one wake-up of the loop per group of puts.
+* Closing a wave mid-pass lets its fsync overlap with the appends of the rest of the pass:
+  a crowd of producers woken together splits into two groups, one appending while the
+  other's fsync runs, instead of one group that appends, then idles through the fsync.
+  Because the flush thread needs the GIL to start the fsync and the loop holds it until the
+  pass ends, the loop waits (at most ``_HANDSHAKE_S``, typically tens of microseconds) for
+  the flush thread to start when the thread was idle; when an fsync is already running, the
+  wave just queues for the next one.
 * A wave that no fsync covered after ``sync_flush_timeout_ms`` resolves its puts with
   ``FlushWait.TIMEOUT`` (a timer on the loop); a failed fsync resolves them with ``FAILED``
   (the store fails closed). Cancelling a waiting put takes effect when its wave resolves
@@ -42,6 +48,11 @@ _log = logging.getLogger(__name__)
 _PUT_OK = PutStatus.PUT_OK
 _DURABLE = FlushWait.DURABLE
 _running_loop = asyncio.get_running_loop
+WAVE_SIZE = 32
+"""Puts per wave: a wave goes to the flush thread as soon as this many puts joined it
+(chosen with ``bench/bench_put.py``: 16-48 perform alike with 64 producers; fewer producers
+than this keep one wave per loop pass)."""
+_HANDSHAKE_S = 0.002  # the longest the loop waits for an idle flush thread to take a wave
 
 
 class _WaveFuture(asyncio.Future):  # type: ignore[type-arg]
@@ -53,15 +64,18 @@ class _WaveFuture(asyncio.Future):  # type: ignore[type-arg]
 
 
 class _Wave:
-    """The puts one loop made in one pass: the future they await, the highest end offset."""
+    """Puts of one loop awaiting the same fsync: the future they await, the highest end
+    offset, how many joined, whether it went to the flush thread."""
 
-    __slots__ = ("loop", "future", "end", "timer")
+    __slots__ = ("loop", "future", "end", "timer", "count", "closed")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, end: int) -> None:
         self.loop = loop
         self.future = _WaveFuture(loop=loop)
         self.end = end
         self.timer: asyncio.TimerHandle | None = None
+        self.count = 0
+        self.closed = False
 
 
 class AsyncGroupCommit:
@@ -73,10 +87,15 @@ class AsyncGroupCommit:
         The store's ``GroupCommit`` (the flush thread waits on it like a thread producer).
     timeout_ms
         How long a put waits for its fsync before ``FlushWait.TIMEOUT``.
+    wave_size
+        Puts after which a wave goes to the flush thread without waiting for the pass end.
     """
 
-    def __init__(self, group: GroupCommit, timeout_ms: int) -> None:
+    def __init__(self, group: GroupCommit, timeout_ms: int, wave_size: int = WAVE_SIZE) -> None:
+        if wave_size < 1:
+            raise ValueError(f"wave_size: must be >= 1, got {wave_size}")
         self._group = group
+        self._wave_size = wave_size
         self._timeout_s = timeout_ms / 1000
         self._open: dict[asyncio.AbstractEventLoop, _Wave] = {}
         self._closed_waves: deque[_Wave] = deque()
@@ -84,6 +103,8 @@ class AsyncGroupCommit:
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()  # guards starting and stopping the flush thread
         self._stopped = False
+        self._idle = False  # the flush thread waits for a wave
+        self._started: threading.Lock | None = None  # released when the next fsync starts
         self.groups = 0
         """How many groups were resolved (one ``call_soon_threadsafe`` each)."""
 
@@ -98,12 +119,22 @@ class AsyncGroupCommit:
             wave.timer = loop.call_later(self._timeout_s, _expire, wave)
         elif end_offset > wave.end:
             wave.end = end_offset
+        wave.count += 1
+        if wave.count >= self._wave_size:
+            self._close_wave(wave, True)  # fsynced while the loop appends the next puts
         return wave.future
 
-    def _close_wave(self, wave: _Wave) -> None:
-        """On the loop: no more puts join ``wave``; hand it to the flush thread."""
+    def _close_wave(self, wave: _Wave, early: bool = False) -> None:
+        """On the loop: no more puts join ``wave``; hand it to the flush thread. ``early``
+        (mid-pass): if the flush thread is idle, wait until it has started the fsync."""
+        if wave.closed:
+            return
+        wave.closed = True
         if self._open.get(wave.loop) is wave:
             del self._open[wave.loop]
+        if self._group.flushed_offset >= wave.end:  # a running fsync covered it meanwhile
+            _resolve([wave], _DURABLE)
+            return
         with self._lock:
             stopped = self._stopped
             if not stopped:
@@ -117,12 +148,21 @@ class AsyncGroupCommit:
             durable = self._group.flushed_offset >= wave.end
             _resolve([wave], _DURABLE if durable else FlushWait.FAILED)
             return
-        self._wakeup.set()
+        if early and self._idle:
+            started = threading.Lock()
+            started.acquire()
+            self._started = started
+            self._wakeup.set()
+            started.acquire(timeout=_HANDSHAKE_S)
+        else:
+            self._wakeup.set()
 
     def _run(self) -> None:
         waves = self._closed_waves
         while True:
+            self._idle = True
             self._wakeup.wait()
+            self._idle = False
             self._wakeup.clear()
             stopped = self._stopped  # read first: every wave queued before the stop is seen
             while waves:
@@ -130,11 +170,19 @@ class AsyncGroupCommit:
                 while waves:
                     taken.append(waves.popleft())
                 target = max(wave.end for wave in taken)
+                started = self._started
+                if started is not None:  # the loop waits for this fsync to start
+                    self._started = None
+                    started.release()
                 try:
                     outcome = self._group.wait_durable(target, None)
                 except Exception:  # never leave a put waiting for ever
                     _log.exception("async flush of the store failed")
                     outcome = FlushWait.FAILED
+                if outcome is _DURABLE:  # waves queued during the fsync that it covered
+                    flushed = self._group.flushed_offset
+                    while waves and waves[0].end <= flushed:
+                        taken.append(waves.popleft())
                 self._hand_back(taken, outcome)
             if stopped:
                 return

@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import errno
 import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from store_helpers import GatedOpener, open_store
 
+from rmq_spark.store.async_commit import WAVE_SIZE, AsyncGroupCommit
 from rmq_spark.store.checkpoint import read_checkpoint
 from rmq_spark.store.config import FlushPolicy
-from rmq_spark.store.fileio import FaultPlan, FaultyOpener
+from rmq_spark.store.fileio import FaultPlan, FaultyOpener, FileKind, OsOpener, SegmentFile
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
@@ -46,6 +49,92 @@ def test_sync_put_async_is_acknowledged_only_after_an_fsync_covers_it(tmp_path: 
     assert {store.read(r.physical_offset).body for r in results[1:]} == {
         b"m%d" % i for i in range(40)
     }
+    store.close()
+
+
+class _SlowFsyncFile:
+    """A segment whose fsync takes a millisecond longer: a put resolved before its fsync
+    ended would resume while the fsync still sleeps."""
+
+    def __init__(self, inner: SegmentFile) -> None:
+        self._inner = inner
+        self.path = inner.path
+
+    def fsync(self) -> None:
+        time.sleep(0.001)
+        self._inner.fsync()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _SlowFsyncOpener:
+    def __init__(self) -> None:
+        self._inner = OsOpener()
+
+    def open(self, path: Path, kind: FileKind, *, read_only: bool = False) -> SegmentFile:
+        file = self._inner.open(path, kind, read_only=read_only)
+        return _SlowFsyncFile(file) if kind is FileKind.SEGMENT else file  # type: ignore[return-value]
+
+    def create(self, path: Path, size_bytes: int, kind: FileKind) -> SegmentFile:
+        file = self._inner.create(path, size_bytes, kind)
+        return _SlowFsyncFile(file) if kind is FileKind.SEGMENT else file  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize("wave_size", [1, 5, WAVE_SIZE])
+def test_no_put_async_of_many_producers_resolves_before_the_fsync_that_covers_it(
+    tmp_path: Path, wave_size: int
+) -> None:
+    store = open_store(
+        tmp_path,
+        opener=_SlowFsyncOpener(),
+        flush_policy=FlushPolicy.SYNC,
+        segment_size_bytes=1 << 16,
+    )
+    commit = AsyncGroupCommit(store._group, 10_000, wave_size)  # noqa: SLF001 - the wave size
+    store._async_commit = commit  # noqa: SLF001
+
+    async def producer(index: int) -> list[PutResult]:
+        return [await _durable_put(store, tmp_path, b"p%d-%d" % (index, i)) for i in range(8)]
+
+    async def main() -> list[list[PutResult]]:
+        return await asyncio.gather(*(producer(index) for index in range(64)))
+
+    per_producer = asyncio.run(main())
+    results = [result for results in per_producer for result in results]
+    assert all(result.status is PutStatus.PUT_OK for result in results)
+    assert len({result.physical_offset for result in results}) == 64 * 8
+    assert store._group.fsync_count > 1  # noqa: SLF001 - several groups, not one
+    store.close()
+    store = open_store(tmp_path, segment_size_bytes=1 << 16)
+    for index, results in enumerate(per_producer):
+        bodies = [store.read(result.physical_offset).body for result in results]
+        assert bodies == [b"p%d-%d" % (index, i) for i in range(8)]
+    store.close()
+
+
+def test_a_wave_goes_to_the_flush_thread_once_it_has_wave_size_puts(tmp_path: Path) -> None:
+    opener = GatedOpener()
+    store = open_store(tmp_path, opener=opener, flush_policy=FlushPolicy.SYNC)
+    store._async_commit = AsyncGroupCommit(store._group, 10_000, 3)  # noqa: SLF001
+    opener.release.clear()
+    opener.fsync_entered.clear()
+
+    async def blocking_probe() -> bool:
+        """Runs in the same loop pass as the three puts, after them, and blocks the loop:
+        only a wave handed over before the pass ends can have its fsync started."""
+        return opener.fsync_entered.wait(10)
+
+    async def main() -> tuple[list[PutResult], bool]:
+        tasks = [
+            asyncio.ensure_future(store.put_async(PutRequest("A", b"%d" % i))) for i in range(3)
+        ]
+        entered = await asyncio.ensure_future(blocking_probe())
+        opener.release.set()
+        return list(await asyncio.gather(*tasks)), entered
+
+    results, entered = asyncio.run(main())
+    assert entered and all(result.ok for result in results)
     store.close()
 
 
