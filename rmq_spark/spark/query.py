@@ -22,6 +22,7 @@ from rmq_spark.store.msg_id import decode_offset_msg_id
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+    from rmq_spark.spark.segments import StoreView
     from rmq_spark.store.message import MessageRecord
 
 __all__ = [
@@ -148,17 +149,33 @@ def record_at(store_dir: str | Path, physical_offset: int) -> DecodedRecord:
         A record starts there but its bytes are corrupt (the error names file and position).
     """
     from rmq_spark.spark.planner import readable_end
-    from rmq_spark.spark.segments import MappedSegment, StoreView
+    from rmq_spark.spark.segments import StoreView
 
     view = StoreView.open(store_dir)
+    if not view.broker_open and view.min_offset <= physical_offset:
+        # A closed store: finding its end means validating its newest segment (0.5 s for a
+        # full 1 GiB one). A point read does not need it: a record that starts here, says it
+        # starts here and passes its CRC is a whole record, not a torn tail. Anything else
+        # falls through to the exact checks below, which name the reason.
+        try:
+            return _decode_at(view, physical_offset, end=None)
+        except (OffsetOutOfRangeError, MessageNotFoundError, CorruptRecordError):
+            pass
     # A closed store (crashed, copied, or written by Apache RocketMQ) may hold 0 or a stale
     # value at confirmPhyOffset: readable_end then finds its last valid record.
     end = readable_end(view)
     if not view.min_offset <= physical_offset < end:
         raise OffsetOutOfRangeError(physical_offset, view.min_offset, end)
+    return _decode_at(view, physical_offset, end=end)
+
+
+def _decode_at(view: StoreView, physical_offset: int, *, end: int | None) -> DecodedRecord:
+    from rmq_spark.spark.segments import MappedSegment
+
+    known_end = view.max_extent if end is None else end
     span = view.span_at(physical_offset)
     if span is None:
-        raise OffsetOutOfRangeError(physical_offset, view.min_offset, end)
+        raise OffsetOutOfRangeError(physical_offset, view.min_offset, known_end)
     path = view.segment_path(span.base_offset)
     position = physical_offset - span.base_offset
     try:
@@ -171,7 +188,7 @@ def record_at(store_dir: str | Path, physical_offset: int) -> DecodedRecord:
                 )
             outcome = decode_record(segment.buffer, position, path=path.name)
     except FileNotFoundError as err:
-        raise OffsetOutOfRangeError(physical_offset, view.min_offset, end) from err
+        raise OffsetOutOfRangeError(physical_offset, view.min_offset, known_end) from err
     if not isinstance(outcome, DecodedRecord):
         raise CorruptRecordError(path.name, position, f"expected a message, found {outcome}")
     if outcome.record.physical_offset != physical_offset:

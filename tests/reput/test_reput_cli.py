@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rmq_spark.cli import query_command, reput_command
-from rmq_spark.errors import ConfigError, OffsetOutOfRangeError
+from rmq_spark.errors import ConfigError, CorruptRecordError, OffsetOutOfRangeError
 from rmq_spark.spark.query import MessageNotFoundError, message_by_msg_id, record_at
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.store.config import StoreConfig
@@ -97,3 +97,25 @@ def test_msg_id_lookups_of_no_message_raise_typed_errors(tmp_path: Path) -> None
     beyond = results[-1].msg_id[:-16] + f"{10**9:016X}"
     with pytest.raises(OffsetOutOfRangeError):
         message_by_msg_id(tmp_path / "store", beyond)
+
+
+def test_msg_id_lookup_in_a_closed_store_reads_the_record_without_validating_the_segment(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "store"
+    with MessageStore.open(StoreConfig(root_dir=root, segment_size_bytes=4096)) as store:
+        results = [store.put(PutRequest("T", f"body {i}".encode())) for i in range(6)]
+    segment = root / "commitlog" / f"{0:020d}"
+    data = bytearray(segment.read_bytes())
+    data[results[1].physical_offset + 4] ^= 0xFF  # damage the magic code of an earlier record
+    segment.write_bytes(bytes(data))
+    # The damaged record is reported with its position; the intact one after it is returned.
+    with pytest.raises(CorruptRecordError) as caught:
+        record_at(root, results[1].physical_offset)
+    assert str(results[1].physical_offset) in str(caught.value)
+    assert message_by_msg_id(root, results[4].msg_id).body == b"body 4"
+    # A torn tail is still out of range, not a message.
+    data[results[5].physical_offset + 30 :] = bytes(len(data) - results[5].physical_offset - 30)
+    segment.write_bytes(bytes(data))
+    with pytest.raises((OffsetOutOfRangeError, CorruptRecordError)):
+        record_at(root, results[5].physical_offset)
