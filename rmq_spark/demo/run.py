@@ -81,8 +81,11 @@ class DemoRun:
             folder.mkdir(parents=True, exist_ok=True)
         began = started = time.monotonic()
         with ExitStack() as stack:
-            broker = self._start_broker(stack)
+            # The JVM first: launching it forks this process, and a fork while the gRPC
+            # server's threads run can leave the child without a working gRPC poller (seen as
+            # JAVA_GATEWAY_EXITED on a busy machine).
             spark = self._start_spark(stack)
+            broker = self._start_broker(stack)
             acks = AckLog(self.workdir / "acked.jsonl")
             stack.callback(acks.close)
             query, writer = self._start_reput(spark, stack)
