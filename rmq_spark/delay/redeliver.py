@@ -241,12 +241,17 @@ class Redeliverer:
 
         With look-ahead the source is asked for what falls due up to ``now + lookahead``, and
         the answer is reused by the passes of the next half trigger interval (the table
-        costs a Spark query, the CommitLog lists every pending entry). An entry indexed or
-        stored meanwhile and due sooner is late by at most that, never lost; an answer cut
-        by ``fetch`` or a gap is not reused.
+        costs a Spark query, the CommitLog lists every pending entry), and beyond that while
+        it still holds entries due now and not delivered, up to its horizon: entries read
+        ahead are put the moment they fall due, not after another query. An entry indexed
+        or stored meanwhile and due sooner waits at most for those puts, never lost; an
+        answer cut by ``fetch`` or a gap is not reused.
         """
         lookahead_ms = self._lookahead_ms()
-        if self._found is not None and now_ms < self._found_until_ms:
+        if self._found is not None and (
+            now_ms < self._found_until_ms
+            or (now_ms < self._found_horizon_ms and self._holds_due(self._found, now_ms))
+        ):
             return self._found
         by_queue = levels_by_queue(dict(self.journal.levels))
         timer = self.journal.timer if self.config.timer_enabled else None
@@ -256,6 +261,26 @@ class Redeliverer:
             self._found, self._found_until_ms = found, now_ms + reuse_ms
         self._found_horizon_ms = now_ms + lookahead_ms
         return found
+
+    def _holds_due(self, found: Candidates, now_ms: int) -> bool:
+        """Whether ``found`` has an entry due by ``now_ms`` that is not delivered yet (level
+        rows are in queue-offset order, so their due times only grow; timer rows by due
+        time)."""
+        by_queue = levels_by_queue(dict(self.journal.levels))
+        for queue_id, rows in found.levels.items():
+            queue = by_queue.get(queue_id)
+            for entry in rows:
+                if entry.due_ms > now_ms:
+                    break
+                if queue is None or not queue.is_done(entry.queue_offset):
+                    return True
+        timer = self.journal.timer if self.config.timer_enabled else None
+        for entry in found.timer:
+            if entry.due_ms > now_ms:
+                break
+            if timer is None or not timer.is_done(entry.queue_offset):
+                return True
+        return False
 
     def _prepare_ahead(self, found: Candidates, now_ms: int, report: PassReport) -> None:
         """Read and restore the messages of entries due within the look-ahead (at most

@@ -334,3 +334,36 @@ def test_messages_read_ahead_are_put_when_due_with_the_dequeue_time_of_their_put
     assert timer["TIMER_DEQUEUE_MS"] == str(START_MS + 1600)  # the put's pass, not the read's
     assert by_body[b"timer"].store_timestamp_ms == START_MS + 1600
     redeliverer.close()
+
+
+class CountingSource:
+    """The job's entry source, counting how often it is asked for candidates."""
+
+    def __init__(self, source: object) -> None:
+        self._source, self.calls = source, 0
+
+    def candidates(self, *args: object, **kwargs: object) -> object:
+        self.calls += 1
+        return self._source.candidates(*args, **kwargs)  # type: ignore[attr-defined]
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._source, name)
+
+
+def test_entries_read_ahead_are_put_when_due_without_asking_the_source_again(
+    world: DelayWorld,
+) -> None:
+    world.put_timer("orders", b"timer", START_MS + 1500)
+    redeliverer = world.redeliverer(lookahead_ms=3000)
+    source = CountingSource(redeliverer.source)
+    redeliverer.source = source  # type: ignore[assignment]
+    assert redeliverer.run_pass().delivered == 0
+    asked = source.calls
+    world.clock.advance(1500)  # past the answer's reuse window (half a trigger interval)
+    assert redeliverer.run_pass().delivered == 1
+    assert source.calls == asked  # a table source would have cost a Spark query here
+    world.clock.advance(2000)  # past the look-ahead horizon: the source is asked again
+    redeliverer.run_pass()
+    assert source.calls > asked
+    assert [r.body for r in world.records("orders")] == [b"timer"]
+    redeliverer.close()
