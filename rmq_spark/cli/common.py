@@ -38,12 +38,14 @@ def config_from_args(args: argparse.Namespace) -> RmqConfig:
 
 
 def setup_logging(level: str = "INFO") -> None:
+    """rmq-spark's own loggers at ``level``; every other library (py4j, grpc) at WARNING."""
     logging.basicConfig(
-        level=getattr(logging, level.upper(), logging.INFO),
+        level=logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         datefmt="%H:%M:%S",
         stream=sys.stderr,
     )
+    logging.getLogger("rmq_spark").setLevel(getattr(logging, level.upper(), logging.INFO))
 
 
 def print_json_line(obj: Any, out: IO[str] | None = None) -> None:

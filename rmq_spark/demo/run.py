@@ -79,6 +79,7 @@ class DemoRun:
     def run(self) -> dict[str, Any]:
         for folder in (self.store_dir, self.tables_dir, self.logs_dir):
             folder.mkdir(parents=True, exist_ok=True)
+        self._jobs_log_to_file()
         began = started = time.monotonic()
         with ExitStack() as stack:
             # The JVM first: launching it forks this process, and a fork while the gRPC
@@ -112,6 +113,19 @@ class DemoRun:
         return self.summary
 
     # --- the parts ----------------------------------------------------------------------------
+
+    def _jobs_log_to_file(self) -> None:
+        """The reput and schedule jobs' per-batch lines go to ``logs/jobs.log``: the console
+        keeps the demo's own status lines (warnings and errors still reach both)."""
+        handler = logging.FileHandler(self.logs_dir / "jobs.log")
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        console = logging.StreamHandler()
+        console.setLevel(logging.WARNING)
+        for name in ("rmq_spark.reput", "rmq_spark.delay"):
+            job_log = logging.getLogger(name)
+            job_log.addHandler(handler)
+            job_log.addHandler(console)
+            job_log.propagate = False
 
     def _start_broker(self, stack: ExitStack) -> Any:
         from rmq_spark.broker.embedded import Broker
