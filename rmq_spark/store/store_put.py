@@ -28,7 +28,6 @@ A batch takes a fast path when all its requests do (all template or all raw).
 from __future__ import annotations
 
 import logging
-import mmap
 import struct
 import zlib
 from collections.abc import Sequence
@@ -474,24 +473,12 @@ class PutPaths(RawPutPaths):
         try:
             if self._failure is not None or self._closed:
                 return [self._unavailable()] * count, 0
-            segment = self._commitlog.active
-            if segment is None or total + 8 > segment.size_bytes - segment.write_position:
-                try:
-                    segment = self._commitlog.segment_for_append(total)
-                except OSError as err:
-                    failed = _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
-                    return [failed] * count, 0
-            position = segment.write_position
+            where = self._batch_target(total, count)
+            if isinstance(where, list):
+                return where, 0
+            segment, position, target, offset, buffer = where
             physical_offset = segment.base_offset + position
             now = self._now_ms()
-            mapping = segment.mapping
-            buffer = None
-            if mapping is not None and position + total <= segment.size_bytes:
-                target: mmap.mmap | bytearray = mapping
-                offset = position
-            else:
-                target = buffer = bytearray(total)
-                offset = 0
             queue_offsets = self._queue_offsets
             pending: dict[tuple[str, int], int] = {}
             key_at = self._uniq_keys.key_at
@@ -513,14 +500,9 @@ class PutPaths(RawPutPaths):
                 placed.append((physical_offset, queue_offset, uniq_key))
                 offset += size
                 physical_offset += size
-            if buffer is None:
-                segment.write_position = position + total
-            else:
-                try:
-                    segment.append(buffer)
-                except OSError as err:
-                    self._undo_failed_write(segment, total, err)
-                    return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count, 0
+            failed = self._finish_batch_write(segment, position, total, buffer, count)
+            if failed is not None:
+                return failed, 0
             queue_offsets.update(pending)
             if self._window_capacity:
                 add = self._window.add

@@ -51,6 +51,7 @@ from rmq_spark.store.put import (
 )
 from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.put_plan import HEADER_FORMAT
+from rmq_spark.store.segment import Segment
 
 __all__ = ["RawPutPaths"]
 
@@ -201,6 +202,42 @@ class RawPutPaths:
             packer,
         )
 
+    def _batch_target(
+        self, total: int, count: int
+    ) -> tuple[Segment, int, mmap.mmap | bytearray, int, bytearray | None] | list[PutResult]:
+        """Put lock held: the segment a batch of ``total`` bytes goes to, its write position,
+        and where to pack the records: straight into the segment's mapping, or into a buffer
+        (returned last, else ``None``) appended by ``_finish_batch_write``. Failed results if
+        no segment could be created."""
+        segment = self._commitlog.active
+        if segment is None or total + 8 > segment.size_bytes - segment.write_position:
+            try:
+                segment = self._commitlog.segment_for_append(total)
+            except OSError as err:
+                failed = _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+                return [failed] * count
+        position = segment.write_position
+        mapping = segment.mapping
+        if mapping is not None and position + total <= segment.size_bytes:
+            return segment, position, mapping, position, None
+        buffer = bytearray(total)
+        return segment, position, buffer, 0, buffer
+
+    def _finish_batch_write(
+        self, segment: Segment, position: int, total: int, buffer: bytearray | None, count: int
+    ) -> list[PutResult] | None:
+        """Put lock held: make the packed batch part of the segment; failed results if writing
+        the buffer failed (the segment is then restored by ``_undo_failed_write``)."""
+        if buffer is None:
+            segment.write_position = position + total
+            return None
+        try:
+            segment.append(buffer)
+        except OSError as err:
+            self._undo_failed_write(segment, total, err)  # type: ignore[attr-defined]
+            return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count
+        return None
+
     def _put_batch_raw(self, parts: list[_RawParts]) -> tuple[list[PutResult], int]:
         """``_append_batch`` of requests that all take this path: each record is packed
         straight into the segment's memory map (or one buffer), under one lock acquisition.
@@ -217,24 +254,12 @@ class RawPutPaths:
         try:
             if self._failure is not None or self._closed:
                 return [self._unavailable()] * count, 0  # type: ignore[attr-defined]
-            segment = self._commitlog.active
-            if segment is None or total + 8 > segment.size_bytes - segment.write_position:
-                try:
-                    segment = self._commitlog.segment_for_append(total)
-                except OSError as err:
-                    failed = _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
-                    return [failed] * count, 0
-            position = segment.write_position
+            where = self._batch_target(total, count)
+            if isinstance(where, list):
+                return where, 0
+            segment, position, target, offset, buffer = where
             physical_offset = segment.base_offset + position
             now = self._now_ms()
-            mapping = segment.mapping
-            buffer = None
-            if mapping is not None and position + total <= segment.size_bytes:
-                target: mmap.mmap | bytearray = mapping
-                offset = position
-            else:
-                target = buffer = bytearray(total)
-                offset = 0
             queue_offsets = self._queue_offsets
             pending: dict[tuple[str, int], int] = {}
             store_ip = self._store_ip
@@ -260,14 +285,9 @@ class RawPutPaths:
                 placed.append((physical_offset, queue_offset))
                 offset += size
                 physical_offset += size
-            if buffer is None:
-                segment.write_position = position + total
-            else:
-                try:
-                    segment.append(buffer)
-                except OSError as err:
-                    self._undo_failed_write(segment, total, err)  # type: ignore[attr-defined]
-                    return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count, 0
+            failed = self._finish_batch_write(segment, position, total, buffer, count)
+            if failed is not None:
+                return failed, 0
             queue_offsets.update(pending)
             if self._window_capacity:
                 add = self._window.add
