@@ -104,6 +104,12 @@ class _GatedFile:
     def truncate(self, position: int) -> None:
         self._inner.truncate(position)
 
+    def write_zeros(self, position: int, length: int, piece: int) -> None:
+        self._inner.write_zeros(position, length, piece)
+
+    def sync_data(self) -> None:
+        self._inner.sync_data()  # segment warming: not gated
+
     def size(self) -> int:
         return self._inner.size()
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from pathlib import Path
 
 from rmq_spark.errors import OffsetOutOfRangeError, StoreError
@@ -102,6 +103,9 @@ class CommitLog:
         self._segments: list[Segment] = []
         self.active: Segment | None = None
         """The last segment (where appends go), or ``None``; kept in step with ``segments``."""
+        self.warm_lock: threading.Lock | None = None
+        """Set while a ``SegmentWarmer`` zero-fills the active segment ahead of the writer:
+        appends stay below ``Segment.limit`` (see ``warm.py``)."""
         self._set_segments(list(segments or []))
 
     def _set_segments(self, segments: list[Segment]) -> None:
@@ -225,7 +229,8 @@ class CommitLog:
     # --- appending ----------------------------------------------------------------------------
 
     def segment_for_append(self, size_bytes: int) -> Segment:
-        """The segment the next ``size_bytes`` go into, rolling to a new one if needed.
+        """The segment the next ``size_bytes`` go into, rolling to a new one if needed, with
+        its writable ``limit`` raised to cover them.
 
         Rolling creates the new file *first*, then writes the BLANK record into the current
         one, so a failure leaves the log as it was (a created but unused trailing file is
@@ -239,20 +244,43 @@ class CommitLog:
         """
         segments = self._segments
         last = segments[-1] if segments else None
-        if last is not None and size_bytes + 8 <= last.size_bytes - last.write_position:
-            return last  # fits, leaving room for a BLANK record
+        if last is None or size_bytes + 8 > last.size_bytes - last.write_position:
+            last = self._roll(last)
+        if size_bytes + 8 > last.limit - last.write_position:
+            self._raise_limit(last, last.write_position + size_bytes + 8)
+        return last
+
+    def _roll(self, last: Segment | None) -> Segment:
         base = 0 if last is None else last.end_offset
         path = self.directory / segment_name(base)
         file = self._opener.create(path, self.segment_size_bytes, FileKind.SEGMENT)
         segment = Segment(base, file)
         if last is not None and not last.is_full:
             try:
+                if last.write_position + 8 > last.limit:
+                    self._raise_limit(last, last.write_position + 8)
                 last.append_blank()
             except BaseException:
                 segment.close()
                 raise
-        self._set_segments([*self._segments, segment])
+        lock = self.warm_lock
+        if lock is None:
+            self._set_segments([*self._segments, segment])
+        else:
+            with lock:  # the warmer starts on the new segment from its first byte
+                segment.limit = 0
+                self._set_segments([*self._segments, segment])
         return segment
+
+    def _raise_limit(self, segment: Segment, end: int) -> None:
+        """Let the writer write up to ``end`` (the warmer is behind, or there is none)."""
+        lock = self.warm_lock
+        if lock is None:
+            segment.limit = segment.size_bytes
+            return
+        with lock:
+            if segment.limit < end:
+                segment.limit = min(segment.size_bytes, end)
 
     # --- flushing -----------------------------------------------------------------------------
 

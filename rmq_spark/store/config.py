@@ -56,6 +56,7 @@ class StoreConfig:
     disk_max_used_space_ratio: float = 0.75  # above this disk usage, oldest segments are deleted
     delete_file_batch_max: int = 10  # at most this many segments deleted per retention round
     clean_resource_interval_ms: int = 10_000  # how often retention runs; 0: only when called
+    warm_ahead_bytes: int = 16 << 20  # SYNC: zero-fill the active segment this far ahead; 0: off
 
     def __post_init__(self) -> None:
         if not str(self.root_dir):
@@ -75,6 +76,8 @@ class StoreConfig:
             raise ValueError(
                 f"idempotency_window_messages: must be >= 0, got {self.idempotency_window_messages}"
             )
+        if self.warm_ahead_bytes < 0:
+            raise ValueError(f"warm_ahead_bytes: must be >= 0, got {self.warm_ahead_bytes}")
         if self.clean_resource_interval_ms < 0:
             raise ValueError(
                 f"clean_resource_interval_ms: must be >= 0, got {self.clean_resource_interval_ms}"

@@ -89,6 +89,15 @@ class SegmentFile(Protocol):
         """Zero ``[position, size())`` keeping the length and the allocation."""
         ...
 
+    def write_zeros(self, position: int, length: int, piece: int) -> None:
+        """Write zeros over ``[position, position+length)`` in ``piece``-byte writes
+        (segment warming, ``warm.py``)."""
+        ...
+
+    def sync_data(self) -> None:
+        """fdatasync, outside the put path's accounting (segment warming)."""
+        ...
+
     def size(self) -> int:
         """The file length in bytes."""
         ...
@@ -150,8 +159,8 @@ def _preallocate(fd: int, offset: int, length: int) -> None:
         _write_zeros(fd, offset, length)
 
 
-def _write_zeros(fd: int, offset: int, length: int) -> None:
-    zeros = bytes(min(length, _ZERO_CHUNK_BYTES))
+def _write_zeros(fd: int, offset: int, length: int, piece: int = _ZERO_CHUNK_BYTES) -> None:
+    zeros = bytes(min(length, piece))
     end = offset + length
     while offset < end:
         n = os.pwrite(fd, memoryview(zeros)[: min(len(zeros), end - offset)], offset)
@@ -214,6 +223,12 @@ class OsFile:
         # Segments never change length after creation, so data-only sync is enough.
         os.fdatasync(self._fd)
 
+    def write_zeros(self, position: int, length: int, piece: int) -> None:
+        _write_zeros(self._fd, position, length, piece)
+
+    def sync_data(self) -> None:
+        os.fdatasync(self._fd)
+
     def truncate(self, position: int) -> None:
         _zero_range(self._fd, position, self.size() - position)
 
@@ -262,6 +277,13 @@ class MmapFile:
 
     def fsync(self) -> None:
         # fdatasync writes back pages dirtied through the shared mapping too (Linux).
+        os.fdatasync(self._fd)
+
+    def write_zeros(self, position: int, length: int, piece: int) -> None:
+        # Through the descriptor, not the mapping: the page cache is the same one.
+        _write_zeros(self._fd, position, length, piece)
+
+    def sync_data(self) -> None:
         os.fdatasync(self._fd)
 
     def truncate(self, position: int) -> None:
@@ -405,6 +427,12 @@ class FaultyFile:
         if self.plan.should_fail("truncate"):
             self.plan.raise_error("truncate", self.path)
         self._inner.truncate(position)
+
+    def write_zeros(self, position: int, length: int, piece: int) -> None:
+        self._inner.write_zeros(position, length, piece)  # warming: no failpoint of its own
+
+    def sync_data(self) -> None:
+        self._inner.sync_data()
 
     def size(self) -> int:
         return self._inner.size()

@@ -58,6 +58,7 @@ from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.reader import read_record
 from rmq_spark.store.recovery import RecoveredState, RecoveryReport, recover
 from rmq_spark.store.retention import deletable_segment_count, disk_used_ratio
+from rmq_spark.store.warm import SegmentWarmer
 
 __all__ = ["MessageStore"]
 
@@ -82,6 +83,7 @@ class MessageStore(AsyncPutPaths):
         self._failure: OSError | None = None
         self._lock: StoreLock | None = None
         self._housekeeper: Housekeeper | None = None
+        self._warmer: SegmentWarmer | None = None
         self._async_commit: AsyncGroupCommit | None = None
         self._sync = config.flush_policy is FlushPolicy.SYNC
         self._timeout_ms = config.sync_flush_timeout_ms
@@ -193,6 +195,9 @@ class MessageStore(AsyncPutPaths):
             )
         self._housekeeper = Housekeeper(tasks)
         self._housekeeper.start()
+        if self._sync and config.warm_ahead_bytes:  # fdatasync is cheaper over written blocks
+            self._warmer = SegmentWarmer(self._commitlog, config.warm_ahead_bytes)
+            self._warmer.start()
 
     # --- offsets --------------------------------------------------------------------------------
 
@@ -396,6 +401,8 @@ class MessageStore(AsyncPutPaths):
             self._closed = True
         if self._housekeeper is not None:
             self._housekeeper.stop()
+        if self._warmer is not None:
+            self._warmer.stop()
         try:
             if self._failure is None:
                 try:
@@ -430,6 +437,8 @@ class MessageStore(AsyncPutPaths):
             self._closed = True
         if self._housekeeper is not None:
             self._housekeeper.stop()
+        if self._warmer is not None:
+            self._warmer.stop()
         self._stop_async_commit()
         self._checkpoint.close()
         self._commitlog.close()

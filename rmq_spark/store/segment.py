@@ -42,6 +42,7 @@ class Segment:
         "mapping",
         "write_position",
         "flushed_position",
+        "limit",
     )
 
     def __init__(self, base_offset: int, file: SegmentFile, write_position: int = 0) -> None:
@@ -54,6 +55,9 @@ class Segment:
         assert 0 <= write_position <= self.size_bytes
         self.write_position = write_position
         self.flushed_position = write_position
+        # The writer writes only below ``limit``: the whole file, unless a ``SegmentWarmer``
+        # is zero-filling the rest (``warm.py``; ``CommitLog.segment_for_append`` raises it).
+        self.limit = self.size_bytes
 
     @property
     def path(self) -> Path:

@@ -183,7 +183,7 @@ class PutPaths(RawPutPaths):
             if self._failure is not None or self._closed:
                 return self._unavailable()
             segment = self._commitlog.active
-            if segment is None or size + 8 > segment.size_bytes - segment.write_position:
+            if segment is None or size + 8 > segment.limit - segment.write_position:
                 try:
                     segment = self._commitlog.segment_for_append(size)
                 except OSError as err:

@@ -210,7 +210,7 @@ class RawPutPaths:
         (returned last, else ``None``) appended by ``_finish_batch_write``. Failed results if
         no segment could be created."""
         segment = self._commitlog.active
-        if segment is None or total + 8 > segment.size_bytes - segment.write_position:
+        if segment is None or total + 8 > segment.limit - segment.write_position:
             try:
                 segment = self._commitlog.segment_for_append(total)
             except OSError as err:
