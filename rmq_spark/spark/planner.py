@@ -25,8 +25,10 @@ from rmq_spark.spark.segments import MappedSegment, StoreView
 from rmq_spark.store.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
 
 __all__ = [
+    "Backlog",
     "TailCache",
     "advance",
+    "backlog",
     "check_boundary",
     "count_records",
     "offset_for_timestamp",
@@ -47,12 +49,13 @@ class TailCache:
 
 
 def _units(
-    view: StoreView, start: int, end: int
+    view: StoreView, start: int, end: int, chunk_records: int = _HOP_RECORDS
 ) -> Iterator[tuple[SegmentSpan, object, np.ndarray, bool]]:
     """Walk ``[start, end)``: chunks of (span, buffer, record starts as offsets, is_blank).
 
     A segment's BLANK record comes as a one-element chunk with ``is_blank`` set, standing for
-    the jump to the next segment. Parts no listed segment covers are skipped.
+    the jump to the next segment. Parts no listed segment covers are skipped. A chunk holds
+    at most ``chunk_records`` starts (callers that stop early pass a small one).
 
     Raises
     ------
@@ -73,7 +76,7 @@ def _units(
             pos = max(start, span.base_offset) - span.base_offset
             data = np.frombuffer(buf, dtype=np.uint8)
             while pos < limit:
-                starts, after = hop(buf, pos, limit, limit, _HOP_RECORDS, _HOP_BYTES)
+                starts, after = hop(buf, pos, limit, limit, chunk_records, _HOP_BYTES)
                 found = np.frombuffer(starts, dtype=np.int64) if len(starts) else np.zeros(0, int)
                 magics = gather_rows(data, found + 4, 4).view(">u4").reshape(-1)
                 blanks = np.flatnonzero(magics == BLANK_MAGIC_CODE)
@@ -84,7 +87,7 @@ def _units(
                 if len(blanks):
                     yield span, buf, np.array([span.end_offset]), True
                     break
-                if len(starts) >= _HOP_RECORDS:
+                if len(starts) >= chunk_records:
                     pos = after
                     continue
                 if after >= limit:
@@ -146,13 +149,38 @@ def advance(
 
 def count_records(view: StoreView, start: int, end: int, records_max: int) -> tuple[int, bool]:
     """Messages in ``[start, end)``, counting at most ``records_max``: (count, exact)."""
+    found = backlog(view, start, end, records_max)
+    return (found.messages, True) if found.exact else (records_max, False)
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """What lies in ``[start, end)`` of the log: bytes, and messages counted or estimated."""
+
+    bytes: int
+    messages: int
+    exact: bool  # False: ``messages`` extrapolates the first ``records_max`` messages' sizes
+
+
+def backlog(view: StoreView, start: int, end: int, records_max: int) -> Backlog:
+    """Bytes and messages in ``[start, end)``; headers of at most ``records_max + 1`` messages
+    are read (TOTALSIZE hops, ~0.2 us each), so the cost is bounded whatever the backlog.
+
+    Past ``records_max`` messages the count is an estimate: ``records_max`` times the bytes
+    left over the bytes those messages spanned (BLANK tails count as bytes).
+    """
+    total = max(0, end - start)
     count = 0
-    for _, _, starts, is_blank in _units(view, start, end):
-        if not is_blank:
-            count += len(starts)
-            if count > records_max:
-                return records_max, False
-    return count, True
+    chunk = max(1, min(_HOP_RECORDS, records_max + 1))
+    for _, _, starts, is_blank in _units(view, start, end, chunk):
+        if is_blank:
+            continue
+        if count + len(starts) > records_max:
+            spanned = int(starts[records_max - count]) - start  # start of the first uncounted
+            estimate = round(records_max * total / max(1, spanned))
+            return Backlog(total, max(estimate, records_max + 1), False)
+        count += len(starts)
+    return Backlog(total, count, True)
 
 
 def check_boundary(view: StoreView, offset: int, end: int) -> None:

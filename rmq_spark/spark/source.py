@@ -72,6 +72,7 @@ __all__ = [
 FORMAT_NAME = "rocketmq"
 MIN_SPLIT_BYTES = 1 << 20  # do not split a range into parts smaller than this for parallelism
 BACKLOG_COUNT_MAX = 1_000_000  # metrics(): count at most this many messages, then estimate
+PROGRESS_COUNT_MAX = 20_000  # reportLatestOffset (every trigger): ~4 ms of header hops at most
 
 _log = logging.getLogger(__name__)
 
@@ -275,6 +276,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.schema = schema
         self._tail = planner.TailCache()
         self._available_now_end: int | None = None
+        self._planned_end: int | None = None  # what the last latestOffset(start, limit) gave
         self.skipped_ranges: list[tuple[int, int]] = []
 
     def _end(self, view: StoreView) -> int:
@@ -295,13 +297,17 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        begin = parse_offset(start, what="start offset")
+        planned = self._batch_end(parse_offset(start, what="start offset"), limit)
+        self._planned_end = planned
+        return offset_dict(planned)
+
+    def _batch_end(self, begin: int, limit: ReadLimit) -> int:
         view = _open_view(self.options)
         end = self._end(view)
         if end <= begin:
-            return offset_dict(begin)
+            return begin
         if isinstance(limit, ReadAllAvailable):
-            return offset_dict(end)
+            return end
         records_max = self.options.max_messages_per_trigger
         bytes_max = self.options.max_bytes_per_trigger
         if isinstance(limit, ReadMaxRows):
@@ -314,11 +320,27 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 raise DataLossError(begin, view.min_offset, "the next batch starts there")
             first = view.min_offset
         batch_end = planner.advance(view, first, end, records_max=records_max, bytes_max=bytes_max)
-        return offset_dict(max(batch_end, begin))
+        return max(batch_end, begin)
 
     def reportLatestOffset(self) -> dict:
+        """The durable end and the backlog behind the batch just planned, for the progress.
+
+        Spark calls this right after ``latestOffset(start, limit)`` and uses the answer only
+        for ``SourceProgress.latestOffset`` (it never deserializes, compares or checkpoints
+        it), so next to the canonical ``physical_offset`` it carries ``backlogBytes`` and
+        ``backlogMessages`` (``backlogMessagesExact`` false: an estimate past
+        ``PROGRESS_COUNT_MAX`` messages) behind the end of that batch.
+        """
         view = _open_view(self.options)
-        return offset_dict(planner.readable_end(view, self._tail))
+        end = planner.readable_end(view, self._tail)
+        reported: dict = offset_dict(end)
+        if self._planned_end is not None:
+            first = max(self._planned_end, view.min_offset)
+            found = planner.backlog(view, min(first, end), end, PROGRESS_COUNT_MAX)
+            reported["backlogBytes"] = max(0, end - self._planned_end)
+            reported["backlogMessages"] = found.messages
+            reported["backlogMessagesExact"] = found.exact
+        return reported
 
     def prepareForTriggerAvailableNow(self) -> None:
         view = _open_view(self.options)
@@ -339,8 +361,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Backlog behind the durable end, in the shape of Spark's ``ReportsSourceMetrics``.
 
         Spark 4.2 does not call this for Python sources; ``reportLatestOffset`` (shown as
-        ``latestOffset`` in the query progress) carries the durable end, and this method
-        serves jobs and tests that want the rest.
+        ``latestOffset`` in the query progress) carries the durable end and the backlog, and
+        this method serves jobs and tests that want them (or the skipped ranges) directly.
         """
         view = _open_view(self.options)
         end = planner.readable_end(view, self._tail)
@@ -350,16 +372,9 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         }
         if latest_consumed_offset is not None:
             consumed = parse_offset(latest_consumed_offset, what="consumed offset")
-            first = max(consumed, view.min_offset)
-            count, exact = planner.count_records(view, first, end, BACKLOG_COUNT_MAX)
-            if not exact and end > first:
-                count = int(count * (end - first) / max(1, _bytes_of(view, first, count, end)))
+            first = min(max(consumed, view.min_offset), end)
+            found = planner.backlog(view, first, end, BACKLOG_COUNT_MAX)
             result["backlogBytes"] = str(max(0, end - consumed))
-            result["backlogMessages"] = str(count)
-            result["backlogMessagesExact"] = str(exact).lower()
+            result["backlogMessages"] = str(found.messages)
+            result["backlogMessagesExact"] = str(found.exact).lower()
         return result
-
-
-def _bytes_of(view: StoreView, start: int, records: int, end: int) -> int:
-    """Bytes spanned by the first ``records`` messages after ``start`` (for estimates)."""
-    return planner.advance(view, start, end, records_max=records) - start

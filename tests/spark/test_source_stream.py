@@ -100,9 +100,8 @@ def test_available_now_with_admission_control_and_restart_from_checkpoint(spark,
     query.awaitTermination()
     assert first.offsets == offsets_of(log.records)
     assert first.batch_sizes == [25, 25, 10]
-    latest = query.lastProgress["sources"][0]["latestOffset"]
-    latest = json.loads(latest) if isinstance(latest, str) else latest
-    assert latest == {"physical_offset": log.end_offset}  # the durable end, via reportLatestOffset
+    check_backlog_progress(query, log, [35, 10, 0])
+    check_canonical_checkpoint(checkpoint)
 
     log.extend(make_record(i) for i in range(60, 100))
     log.set_confirm()
@@ -113,6 +112,38 @@ def test_available_now_with_admission_control_and_restart_from_checkpoint(spark,
     query.awaitTermination()
     assert second.offsets == offsets_of(log.records[60:])  # no duplicate, no gap
     assert second.batch_sizes == [25, 15]
+    check_backlog_progress(query, log, [15, 0])
+    check_canonical_checkpoint(checkpoint)
+
+
+def _as_dict(value):
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def check_backlog_progress(query, log, backlog_messages: list[int]) -> None:
+    """Each batch's progress: latestOffset is the durable end plus the backlog behind the
+    batch's end offset (bytes and exactly counted messages)."""
+    sources = [p["sources"][0] for p in query.recentProgress if p["numInputRows"]]
+    latest = [_as_dict(s["latestOffset"]) for s in sources]
+    ends = [_as_dict(s["endOffset"])["physical_offset"] for s in sources]
+    assert latest == [
+        {
+            "physical_offset": log.end_offset,
+            "backlogBytes": log.end_offset - end,
+            "backlogMessages": behind,
+            "backlogMessagesExact": True,
+        }
+        for end, behind in zip(ends, backlog_messages, strict=True)
+    ]
+
+
+def check_canonical_checkpoint(checkpoint) -> None:
+    """The offsets Spark wrote to its offset log are exactly the canonical source offsets."""
+    written = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    assert written
+    for path in written:
+        source_offset = json.loads(path.read_text().splitlines()[-1])
+        assert set(source_offset) == {"physical_offset"}
 
 
 @pytest.mark.slow

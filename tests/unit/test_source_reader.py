@@ -12,7 +12,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from source_support import LogWriter, make_record, reference_rows
 
 from rmq_spark.errors import CorruptRecordError, DataLossError, SourceError
-from rmq_spark.spark import planner
+from rmq_spark.spark import planner, source
 from rmq_spark.spark.driver_read import DriverReadStreamReader, stream_reader
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.schema import ARROW_SCHEMA
@@ -310,6 +310,25 @@ def test_metrics_report_durable_end_and_backlog(log):
     assert metrics["backlogMessages"] == "10"
     assert metrics["backlogMessagesExact"] == "true"
     assert reader.reportLatestOffset() == {"physical_offset": log.end_offset}
+
+
+def test_reported_latest_offset_carries_the_backlog_behind_the_planned_batch(log, monkeypatch):
+    reader = stream(log.store_dir, maxMessagesPerTrigger="30")
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    assert end == {"physical_offset": log.records[30].physical_offset}  # canonical, for Spark
+    assert reader.reportLatestOffset() == {
+        "physical_offset": log.end_offset,
+        "backlogBytes": log.end_offset - log.records[30].physical_offset,
+        "backlogMessages": 50,
+        "backlogMessagesExact": True,
+    }
+    monkeypatch.setattr(source, "PROGRESS_COUNT_MAX", 10)
+    estimated = reader.reportLatestOffset()
+    assert estimated["backlogMessagesExact"] is False
+    assert 40 <= estimated["backlogMessages"] <= 60  # sizes of the first 10 extrapolated
+    reader.latestOffset(end, ReadAllAvailable())
+    assert reader.reportLatestOffset()["backlogMessages"] == 0
 
 
 def test_offsets_from_another_source_are_rejected(log):
