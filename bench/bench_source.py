@@ -17,6 +17,8 @@ Usage::
     python bench/bench_source.py                 # N = 1,000,000 (about 2 minutes)
     python bench/bench_source.py --messages 10000000 --segment-mib 1024
     python bench/bench_source.py --skip-latency --keep /tmp/store   # reuse a store
+    python bench/bench_source.py --messages 100000 --skip-batch --skip-stream \
+        --conf spark.sql.streaming.pollingDelay=0   # latency only, with a Spark setting to try
 """
 
 from __future__ import annotations
@@ -276,19 +278,29 @@ def bench_latency(  # noqa: ANN001
 
     producer = threading.Thread(target=produce, daemon=True)
     try:
+        # Warm-up: the first batch with rows starts the Python workers (seconds); not measured.
+        store.put(PutRequest(topic="Latency", body=b"x" * BODY_BYTES, tags="warm-up"))
         query.processAllAvailable()
+        latencies.clear()
         producer.start()
         time.sleep(seconds)  # a benchmark, not a test: it measures over wall-clock time
         stop.set()
         producer.join()
         query.processAllAvailable()
-        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        progress = [p for p in query.recentProgress if p["numInputRows"]][1:]
     finally:
         query.stop()
         store.close()
     parts = {
         key: statistics.median(p["durationMs"].get(key, 0) for p in progress)
-        for key in ("triggerExecution", "latestOffset", "walCommit", "addBatch", "commitOffsets")
+        for key in (
+            "triggerExecution",
+            "latestOffset",
+            "walCommit",
+            "queryPlanning",
+            "addBatch",
+            "commitOffsets",
+        )
     }
     return latencies, parts
 
@@ -299,7 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segment-mib", type=int, default=256)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, default=None, help="store dir to create or reuse")
-    parser.add_argument("--skip-spark", action="store_true")
+    parser.add_argument("--skip-spark", action="store_true", help="decode only, no Spark")
+    parser.add_argument("--skip-batch", action="store_true", help="no count/noop vs Parquet")
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-stream", action="store_true", help="no availableNow run")
     parser.add_argument(
@@ -308,6 +321,20 @@ def main(argv: list[str] | None = None) -> int:
         help="latency run with this driverReadMaxBytes next to the default (0: skip it)",
     )
     parser.add_argument("--latency-seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark setting for the whole run (repeatable), e.g. to try a tuning",
+    )
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra source option for the latency runs (repeatable)",
+    )
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args(argv)
 
@@ -333,24 +360,17 @@ def main(argv: list[str] | None = None) -> int:
         from rmq_spark.spark.config import SparkConfig
         from rmq_spark.spark.session import build_session
 
+        extra = {"spark.pyspark.python": sys.executable} | _pairs(args.conf)
         spark = build_session(
             SparkConfig(master=args.master, shuffle_partitions=2, log_level="ERROR"),
-            extra_conf={"spark.pyspark.python": sys.executable},
+            extra_conf=extra,
         )
-        batch = bench_batch(spark, store, store.parent / (store.name + "-parquet"), args.repeat)
-        print(
-            "batch noop CPU seconds (JVM + Python workers): rocketmq "
-            f"{batch['rocketmq_noop_cpu_jvm']:.2f} + {batch['rocketmq_noop_cpu_python']:.2f}, "
-            f"parquet {batch['parquet_noop_cpu_jvm']:.2f} + {batch['parquet_noop_cpu_python']:.2f}"
-        )
-        for action in ("noop", "count"):
-            ours, theirs = batch[f"rocketmq_{action}"], batch[f"parquet_{action}"]
-            narrow = batch[f"rocketmq_narrow_{action}"]
-            print(
-                f"batch {action:5}: rocketmq {ours:.2f} s ({args.messages / ours:,.0f} rows/s), "
-                f"parquet {theirs:.2f} s, ratio parquet/rocketmq {theirs / ours:.2f}; "
-                f"rocketmq with schema 'physical_offset long' {narrow:.2f} s "
-                f"(ratio {theirs / narrow:.2f})"
+        if args.conf:
+            print("extra Spark settings: " + ", ".join(args.conf))
+        if not args.skip_batch:
+            _print_batch(
+                bench_batch(spark, store, store.parent / (store.name + "-parquet"), args.repeat),
+                args.messages,
             )
         if not args.skip_stream:
             rows, seconds, in_triggers = bench_stream(spark, store, work / "stream-ck")
@@ -360,9 +380,11 @@ def main(argv: list[str] | None = None) -> int:
                 "triggers, i.e. without query start-up)"
             )
         if not args.skip_latency:
-            runs = {"executors (default)": {}}
+            extra_options = _pairs(args.option)
+            label = ", ".join(args.option) or "default options"
+            runs = {f"executors ({label})": extra_options}
             if args.driver_read_max_bytes not in ("", "0"):
-                runs[f"driverReadMaxBytes={args.driver_read_max_bytes}"] = {
+                runs[f"driverReadMaxBytes={args.driver_read_max_bytes}"] = extra_options | {
                     "driverReadMaxBytes": args.driver_read_max_bytes
                 }
             for label, options in runs.items():
@@ -380,6 +402,33 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _pairs(items: list[str]) -> dict[str, str]:
+    pairs = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise SystemExit(f"expected KEY=VALUE, got {item!r}")
+        pairs[key.strip()] = value.strip()
+    return pairs
+
+
+def _print_batch(batch: dict[str, float], messages: int) -> None:
+    print(
+        "batch noop CPU seconds (JVM + Python workers): rocketmq "
+        f"{batch['rocketmq_noop_cpu_jvm']:.2f} + {batch['rocketmq_noop_cpu_python']:.2f}, "
+        f"parquet {batch['parquet_noop_cpu_jvm']:.2f} + {batch['parquet_noop_cpu_python']:.2f}"
+    )
+    for action in ("noop", "count"):
+        ours, theirs = batch[f"rocketmq_{action}"], batch[f"parquet_{action}"]
+        narrow = batch[f"rocketmq_narrow_{action}"]
+        print(
+            f"batch {action:5}: rocketmq {ours:.2f} s ({messages / ours:,.0f} rows/s), "
+            f"parquet {theirs:.2f} s, ratio parquet/rocketmq {theirs / ours:.2f}; "
+            f"rocketmq with schema 'physical_offset long' {narrow:.2f} s "
+            f"(ratio {theirs / narrow:.2f})"
+        )
 
 
 if __name__ == "__main__":
