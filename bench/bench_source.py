@@ -10,7 +10,8 @@ BODYCRC of every one), then measures in the same run:
 * streaming: rows/s of an ``availableNow`` query into a ``noop`` sink;
 * latency: put-to-visible p50/p99 with a 0-second processing-time trigger: a thread puts a
   message every 5 ms through the engine's ``MessageStore`` (SYNC flush; store timestamp = put
-  time), a ``foreachBatch`` sink records when each row arrives.
+  time), a ``foreachBatch`` sink records when each row arrives; the first 5 s of puts (a new
+  query is slower while the JVM warms up) are not measured.
 
 Usage::
 
@@ -231,8 +232,19 @@ def bench_stream(spark, store_dir: Path, checkpoint: Path) -> tuple[int, float, 
     return rows, seconds, triggers / 1000
 
 
-def bench_latency(  # noqa: ANN001
-    spark, work: Path, seconds: float, interval_ms: float, options: dict[str, str]
+def _epoch_ms(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000
+
+
+def bench_latency(  # noqa: ANN001, PLR0913
+    spark,
+    work: Path,
+    seconds: float,
+    interval_ms: float,
+    options: dict[str, str],
+    warmup_seconds: float = 5.0,
 ) -> tuple[list[float], dict[str, float]]:
     """Put -> row-in-a-foreachBatch-sink latencies (ms) under a 0-second trigger, and the
     median ``durationMs`` parts of the micro-batches (Spark's progress).
@@ -281,13 +293,20 @@ def bench_latency(  # noqa: ANN001
         # Warm-up: the first batch with rows starts the Python workers (seconds); not measured.
         store.put(PutRequest(topic="Latency", body=b"x" * BODY_BYTES, tags="warm-up"))
         query.processAllAvailable()
-        latencies.clear()
         producer.start()
+        # The first seconds of a new query run slower (JIT, code generation): not measured.
+        time.sleep(warmup_seconds)
+        latencies.clear()
+        warmed_at = time.time() * 1000
         time.sleep(seconds)  # a benchmark, not a test: it measures over wall-clock time
         stop.set()
         producer.join()
         query.processAllAvailable()
-        progress = [p for p in query.recentProgress if p["numInputRows"]][1:]
+        progress = [
+            p
+            for p in query.recentProgress
+            if p["numInputRows"] and _epoch_ms(p["timestamp"]) >= warmed_at
+        ]
     finally:
         query.stop()
         store.close()
@@ -321,6 +340,12 @@ def main(argv: list[str] | None = None) -> int:
         help="latency run with this driverReadMaxBytes next to the default (0: skip it)",
     )
     parser.add_argument("--latency-seconds", type=float, default=15.0)
+    parser.add_argument(
+        "--latency-warmup-seconds",
+        type=float,
+        default=5.0,
+        help="puts before the measured window (a new query is slower for a few seconds)",
+    )
     parser.add_argument(
         "--conf",
         action="append",
@@ -388,7 +413,9 @@ def main(argv: list[str] | None = None) -> int:
                     "driverReadMaxBytes": args.driver_read_max_bytes
                 }
             for label, options in runs.items():
-                found, parts = bench_latency(spark, work, args.latency_seconds, 5.0, options)
+                found, parts = bench_latency(
+                    spark, work, args.latency_seconds, 5.0, options, args.latency_warmup_seconds
+                )
                 latencies = sorted(found)
                 p50 = statistics.median(latencies)
                 p99 = latencies[max(0, int(len(latencies) * 0.99) - 1)]
