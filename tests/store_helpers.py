@@ -92,6 +92,9 @@ class _GatedFile:
     def write(self, position: int, data: Any) -> None:
         self._inner.write(position, data)
 
+    def write_through(self, position: int, data: Any) -> None:
+        self._inner.write_through(position, data)
+
     def read(self, position: int, size: int) -> bytes:
         return self._inner.read(position, size)
 
@@ -135,3 +138,15 @@ class GatedOpener:
     def create(self, path: Path, size_bytes: int, kind: FileKind) -> SegmentFile:
         file = self._inner.create(path, size_bytes, kind)
         return _GatedFile(file, self) if kind is FileKind.SEGMENT else file
+
+
+def ring_available() -> bool:
+    """Whether the store can fsync through io_uring here (``FsyncRing.create``): where it
+    can, SYNC ``put_async`` must take that path."""
+    from rmq_spark.store.uring import FsyncRing
+
+    ring = FsyncRing.create()
+    if ring is None:
+        return False
+    ring.close()
+    return True

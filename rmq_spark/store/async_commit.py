@@ -26,6 +26,10 @@ same code as ``put`` (``store_put.py``); then:
   (cancelling the shared future would cancel every put of the wave); the record stays
   stored, unacknowledged.
 
+Where the kernel offers io_uring (``store.io_uring``, default on), the loop does the fsyncs of
+its waves itself instead (``ring_commit.py``): it submits them, notices their end between two
+puts and resolves the waves without a thread; the flush thread then serves other loops only.
+
 Acknowledgement is the same as ``put``'s: ``PUT_OK`` only after an fsync covered the record.
 ASYNC stores need none of this: ``put_async`` is ``put`` (the put never blocks on I/O).
 """
@@ -36,11 +40,15 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
+from rmq_spark.store.fileio import MmapFile, OsFile
 from rmq_spark.store.flush import FlushWait, GroupCommit
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
+from rmq_spark.store.ring_commit import RingCommit
+from rmq_spark.store.segment import Segment
 from rmq_spark.store.store_put import PutPaths
+from rmq_spark.store.uring import FsyncRing
 
 __all__ = ["AsyncGroupCommit", "AsyncPutPaths"]
 
@@ -89,11 +97,22 @@ class AsyncGroupCommit:
         How long a put waits for its fsync before ``FlushWait.TIMEOUT``.
     wave_size
         Puts after which a wave goes to the flush thread without waiting for the pass end.
+    ring
+        Makes a ``RingCommit`` for a loop (the loop fsyncs its own waves through io_uring),
+        or ``None`` (no io_uring: every wave goes to the flush thread).
     """
 
-    def __init__(self, group: GroupCommit, timeout_ms: int, wave_size: int = WAVE_SIZE) -> None:
+    def __init__(
+        self,
+        group: GroupCommit,
+        timeout_ms: int,
+        wave_size: int = WAVE_SIZE,
+        ring: Callable[[asyncio.AbstractEventLoop], RingCommit | None] | None = None,
+    ) -> None:
         if wave_size < 1:
             raise ValueError(f"wave_size: must be >= 1, got {wave_size}")
+        self._ring_factory = ring
+        self._ring: RingCommit | None = None  # the io_uring path of one loop
         self._group = group
         self._wave_size = wave_size
         self._timeout_s = timeout_ms / 1000
@@ -112,6 +131,12 @@ class AsyncGroupCommit:
         """A future of the running loop, resolved once an fsync covers ``end_offset`` (shared
         by the wave: await it, do not cancel it)."""
         loop = _running_loop()
+        ring = self._ring
+        if ring is not None and ring.loop is loop:
+            if ring.in_flight is not None and ring.ready():
+                ring.pump()  # the fsync in flight ended: resolve its waves now, mid-pass
+        elif self._ring_factory is not None:
+            self._ring_for(loop)
         wave = self._open.get(loop)
         if wave is None:
             wave = self._open[loop] = _Wave(loop, end_offset)
@@ -135,6 +160,10 @@ class AsyncGroupCommit:
         if self._group.flushed_offset >= wave.end:  # a running fsync covered it meanwhile
             _resolve([wave], _DURABLE)
             return
+        ring = self._ring
+        if ring is not None and ring.loop is wave.loop and not self._stopped:
+            ring.add(wave)
+            return
         with self._lock:
             stopped = self._stopped
             if not stopped:
@@ -156,6 +185,22 @@ class AsyncGroupCommit:
             started.acquire(timeout=_HANDSHAKE_S)
         else:
             self._wakeup.set()
+
+    def _ring_for(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Give ``loop`` the io_uring path if no other live loop has it."""
+        current = self._ring
+        if current is not None:
+            if not current.loop.is_closed():
+                return  # another loop has it: this one uses the flush thread
+            self._ring = None
+            current.stop()
+        factory = self._ring_factory
+        if factory is None or self._stopped:
+            return
+        ring = factory(loop)
+        if ring is None:
+            self._ring_factory = None  # not available here: never ask again
+        self._ring = ring
 
     def _run(self) -> None:
         waves = self._closed_waves
@@ -205,6 +250,9 @@ class AsyncGroupCommit:
         with self._lock:
             self._stopped = True
             thread = self._thread
+        ring, self._ring = self._ring, None
+        if ring is not None:
+            ring.stop()
         self._wakeup.set()
         if thread is not None:
             thread.join()
@@ -258,5 +306,52 @@ class AsyncPutPaths(PutPaths):
     def _commit(self) -> AsyncGroupCommit:
         commit = self._async_commit
         if commit is None:
-            commit = self._async_commit = AsyncGroupCommit(self._group, self._timeout_ms)
+            ring = self._new_ring if self.config.io_uring else None
+            commit = AsyncGroupCommit(self._group, self._timeout_ms, ring=ring)
+            self._async_commit = commit
         return commit
+
+    def _new_ring(self, loop: asyncio.AbstractEventLoop) -> RingCommit | None:
+        """The io_uring path for ``loop`` (``None`` where io_uring is not usable, or when
+        the segment files are not plain files: tests' fault-injecting openers)."""
+        segments = self._commitlog.segments
+        if segments and type(segments[-1].file) not in (MmapFile, OsFile):
+            return None
+        ring = FsyncRing.create()
+        if ring is None:
+            return None
+        return RingCommit(
+            ring,
+            loop,
+            self._ring_start,
+            self._ring_finish,
+            self._fail,
+            _resolve,
+            lambda: self._group.flushed_offset,
+        )
+
+    def _ring_start(self) -> tuple[list[int], int, object]:
+        """Commit the staged appends of every segment written since the last fsync; the
+        descriptors to fdatasync, the offset they make durable, and what to finish."""
+        last_ts = self._last_store_ts  # of a record written before the positions are read
+        start = self._group.flushed_offset
+        targets: list[tuple[Segment, int]] = []
+        fds: list[int] = []
+        covering = start
+        for segment in self._commitlog.segments:
+            if segment.end_offset <= start:
+                continue
+            position = segment.commit()
+            covering = segment.base_offset + position
+            if position > segment.flushed_position:
+                fds.append(segment.file.fileno())  # type: ignore[attr-defined]
+                targets.append((segment, position))
+        return fds, covering, (targets, last_ts)
+
+    def _ring_finish(self, token: object, covering: int) -> None:
+        targets, last_ts = token  # type: ignore[misc]
+        for segment, position in targets:
+            if position > segment.flushed_position:
+                segment.flushed_position = position
+        self._publish_flushed(covering, last_ts)  # type: ignore[attr-defined]
+        self._group.advance(covering)

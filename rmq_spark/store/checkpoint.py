@@ -65,6 +65,7 @@ SNAPSHOT_FILE = "queue_offsets.json"
 _SNAPSHOT_VERSION = 1
 _FIELDS = struct.Struct(">qqqqq")
 _I64 = struct.Struct(">q")
+_TWO_I64 = struct.Struct(">qq")
 _PHYSIC_TS_POSITION = 0
 _FLUSHED_POSITION = 24
 _CONFIRM_POSITION = 32
@@ -121,6 +122,23 @@ class Checkpoint:
             self.values,
             master_flushed_offset=flushed_offset,
             physic_msg_timestamp_ms=physic_msg_timestamp_ms or self.values.physic_msg_timestamp_ms,
+        )
+
+    def publish_durable(self, offset: int, physic_msg_timestamp_ms: int) -> None:
+        """``publish_flushed`` and ``publish_confirmed`` of one offset (SYNC: what is durable
+        is readable) in one write of the two adjacent fields."""
+        self._file.write(_FLUSHED_POSITION, _TWO_I64.pack(offset, offset))
+        values = self.values
+        if physic_msg_timestamp_ms:
+            self._file.write(_PHYSIC_TS_POSITION, _I64.pack(physic_msg_timestamp_ms))
+        else:
+            physic_msg_timestamp_ms = values.physic_msg_timestamp_ms
+        self.values = CheckpointValues(
+            physic_msg_timestamp_ms,
+            values.logics_msg_timestamp_ms,
+            values.index_msg_timestamp_ms,
+            offset,
+            offset,
         )
 
     def reset(self, confirm_phy_offset: int, flushed_offset: int) -> None:

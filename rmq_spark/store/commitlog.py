@@ -103,6 +103,9 @@ class CommitLog:
         self._segments: list[Segment] = []
         self.active: Segment | None = None
         """The last segment (where appends go), or ``None``; kept in step with ``segments``."""
+        self.staging = False
+        """Whether new segments stage their appends in memory (``Segment.start_staging``;
+        set by SYNC stores, ``store.stage_writes``)."""
         self.warm_lock: threading.Lock | None = None
         """Set while a ``SegmentWarmer`` zero-fills the active segment ahead of the writer:
         appends stay below ``Segment.limit`` (see ``warm.py``)."""
@@ -255,6 +258,8 @@ class CommitLog:
         path = self.directory / segment_name(base)
         file = self._opener.create(path, self.segment_size_bytes, FileKind.SEGMENT)
         segment = Segment(base, file)
+        if self.staging:
+            segment.start_staging()
         if last is not None and not last.is_full:
             try:
                 if last.write_position + 8 > last.limit:
@@ -281,6 +286,14 @@ class CommitLog:
         with lock:
             if segment.limit < end:
                 segment.limit = min(segment.size_bytes, end)
+
+    def start_staging(self) -> None:
+        """Stage appends in memory from now on: the active segment from its write position,
+        and every new segment (see ``segment.py``)."""
+        self.staging = True
+        active = self.active
+        if active is not None:
+            active.start_staging()
 
     # --- flushing -----------------------------------------------------------------------------
 

@@ -57,6 +57,8 @@ class StoreConfig:
     delete_file_batch_max: int = 10  # at most this many segments deleted per retention round
     clean_resource_interval_ms: int = 10_000  # how often retention runs; 0: only when called
     warm_ahead_bytes: int = 16 << 20  # SYNC: zero-fill the active segment this far ahead; 0: off
+    stage_writes: bool = True  # SYNC: append to memory, write to the file just before each fsync
+    io_uring: bool = True  # SYNC put_async: fsync through io_uring when the kernel allows it
 
     def __post_init__(self) -> None:
         if not str(self.root_dir):

@@ -77,6 +77,11 @@ class SegmentFile(Protocol):
         """Write all of ``data`` at ``position`` (no short writes)."""
         ...
 
+    def write_through(self, position: int, data: bytes | bytearray | memoryview) -> None:
+        """``write``, but through the file descriptor even when the file is memory-mapped
+        (a staged segment's commit: the writer's mapping is never dirtied, see segment.py)."""
+        ...
+
     def read(self, position: int, size: int) -> bytes:
         """Up to ``size`` bytes from ``position`` (fewer only at the end of the file)."""
         ...
@@ -205,6 +210,12 @@ class OsFile:
     def write(self, position: int, data: bytes | bytearray | memoryview) -> None:
         _pwrite_all(self._fd, data, position)
 
+    write_through = write
+
+    def fileno(self) -> int:
+        """The descriptor (for io_uring fsyncs, ``uring.py``); valid until ``close``."""
+        return self._fd
+
     def read(self, position: int, size: int) -> bytes:
         out = os.pread(self._fd, size, position)
         if len(out) == size or not out:
@@ -269,6 +280,17 @@ class MmapFile:
         if self._map is None or end > self._size:
             raise OSError(errno.EFBIG, f"write of [{position}, {end}) past {self._size} bytes")
         self._map[position:end] = data
+
+    def write_through(self, position: int, data: bytes | bytearray | memoryview) -> None:
+        if position + len(data) > self._size:
+            raise OSError(
+                errno.EFBIG, f"write of {len(data)} bytes at {position} past {self._size}"
+            )
+        _pwrite_all(self._fd, data, position)  # the page cache the mapping shares
+
+    def fileno(self) -> int:
+        """The descriptor (for io_uring fsyncs, ``uring.py``); valid until ``close``."""
+        return self._fd
 
     def read(self, position: int, size: int) -> bytes:
         if self._map is None:
@@ -413,6 +435,11 @@ class FaultyFile:
                 self._inner.write(position, memoryview(data)[:partial])
             self.plan.raise_error(point, self.path)
         self._inner.write(position, data)
+
+    def write_through(self, position: int, data: bytes | bytearray | memoryview) -> None:
+        if self.plan.should_fail("append"):  # a staged segment's commit is its append
+            self.plan.raise_error("append", self.path)
+        self._inner.write_through(position, data)
 
     def read(self, position: int, size: int) -> bytes:
         return self._inner.read(position, size)

@@ -244,6 +244,14 @@ class GroupCommit:
             raise self.error
         return self._flushed_offset
 
+    def advance(self, flushed_offset: int) -> None:
+        """Count an fsync made outside this object (``ring_commit.py``) that made everything
+        below ``flushed_offset`` durable (and published)."""
+        with self._lock:
+            self.fsync_count += 1
+            if flushed_offset > self._flushed_offset:
+                self._flushed_offset = flushed_offset
+
     def fail(self, error: OSError) -> None:
         """Make every current and future wait fail (the store failed closed)."""
         with self._lock:

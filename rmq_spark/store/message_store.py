@@ -195,6 +195,8 @@ class MessageStore(AsyncPutPaths):
             )
         self._housekeeper = Housekeeper(tasks)
         self._housekeeper.start()
+        if self._sync and config.stage_writes:  # like RocketMQ's transientStorePoolEnable
+            self._commitlog.start_staging()
         if self._sync and config.warm_ahead_bytes:  # fdatasync is cheaper over written blocks
             self._warmer = SegmentWarmer(self._commitlog, config.warm_ahead_bytes)
             self._warmer.start()
@@ -286,15 +288,22 @@ class MessageStore(AsyncPutPaths):
         """
         last_ts = self._last_store_ts  # of a record written before the fsync reads positions
         flushed = self._commitlog.flush(self._flushed_offset)
+        return self._publish_flushed(flushed, last_ts)
+
+    def _publish_flushed(self, flushed: int, last_ts: int) -> int:
+        """Publish ``flushed`` (an fsync covered everything below it; ``last_ts`` is the store
+        timestamp of a record written before that fsync started) in the checkpoint; returns
+        the flushed offset (raises ``OSError``)."""
         with self._flush_lock:
             if flushed > self._flushed_offset:
                 last_ts = max(last_ts, self._published_ts)
-                self._checkpoint.publish_flushed(flushed, last_ts)
+                if flushed > self._published_confirm:  # ASYNC may have published more already
+                    self._checkpoint.publish_durable(flushed, last_ts)
+                    self._published_confirm = flushed
+                else:
+                    self._checkpoint.publish_flushed(flushed, last_ts)
                 self._flushed_offset = flushed
                 self._published_ts = last_ts
-                if flushed > self._published_confirm:  # ASYNC may have published more already
-                    self._checkpoint.publish_confirmed(flushed)
-                    self._published_confirm = flushed
             return self._flushed_offset
 
     def _flush_task(self) -> None:

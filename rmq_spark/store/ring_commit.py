@@ -1,0 +1,203 @@
+"""SYNC group commit driven by the event loop itself, through io_uring (``uring.py``).
+
+Owns the fsyncs of the asyncio puts of one loop when the kernel offers io_uring: which waves
+an fsync covers, submitting it, noticing its end, and resolving the waves. ``async_commit.py``
+decides when a wave closes and hands it here; without io_uring it uses its flush thread.
+
+* A closed wave joins ``pending``. When no fsync is in flight, the loop commits what the
+  segments staged (``Segment.commit``) and submits one fdatasync per segment written since
+  the last fsync; the pending waves ride on it. One fsync is in flight at a time: the next
+  covers everything written meanwhile.
+* The loop notices the end of the fsync between two puts (``poll``: two memory reads of the
+  completion ring), or, when it has nothing else to do, from the eventfd the kernel signals
+  (a reader callback). It then publishes the flushed offset (checkpoint, ``GroupCommit``),
+  resolves the covered waves and submits the next fsync, all without leaving the loop: no
+  thread, no GIL hand-off, no ``call_soon_threadsafe``.
+* A failed fsync (or commit) fails the store closed and resolves every wave ``FAILED``.
+
+Not thread-safe: everything runs on the loop's thread, except ``stop`` once the loop no
+longer runs puts (the store is closing), which waits for the fsync in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rmq_spark.store.flush import FlushWait
+from rmq_spark.store.uring import FsyncRing
+
+if TYPE_CHECKING:
+    from rmq_spark.store.async_commit import _Wave
+
+__all__ = ["RingCommit"]
+
+_log = logging.getLogger(__name__)
+
+Start = Callable[[], "tuple[list[int], int, object]"]
+"""Commit what is staged; returns (descriptors to fdatasync, the offset they make durable,
+what ``finish`` needs). Raises ``OSError``."""
+Finish = Callable[[object, int], None]
+"""After the fdatasyncs: record and publish the durable offset. Raises ``OSError``."""
+
+
+class RingCommit:
+    """The io_uring fsyncs of one loop's waves (see the module docstring).
+
+    Parameters
+    ----------
+    ring
+        The ring (this object closes it in ``stop``).
+    loop
+        The loop whose waves it takes; its thread is the only one that calls it.
+    start, finish
+        The store's side of an fsync (see ``Start`` and ``Finish``).
+    fail
+        Called with the error when an fsync failed (the store fails closed).
+    resolve
+        Gives the waves their outcome (``async_commit._resolve``).
+    flushed
+        The store's flushed offset now.
+    """
+
+    def __init__(
+        self,
+        ring: FsyncRing,
+        loop: asyncio.AbstractEventLoop,
+        start: Start,
+        finish: Finish,
+        fail: Callable[[OSError], None],
+        resolve: Callable[[list[_Wave], FlushWait], None],
+        flushed: Callable[[], int],
+    ) -> None:
+        self.ring = ring
+        self.loop = loop
+        self._start = start
+        self._finish = finish
+        self._fail = fail
+        self._resolve = resolve
+        self._flushed = flushed
+        self.pending: list[_Wave] = []
+        self.in_flight: tuple[int, list[_Wave], object] | None = None
+        self._error: OSError | None = None
+        self._sequence = 0
+        self._stopped = False
+        self.ready = ring.ready
+        loop.add_reader(ring.eventfd, self._on_eventfd)
+
+    def add(self, wave: _Wave) -> None:
+        """A closed wave: fsync it (now, or with the next fsync)."""
+        self.pending.append(wave)
+        self.pump()
+
+    def poll(self) -> None:
+        """Between two puts: take the end of the fsync in flight, if it came."""
+        if self.in_flight is not None and self.ready():
+            self.pump()
+
+    def _on_eventfd(self) -> None:
+        self.ring.drain_eventfd()
+        self.pump()
+
+    def pump(self) -> None:
+        """Finish the fsync in flight if it ended; start the next if waves wait for one."""
+        ring = self.ring
+        if self.in_flight is not None:
+            if not ring.ready():
+                return
+            for _, result in ring.reap():
+                if result < 0 and self._error is None:
+                    self._error = OSError(-result, f"fdatasync (io_uring): {os.strerror(-result)}")
+            if ring.in_flight:  # one fdatasync per segment: wait for all of them
+                return
+            covering, waves, token = self.in_flight
+            self.in_flight = None
+            error = self._error
+            if error is None:
+                try:
+                    self._finish(token, covering)
+                except OSError as err:
+                    error = err
+            if error is not None:
+                self._failed(error, waves)
+                return
+            self._resolve(waves, FlushWait.DURABLE)
+            if self.pending:
+                flushed = self._flushed()
+                covered = [wave for wave in self.pending if wave.end <= flushed]
+                if covered:
+                    self.pending = [wave for wave in self.pending if wave.end > flushed]
+                    self._resolve(covered, FlushWait.DURABLE)
+        if self.pending and not self._stopped:
+            self._submit()
+
+    def _submit(self) -> None:
+        waves = self.pending
+        self.pending = []
+        flushed = self._flushed()
+        if all(wave.end <= flushed for wave in waves):  # another fsync covered them already
+            self._resolve(waves, FlushWait.DURABLE)
+            return
+        try:
+            fds, covering, token = self._start()
+            if not fds:
+                self._resolve(waves, FlushWait.DURABLE)
+                return
+            self._sequence += 1
+            self.ring.submit_fdatasync(fds, self._sequence)
+        except OSError as err:
+            self._failed(err, waves)
+            return
+        self.in_flight = (covering, waves, token)
+
+    def _failed(self, error: OSError, waves: list[_Wave]) -> None:
+        _log.error("SYNC fsync through io_uring failed: %s", error)
+        self._error = error
+        self._stopped = True
+        self._fail(error)
+        pending, self.pending = self.pending, []
+        self._resolve(waves + pending, FlushWait.FAILED)
+
+    def stop(self) -> None:
+        """Wait for the fsync in flight, resolve what waits (on the loop if it still runs)
+        and release the ring. The store flushed everything before (or failed)."""
+        self._stopped = True
+        ring = self.ring
+        try:
+            results = ring.wait_all()
+        except OSError as err:  # cannot wait: nothing more is known about that fsync
+            _log.error("waiting for the io_uring fsync failed: %s", err)
+            results = [(0, -(err.errno or 5))]
+        waves: list[_Wave] = list(self.pending)
+        self.pending = []
+        if self.in_flight is not None:
+            waves.extend(self.in_flight[1])
+            self.in_flight = None
+        failed = any(result < 0 for _, result in results) or self._error is not None
+        flushed = self._flushed()
+        durable = [wave for wave in waves if not failed and wave.end <= flushed]
+        lost = [wave for wave in waves if failed or wave.end > flushed]
+        loop = self.loop
+        if not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(_finish_on_loop, loop, ring, self._resolve, durable, lost)
+                return
+            except RuntimeError:  # closed meanwhile
+                pass
+        ring.close()
+
+
+def _finish_on_loop(
+    loop: asyncio.AbstractEventLoop,
+    ring: FsyncRing,
+    resolve: Callable[[list[_Wave], FlushWait], None],
+    durable: list[_Wave],
+    lost: list[_Wave],
+) -> None:
+    loop.remove_reader(ring.eventfd)
+    ring.close()
+    resolve(durable, FlushWait.DURABLE)
+    resolve(lost, FlushWait.FAILED)

@@ -1,0 +1,162 @@
+"""SYNC ``put_async`` with the loop's own fsyncs through io_uring (``ring_commit.py``)."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+from pathlib import Path
+
+import pytest
+from store_helpers import open_store, ring_available
+
+from rmq_spark.store.async_commit import _Wave
+from rmq_spark.store.checkpoint import read_checkpoint
+from rmq_spark.store.config import FlushPolicy
+from rmq_spark.store.fileio import MmapFile
+from rmq_spark.store.flush import FlushWait
+from rmq_spark.store.message_store import MessageStore
+from rmq_spark.store.put import PutRequest, PutResult, PutStatus
+from rmq_spark.store.ring_commit import RingCommit
+from rmq_spark.store.uring import FsyncRing
+
+pytestmark = pytest.mark.skipif(not ring_available(), reason="io_uring is not usable here")
+
+
+def _sync_store(root: Path, **overrides: object) -> MessageStore:
+    return open_store(root, flush_policy=FlushPolicy.SYNC, segment_size_bytes=1 << 16, **overrides)
+
+
+def test_many_producers_are_acknowledged_only_once_durable_and_published(tmp_path: Path) -> None:
+    store = _sync_store(tmp_path)
+
+    async def producer(index: int) -> list[PutResult]:
+        results = []
+        for sequence in range(40):
+            result = await store.put_async(PutRequest("A", b"p%d-%d" % (index, sequence)))
+            assert result.ok, result
+            end = result.physical_offset + result.total_size
+            assert store.flushed_offset >= end  # checked the moment the put returns
+            values = read_checkpoint(tmp_path)
+            assert values is not None and values.confirm_phy_offset >= end
+            results.append(result)
+        return results
+
+    async def main() -> list[list[PutResult]]:
+        return await asyncio.gather(*(producer(index) for index in range(24)))
+
+    per_producer = asyncio.run(main())
+    commit = store._async_commit  # noqa: SLF001 - white-box: which path ran
+    assert commit is not None and commit.groups == 0
+    assert len(store.commitlog.segments) > 1  # the fsyncs crossed segment rolls
+    store.close()
+    store = _sync_store(tmp_path)
+    for index, results in enumerate(per_producer):
+        for sequence, result in enumerate(results):
+            assert store.read(result.physical_offset).body == b"p%d-%d" % (index, sequence)
+    store.close()
+
+
+def test_a_failed_commit_fails_the_store_closed_and_loses_no_acknowledged_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _sync_store(tmp_path)
+    calls = {"n": 0}
+    real = MmapFile.write_through
+
+    def failing(self: MmapFile, position: int, data: object) -> None:
+        calls["n"] += 1
+        if calls["n"] > 3:
+            raise OSError(errno.ENOSPC, "injected: no space left")
+        real(self, position, data)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(MmapFile, "write_through", failing)
+
+    async def main() -> list[PutResult]:
+        results = []
+        for round_ in range(8):
+            batch = await asyncio.gather(
+                *(store.put_async(PutRequest("A", b"r%d-%d" % (round_, i))) for i in range(4))
+            )
+            results.extend(batch)
+        return results
+
+    results = asyncio.run(main())
+    acknowledged = [result for result in results if result.ok]
+    failed = [result for result in results if not result.ok]
+    assert acknowledged and failed
+    assert {result.status for result in failed} <= {
+        PutStatus.UNKNOWN_ERROR,
+        PutStatus.SERVICE_NOT_AVAILABLE,
+    }
+    assert "no space left" in (failed[0].detail or "")
+    later = store.put(PutRequest("A", b"after"))
+    assert later.status is PutStatus.SERVICE_NOT_AVAILABLE  # failed closed
+    store.close()
+    monkeypatch.setattr(MmapFile, "write_through", real)
+    store = _sync_store(tmp_path)
+    for result in acknowledged:
+        assert store.read(result.physical_offset).physical_offset == result.physical_offset
+    store.close()
+
+
+def test_an_fdatasync_the_kernel_fails_resolves_its_waves_failed_and_fails_the_store(
+    tmp_path: Path,
+) -> None:
+    ring = FsyncRing.create()
+    assert ring is not None
+    fd = 4000  # a descriptor number nothing has open: the kernel will answer EBADF
+    with pytest.raises(OSError):
+        os.fstat(fd)
+    failures: list[OSError] = []
+    resolved: list[tuple[int, FlushWait]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        commit = RingCommit(
+            ring,
+            loop,
+            lambda: ([fd], 100, None),
+            lambda token, covering: pytest.fail("a failed fsync must not be published"),
+            failures.append,
+            lambda waves, outcome: resolved.extend((wave.end, outcome) for wave in waves),
+            lambda: 0,
+        )
+        commit.add(_Wave(loop, 100))
+        for _ in range(1000):
+            if resolved:
+                break
+            await asyncio.sleep(0.001)
+        commit.add(_Wave(loop, 200))  # after the failure: answered at once
+        commit.stop()
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    assert resolved == [(100, FlushWait.FAILED), (200, FlushWait.FAILED)]
+    assert len(failures) == 1 and failures[0].errno == errno.EBADF
+
+
+def test_a_new_event_loop_takes_the_ring_over_once_the_first_is_closed(tmp_path: Path) -> None:
+    store = _sync_store(tmp_path)
+    loops = []
+
+    async def one_round(tag: bytes) -> PutResult:
+        loops.append(asyncio.get_running_loop())
+        return await store.put_async(PutRequest("A", tag))
+
+    first = asyncio.run(one_round(b"first"))
+    second = asyncio.run(one_round(b"second"))
+    assert first.ok and second.ok
+    commit = store._async_commit  # noqa: SLF001
+    assert commit is not None and commit._ring is not None  # noqa: SLF001
+    assert commit._ring.loop is loops[1] and commit.groups == 0  # noqa: SLF001
+    store.close()
+
+
+def test_a_store_without_io_uring_uses_its_flush_thread(tmp_path: Path) -> None:
+    store = _sync_store(tmp_path, io_uring=False)
+    result = asyncio.run(store.put_async(PutRequest("A", b"x")))
+    assert result.ok
+    commit = store._async_commit  # noqa: SLF001
+    assert commit is not None and commit._ring is None and commit.groups == 1  # noqa: SLF001
+    store.close()
