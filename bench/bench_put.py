@@ -223,7 +223,12 @@ def asyncio_case(
     shutil.rmtree(root, ignore_errors=True)
     store = MessageStore.open(_config(root, policy, IoMode.MMAP, warm))
     if wave_size is not None:  # bench introspection: the same store, another wave size
-        store._async_commit = AsyncGroupCommit(store._group, store._timeout_ms, wave_size)  # noqa: SLF001
+        store._async_commit = AsyncGroupCommit(  # noqa: SLF001
+            store._group,
+            store._timeout_ms,
+            wave_size,
+            ring=store._new_ring,  # noqa: SLF001
+        )
     latencies: list[list[float]] = [[] for _ in range(producers)]
     failures = []
 

@@ -65,7 +65,18 @@ SNAPSHOT_FILE = "queue_offsets.json"
 _SNAPSHOT_VERSION = 1
 _FIELDS = struct.Struct(">qqqqq")
 _I64 = struct.Struct(">q")
-_TWO_I64 = struct.Struct(">qq")
+
+
+def _astuple(values: CheckpointValues) -> tuple[int, int, int, int, int]:
+    return (
+        values.physic_msg_timestamp_ms,
+        values.logics_msg_timestamp_ms,
+        values.index_msg_timestamp_ms,
+        values.master_flushed_offset,
+        values.confirm_phy_offset,
+    )
+
+
 _PHYSIC_TS_POSITION = 0
 _FLUSHED_POSITION = 24
 _CONFIRM_POSITION = 32
@@ -126,20 +137,18 @@ class Checkpoint:
 
     def publish_durable(self, offset: int, physic_msg_timestamp_ms: int) -> None:
         """``publish_flushed`` and ``publish_confirmed`` of one offset (SYNC: what is durable
-        is readable) in one write of the two adjacent fields."""
-        self._file.write(_FLUSHED_POSITION, _TWO_I64.pack(offset, offset))
+        is readable), with one write of the five fields (this object owns them all; readers
+        read until two reads agree, ``read_checkpoint``)."""
         values = self.values
-        if physic_msg_timestamp_ms:
-            self._file.write(_PHYSIC_TS_POSITION, _I64.pack(physic_msg_timestamp_ms))
-        else:
-            physic_msg_timestamp_ms = values.physic_msg_timestamp_ms
-        self.values = CheckpointValues(
-            physic_msg_timestamp_ms,
+        values = CheckpointValues(
+            physic_msg_timestamp_ms or values.physic_msg_timestamp_ms,
             values.logics_msg_timestamp_ms,
             values.index_msg_timestamp_ms,
             offset,
             offset,
         )
+        self._file.write(0, _FIELDS.pack(*_astuple(values)))
+        self.values = values
 
     def reset(self, confirm_phy_offset: int, flushed_offset: int) -> None:
         """Lower both offsets after recovery truncated the log below them (then fsync)."""

@@ -67,17 +67,22 @@ class _Params(ctypes.Structure):
     ]
 
 
-_syscall = None
+_syscalls: tuple[object, object] | None = None
 
 
-def _libc_syscall():  # type: ignore[no-untyped-def]
-    global _syscall
-    if _syscall is None:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        function = libc.syscall
-        function.restype = ctypes.c_long
-        _syscall = function
-    return _syscall
+def _libc_syscalls():  # type: ignore[no-untyped-def]
+    """``syscall(2)`` twice: releasing the GIL (for calls that block) and keeping it (for
+    calls that do not: releasing it would let another thread take it, and the loop would
+    wait to get it back)."""
+    global _syscalls
+    if _syscalls is None:
+        name = ctypes.util.find_library("c") or None
+        blocking = ctypes.CDLL(name, use_errno=True).syscall
+        quick = ctypes.PyDLL(name, use_errno=True).syscall
+        for function in (blocking, quick):
+            function.restype = ctypes.c_long
+        _syscalls = (blocking, quick)
+    return _syscalls
 
 
 def _check(result: int, what: str) -> int:
@@ -97,8 +102,9 @@ class FsyncRing:
 
     def __init__(self, entries: int = 16) -> None:
         params = _Params()
-        syscall = _libc_syscall()
+        syscall, quick = _libc_syscalls()
         self._syscall = syscall
+        self._quick = quick
         self.fd = _check(syscall(_NR_SETUP, entries, ctypes.byref(params)), "io_uring_setup")
         self.eventfd = -1
         maps: list[mmap.mmap] = []
