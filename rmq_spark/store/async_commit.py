@@ -133,8 +133,8 @@ class AsyncGroupCommit:
         loop = _running_loop()
         ring = self._ring
         if ring is not None and ring.loop is loop:
-            if ring.in_flight is not None and ring.ready():
-                ring.pump()  # the fsync in flight ended: resolve its waves now, mid-pass
+            if ring.in_flight and ring.ready():
+                ring.pump()  # an fsync in flight ended: resolve its waves now, mid-pass
         elif self._ring_factory is not None:
             self._ring_for(loop)
         wave = self._open.get(loop)

@@ -4,10 +4,12 @@ Owns the fsyncs of the asyncio puts of one loop when the kernel offers io_uring:
 an fsync covers, submitting it, noticing its end, and resolving the waves. ``async_commit.py``
 decides when a wave closes and hands it here; without io_uring it uses its flush thread.
 
-* A closed wave joins ``pending``. When no fsync is in flight, the loop commits what the
-  segments staged (``Segment.commit``) and submits one fdatasync per segment written since
-  the last fsync; the pending waves ride on it. One fsync is in flight at a time: the next
-  covers everything written meanwhile.
+* A closed wave joins ``pending``. When fewer than ``max_in_flight`` fsyncs are in flight
+  (default 2), the loop commits what the segments staged (``Segment.commit``) and submits
+  one fdatasync per segment written since the last fsync; the pending waves ride on it.
+  With two in flight, a wave that fills while the previous one is being fsynced does not
+  wait for that fsync to end before its own starts (the loop would idle meanwhile). Fsyncs
+  are finished in the order they were submitted.
 * The loop notices the end of the fsync between two puts (``poll``: two memory reads of the
   completion ring), or, when it has nothing else to do, from the eventfd the kernel signals
   (a reader callback). It then publishes the flushed offset (checkpoint, ``GroupCommit``),
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -61,6 +64,8 @@ class RingCommit:
         Gives the waves their outcome (``async_commit._resolve``).
     flushed
         The store's flushed offset now.
+    max_in_flight
+        How many fsyncs may be in flight at once.
     """
 
     def __init__(
@@ -72,6 +77,7 @@ class RingCommit:
         fail: Callable[[OSError], None],
         resolve: Callable[[list[_Wave], FlushWait], None],
         flushed: Callable[[], int],
+        max_in_flight: int = 2,
     ) -> None:
         self.ring = ring
         self.loop = loop
@@ -81,7 +87,10 @@ class RingCommit:
         self._resolve = resolve
         self._flushed = flushed
         self.pending: list[_Wave] = []
-        self.in_flight: tuple[int, list[_Wave], object] | None = None
+        self.in_flight: deque[_Fsync] = deque()
+        """Submitted fsyncs, oldest first."""
+        self._by_id: dict[int, _Fsync] = {}
+        self._max_in_flight = max_in_flight
         self._error: OSError | None = None
         self._sequence = 0
         self._stopped = False
@@ -94,8 +103,8 @@ class RingCommit:
         self.pump()
 
     def poll(self) -> None:
-        """Between two puts: take the end of the fsync in flight, if it came."""
-        if self.in_flight is not None and self.ready():
+        """Between two puts: take the end of the fsyncs in flight, if it came."""
+        if self.in_flight and self.ready():
             self.pump()
 
     def _on_eventfd(self) -> None:
@@ -103,35 +112,36 @@ class RingCommit:
         self.pump()
 
     def pump(self) -> None:
-        """Finish the fsync in flight if it ended; start the next if waves wait for one."""
-        ring = self.ring
-        if self.in_flight is not None:
-            if not ring.ready():
-                return
-            for _, result in ring.reap():
-                if result < 0 and self._error is None:
-                    self._error = OSError(-result, f"fdatasync (io_uring): {os.strerror(-result)}")
-            if ring.in_flight:  # one fdatasync per segment: wait for all of them
-                return
-            covering, waves, token = self.in_flight
-            self.in_flight = None
-            error = self._error
-            if error is None:
-                try:
-                    self._finish(token, covering)
-                except OSError as err:
-                    error = err
-            if error is not None:
-                self._failed(error, waves)
-                return
-            self._resolve(waves, FlushWait.DURABLE)
+        """Finish the fsyncs in flight that ended; start the next if waves wait for one."""
+        in_flight = self.in_flight
+        if in_flight and self.ready():
+            for user_data, result in self.ring.reap():
+                fsync = self._by_id.get(user_data)
+                if fsync is None:
+                    continue
+                fsync.remaining -= 1
+                if result < 0 and fsync.error is None:
+                    fsync.error = OSError(-result, f"fdatasync (io_uring): {os.strerror(-result)}")
+            while in_flight and in_flight[0].remaining == 0:
+                fsync = in_flight.popleft()
+                del self._by_id[fsync.id]
+                error = fsync.error or self._error
+                if error is None:
+                    try:
+                        self._finish(fsync.token, fsync.covering)
+                    except OSError as err:
+                        error = err
+                if error is not None:
+                    self._failed(error, fsync.waves)
+                    return
+                self._resolve(fsync.waves, FlushWait.DURABLE)
             if self.pending:
                 flushed = self._flushed()
                 covered = [wave for wave in self.pending if wave.end <= flushed]
                 if covered:
                     self.pending = [wave for wave in self.pending if wave.end > flushed]
                     self._resolve(covered, FlushWait.DURABLE)
-        if self.pending and not self._stopped:
+        if self.pending and len(in_flight) < self._max_in_flight and not self._stopped:
             self._submit()
 
     def _submit(self) -> None:
@@ -144,20 +154,31 @@ class RingCommit:
         try:
             fds, covering, token = self._start()
             if not fds:
-                self._resolve(waves, FlushWait.DURABLE)
+                if self.in_flight:  # written, but not fsynced yet: ride on the next one
+                    self.pending = waves
+                else:
+                    self._resolve(waves, FlushWait.DURABLE)
                 return
             self._sequence += 1
             self.ring.submit_fdatasync(fds, self._sequence)
         except OSError as err:
             self._failed(err, waves)
             return
-        self.in_flight = (covering, waves, token)
+        fsync = _Fsync(self._sequence, len(fds), covering, waves, token)
+        self.in_flight.append(fsync)
+        self._by_id[fsync.id] = fsync
 
     def _failed(self, error: OSError, waves: list[_Wave]) -> None:
+        """The store fails closed: every wave waiting here gets ``FAILED`` now (the
+        completions of the fsyncs still in flight are ignored when they come)."""
         _log.error("SYNC fsync through io_uring failed: %s", error)
         self._error = error
         self._stopped = True
         self._fail(error)
+        for fsync in self.in_flight:
+            waves = waves + fsync.waves
+        self.in_flight.clear()
+        self._by_id.clear()
         pending, self.pending = self.pending, []
         self._resolve(waves + pending, FlushWait.FAILED)
 
@@ -173,9 +194,10 @@ class RingCommit:
             results = [(0, -(err.errno or 5))]
         waves: list[_Wave] = list(self.pending)
         self.pending = []
-        if self.in_flight is not None:
-            waves.extend(self.in_flight[1])
-            self.in_flight = None
+        for fsync in self.in_flight:
+            waves.extend(fsync.waves)
+        self.in_flight.clear()
+        self._by_id.clear()
         failed = any(result < 0 for _, result in results) or self._error is not None
         flushed = self._flushed()
         durable = [wave for wave in waves if not failed and wave.end <= flushed]
@@ -188,6 +210,23 @@ class RingCommit:
             except RuntimeError:  # closed meanwhile
                 pass
         ring.close()
+
+
+class _Fsync:
+    """One submitted fsync: its fdatasyncs not completed yet, the offset it makes durable,
+    the waves it covers, the store's token for ``finish``, the first error."""
+
+    __slots__ = ("id", "remaining", "covering", "waves", "token", "error")
+
+    def __init__(
+        self, id_: int, remaining: int, covering: int, waves: list[_Wave], token: object
+    ) -> None:
+        self.id = id_
+        self.remaining = remaining
+        self.covering = covering
+        self.waves = waves
+        self.token = token
+        self.error: OSError | None = None
 
 
 def _finish_on_loop(

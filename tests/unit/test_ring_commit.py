@@ -160,3 +160,48 @@ def test_a_store_without_io_uring_uses_its_flush_thread(tmp_path: Path) -> None:
     commit = store._async_commit  # noqa: SLF001
     assert commit is not None and commit._ring is None and commit.groups == 1  # noqa: SLF001
     store.close()
+
+
+def test_two_fsyncs_in_flight_finish_in_the_order_they_were_submitted(tmp_path: Path) -> None:
+    ring = FsyncRing.create()
+    assert ring is not None
+    fd = os.open(tmp_path / "f", os.O_RDWR | os.O_CREAT)
+    covering = iter([100, 200, 300])
+    finished: list[int] = []
+    resolved: list[tuple[int, FlushWait]] = []
+    most_in_flight = 0
+
+    async def main() -> None:
+        nonlocal most_in_flight
+        loop = asyncio.get_running_loop()
+        commit = RingCommit(
+            ring,
+            loop,
+            lambda: ([fd], next(covering), None),
+            lambda token, offset: finished.append(offset),
+            lambda err: pytest.fail(f"no fsync may fail here: {err}"),
+            lambda waves, outcome: resolved.extend((wave.end, outcome) for wave in waves),
+            lambda: finished[-1] if finished else 0,
+        )
+        for end in (100, 200, 300):
+            os.pwrite(fd, b"z" * 4096, end * 10)
+            commit.add(_Wave(loop, end))
+            most_in_flight = max(most_in_flight, len(commit.in_flight))
+        for _ in range(5000):
+            if len(resolved) == 3:
+                break
+            await asyncio.sleep(0.001)
+        commit.stop()
+        await asyncio.sleep(0)
+
+    try:
+        asyncio.run(main())
+    finally:
+        os.close(fd)
+    assert most_in_flight == 2  # the third waited for a free slot
+    assert finished == [100, 200, 300]
+    assert resolved == [
+        (100, FlushWait.DURABLE),
+        (200, FlushWait.DURABLE),
+        (300, FlushWait.DURABLE),
+    ]
