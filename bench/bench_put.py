@@ -12,12 +12,12 @@ Cases:
   group commit with 1/8/64 threads: msgs/s (wall and CPU), p50/p99 put latency, fsyncs and
   messages per fsync, ratio to the ASYNC single-put rate of the same run (wall and CPU).
 * asyncio producers (coroutines on one event loop, ``await store.put_async``; what the gRPC
-  broker's handlers are), same bounds and columns: ASYNC with 64 coroutines (the baseline of
-  the SYNC ratio: same producer model) and SYNC with 1/8/64. Also "ASYNC, yield per put"
-  (each producer yields to the loop after every put, as separate requests of a server do):
-  informative, not the baseline. And "SYNC 64, 1 wave/pass": the wave goes to the flush
-  thread only at the end of the loop pass (no overlap of appends and fsync; what the store
-  did before ``async_commit.WAVE_SIZE``), the baseline of the overlap.
+  broker's handlers are), same bounds and columns, on asyncio's own loop and on uvloop (the
+  broker's default where installed): ASYNC with 64 coroutines that never yield (an ASYNC put
+  never suspends, so they run one at a time), ASYNC with 64 coroutines that yield to the loop
+  after every put (64 producers that interleave, as the SYNC ones do), SYNC with 1/8/64
+  (64 only on uvloop), and SYNC 64 with segment warming off. Both ASYNC cases are baselines
+  of the SYNC ratios, each on the same loop.
 
 Columns "msgs/s" are per elapsed (wall) second; "cpu" rates divide by this process's CPU time
 (``time.process_time``: user + system, all threads, including the kernel's fsync work), which
@@ -49,6 +49,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from rmq_spark.clock import SystemClock  # noqa: E402
+from rmq_spark.eventloop import new_event_loop, uvloop_available  # noqa: E402
 from rmq_spark.store.async_commit import AsyncGroupCommit  # noqa: E402
 from rmq_spark.store.codec import encode_record  # noqa: E402
 from rmq_spark.store.config import FlushPolicy, IoMode, StoreConfig  # noqa: E402
@@ -215,11 +216,12 @@ def asyncio_case(
     yield_each: bool = False,
     wave_size: int | None = None,
     warm: bool = True,
+    loop: str = "asyncio",
 ) -> tuple[float, float, float, float, int, int, int]:
     """(msgs/s wall, msgs/s cpu, p50 ms, p99 ms, fsyncs, messages, loop wake-ups) of
     ``put_async`` from ``producers`` coroutines on one loop during ``seconds``; ``wave_size``
     overrides the store's (``async_commit.WAVE_SIZE``); ``warm``: segment warming
-    (``store.warm_ahead_bytes``) on, else off."""
+    (``store.warm_ahead_bytes``) on, else off; ``loop``: the event loop (``eventloop.py``)."""
     shutil.rmtree(root, ignore_errors=True)
     store = MessageStore.open(_config(root, policy, IoMode.MMAP, warm))
     if wave_size is not None:  # bench introspection: the same store, another wave size
@@ -255,8 +257,8 @@ def asyncio_case(
 
     try:
         fsyncs_before = store._group.fsync_count  # noqa: SLF001 - bench introspection
-        with Timer() as timer:
-            asyncio.run(run())
+        with Timer() as timer, asyncio.Runner(loop_factory=lambda: new_event_loop(loop)) as runner:
+            runner.run(run())
         fsyncs = store._group.fsync_count - fsyncs_before  # noqa: SLF001
         commit = store._async_commit  # noqa: SLF001
         wakeups = commit.groups if commit is not None else 0
@@ -342,41 +344,51 @@ def main(argv: list[str] | None = None) -> int:
                        f"{cpu / async_single_100[1]:.2f}"], widths))  # fmt: skip
         emit("")
         emit(
-            "asyncio producers (coroutines on one loop, await put_async), 100 B, MMAP. Ratios "
-            "(wall, cpu) vs ASYNC with 64 coroutines of this run: 'vs async' against producers "
-            "that never yield (an ASYNC put never suspends, so one coroutine runs at a time), "
-            "'vs interleaved' against producers that yield to the loop after each put"
+            "asyncio producers (coroutines on one loop, await put_async), 100 B, MMAP, on "
+            "asyncio's own loop and on uvloop. Ratios (wall, cpu) vs ASYNC with 64 coroutines "
+            "on the same loop in this run: 'vs async' against producers that never yield (an "
+            "ASYNC put never suspends, so one coroutine runs at a time), 'vs interleaved' "
+            "against producers that yield to the loop after each put"
         )
-        widths = [6, 15, 10, 11, 8, 8, 8, 10, 12, 15]
-        emit(_row(["policy", "producers", "msgs/s", "cpu msgs/s", "p50 ms", "p99 ms", "fsyncs",
-                   "msgs/fsync", "vs async", "vs interleaved"], widths))  # fmt: skip
+        widths = [7, 6, 15, 10, 11, 8, 8, 8, 10, 12, 15]
+        emit(_row(["loop", "policy", "producers", "msgs/s", "cpu msgs/s", "p50 ms", "p99 ms",
+                   "fsyncs", "msgs/fsync", "vs async", "vs interleaved"], widths))  # fmt: skip
         top = THREAD_COUNTS[-1]
-        aio_cases = [(FlushPolicy.ASYNC, top, False, True), (FlushPolicy.ASYNC, top, True, True)]
-        aio_cases += [(FlushPolicy.SYNC, count, False, True) for count in THREAD_COUNTS]
-        aio_cases += [(FlushPolicy.SYNC, top, False, False)]  # segment warming off
-        measured = []
-        for policy, producers, yield_each, warm in aio_cases:
-            result = asyncio_case(
-                base / "asyncio",
-                policy,
-                producers,
-                args.sync_seconds,
-                yield_each=yield_each,
-                warm=warm,
-            )
-            measured.append((policy, producers, yield_each, warm, result))
-        baseline = measured[0][4]  # ASYNC, producers that never yield
-        interleaved = measured[1][4]  # ASYNC, producers that yield after each put
-        for policy, producers, yield_each, warm, result in measured:
-            wall, cpu, p50, p99, fsyncs, count, _ = result
-            per_fsync = f"{count / fsyncs:,.1f}" if fsyncs else "-"
-            label = f"{producers}, yield/put" if yield_each else str(producers)
-            if not warm:
-                label = f"{producers}, no warming"
-            ratio = f"{wall / baseline[0]:.2f} / {cpu / baseline[1]:.2f}"
-            versus = f"{wall / interleaved[0]:.2f} / {cpu / interleaved[1]:.2f}"
-            emit(_row([policy.name, label, f"{wall:,.0f}", f"{cpu:,.0f}", f"{p50:.3f}",
-                       f"{p99:.3f}", str(fsyncs), per_fsync, ratio, versus], widths))  # fmt: skip
+        loops = ["asyncio"] + (["uvloop"] if uvloop_available() else [])
+        for loop in loops:
+            aio_cases = [
+                (FlushPolicy.ASYNC, top, False, True),
+                (FlushPolicy.ASYNC, top, True, True),
+            ]
+            counts = THREAD_COUNTS if loop == "asyncio" else (top,)
+            aio_cases += [(FlushPolicy.SYNC, count, False, True) for count in counts]
+            if loop == "asyncio":
+                aio_cases += [(FlushPolicy.SYNC, top, False, False)]  # segment warming off
+            measured = []
+            for policy, producers, yield_each, warm in aio_cases:
+                result = asyncio_case(
+                    base / "asyncio",
+                    policy,
+                    producers,
+                    args.sync_seconds,
+                    yield_each=yield_each,
+                    warm=warm,
+                    loop=loop,
+                )
+                measured.append((policy, producers, yield_each, warm, result))
+            baseline = measured[0][4]  # ASYNC, producers that never yield
+            interleaved = measured[1][4]  # ASYNC, producers that yield after each put
+            for policy, producers, yield_each, warm, result in measured:
+                wall, cpu, p50, p99, fsyncs, count, _ = result
+                per_fsync = f"{count / fsyncs:,.1f}" if fsyncs else "-"
+                label = f"{producers}, yield/put" if yield_each else str(producers)
+                if not warm:
+                    label = f"{producers}, no warming"
+                ratio = f"{wall / baseline[0]:.2f} / {cpu / baseline[1]:.2f}"
+                versus = f"{wall / interleaved[0]:.2f} / {cpu / interleaved[1]:.2f}"
+                cells = [loop, policy.name, label, f"{wall:,.0f}", f"{cpu:,.0f}", f"{p50:.3f}",
+                         f"{p99:.3f}", str(fsyncs), per_fsync, ratio, versus]  # fmt: skip
+                emit(_row(cells, widths))
     finally:
         shutil.rmtree(base, ignore_errors=True)
     return 0

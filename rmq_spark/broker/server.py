@@ -37,6 +37,7 @@ from rmq_spark.broker.grpc_api import (
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import BrokerError, RmqError, StoreLockedError
+from rmq_spark.eventloop import new_event_loop
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message import HostAddress
 
@@ -126,6 +127,14 @@ class GrpcEndpoint:
         host = self._config.route_host
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
+    @property
+    def loop_name(self) -> str:
+        """The kind of event loop serving (``uvloop`` or ``asyncio``), once started."""
+        loop = self._loop
+        if loop is None:
+            return "none"
+        return "uvloop" if type(loop).__module__.startswith("uvloop") else "asyncio"
+
     def start(self) -> GrpcEndpoint:
         check_port_free(self._host, self._requested_port)
         self._thread = threading.Thread(target=self._run, name="broker-grpc", daemon=True)
@@ -137,7 +146,13 @@ class GrpcEndpoint:
         return self
 
     def _run(self) -> None:
-        loop = asyncio.new_event_loop()
+        try:
+            loop = new_event_loop(self._config.event_loop)
+        except ValueError as err:
+            self._start_error = BrokerError(str(err))
+            self._stopped.set()
+            self._started.set()
+            return
         self._loop = loop
         try:
             loop.run_until_complete(self._serve())
@@ -247,7 +262,7 @@ def run_broker(
         raise
     started_s = time.monotonic()
     log.info(
-        "broker started: listening on %s (pid %d), store %s, flush %s, topics %s",
+        "broker started: listening on %s (pid %d), store %s, flush %s, topics %s, loop %s",
         endpoint.address,
         _pid(),
         store_config.root_dir,
@@ -255,6 +270,7 @@ def run_broker(
         f"auto-created with {broker_config.default_queue_count} queues"
         if broker_config.auto_create_topics
         else "must exist",
+        endpoint.loop_name,
     )
     if ready_file is not None:
         ready_file.write_text(f"{endpoint.address}\n", encoding="utf-8")

@@ -17,12 +17,15 @@ from broker_harness import BrokerProcess, by_uniq_key, props, read_records
 from rmq_spark.broker.topics import group_queue_id
 
 
+@pytest.mark.parametrize("loop", ["uvloop", "asyncio"])
 def test_normal_tagged_keyed_messages_with_properties_are_stored_as_sent(
     broker_factory: Callable[..., BrokerProcess],
     official_producer: Callable[..., Any],
     rocketmq: ModuleType,
+    loop: str,
 ) -> None:
-    broker = broker_factory("broker.default_queue_count=4")
+    broker = broker_factory("broker.default_queue_count=4", f"broker.event_loop={loop}")
+    assert f"loop {loop}" in broker.log_text()
     producer = official_producer(broker.address, ("orders",))
     sent = {}
     for i in range(12):
