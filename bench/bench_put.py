@@ -13,7 +13,7 @@ Cases:
   messages per fsync, ratio to the ASYNC single-put rate of the same run (wall and CPU).
 * asyncio producers (coroutines on one event loop, ``await store.put_async``; what the gRPC
   broker's handlers are), same bounds and columns, on asyncio's own loop and on uvloop (the
-  broker's default where installed): ASYNC with 64 coroutines that never yield (an ASYNC put
+  a broker option, ``broker.event_loop``): ASYNC with 64 coroutines that never yield (an ASYNC put
   never suspends, so they run one at a time), ASYNC with 64 coroutines that yield to the loop
   after every put (64 producers that interleave, as the SYNC ones do), SYNC with 1/8/64
   (64 only on uvloop), and SYNC 64 with segment warming off. Both ASYNC cases are baselines
@@ -162,10 +162,11 @@ def async_case(
 
 
 def threaded_case(
-    root: Path, policy: FlushPolicy, threads: int, seconds: float
+    root: Path, policy: FlushPolicy, threads: int, seconds: float, *, yield_each: bool = False
 ) -> tuple[float, float, float, float, int, int]:
     """(msgs/s wall, msgs/s cpu, p50 ms, p99 ms, fsyncs, messages) of puts from ``threads``
-    producers during ``seconds``."""
+    producers during ``seconds``; ``yield_each``: each producer offers the GIL to the others
+    after every put (``time.sleep(0)``), so that they interleave as SYNC producers do."""
     shutil.rmtree(root, ignore_errors=True)
     store = MessageStore.open(_config(root, policy, IoMode.MMAP))
     latencies: list[list[float]] = [[] for _ in range(threads)]
@@ -184,6 +185,8 @@ def threaded_case(
             if not result.ok:
                 failures.append(result)
                 return
+            if yield_each:
+                time.sleep(0)
 
     workers = [threading.Thread(target=producer, args=(i,)) for i in range(threads)]
     try:

@@ -1,10 +1,12 @@
 """Which event loop rmq-spark's own coroutines run on (the broker's gRPC server).
 
-``auto`` (the default) picks uvloop where it is installed (it is a dependency on Linux and
-macOS), else asyncio's own loop; ``asyncio`` and ``uvloop`` force one. uvloop runs callbacks
-and task wake-ups in C: with 64 SYNC producers, where every put suspends its coroutine once,
-``bench/bench_put.py`` measures about 15 % more puts per second on it (BENCHMARKS.md).
-``MessageStore.put_async`` works on either; embedded users pick their own loop.
+``asyncio`` (the broker's default) is asyncio's own loop; ``uvloop`` forces uvloop (a
+dependency on Linux and macOS); ``auto`` picks uvloop where it is installed. uvloop runs
+callbacks and task wake-ups in C: with 64 SYNC producers, where every put suspends its
+coroutine once, ``bench/bench_put.py`` measures 5-15 % more puts per second on it
+(BENCHMARKS.md). It is not the default yet: the broker's load test stalled in a few of ~16
+runs on uvloop before ``ring_commit.py`` got its safety-net timer, and the cause was not
+found. ``MessageStore.put_async`` works on either; embedded users pick their own loop.
 """
 
 from __future__ import annotations

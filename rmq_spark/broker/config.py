@@ -37,7 +37,7 @@ class BrokerConfig:
     send_max_attempts: int = 3  # send attempts the Telemetry settings tell clients to make
     grpc_worker_threads: int = 8  # threads for puts to a store without put_async (else: the loop)
     shutdown_grace_ms: int = 5000  # how long a stop waits for in-flight requests
-    event_loop: str = "auto"  # the server's loop: auto (uvloop if installed), asyncio, uvloop
+    event_loop: str = "asyncio"  # the server's loop: asyncio, uvloop, auto (uvloop if installed)
 
     def __post_init__(self) -> None:
         from rmq_spark.eventloop import EVENT_LOOPS

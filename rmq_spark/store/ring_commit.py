@@ -15,6 +15,10 @@ decides when a wave closes and hands it here; without io_uring it uses its flush
   (a reader callback). It then publishes the flushed offset (checkpoint, ``GroupCommit``),
   resolves the covered waves and submits the next fsync, all without leaving the loop: no
   thread, no GIL hand-off, no ``call_soon_threadsafe``.
+* A timer checks the ring every 2 ms while fsyncs are in flight, in case the eventfd's
+  wake-up is not delivered (seen once in a few runs of the broker on uvloop, whose libuv
+  also uses io_uring): without it the waves would wait for their timeout. Each time it is
+  the timer that finds an fsync ended, ``rescues`` counts it (logged the first time).
 * A failed fsync (or commit) fails the store closed and resolves every wave ``FAILED``.
 
 Not thread-safe: everything runs on the loop's thread, except ``stop`` once the loop no
@@ -39,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["RingCommit"]
 
 _log = logging.getLogger(__name__)
+_TICK_S = 0.002  # how often the safety-net timer looks at the ring while fsyncs are in flight
 
 Start = Callable[[], "tuple[list[int], int, object]"]
 """Commit what is staged; returns (descriptors to fdatasync, the offset they make durable,
@@ -94,6 +99,9 @@ class RingCommit:
         self._error: OSError | None = None
         self._sequence = 0
         self._stopped = False
+        self._tick_handle: asyncio.TimerHandle | None = None
+        self.rescues = 0
+        """How many times the safety-net timer, not the eventfd or a put, found an ended fsync."""
         self.ready = ring.ready
         loop.add_reader(ring.eventfd, self._on_eventfd)
 
@@ -167,6 +175,21 @@ class RingCommit:
         fsync = _Fsync(self._sequence, len(fds), covering, waves, token)
         self.in_flight.append(fsync)
         self._by_id[fsync.id] = fsync
+        if self._tick_handle is None:
+            self._tick_handle = self.loop.call_later(_TICK_S, self._tick)
+
+    def _tick(self) -> None:
+        """The safety net: finish what ended if nothing else noticed; again while needed."""
+        self._tick_handle = None
+        if not self.in_flight or self._stopped:
+            return
+        if self.ready():
+            self.rescues += 1
+            if self.rescues == 1:
+                _log.info("io_uring: an fsync's end was found by the timer, not the eventfd")
+            self.pump()
+        if self.in_flight and self._tick_handle is None and not self._stopped:
+            self._tick_handle = self.loop.call_later(_TICK_S, self._tick)
 
     def _failed(self, error: OSError, waves: list[_Wave]) -> None:
         """The store fails closed: every wave waiting here gets ``FAILED`` now (the

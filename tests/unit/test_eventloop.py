@@ -30,6 +30,11 @@ def test_auto_is_uvloop_where_installed_and_each_kind_can_be_forced() -> None:
         loop.close()
 
 
+def test_the_broker_serves_on_asyncio_s_loop_unless_told_otherwise() -> None:
+    assert BrokerConfig().event_loop == "asyncio"
+    assert BrokerConfig(event_loop="uvloop").event_loop == "uvloop"
+
+
 def test_an_unknown_loop_kind_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="must be one of auto, asyncio, uvloop"):
         new_event_loop("trio")
