@@ -162,11 +162,10 @@ def async_case(
 
 
 def threaded_case(
-    root: Path, policy: FlushPolicy, threads: int, seconds: float, *, yield_each: bool = False
+    root: Path, policy: FlushPolicy, threads: int, seconds: float
 ) -> tuple[float, float, float, float, int, int]:
     """(msgs/s wall, msgs/s cpu, p50 ms, p99 ms, fsyncs, messages) of puts from ``threads``
-    producers during ``seconds``; ``yield_each``: each producer offers the GIL to the others
-    after every put (``time.sleep(0)``), so that they interleave as SYNC producers do."""
+    producers during ``seconds``."""
     shutil.rmtree(root, ignore_errors=True)
     store = MessageStore.open(_config(root, policy, IoMode.MMAP))
     latencies: list[list[float]] = [[] for _ in range(threads)]
@@ -185,8 +184,6 @@ def threaded_case(
             if not result.ok:
                 failures.append(result)
                 return
-            if yield_each:
-                time.sleep(0)
 
     workers = [threading.Thread(target=producer, args=(i,)) for i in range(threads)]
     try:
