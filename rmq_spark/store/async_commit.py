@@ -349,6 +349,9 @@ class AsyncPutPaths(PutPaths):
         return fds, covering, (targets, last_ts)
 
     def _ring_finish(self, token: object, covering: int) -> None:
+        """After the fdatasyncs of ``_ring_start``: record and publish ``covering``."""
+        targets: list[tuple[Segment, int]]
+        last_ts: int
         targets, last_ts = token  # type: ignore[misc]
         for segment, position in targets:
             if position > segment.flushed_position:
