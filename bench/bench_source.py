@@ -57,11 +57,15 @@ BASE_TS_MS = 1_700_000_000_000
 # --- synthetic store -----------------------------------------------------------------------------
 
 
-def _template() -> tuple[bytes, dict[str, int]]:
+RECORD_CRC_BYTES = 20  # "__CRC32#" \x01 10 digits \x02 closing the properties (FORMAT.md)
+
+
+def _template(record_crc: bool = False) -> tuple[bytes, dict[str, int]]:
     """One encoded record and the byte positions of the fields patched per message."""
-    props = encode_properties(
-        {"TAGS": "tag@", "KEYS": "key-##########", "UNIQ_KEY": "%" * 32, "WAIT": "true"}
-    )
+    fields = {"TAGS": "tag@", "KEYS": "key-##########", "UNIQ_KEY": "%" * 32, "WAIT": "true"}
+    if record_crc:
+        fields["__CRC32#"] = "0" * 10
+    props = encode_properties(fields)
     record = MessageRecord(
         topic="BenchTopic",
         body=b"\xee" * BODY_BYTES,
@@ -91,9 +95,12 @@ def _digits(values: np.ndarray, width: int, alphabet: bytes = b"0123456789") -> 
     return out
 
 
-def write_store(store_dir: Path, count: int, segment_bytes: int, seed: int = 7) -> int:
-    """Write ``count`` messages into a RocketMQ-layout store; returns the end offset."""
-    template, marks = _template()
+def write_store(
+    store_dir: Path, count: int, segment_bytes: int, seed: int = 7, record_crc: bool = False
+) -> int:
+    """Write ``count`` messages into a RocketMQ-layout store; returns the end offset. With
+    ``record_crc`` every record carries the ``__CRC32#`` record CRC property."""
+    template, marks = _template(record_crc)
     size = len(template)
     per_segment = (segment_bytes - 8) // size
     commitlog = store_dir / "commitlog"
@@ -122,6 +129,8 @@ def write_store(store_dir: Path, count: int, segment_bytes: int, seed: int = 7) 
         rows[:, marks["tag"]] = np.frombuffer(b"01234", np.uint8)[index % 5]
         rows[:, marks["key"] : marks["key"] + 10] = _digits(index, 10)
         rows[:, marks["uniq"] : marks["uniq"] + 32] = _digits(index, 32, b"0123456789ABCDEF")
+        if record_crc:
+            _stamp_record_crc(rows)
         path = commitlog / segment_name(base)
         with open(path, "wb") as f:
             f.write(rows.tobytes())
@@ -134,6 +143,18 @@ def write_store(store_dir: Path, count: int, segment_bytes: int, seed: int = 7) 
     struct.pack_into(">q", checkpoint, 32, end)
     (store_dir / "checkpoint").write_bytes(bytes(checkpoint))
     return end
+
+
+def _stamp_record_crc(rows: np.ndarray) -> None:
+    """Fill each row's record CRC digits: CRC32 & 0x7FFFFFFF of all bytes before the 20-byte
+    property, in decimal, least-significant digit first, right-padded with '0'."""
+    head = rows.shape[1] - RECORD_CRC_BYTES
+    crc = np.fromiter(
+        (zlib.crc32(r) & 0x7FFFFFFF for r in rows[:, :head]), dtype=np.int64, count=len(rows)
+    )
+    digits = rows[:, head + 9 : head + 19]
+    text = np.array([str(value)[::-1].ljust(10, "0").encode() for value in crc.tolist()])
+    digits[:] = np.frombuffer(text.tobytes(), dtype=np.uint8).reshape(len(rows), 10)
 
 
 # --- measurements --------------------------------------------------------------------------------
@@ -361,6 +382,11 @@ def main(argv: list[str] | None = None) -> int:
         help="extra source option for the latency runs (repeatable)",
     )
     parser.add_argument("--master", default="local[2]")
+    parser.add_argument(
+        "--record-crc",
+        action="store_true",
+        help="every record carries the __CRC32# record CRC property (checked on read)",
+    )
     args = parser.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="bench-source-"))
@@ -368,7 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if not (store / "checkpoint").exists():
             started = time.perf_counter()
-            end = write_store(store, args.messages, args.segment_mib << 20)
+            end = write_store(
+                store, args.messages, args.segment_mib << 20, record_crc=args.record_crc
+            )
             print(
                 f"wrote {args.messages:,} messages, {end / 2**20:,.0f} MiB of log "
                 f"in {time.perf_counter() - started:.1f} s"
