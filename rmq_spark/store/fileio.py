@@ -53,6 +53,8 @@ __all__ = [
     "OsOpener",
     "SegmentFile",
     "fsync_dir",
+    "make_dirs_durably",
+    "write_file_atomically",
 ]
 
 FAILPOINTS = ("append", "fsync", "roll", "truncate", "checkpoint")
@@ -131,6 +133,38 @@ def fsync_dir(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_file_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that after a crash it holds the old or the new bytes,
+    never a mix: a temp file beside it, fsync, rename, fsync of the directory (raises
+    ``OSError``). The store's small JSON files (snapshot, retention record, reader progress,
+    the redelivery journal) are written this way."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def make_dirs_durably(directory: Path) -> None:
+    """``mkdir -p`` whose new entries survive a power loss (each new directory's parent is
+    fsynced); nothing is done for a directory that exists (raises ``OSError``)."""
+    missing: list[Path] = []
+    current = directory
+    while not current.is_dir():
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir()
+        fsync_dir(path.parent)
 
 
 def _libc_fallocate() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
@@ -234,11 +268,10 @@ class OsFile:
         # Segments never change length after creation, so data-only sync is enough.
         os.fdatasync(self._fd)
 
+    sync_data = fsync
+
     def write_zeros(self, position: int, length: int, piece: int) -> None:
         _write_zeros(self._fd, position, length, piece)
-
-    def sync_data(self) -> None:
-        os.fdatasync(self._fd)
 
     def truncate(self, position: int) -> None:
         _zero_range(self._fd, position, self.size() - position)
@@ -301,12 +334,11 @@ class MmapFile:
         # fdatasync writes back pages dirtied through the shared mapping too (Linux).
         os.fdatasync(self._fd)
 
+    sync_data = fsync
+
     def write_zeros(self, position: int, length: int, piece: int) -> None:
         # Through the descriptor, not the mapping: the page cache is the same one.
         _write_zeros(self._fd, position, length, piece)
-
-    def sync_data(self) -> None:
-        os.fdatasync(self._fd)
 
     def truncate(self, position: int) -> None:
         if self._map is None:
