@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rmq_spark.delay.offsets import IntentEntry
-from rmq_spark.delay.remote import RedeliveryRef, redelivery_put_request
-from rmq_spark.delay.schedule import (
+from rmq_spark.broker.redelivery import RedeliveryRef, redelivery_put_request
+from rmq_spark.broker.schedule_records import (
     DELETE_MARKER_PREFIX,
     Discard,
     TimerRestore,
@@ -26,6 +25,7 @@ from rmq_spark.delay.schedule import (
     target_delete_key,
     timer_due_ms,
 )
+from rmq_spark.delay.offsets import IntentEntry
 from rmq_spark.delay.sink import fallback_message_id
 from rmq_spark.errors import StoreError
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
