@@ -231,7 +231,30 @@ def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) ->
         position += n
 
 
-class OsFile:
+class _Descriptor:
+    """What ``OsFile`` and ``MmapFile`` do alike, through the file descriptor: fsync, zeroing
+    writes, ``fileno``. Through the descriptor for a mapped file too: the page cache is the
+    one the mapping shares, and Linux writes back pages dirtied through a shared mapping on
+    ``fdatasync`` of the file."""
+
+    __slots__ = ()
+    _fd: int
+
+    def fileno(self) -> int:
+        """The descriptor (for io_uring fsyncs, ``uring.py``); valid until ``close``."""
+        return self._fd
+
+    def fsync(self) -> None:
+        # Segments never change length after creation, so data-only sync is enough.
+        os.fdatasync(self._fd)
+
+    sync_data = fsync  # segment warming's sync: the same call, outside the put accounting
+
+    def write_zeros(self, position: int, length: int, piece: int) -> None:
+        _write_zeros(self._fd, position, length, piece)
+
+
+class OsFile(_Descriptor):
     """``SegmentFile`` over a file descriptor: ``os.pwrite``, ``os.pread``, ``os.fdatasync``."""
 
     __slots__ = ("path", "_fd", "_read_only")
@@ -245,10 +268,6 @@ class OsFile:
         _pwrite_all(self._fd, data, position)
 
     write_through = write
-
-    def fileno(self) -> int:
-        """The descriptor (for io_uring fsyncs, ``uring.py``); valid until ``close``."""
-        return self._fd
 
     def read(self, position: int, size: int) -> bytes:
         out = os.pread(self._fd, size, position)
@@ -264,15 +283,6 @@ class OsFile:
             got += len(more)
         return b"".join(parts)
 
-    def fsync(self) -> None:
-        # Segments never change length after creation, so data-only sync is enough.
-        os.fdatasync(self._fd)
-
-    sync_data = fsync
-
-    def write_zeros(self, position: int, length: int, piece: int) -> None:
-        _write_zeros(self._fd, position, length, piece)
-
     def truncate(self, position: int) -> None:
         _zero_range(self._fd, position, self.size() - position)
 
@@ -285,7 +295,7 @@ class OsFile:
             self._fd = -1
 
 
-class MmapFile:
+class MmapFile(_Descriptor):
     """``SegmentFile`` over a shared memory map of the whole (preallocated) file."""
 
     __slots__ = ("path", "_fd", "_map", "_size", "_read_only")
@@ -321,24 +331,10 @@ class MmapFile:
             )
         _pwrite_all(self._fd, data, position)  # the page cache the mapping shares
 
-    def fileno(self) -> int:
-        """The descriptor (for io_uring fsyncs, ``uring.py``); valid until ``close``."""
-        return self._fd
-
     def read(self, position: int, size: int) -> bytes:
         if self._map is None:
             return b""
         return self._map[position : position + size]
-
-    def fsync(self) -> None:
-        # fdatasync writes back pages dirtied through the shared mapping too (Linux).
-        os.fdatasync(self._fd)
-
-    sync_data = fsync
-
-    def write_zeros(self, position: int, length: int, piece: int) -> None:
-        # Through the descriptor, not the mapping: the page cache is the same one.
-        _write_zeros(self._fd, position, length, piece)
 
     def truncate(self, position: int) -> None:
         if self._map is None:
