@@ -42,7 +42,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.clock import Clock
-from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError, StoreMetadataError
+from rmq_spark.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    StoreIOError,
+    StoreMetadataError,
+)
 from rmq_spark.store.fileio import make_dirs_durably, write_file_atomically
 from rmq_spark.store.layout import segment_name
 from rmq_spark.store.reader import read_record
@@ -216,10 +221,10 @@ class Retention:
         StoreMetadataError
             A reader progress file or ``retention.json`` is damaged (nothing is deleted).
         StoreIOError
-            A reader progress file cannot be read.
+            A reader progress file cannot be read, or ``retention.json`` cannot be written
+            (nothing is deleted).
         OSError
-            ``retention.json`` cannot be written (nothing is deleted) or a segment cannot be
-            unlinked.
+            A segment cannot be unlinked.
         """
         with self._round_lock:
             commitlog = self._commitlog()
@@ -246,8 +251,8 @@ class Retention:
                 return []
             self._record(plan)
             with self._put_lock:
-                if commitlog.min_offset != plan[0].base_offset:  # pragma: no cover - our bug
-                    raise AssertionError("retention: the oldest segment changed during a round")
+                # Only a round removes segments, and rounds run one at a time.
+                assert commitlog.min_offset == plan[0].base_offset
                 deleted = commitlog.delete_oldest(len(plan))
             for deletion, path in zip(plan, deleted, strict=False):
                 _log_deletion(deletion, path, ratio, config)
@@ -280,8 +285,11 @@ class Retention:
             "deleted_below": deleted_below,
             "deletions": deletions[-RECORD_MAX_DELETIONS:],
         }
-        make_dirs_durably(path.parent)
-        write_file_atomically(path, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
+        try:
+            make_dirs_durably(path.parent)
+            write_file_atomically(path, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
+        except OSError as err:
+            raise StoreIOError(f"{path}: cannot record the deletion, none done: {err}") from err
 
     def _warn_if_pinned(
         self, kept: Sequence[SegmentAge], readers: Sequence[ReaderProgress], ratio: float
@@ -317,6 +325,8 @@ def _load_record(path: Path) -> tuple[int, list[dict[str, object]]]:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return 0, []
+    except OSError as err:
+        raise StoreIOError(f"{path}: cannot read the retention record: {err}") from err
     try:
         body = json.loads(text)
     except ValueError as err:

@@ -8,7 +8,7 @@ import pytest
 from store_helpers import open_store, put_many, segment_paths
 
 from rmq_spark.clock import ManualClock
-from rmq_spark.errors import OffsetOutOfRangeError, StoreMetadataError
+from rmq_spark.errors import OffsetOutOfRangeError, StoreIOError, StoreMetadataError
 from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.readers import ReaderProgress, publish_reader_progress
 from rmq_spark.store.retention import (
@@ -248,8 +248,8 @@ def test_the_record_is_written_before_any_segment_goes(tmp_path: Path) -> None:
     store = open_store(tmp_path, disk_max_used_space_ratio=0.0001)
     put_many(store, 60, body_size=300)
     before = segment_paths(tmp_path)
-    (tmp_path / RETENTION_FILE).mkdir(parents=True)  # cannot be replaced by a file
-    with pytest.raises(OSError):
+    (tmp_path / (RETENTION_FILE + ".tmp")).mkdir(parents=True)  # the write's temp file
+    with pytest.raises(StoreIOError, match="retention.json: cannot record"):
         store.delete_expired()
     assert segment_paths(tmp_path) == before
     store.close()
