@@ -307,14 +307,16 @@ class Retention:
             self._pinned_warned = key
             _log.warning(
                 "retention: disk %.1f%% full (disk_max_used_space_ratio %s) but segment %s is "
-                "kept: reader %r has processed only up to %d; it goes when the reader moves "
-                "on, when the disk passes disk_emergency_used_space_ratio %s, or when the "
-                "reader is removed (rmq-spark reput --unregister)",
+                "kept: reader %r has processed only up to %d (published %.0f s ago); it goes "
+                "when the reader moves on, when the disk passes "
+                "disk_emergency_used_space_ratio %s, or when the reader is removed "
+                "(rmq-spark reput --unregister)",
                 ratio * 100,
                 self._config.disk_max_used_space_ratio,
                 segment_name(kept[0].base_offset),
                 slowest.name,
                 slowest.physical_offset,
+                max(0, self._clock.now_ms() - slowest.updated_at_ms) / 1000,
                 self._config.disk_emergency_used_space_ratio,
             )
 
