@@ -4,7 +4,8 @@ Owns ``load_entry`` (a schedule record read from the log -> ``Loaded``: the rest
 or a timer message's ``TimerRestore`` still missing its dequeue time, its due time and
 message id, and the put request when final), ``Item`` (a ``Loaded`` finished at put time),
 the cancellation of timer messages by a delete marker in the same batch, and the broker
-reference of an item (``remote.RedeliveryRef``). No IO: the records are read by the caller.
+reference of an item (``broker.redelivery.RedeliveryRef``). No IO: the records are read by
+the caller.
 
 Does not own reading (``log_reader.py``), planning or the exactly-once protocol
 (``redeliver.py``).

@@ -82,7 +82,7 @@ def fallback_message_id(schedule_physical_offset: int) -> str:
 class StoreSink:
     """Puts into a ``MessageStore`` open in this process (``Broker.store`` or the store).
 
-    Puts are not ``idempotent`` (``remote.redelivery_put_request``).
+    Puts are not ``idempotent`` (``broker.redelivery.redelivery_put_request``).
     """
 
     name = "embedded"
@@ -142,10 +142,10 @@ class GrpcSink:
     """Puts through a broker's gRPC endpoint (``rmq-spark broker``) as redelivery requests.
 
     Each message of a ``SendMessageRequest`` names its schedule record
-    (``remote.ref_to_message``); the broker reads and restores it from its own store, so the
-    stored record is the one the in-process sink would store (``exact``). One attempt per
-    request, no transport retries: a put whose answer is lost is ``UNKNOWN`` and the job's
-    intent settles it by reading the log (a blind retry could store it twice).
+    (``broker.redelivery.ref_to_message``); the broker reads and restores it from its own
+    store, so the stored record is the one the in-process sink would store (``exact``). One
+    attempt per request, no transport retries: a put whose answer is lost is ``UNKNOWN`` and
+    the job's intent settles it by reading the log (a blind retry could store it twice).
 
     Parameters
     ----------
