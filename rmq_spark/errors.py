@@ -11,7 +11,8 @@ they happen::
     │   ├── OffsetOutOfRangeError  requested offset outside [min, max)
     │   ├── StoreClosedError       the store was closed
     │   ├── StoreLockedError       another process holds the store's lock file
-    │   └── StoreIOError           the OS refused a write/fsync/truncate (ENOSPC, EIO, ...)
+    │   ├── StoreIOError           the OS refused a write/fsync/truncate (ENOSPC, EIO, ...)
+    │   └── StoreMetadataError     a damaged store JSON file (reader progress, retention record)
     ├── ProtocolError              a peer broke the wire protocol
     │   ├── LocalProtocolError     we were asked to send something invalid
     │   └── RemoteProtocolError    the peer sent something invalid
@@ -42,6 +43,7 @@ __all__ = [
     "StoreError",
     "StoreIOError",
     "StoreLockedError",
+    "StoreMetadataError",
 ]
 
 
@@ -116,6 +118,16 @@ class StoreLockedError(StoreError):
 
 class StoreIOError(StoreError):
     """The operating system refused a write, fsync or truncate (disk full, I/O error)."""
+
+
+class StoreMetadataError(StoreError):
+    """A store JSON file beside the log (``config/readers/*.json``, ``config/retention.json``)
+    is not in its format; ``path`` names it, ``reason`` says what is wrong."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class ProtocolError(RmqError):

@@ -28,6 +28,7 @@ from google.protobuf import message_factory
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
+from rmq_spark.broker.redelivery import is_redelivery_message, ref_from_message
 from rmq_spark.broker.service import (
     BrokerService,
     MessageKind,
@@ -35,7 +36,6 @@ from rmq_spark.broker.service import (
     SendCommand,
     SendOutcome,
 )
-from rmq_spark.delay.remote import is_redelivery_message, ref_from_message
 from rmq_spark.store.message import HostAddress
 
 __all__ = [

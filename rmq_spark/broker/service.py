@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
+from rmq_spark.broker.redelivery import NotDue, RedeliveryRef, resolve_redelivery
 from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
@@ -135,9 +136,9 @@ class SendCommand:
     born_host_text: str = ""
     trace_context: str = ""
     delay_level: int | None = None  # RocketMQ 4 style delay level (embedded sends only)
-    # A redelivery request of the schedule job (``delay.remote.RedeliveryRef``): names a
-    # schedule record in this store; nothing else of the command is used.
-    redelivery: object | None = None
+    # A redelivery request of the schedule job (``redelivery.py``): names a schedule record in
+    # this store (a str: why the request could not be read); nothing else of the command is used.
+    redelivery: RedeliveryRef | str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,14 +392,12 @@ class BrokerService:
         )
         return self._put(request, command.message_id)
 
-    def _redeliver(self, ref: object, message_id: str) -> SendOutcome:
+    def _redeliver(self, ref: RedeliveryRef | str, message_id: str) -> SendOutcome:
         """Put back a due schedule record of this store exactly as the in-process schedule
         job does (docs/DELAY.md, "Redelivery through a broker")."""
-        from rmq_spark.delay.remote import NotDue, resolve_redelivery
-
         if isinstance(ref, str):  # the wire layer could not read the request
             return _reject(SendCode.BAD_REQUEST, ref, message_id)
-        found = resolve_redelivery(self._store, ref, self._clock.now_ms())  # type: ignore[arg-type]
+        found = resolve_redelivery(self._store, ref, self._clock.now_ms())
         if isinstance(found, NotDue):
             return _reject(
                 SendCode.ILLEGAL_DELIVERY_TIME, f"not due until {found.due_ms}", message_id

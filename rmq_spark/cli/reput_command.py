@@ -15,7 +15,14 @@ from typing import Any
 
 from rmq_spark.errors import ConfigError
 
-__all__ = ["add_reput_arguments", "parse_trigger_ms", "register", "reput_config", "run"]
+__all__ = [
+    "add_reput_arguments",
+    "parse_trigger_ms",
+    "register",
+    "reput_config",
+    "run",
+    "unregister",
+]
 
 _TRIGGER = re.compile(r"(\d+)\s*(ms|s|m|h)?")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000}
@@ -66,6 +73,14 @@ def add_reput_arguments(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         help="log bytes per micro-batch at most (0: unlimited)",
+    )
+    parser.add_argument(
+        "--unregister",
+        action="store_true",
+        help=(
+            "remove this job's progress (reader reput:<tables>) from the store and exit, so "
+            "that retention stops keeping the log for tables no job builds any more"
+        ),
     )
     add_config_arguments(parser)
 
@@ -119,10 +134,23 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     reput = reput_config(args, config)
+    if args.unregister:
+        return unregister(args.store, reput.reader_name)
     levels = parse_message_delay_level(config.store.message_delay_level)
     spark = build_session(config.spark)
     try:
         run_reput(spark, args.store, reput, levels)
     finally:
         spark.stop()
+    return 0
+
+
+def unregister(store_dir: Path, reader_name: str) -> int:
+    """Forget reader ``reader_name`` in ``store_dir``: retention no longer waits for it."""
+    from rmq_spark.store.readers import remove_reader_progress
+
+    if remove_reader_progress(store_dir, reader_name):
+        print(f"removed reader {reader_name} from {store_dir}: retention no longer waits for it")
+    else:
+        print(f"reader {reader_name} was not registered in {store_dir}")
     return 0

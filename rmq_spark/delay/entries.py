@@ -28,14 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rmq_spark.broker.schedule_records import property_value, timer_due_ms
 from rmq_spark.delay.log_reader import LogReader
-from rmq_spark.delay.schedule import (
-    TIMER_QUEUE_ID,
-    DueEntry,
-    QueueProgress,
-    property_value,
-    timer_due_ms,
-)
+from rmq_spark.delay.schedule import TIMER_QUEUE_ID, DueEntry, QueueProgress
 from rmq_spark.errors import SourceError
 from rmq_spark.store.delay_levels import delivery_time_ms
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC

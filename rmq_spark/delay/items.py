@@ -4,7 +4,8 @@ Owns ``load_entry`` (a schedule record read from the log -> ``Loaded``: the rest
 or a timer message's ``TimerRestore`` still missing its dequeue time, its due time and
 message id, and the put request when final), ``Item`` (a ``Loaded`` finished at put time),
 the cancellation of timer messages by a delete marker in the same batch, and the broker
-reference of an item (``remote.RedeliveryRef``). No IO: the records are read by the caller.
+reference of an item (``broker.redelivery.RedeliveryRef``). No IO: the records are read by
+the caller.
 
 Does not own reading (``log_reader.py``), planning or the exactly-once protocol
 (``redeliver.py``).
@@ -14,9 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rmq_spark.delay.offsets import IntentEntry
-from rmq_spark.delay.remote import RedeliveryRef, redelivery_put_request
-from rmq_spark.delay.schedule import (
+from rmq_spark.broker.redelivery import RedeliveryRef, redelivery_put_request
+from rmq_spark.broker.schedule_records import (
     DELETE_MARKER_PREFIX,
     Discard,
     TimerRestore,
@@ -26,6 +26,7 @@ from rmq_spark.delay.schedule import (
     target_delete_key,
     timer_due_ms,
 )
+from rmq_spark.delay.offsets import IntentEntry
 from rmq_spark.delay.sink import fallback_message_id
 from rmq_spark.errors import StoreError
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC

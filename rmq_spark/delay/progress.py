@@ -37,6 +37,7 @@ from rmq_spark.delay.offsets import (
 )
 from rmq_spark.delay.schedule import QueueProgress
 from rmq_spark.errors import StoreIOError, StoreLockedError
+from rmq_spark.store.fileio import write_file_atomically
 
 __all__ = [
     "DELAY_OFFSET_FILE",
@@ -191,21 +192,7 @@ def _bak(path: Path) -> Path:
 
 
 def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(text.encode("utf-8"))
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+        write_file_atomically(path, text.encode("utf-8"))
     except OSError as err:
         raise StoreIOError(f"{path}: cannot write: {err}") from err

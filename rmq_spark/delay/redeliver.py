@@ -34,6 +34,8 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from rmq_spark.broker.redelivery import redelivery_put_request
+from rmq_spark.broker.schedule_records import Discard
 from rmq_spark.clock import Clock
 from rmq_spark.delay.config import DelayConfig
 from rmq_spark.delay.entries import Candidates, EntrySource, LogEntrySource
@@ -52,10 +54,8 @@ from rmq_spark.delay.items import (
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.delay.offsets import Intent, IntentEntry, Journal
 from rmq_spark.delay.progress import ProgressFiles
-from rmq_spark.delay.remote import redelivery_put_request
 from rmq_spark.delay.schedule import (
     TIMER_QUEUE_ID,
-    Discard,
     QueueProgress,
     StopReason,
     fingerprint,

@@ -3,7 +3,7 @@
 Owns ``StoreSink`` (embedded: ``PutRequest`` with the properties string verbatim, the record
 byte-for-byte what RocketMQ's messageTimeup builds, spec 9.3) and ``GrpcSink`` (a remote
 broker: redelivery requests that name the schedule record, which the broker restores and
-puts itself, so the stored record is the same as in process; ``remote.py``). Each put
+puts itself, so the stored record is the same as in process; ``broker/redelivery.py``). Each put
 outcome is one of three: ``OK``, ``REFUSED`` (the broker said no and nothing was stored; retry
 later), ``UNKNOWN`` (it may or may not be stored: the job keeps its intent and settles it by
 reading the log). Does not own retries, batching or progress (``redeliver.py``).
@@ -18,10 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from rmq_spark.broker.redelivery import RedeliveryRef, redelivery_put_request, ref_to_message
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.delay.log_reader import LogReader
-from rmq_spark.delay.remote import RedeliveryRef, redelivery_put_request, ref_to_message
 from rmq_spark.errors import RmqError
+from rmq_spark.store.checkpoint import read_checkpoint
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.put import PutRequest
 
@@ -81,7 +82,7 @@ def fallback_message_id(schedule_physical_offset: int) -> str:
 class StoreSink:
     """Puts into a ``MessageStore`` open in this process (``Broker.store`` or the store).
 
-    Puts are not ``idempotent`` (``remote.redelivery_put_request``).
+    Puts are not ``idempotent`` (``broker.redelivery.redelivery_put_request``).
     """
 
     name = "embedded"
@@ -141,10 +142,10 @@ class GrpcSink:
     """Puts through a broker's gRPC endpoint (``rmq-spark broker``) as redelivery requests.
 
     Each message of a ``SendMessageRequest`` names its schedule record
-    (``remote.ref_to_message``); the broker reads and restores it from its own store, so the
-    stored record is the one the in-process sink would store (``exact``). One attempt per
-    request, no transport retries: a put whose answer is lost is ``UNKNOWN`` and the job's
-    intent settles it by reading the log (a blind retry could store it twice).
+    (``broker.redelivery.ref_to_message``); the broker reads and restores it from its own
+    store, so the stored record is the one the in-process sink would store (``exact``). One
+    attempt per request, no transport retries: a put whose answer is lost is ``UNKNOWN`` and
+    the job's intent settles it by reading the log (a blind retry could store it twice).
 
     Parameters
     ----------
@@ -170,7 +171,6 @@ class GrpcSink:
         import grpc
 
         from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
-        from rmq_spark.spark.segments import read_confirm_offset
 
         self._clock = clock or SystemClock()
         self._timeout_s = request_timeout_s
@@ -191,7 +191,8 @@ class GrpcSink:
         self._reader = LogReader(store_dir)
         # The checkpoint's confirmed offset is a record boundary at or below the log's end:
         # the first scan for the end starts there, not at the oldest segment.
-        self._end = read_confirm_offset(Path(store_dir))
+        checkpoint = read_checkpoint(Path(store_dir))
+        self._end = max(0, checkpoint.confirm_phy_offset) if checkpoint is not None else 0
 
     def log_end_offset(self) -> int:
         self._end = self._reader.end_offset(max(self._end, self._reader.min_offset()))

@@ -7,7 +7,10 @@ appends the batch's rows to ``messages``, ``message_index`` and ``consume_queue`
 replayed after a crash adds nothing to a table that already has it, and rows below what a
 table already holds are filtered out when a job starts over a fresh checkpoint. A batch's
 log range comes from the stream's offset log (no Spark job). Progress (``reput_lag``,
-``tables_lag``) lives in ``reput_progress.py`` and is re-exported here.
+``tables_lag``) lives in ``reput_progress.py`` and is re-exported here. After each committed
+batch (and at start) the job publishes the log position its tables are complete up to as
+reader ``ReputConfig.reader_name`` in the store (``store/readers.py``), so that retention keeps
+what the tables do not hold yet; ``rmq-spark reput --unregister`` removes it.
 Does not own table schemas (``tables.py``), the source (``source.py``) or argument parsing.
 """
 
@@ -22,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.clock import Clock, SystemClock
-from rmq_spark.errors import RmqError
+from rmq_spark.errors import RmqError, StoreIOError
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
 from rmq_spark.spark.tables import (
@@ -40,6 +43,7 @@ from rmq_spark.spark.tables import (
     register_tables,
     table_path,
 )
+from rmq_spark.store.readers import publish_reader_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -138,6 +142,20 @@ class ReputBatchWriter:
         self.messages_written = 0
         self.last_report: BatchReport | None = None
         self.consume_queue_visible_ms: int | None = None
+        self.publish_progress(min(self.floors.values()))
+
+    def publish_progress(self, physical_offset: int) -> None:
+        """Tell the store's retention that the tables hold every message below
+        ``physical_offset``. A failure is logged, not raised: retention then keeps going by
+        the last published (lower) position, which only keeps more of the log."""
+        if not self.store_dir.is_dir():
+            return  # no store here: the source fails on its own
+        try:
+            publish_reader_progress(
+                self.store_dir, self.config.reader_name, physical_offset, self.clock.now_ms()
+            )
+        except StoreIOError as err:
+            log.warning("reput: cannot publish progress %d: %s", physical_offset, err)
 
     def _rows(self, name: str, batch: DataFrame) -> DataFrame:
         if name == CONSUME_QUEUE:
@@ -189,6 +207,7 @@ class ReputBatchWriter:
             start, version = span
             metadata = {"batch_id": batch_id, "start_offset": start, "end_offset": version}
             if version <= min(self.floors.values()):
+                self.publish_progress(version)
                 return  # every table holds the whole batch already (a replay)
             stats_ms = self.clock.monotonic_ms() - started_ms
             # consume_queue first: its rows are the ones consumers wait for (put-to-visible).
@@ -207,6 +226,7 @@ class ReputBatchWriter:
             write_ms = self.clock.monotonic_ms() - started_ms - stats_ms
         finally:
             batch.unpersist()
+        self.publish_progress(version)
         self.batches_written += 1
         self.messages_written += written.get(MESSAGES, 0)
         interval = self.config.optimize_interval_batches

@@ -49,6 +49,12 @@ class ReputConfig:
             raise ValueError("txn_app_id: must not be empty")
 
     @property
+    def reader_name(self) -> str:
+        """The name this job publishes its progress under in the store (``store/readers.py``):
+        ``reput:<absolute tables_dir>``, one reader per set of tables."""
+        return f"reput:{self.tables_dir.resolve()}"
+
+    @property
     def resolved_checkpoint_dir(self) -> Path:
         """``checkpoint_dir``, or ``<tables_dir>/_checkpoints/reput`` when unset."""
         if self.checkpoint_dir is not None:

@@ -53,7 +53,8 @@ class StoreConfig:
     idempotency_window_messages: int = 100_000  # recent (topic, UNIQ_KEY) kept for dedupe; 0: off
     snapshot_interval_ms: int = 10_000  # how often the queue-offset snapshot is rewritten
     file_reserved_time_hours: int = 72  # segments older than this are deleted (retention)
-    disk_max_used_space_ratio: float = 0.75  # above this disk usage, oldest segments are deleted
+    disk_max_used_space_ratio: float = 0.75  # above this disk usage, processed old segments go
+    disk_emergency_used_space_ratio: float = 0.95  # above this, unprocessed ones go too (ERROR)
     delete_file_batch_max: int = 10  # at most this many segments deleted per retention round
     clean_resource_interval_ms: int = 10_000  # how often retention runs; 0: only when called
     warm_ahead_bytes: int = 16 << 20  # SYNC: zero-fill the active segment this far ahead; 0: off
@@ -88,6 +89,11 @@ class StoreConfig:
             raise ValueError(
                 "disk_max_used_space_ratio: must be in (0, 1], "
                 f"got {self.disk_max_used_space_ratio}"
+            )
+        if not self.disk_max_used_space_ratio < self.disk_emergency_used_space_ratio <= 1.0:
+            raise ValueError(
+                "disk_emergency_used_space_ratio: must be in (disk_max_used_space_ratio, 1], "
+                f"got {self.disk_emergency_used_space_ratio}"
             )
         try:
             parse_message_delay_level(self.message_delay_level)

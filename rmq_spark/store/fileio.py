@@ -53,6 +53,8 @@ __all__ = [
     "OsOpener",
     "SegmentFile",
     "fsync_dir",
+    "make_dirs_durably",
+    "write_file_atomically",
 ]
 
 FAILPOINTS = ("append", "fsync", "roll", "truncate", "checkpoint")
@@ -133,6 +135,38 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
+def write_file_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` so that after a crash it holds the old or the new bytes,
+    never a mix: a temp file beside it, fsync, rename, fsync of the directory (raises
+    ``OSError``). The store's small JSON files (snapshot, retention record, reader progress,
+    the redelivery journal) are written this way."""
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def make_dirs_durably(directory: Path) -> None:
+    """``mkdir -p`` whose new entries survive a power loss (each new directory's parent is
+    fsynced); nothing is done for a directory that exists (raises ``OSError``)."""
+    missing: list[Path] = []
+    current = directory
+    while not current.is_dir():
+        missing.append(current)
+        current = current.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir()
+        fsync_dir(path.parent)
+
+
 def _libc_fallocate() -> ctypes._CFuncPtr | None:  # type: ignore[name-defined]
     name = ctypes.util.find_library("c")
     if name is None:
@@ -197,7 +231,30 @@ def _pwrite_all(fd: int, data: bytes | bytearray | memoryview, position: int) ->
         position += n
 
 
-class OsFile:
+class _Descriptor:
+    """What ``OsFile`` and ``MmapFile`` do alike, through the file descriptor: fsync, zeroing
+    writes, ``fileno``. Through the descriptor for a mapped file too: the page cache is the
+    one the mapping shares, and Linux writes back pages dirtied through a shared mapping on
+    ``fdatasync`` of the file."""
+
+    __slots__ = ()
+    _fd: int
+
+    def fileno(self) -> int:
+        """The descriptor (for io_uring fsyncs, ``uring.py``); valid until ``close``."""
+        return self._fd
+
+    def fsync(self) -> None:
+        # Segments never change length after creation, so data-only sync is enough.
+        os.fdatasync(self._fd)
+
+    sync_data = fsync  # segment warming's sync: the same call, outside the put accounting
+
+    def write_zeros(self, position: int, length: int, piece: int) -> None:
+        _write_zeros(self._fd, position, length, piece)
+
+
+class OsFile(_Descriptor):
     """``SegmentFile`` over a file descriptor: ``os.pwrite``, ``os.pread``, ``os.fdatasync``."""
 
     __slots__ = ("path", "_fd", "_read_only")
@@ -211,10 +268,6 @@ class OsFile:
         _pwrite_all(self._fd, data, position)
 
     write_through = write
-
-    def fileno(self) -> int:
-        """The descriptor (for io_uring fsyncs, ``uring.py``); valid until ``close``."""
-        return self._fd
 
     def read(self, position: int, size: int) -> bytes:
         out = os.pread(self._fd, size, position)
@@ -230,16 +283,6 @@ class OsFile:
             got += len(more)
         return b"".join(parts)
 
-    def fsync(self) -> None:
-        # Segments never change length after creation, so data-only sync is enough.
-        os.fdatasync(self._fd)
-
-    def write_zeros(self, position: int, length: int, piece: int) -> None:
-        _write_zeros(self._fd, position, length, piece)
-
-    def sync_data(self) -> None:
-        os.fdatasync(self._fd)
-
     def truncate(self, position: int) -> None:
         _zero_range(self._fd, position, self.size() - position)
 
@@ -252,7 +295,7 @@ class OsFile:
             self._fd = -1
 
 
-class MmapFile:
+class MmapFile(_Descriptor):
     """``SegmentFile`` over a shared memory map of the whole (preallocated) file."""
 
     __slots__ = ("path", "_fd", "_map", "_size", "_read_only")
@@ -288,25 +331,10 @@ class MmapFile:
             )
         _pwrite_all(self._fd, data, position)  # the page cache the mapping shares
 
-    def fileno(self) -> int:
-        """The descriptor (for io_uring fsyncs, ``uring.py``); valid until ``close``."""
-        return self._fd
-
     def read(self, position: int, size: int) -> bytes:
         if self._map is None:
             return b""
         return self._map[position : position + size]
-
-    def fsync(self) -> None:
-        # fdatasync writes back pages dirtied through the shared mapping too (Linux).
-        os.fdatasync(self._fd)
-
-    def write_zeros(self, position: int, length: int, piece: int) -> None:
-        # Through the descriptor, not the mapping: the page cache is the same one.
-        _write_zeros(self._fd, position, length, piece)
-
-    def sync_data(self) -> None:
-        os.fdatasync(self._fd)
 
     def truncate(self, position: int) -> None:
         if self._map is None:

@@ -28,8 +28,6 @@ from pathlib import Path
 
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import (
-    CorruptRecordError,
-    OffsetOutOfRangeError,
     StoreClosedError,
     StoreIOError,
 )
@@ -57,7 +55,7 @@ from rmq_spark.store.put import (
 from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.reader import read_record
 from rmq_spark.store.recovery import RecoveredState, RecoveryReport, recover
-from rmq_spark.store.retention import deletable_segment_count, disk_used_ratio
+from rmq_spark.store.retention import Retention
 from rmq_spark.store.warm import SegmentWarmer
 
 __all__ = ["MessageStore"]
@@ -91,7 +89,7 @@ class MessageStore(AsyncPutPaths):
         self._init_put_paths(config, clock, self.store_host, os.getpid())
         self._published_confirm = -1
         self._published_ts = 0
-        self._closed_at_cache: dict[int, int] = {}
+        self._retention = Retention(config, clock, lambda: self._commitlog, self._put_lock)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -352,45 +350,14 @@ class MessageStore(AsyncPutPaths):
     # --- retention ----------------------------------------------------------------------------
 
     def delete_expired(self) -> list[Path]:
-        """One retention round (spec 5.5): delete expired segments, or the oldest ones when the
-        disk is fuller than ``disk_max_used_space_ratio``; never the last segment."""
+        """One retention round (``retention.py``): delete expired segments, or processed ones
+        when the disk is full, or any when it is past the emergency ratio; never the last."""
         self._check_open()
-        config = self.config
-        segments = self._commitlog.segments
-        closed_at = [
-            self._closed_at(segment.base_offset + segment.size_bytes) for segment in segments[:-1]
-        ]
-        disk_full = disk_used_ratio(self._root) > config.disk_max_used_space_ratio
-        count = deletable_segment_count(
-            closed_at,
-            self._clock.now_ms(),
-            file_reserved_time_hours=config.file_reserved_time_hours,
-            disk_full=disk_full,
-            delete_file_batch_max=config.delete_file_batch_max,
-        )
-        if count == 0:
-            return []
-        with self._put_lock:
-            deleted = self._commitlog.delete_oldest(count)
-        for path in deleted:
-            _log.info("retention deleted %s%s", path, " (disk full)" if disk_full else "")
-        return deleted
-
-    def _closed_at(self, next_base: int) -> int | None:
-        """Store timestamp of the first record of the segment at ``next_base`` (cached)."""
-        cached = self._closed_at_cache.get(next_base)
-        if cached is not None:
-            return cached
-        try:
-            record = self.read(next_base)
-        except (OffsetOutOfRangeError, CorruptRecordError):
-            return None
-        self._closed_at_cache[next_base] = record.store_timestamp_ms
-        return record.store_timestamp_ms
+        return self._retention.delete_expired()
 
     def _retention_task(self) -> None:
         if not self._closed:
-            self.delete_expired()
+            self._retention.delete_expired()
 
     # --- close --------------------------------------------------------------------------------
 

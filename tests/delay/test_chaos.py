@@ -25,9 +25,9 @@ import pytest
 from delay_world import store_config
 
 from rmq_spark.broker.embedded import Broker
+from rmq_spark.broker.schedule_records import timer_due_ms
 from rmq_spark.clock import SystemClock
 from rmq_spark.delay.log_reader import LogReader
-from rmq_spark.delay.schedule import timer_due_ms
 from rmq_spark.store.delay_levels import delivery_time_ms, parse_message_delay_level
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC
 from rmq_spark.store.properties import delay_level_of, parse_properties

@@ -6,9 +6,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 from strategies import properties_strings
 
-from rmq_spark.delay.schedule import (
+from rmq_spark.broker.schedule_records import (
     DELETE_MARKER_PREFIX,
     Discard,
+    property_value,
+    restore_delayed,
+    restore_timer,
+    target_delete_key,
+    timer_due_ms,
+)
+from rmq_spark.delay.schedule import (
     DueEntry,
     QueueProgress,
     StopReason,
@@ -16,11 +23,6 @@ from rmq_spark.delay.schedule import (
     percentile,
     plan_level,
     plan_timer,
-    property_value,
-    restore_delayed,
-    restore_timer,
-    target_delete_key,
-    timer_due_ms,
 )
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import HostAddress, MessageRecord

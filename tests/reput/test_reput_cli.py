@@ -119,3 +119,22 @@ def test_msg_id_lookup_in_a_closed_store_reads_the_record_without_validating_the
     segment.write_bytes(bytes(data))
     with pytest.raises((OffsetOutOfRangeError, CorruptRecordError)):
         record_at(root, results[5].physical_offset)
+
+
+def test_unregister_removes_the_jobs_reader_so_retention_stops_waiting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rmq_spark.cli.main import main as cli_main
+    from rmq_spark.store.readers import publish_reader_progress, read_reader_progress
+
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    name = ReputConfig(tables_dir=tables).reader_name
+    assert name == f"reput:{tables.resolve()}"
+    publish_reader_progress(store, name, 4096, 0)
+    publish_reader_progress(store, "group:other", 0, 0)
+    argv = ["reput", "--store", str(store), "--tables", str(tables), "--unregister"]
+    assert cli_main(argv) == 0
+    assert "removed reader" in capsys.readouterr().out
+    assert [r.name for r in read_reader_progress(store)] == ["group:other"]
+    assert cli_main(argv) == 0
+    assert "was not registered" in capsys.readouterr().out

@@ -14,6 +14,8 @@ from rmq_spark.store.fileio import (
     MmapFile,
     OsFile,
     OsOpener,
+    make_dirs_durably,
+    write_file_atomically,
 )
 
 
@@ -168,3 +170,35 @@ def test_mmap_file_hands_out_its_mapping_only_while_writable_and_open(tmp_path: 
     assert read_only.mapping is None and read_only.read(10, 3) == b"abc"
     read_only.close()
     assert not hasattr(OsFile(tmp_path / "f"), "mapping")
+
+
+def test_write_file_atomically_replaces_the_whole_file(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_file_atomically(path, b"old content, longer than the new")
+    write_file_atomically(path, b"new")
+    assert path.read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
+
+
+def test_write_file_atomically_leaves_the_old_file_when_it_fails(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    write_file_atomically(path, b"old")
+    (tmp_path / "state.json.tmp").mkdir()  # the temp file cannot be created
+    with pytest.raises(OSError):
+        write_file_atomically(path, b"new")
+    assert path.read_bytes() == b"old"
+
+
+def test_make_dirs_durably_creates_every_missing_level(tmp_path: Path) -> None:
+    make_dirs_durably(tmp_path / "a" / "b" / "c")
+    make_dirs_durably(tmp_path / "a" / "b" / "c")
+    assert (tmp_path / "a" / "b" / "c").is_dir()
+
+
+def test_fsync_and_sync_data_are_one_implementation(tmp_path: Path, opener: OsOpener) -> None:
+    segment = opener.create(tmp_path / "seg", 4096, FileKind.SEGMENT)
+    segment.write(0, b"x")
+    segment.fsync()
+    segment.sync_data()
+    assert type(segment).sync_data is type(segment).fsync
+    segment.close()

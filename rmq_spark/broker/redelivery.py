@@ -13,7 +13,10 @@ redelivered through a broker (``--broker``) is stored exactly as the in-process 
   store (see docs/DELAY.md, "Redelivery through a broker");
 - ``resolve_redelivery``: the broker's side: read the named record from its own store, check
   it is the schedule record named and that it is due, and restore it with the same
-  ``schedule.restore_delayed`` / ``restore_timer`` the job uses.
+  ``schedule_records.restore_delayed`` / ``restore_timer`` the job uses.
+
+The redelivery job (``rmq_spark/delay``) is a client of this protocol: it sits above the
+broker and imports from here, never the other way round.
 
 An ordinary client cannot use it to bypass topic rules: ordinary sends to those system topics
 are refused (ILLEGAL_TOPIC), and a redelivery request stores nothing it brings along: topic,
@@ -29,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from rmq_spark.delay.schedule import (
+from rmq_spark.broker.schedule_records import (
     Discard,
     property_value,
     restore_delayed,
