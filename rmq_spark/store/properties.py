@@ -1,4 +1,4 @@
-"""PURE: the message properties string (spec STORE_FORMAT.md section 3).
+"""PURE: the message properties string (``docs/FORMAT.md`` section 2.2).
 
 Owns the ``name \\x01 value \\x02`` syntax (writing it, and parsing it the way 4.9.1+/5.x
 brokers do), the property key constants of ``MessageConst`` (3.2), Java ``HashMap``
@@ -173,6 +173,8 @@ def parse_properties(text: str) -> dict[str, str]:
 
     Accepts a trailing ``\\x02`` or none; a value may contain ``\\x01`` (only the first one
     splits); entries with an empty key or value are dropped; a later duplicate key wins.
+    The record CRC property (``__CRC32#``, ``docs/FORMAT.md`` 2.3) is integrity data of the
+    record, not a property of the message: it is left out (RocketMQ's proxy hides it too).
 
     Examples
     --------
@@ -186,6 +188,8 @@ def parse_properties(text: str) -> dict[str, str]:
         key, sep, value = item.partition(NAME_VALUE_SEPARATOR)
         if key and value:
             result[key] = value
+    if CRC32 in result:
+        del result[CRC32]
     return result
 
 

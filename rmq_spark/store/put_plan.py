@@ -20,17 +20,19 @@ import itertools
 import struct
 from datetime import tzinfo
 
+from rmq_spark.store.codec import (
+    HEADER_SIZE_IPV4,
+    RecordPacker,
+    record_packer,
+    with_record_crc,
+)
 from rmq_spark.store.layout import MAX_PROPERTIES_SIZE_BYTES, MAX_TOPIC_LENGTH_V1
 from rmq_spark.store.msg_id import month_start_ms
 from rmq_spark.store.properties import TAGS, UNIQ_KEY
 from rmq_spark.store.put import order_properties
 
-__all__ = ["HEADER_FORMAT", "RecordPlan", "UniqKeys", "record_plan"]
+__all__ = ["RecordPlan", "UniqKeys", "record_plan"]
 
-HEADER_FORMAT = ">iIiiiqqiq4siq4siiqi"
-"""Spec 1.2 up to BODYLENGTH with IPv4 hosts (88 bytes); the fast path's record header."""
-
-_HEADER_SIZE = struct.calcsize(HEADER_FORMAT)
 _PACKERS_MAX = 512
 _HEX4: tuple[str, ...] = ()
 
@@ -49,7 +51,8 @@ class RecordPlan:
 
     The record is ``header ‖ body ‖ before ‖ uniq key ‖ after`` where ``before`` is the topic
     length and bytes, the properties length and the properties up to the UNIQ_KEY value, and
-    ``after`` the rest of the properties (Java ``HashMap(128)`` order, trailing ``\\x02``).
+    ``after`` the rest of the properties (Java ``HashMap(128)`` order, trailing ``\\x02``, then
+    the reserved record CRC property when the store writes it).
     """
 
     __slots__ = ("before", "after", "fixed_size", "uniq_key_size", "packers")
@@ -58,29 +61,29 @@ class RecordPlan:
         self.before = before
         self.after = after
         self.uniq_key_size = uniq_key_size
-        self.fixed_size = _HEADER_SIZE + len(before) + uniq_key_size + len(after)
-        self.packers: dict[int, struct.Struct] = {}
+        self.fixed_size = HEADER_SIZE_IPV4 + len(before) + uniq_key_size + len(after)
+        self.packers: dict[int, RecordPacker] = {}
 
-    def packer(self, body_size: int) -> struct.Struct:
-        """The ``Struct`` packing the whole record for a body of ``body_size`` bytes: the 17
+    def packer(self, body_size: int) -> RecordPacker:
+        """The codec's packer of the whole record for a body of ``body_size`` bytes: the 17
         header fields, then body, ``before``, UNIQ_KEY (ASCII bytes) and ``after``."""
         packer = self.packers.get(body_size)
         if packer is None:
-            packer = struct.Struct(
-                f"{HEADER_FORMAT}{body_size}s{len(self.before)}s"
-                f"{self.uniq_key_size}s{len(self.after)}s"
-            )
+            packer = record_packer(body_size, len(self.before), self.uniq_key_size, len(self.after))
             if len(self.packers) >= _PACKERS_MAX:
                 self.packers.clear()
             self.packers[body_size] = packer
         return packer
 
 
-def record_plan(topic: object, tags: object, uniq_key_size: int) -> RecordPlan | None:
+def record_plan(
+    topic: object, tags: object, uniq_key_size: int, record_crc: bool = True
+) -> RecordPlan | None:
     """The plan of (``topic``, ``tags``), or ``None`` when such a message needs the general
     path: a topic that is not plain ASCII of 1..127 characters, TAGS that are not a
     non-empty string free of ``\\x02``, or properties that would be too large. The caller
-    has checked the topic with ``put.check_topic``.
+    has checked the topic with ``put.check_topic``. ``record_crc``: the properties end with
+    the reserved record CRC property (``codec.with_record_crc``), sealed under the put lock.
     """
     if type(topic) is not str or not topic.isascii() or not 0 < len(topic) <= MAX_TOPIC_LENGTH_V1:
         return None
@@ -102,6 +105,8 @@ def record_plan(topic: object, tags: object, uniq_key_size: int) -> RecordPlan |
         props_tail = "".join(tail).encode("utf-8")
     except UnicodeEncodeError:
         return None
+    if record_crc:
+        props_tail = with_record_crc(props_tail)
     props_size = len(props_head) + uniq_key_size + len(props_tail)
     if props_size > MAX_PROPERTIES_SIZE_BYTES:
         return None

@@ -6,9 +6,10 @@ from datetime import UTC
 import pytest
 
 from rmq_spark.clock import ManualClock
+from rmq_spark.store.codec import HEADER_SIZE_IPV4
 from rmq_spark.store.msg_id import UniqKeyGenerator
 from rmq_spark.store.properties import parse_properties
-from rmq_spark.store.put_plan import HEADER_FORMAT, UniqKeys, record_plan
+from rmq_spark.store.put_plan import UniqKeys, record_plan
 
 _UTC = UTC
 
@@ -58,9 +59,7 @@ def test_record_plan_splits_the_properties_around_the_uniq_key(tags: str | None)
     assert struct.unpack(">h", plan.before[7:9])[0] == len(tail)
     expected = {"UNIQ_KEY": key} if tags is None else {"UNIQ_KEY": key, "TAGS": tags}
     assert parse_properties(tail.decode()) == expected
-    assert plan.fixed_size == struct.calcsize(HEADER_FORMAT) + len(plan.before) + 32 + len(
-        plan.after
-    )
+    assert plan.fixed_size == HEADER_SIZE_IPV4 + len(plan.before) + 32 + len(plan.after)
 
 
 @pytest.mark.parametrize(
