@@ -255,6 +255,8 @@ RECORD_CRC_PLACEHOLDER = _CRC_KEY + b"0000000000\x02"
 """The reserved property as encoded before ``seal_record`` fills in the digits."""
 _CRC_DIGITS_AT = RECORD_CRC_BYTES - len(_CRC_KEY)  # 11: digits start this far from the end
 _DIGITS = frozenset(b"0123456789")
+_SEAL_COPY_MAX = 16384
+_crc32 = zlib.crc32
 
 
 def record_crc_digits(crc: int) -> bytes:
@@ -266,7 +268,7 @@ def record_crc_digits(crc: int) -> bytes:
     >>> record_crc_digits(891568578)
     b'8758651980'
     """
-    return str(crc)[::-1].ljust(10, "0").encode("ascii")
+    return (b"%d" % crc)[::-1].ljust(10, b"0")
 
 
 def _parse_crc_digits(digits: bytes) -> int:
@@ -295,13 +297,16 @@ def with_record_crc(props_data: bytes) -> bytes:
     return props_data + RECORD_CRC_PLACEHOLDER
 
 
-def seal_record(buf: bytearray | memoryview | mmap.mmap, position: int, total: int) -> None:
+def seal_record(buf: bytearray | mmap.mmap, position: int, total: int) -> None:
     """Fill in the reserved record CRC of the record at ``position`` (``total`` bytes long, its
     offsets and store timestamp final): masked CRC-32 of bytes ``[0, total - 20)``."""
     end = position + total
-    with memoryview(buf) as view:
-        crc = zlib.crc32(view[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
-        view[end - _CRC_DIGITS_AT : end - 1] = str(crc)[::-1].ljust(10, "0").encode("ascii")
+    if total <= _SEAL_COPY_MAX:  # copying a small record is cheaper than a memoryview
+        crc = _crc32(buf[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
+    else:
+        with memoryview(buf) as view:
+            crc = _crc32(view[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
+    buf[end - _CRC_DIGITS_AT : end - 1] = (b"%d" % crc)[::-1].ljust(10, b"0")
 
 
 def _check_record_crc(buf: ByteSource, position: int, end: int, path: str) -> bool:
