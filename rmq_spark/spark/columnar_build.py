@@ -4,8 +4,9 @@ Owns turning the header fields, topics, bodies and properties of records that
 ``columnar.py`` has already found and checked into an Arrow record batch of the requested
 schema: only the requested columns are built (a query that needs no body never copies
 bodies, one that needs no property column never parses properties), BODYCRC is verified
-for every body returned, hosts are formatted once per distinct host, message ids are hex
-encoded through a table. Does not find or validate records.
+for every body returned, the record CRC property (``docs/FORMAT.md`` 2.3) of every record
+that carries one is found and verified (``record_crc_rows``), hosts are formatted once per
+distinct host, message ids are hex encoded through a table. Does not find or validate records.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ import pyarrow as pa
 from rmq_spark.spark.arrow_views import hex_strings
 from rmq_spark.spark.columnar_properties import PROPERTY_COLUMNS, parse_properties_column
 from rmq_spark.spark.schema import TRANSACTION_TYPE_NAMES
+from rmq_spark.store.codec import RECORD_CRC_BYTES, RECORD_CRC_PLACEHOLDER
 
-__all__ = ["ValidRecords", "build_batch"]
+__all__ = ["ValidRecords", "build_batch", "record_crc_rows"]
 
 _TX_NAMES = pa.array(TRANSACTION_TYPE_NAMES, pa.string())
+_CRC_KEY = np.frombuffer(RECORD_CRC_PLACEHOLDER[:9], dtype=np.uint8)  # b"__CRC32#\x01"
+_CRC_POWERS = 10 ** np.arange(10, dtype=np.int64)  # the digits are least significant first
 
 
 @dataclass(frozen=True)
@@ -175,6 +179,37 @@ def _check_each(
                 "computed_crc": int(computed[first]),
             },
         )
+
+
+def record_crc_rows(
+    buf: object,
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    props_size: np.ndarray,
+    check: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which records ``[starts, ends)`` carry the record CRC property, and which of them fail
+    the check (if ``check``: a CRC mismatch, or a property damaged so that it no longer reads
+    as one, one byte off its fixed bytes), as two boolean arrays. As ``codec.decode_record``."""
+    eligible = props_size >= RECORD_CRC_BYTES
+    tails = data[(ends - RECORD_CRC_BYTES)[:, None] + np.arange(RECORD_CRC_BYTES)]
+    key_off = (tails[:, :9] != _CRC_KEY).sum(axis=1) + (tails[:, 19] != 2)
+    digits = tails[:, 9:19].astype(np.int64) - 48
+    digit_off = ((digits < 0) | (digits > 9)).sum(axis=1)
+    has = eligible & (key_off == 0) & (digit_off == 0)
+    bad = eligible & (key_off + digit_off == 1) if check else np.zeros(len(ends), dtype=bool)
+    if check and has.any():
+        view = memoryview(buf)  # type: ignore[arg-type]
+        rows = np.flatnonzero(has)
+        covered = map(
+            view.__getitem__,
+            map(slice, starts[rows].tolist(), (ends[rows] - RECORD_CRC_BYTES).tolist()),
+        )
+        computed = np.fromiter(map(zlib.crc32, covered), dtype=np.int64, count=len(rows))
+        stored = (digits[rows] * _CRC_POWERS).sum(axis=1)
+        bad[rows] |= (computed & 0x7FFFFFFF) != stored
+    return has, bad
 
 
 def _format_host(block: bytes) -> str:
