@@ -26,9 +26,11 @@ a tuple cost 6 % of a put). A batch takes the packed writer when all its request
 from __future__ import annotations
 
 import logging
+import mmap
 import struct
 import zlib
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from rmq_spark.clock import Clock
 from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION, seal_record
@@ -267,22 +269,25 @@ class Appender:
             closed = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
             return [closed] * count, 0
         if getattr(requests[0], "raw_properties", None) is None:
-            template = self._template_parts
-            packed = [template(request) for request in requests]
-        elif self._raw is not None:  # a template request in the batch: both decline it
-            raw = self._raw.parts
-            packed = [raw(request) for request in requests]
-        else:
-            packed = [None]
-        if None not in packed:
-            return self._put_packed(packed)  # type: ignore[arg-type]
+            build: Callable[[PutRequest], Packed | None] | None = self._template_parts
+        else:  # a template request in the batch: both builders decline it
+            build = self._raw.parts if self._raw is not None else None
+        if build is not None:
+            packed: list[Packed] = []
+            for request in requests:
+                part = build(request)
+                if part is None:
+                    break
+                packed.append(part)
+            else:
+                return self._put_packed(packed)
         now = self._clock.now_ms()
         ctx = self._ctx
         prepared = [prepare(request, ctx, now) for request in requests]
         rejected = reject_batch(prepared)
         if rejected is not None:
             return rejected, 0
-        return self._write_prepared(prepared)  # type: ignore[arg-type]
+        return self._write_prepared(cast("list[PreparedMessage]", prepared))
 
     def _template_parts(self, request: PutRequest) -> Packed | None:
         """``_put_packed``'s parts of a template request (the checks of ``append``), or
@@ -379,11 +384,14 @@ class Appender:
                     queue_offset = 0
                 if generate:
                     uniq_key = key_at(now)
+                    key_bytes = uniq_key.encode("ascii")
+                else:
+                    key_bytes = b""
                 packer.pack_into(
                     target, offset, size, _MAGIC, crc, queue_id, flag, queue_offset,
                     physical_offset, sys_flag, now if born is None else born, born_host[0],
                     born_host[1], now, store_ip, store_port, reconsume, prepared, len(body),
-                    body, head, uniq_key.encode("ascii") if generate else b"", tail,  # type: ignore[union-attr]
+                    body, head, key_bytes, tail,
                 )  # fmt: skip
                 if crc_on:
                     _seal(target, offset, size)
@@ -424,7 +432,7 @@ class Appender:
 
     def _batch_target(
         self, total: int, count: int
-    ) -> tuple[Segment, int, object, int, bytearray | None] | list[PutResult]:
+    ) -> tuple[Segment, int, mmap.mmap | bytearray, int, bytearray | None] | list[PutResult]:
         """Lock held: the segment ``total`` bytes go to, its write position, and where to pack
         them: straight into its mapping, or into a buffer (returned last, else ``None``)
         appended by ``_finish_batch_write``. Failed results if no segment could be created."""

@@ -217,7 +217,9 @@ class Durability:
             position = segment.commit()
             covering = segment.base_offset + position
             if position > segment.flushed_position:
-                fds.append(segment.file.fileno())
+                file = segment.file
+                assert isinstance(file, MmapFile | OsFile)  # as _new_ring checked
+                fds.append(file.fileno())
                 targets.append((segment, position))
         return fds, covering, _RingToken(targets, last_ts)
 

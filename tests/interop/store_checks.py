@@ -11,7 +11,13 @@ from typing import Any
 from rmq_java import unb64
 
 from rmq_spark.interop import Harness
-from rmq_spark.store.codec import BlankPadding, DecodedRecord, Unwritten, decode_record
+from rmq_spark.store.codec import (
+    RECORD_CRC_BYTES,
+    BlankPadding,
+    DecodedRecord,
+    Unwritten,
+    decode_record,
+)
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.delay_levels import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
@@ -217,7 +223,11 @@ def check_rocketmq_sees_our_store(
         assert message["msgId"] == result.msg_id, label
         assert message["storeTimestamp"] == result.store_timestamp_ms, label
         assert unb64(message["body"]) == record.body, label
-        assert message["propertiesString"] == record.properties, label
+        # Our records carry the record CRC property (FORMAT.md 2.3); RocketMQ shows it as a
+        # property, our decoder leaves it out. RocketMQ verified it (forceVerifyPropCRC).
+        stored = message["propertiesString"]
+        assert stored[-RECORD_CRC_BYTES:-11] == "__CRC32#\x01", label
+        assert stored[:-RECORD_CRC_BYTES] == record.properties, label
         assert message["sysFlag"] == record.sys_flag, label
         assert message["bodyCrc"] == record.body_crc, label
         assert HostAddress.parse(message["bornHost"]) == record.born_host, label

@@ -50,6 +50,8 @@ final class ReadStoreCommand {
         int cqBytes = cqFileSize(root.resolve("consumequeue"), StoreFactory.CQ_UNITS_PER_FILE * 20);
         boolean lastExitOK = !Files.exists(root.resolve("abort"));
         MessageStoreConfig config = StoreFactory.config(root, segmentBytes, cqBytes);
+        // 5.2+: verify the __CRC32# record CRC property of every record that carries one.
+        config.setForceVerifyPropCRC(true);
         DefaultMessageStore store = StoreFactory.open(config);
         boolean loaded = store.load();
         CommitLog commitLog = store.getCommitLog();
