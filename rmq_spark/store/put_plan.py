@@ -1,12 +1,13 @@
-"""PURE: precomputed pieces of the single-put fast path (``MessageStore.put``).
+"""PURE: the template path's parts (``appender.py``): plans, checks and UNIQ_KEY ids.
 
-Owns ``RecordPlan`` (everything of a record that is the same for every message of one
-(topic, TAGS) pair carrying only a generated UNIQ_KEY: the topic and properties bytes around
-the key, the record's fixed size, and one ``struct.Struct`` per body length that packs the
-whole record in one call) and ``UniqKeys`` (UNIQ_KEY ids with the layout of
+Owns ``Packed`` (one record for the appender's packed writer, packed by a
+``codec.record_packer``; built by ``Templates`` here and ``raw.RawParts``), ``Templates``
+(which requests take the template path, and their parts), ``RecordPlan`` (everything of a
+record that is the same for every message of one (topic, TAGS) pair carrying only a
+generated UNIQ_KEY: the topic and properties bytes around the key, the record's fixed size,
+and one packer per body length) and ``UniqKeys`` (UNIQ_KEY ids with the layout of
 ``msg_id.UniqKeyGenerator``, with the hex of everything but the counter cached per
-millisecond). Does not own validation rules (``put.py``), locking or files
-(``message_store.py``).
+millisecond). Does not own validation rules (``put.py``), locking or files (``appender.py``).
 
 Why: a put of a 100-byte body spends most of its time in Python overhead, not in copying
 bytes. Packing header, body, topic and properties with a single ``pack_into`` straight into
@@ -18,6 +19,7 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import struct
+import zlib
 from datetime import tzinfo
 
 from rmq_spark.store.codec import (
@@ -27,11 +29,35 @@ from rmq_spark.store.codec import (
     with_record_crc,
 )
 from rmq_spark.store.layout import MAX_PROPERTIES_SIZE_BYTES, MAX_TOPIC_LENGTH_V1
+from rmq_spark.store.message import LOCALHOST
 from rmq_spark.store.msg_id import month_start_ms
 from rmq_spark.store.properties import TAGS, UNIQ_KEY
-from rmq_spark.store.put import order_properties
+from rmq_spark.store.put import (
+    LOCALHOST_IPV4,
+    PutRequest,
+    check_topic,
+    ipv4_of,
+    order_properties,
+)
 
-__all__ = ["RecordPlan", "UniqKeys", "record_plan"]
+__all__ = ["Packed", "RecordPlan", "Templates", "UniqKeys", "record_plan"]
+
+Packed = tuple[
+    str, int, bytes, "int | None", tuple[bytes, int], int, int, int, int, bool, "str | None",
+    bool, bytes, bytes, RecordPacker, int, int,
+]  # fmt: skip
+"""One record for the appender's packed writer: (topic, queue_id, body, born_timestamp_ms,
+born_host, flag, sys_flag, reconsume_times, prepared_transaction_offset, consumes a queue
+offset, UNIQ_KEY, generate the UNIQ_KEY under the lock, head, tail, packer, BODYCRC, size)."""
+
+_I32_MAX = (1 << 31) - 1
+_I64_MIN = -(1 << 63)
+_I64_MAX = (1 << 63) - 1
+_ZERO = 0
+_PLANS_MAX = 4096
+_crc32 = zlib.crc32
+_ipv4 = ipv4_of
+_LOCALHOST_IPV4 = LOCALHOST_IPV4
 
 _PACKERS_MAX = 512
 _HEX4: tuple[str, ...] = ()
@@ -113,6 +139,85 @@ def record_plan(
     topic_data = topic.encode("ascii")
     before = bytes((len(topic_data),)) + topic_data + props_size.to_bytes(2, "big") + props_head
     return RecordPlan(before, props_tail, uniq_key_size)
+
+
+class Templates:
+    """The template path's requests: no properties but TAGS (the UNIQ_KEY is generated under
+    the put lock), IPv4 hosts, a v1 topic, a ``bytes`` body, default flags (what most
+    producers send). One ``RecordPlan`` per (topic, TAGS), cached."""
+
+    def __init__(self, max_body_bytes: int, key_size: int, record_crc: bool) -> None:
+        self._max_body_bytes = max_body_bytes
+        self._key_size = key_size
+        self._record_crc = record_crc
+        self._plans: dict[object, RecordPlan | None] = {}
+
+    def check(self, request: PutRequest) -> tuple[RecordPlan, tuple[bytes, int]] | None:
+        """The plan and born host of a template request, or ``None`` when it needs another
+        path: no properties but TAGS (its UNIQ_KEY is generated), IPv4 hosts, a v1 topic, a
+        ``bytes`` body within the limit, default flags."""
+        topic = request.topic
+        tags = request.tags
+        try:
+            plan = self._plans[(topic, tags) if tags else topic]
+        except (KeyError, TypeError):
+            plan = self._plan(topic, tags)
+        body = request.body
+        queue_id = request.queue_id
+        born = request.born_timestamp_ms
+        host = request.born_host
+        born_host = _LOCALHOST_IPV4 if host is LOCALHOST else _ipv4(host)
+        if (
+            plan is None
+            or born_host is None
+            or request.properties
+            or request.raw_properties is not None
+            or request.keys
+            or type(body) is not bytes
+            or len(body) > self._max_body_bytes
+            or type(queue_id) is not int
+            or not 0 <= queue_id <= _I32_MAX
+            or (born is not None and (type(born) is not int or not _I64_MIN <= born <= _I64_MAX))
+            # ``is`` the interned int 0: anything else (another int, a bool, a float, None)
+            # goes to the general path, which stores or rejects it.
+            or request.flag is not _ZERO
+            or request.sys_flag is not _ZERO
+            or request.reconsume_times is not _ZERO
+            or request.prepared_transaction_offset is not _ZERO
+        ):
+            return None
+        return plan, born_host
+
+    def parts(self, request: PutRequest) -> Packed | None:
+        """The packed writer's parts of a template request, or ``None`` (see ``check``)."""
+        checked = self.check(request)
+        if checked is None:
+            return None
+        plan, born_host = checked
+        body = request.body
+        body_size = len(body)
+        return (
+            request.topic, request.queue_id, body, request.born_timestamp_ms, born_host, 0, 0, 0,
+            0, True, None, True, plan.before, plan.after,
+            plan.packers.get(body_size) or plan.packer(body_size), _crc32(body) & 0x7FFFFFFF,
+            plan.fixed_size + body_size,
+        )  # fmt: skip
+
+    def _plan(self, topic: object, tags: object) -> RecordPlan | None:
+        """The template plan for (``topic``, ``tags``); ``None`` (remembered too) sends such
+        messages down the general path."""
+        plan = None
+        if type(topic) is str and not check_topic(topic):
+            plan = record_plan(topic, tags or None, self._key_size, self._record_crc)
+        try:
+            key = (topic, tags) if tags else topic
+            hash(key)
+        except TypeError:
+            return None
+        if len(self._plans) >= _PLANS_MAX:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
 
 
 class UniqKeys:

@@ -18,7 +18,6 @@ general path says why), and ``idempotent`` requests (the general path dedupes th
 
 from __future__ import annotations
 
-import struct
 import zlib
 
 from rmq_spark.store.codec import (
@@ -43,16 +42,9 @@ from rmq_spark.store.put import (
     find_uniq_key,
     ipv4_of,
 )
+from rmq_spark.store.put_plan import Packed
 
-__all__ = ["Packed", "RawParts"]
-
-Packed = tuple[
-    str, int, bytes, "int | None", tuple[bytes, int], int, int, int, int, bool, "str | None",
-    bool, bytes, bytes, struct.Struct, int, int,
-]  # fmt: skip
-"""One record for the appender's packed writer: (topic, queue_id, body, born_timestamp_ms,
-born_host, flag, sys_flag, reconsume_times, prepared_transaction_offset, consumes a queue
-offset, UNIQ_KEY, generate the UNIQ_KEY under the lock, head, tail, packer, BODYCRC, size)."""
+__all__ = ["RawParts"]
 
 _I32_MIN = -(1 << 31)
 _I32_MAX = (1 << 31) - 1
