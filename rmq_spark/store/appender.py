@@ -18,10 +18,10 @@ Three ways in, the same bytes (tests check each against ``codec.encode_record``)
 * *General*: anything else is validated and encoded outside the lock (``put.prepare``), then
   given its offsets and store timestamp and written under it.
 
-Template and raw records are ``codec.record_packer`` records (``header ‖ body ‖ head ‖ key ‖
-tail``) and share one writer, ``_put_packed``; the single template put writes its one record
-itself (a list, a loop and the result tuples would cost a third of a put). A batch takes the
-packed writer when all its requests can.
+Template and raw records are ``codec.record_packer`` records (``header ‖ body ‖ topic ‖
+properties length ‖ head ‖ key ‖ tail``) and share one writer, ``_put_packed``; the single
+template put writes its one record itself (a list, a loop and the result tuples would cost a
+third of a put). A batch takes the packed writer when all its requests can.
 """
 
 from __future__ import annotations
@@ -172,8 +172,8 @@ class Appender:
             values = (
                 size, _MAGIC, crc, queue_id, 0, queue_offset, physical_offset, 0,
                 now if born is None else born, born_host[0], born_host[1], now, self._store_ip,
-                self._store_port, 0, 0, body_size, body, plan.before, uniq_key.encode("ascii"),
-                plan.after,
+                self._store_port, 0, 0, body_size, body, plan.topic, plan.props_size, plan.before,
+                uniq_key.encode("ascii"), plan.after,
             )  # fmt: skip
             mapping = segment.mapping
             if mapping is not None and position + size <= segment.size_bytes:
@@ -226,8 +226,50 @@ class Appender:
         if type(prepared) is PutResult:
             return prepared
         assert isinstance(prepared, PreparedMessage)
-        results, _ = self._write_prepared([prepared])
-        return results[0]
+        # ``_place`` for one record, written out: its loop and tables cost a sixth of a put.
+        buf = prepared.buf
+        size = prepared.size
+        topic = prepared.topic
+        uniq_key = prepared.uniq_key
+        key = (topic, prepared.queue_id)
+        with self.lock:
+            if self.failure is not None or self.closed:
+                return self.unavailable()
+            if prepared.idempotent and uniq_key is not None:
+                entry = self.window.get(topic, uniq_key)
+                if entry is not None:
+                    return self.duplicate(prepared, entry)  # durable once the first is
+            commitlog = self.commitlog
+            assert commitlog is not None
+            try:
+                segment = commitlog.segment_for_append(size)
+            except OSError as err:
+                return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+            physical_offset = segment.base_offset + segment.write_position
+            consumes = prepared.consumes_queue_offset
+            queue_offset = self.queue_offsets.get(key, 0) if consumes else 0
+            now = self._now_ms()
+            _pack_offsets(buf, QUEUE_OFFSET_POSITION, queue_offset, physical_offset)
+            _pack_i64(buf, prepared.timestamp_position, now)
+            if self._crc:
+                _seal(buf, 0, size)
+            try:
+                segment.append(buf)
+            except OSError as err:
+                self._undo_failed_write(segment, size, err)
+                return _failed(PutStatus.UNKNOWN_ERROR, "writing the record", err)
+            if consumes:
+                self.queue_offsets[key] = queue_offset + 1
+            if uniq_key is not None:
+                self.window.add(
+                    topic, uniq_key, (physical_offset, size, queue_offset, prepared.queue_id, now)
+                )
+            self.last_record_offset = physical_offset
+            self.last_store_ts = now
+        return PutResult(
+            _PUT_OK, physical_offset, queue_offset, f"{self.msg_id_prefix}{physical_offset:016X}",
+            prepared.topic, prepared.queue_id, now, uniq_key, prepared.size,
+        )  # fmt: skip
 
     # --- batches --------------------------------------------------------------------------
 
@@ -247,14 +289,9 @@ class Appender:
             builder = self._raw
         if builder is not None:
             build = builder.parts
-            packed: list[Packed] = []
-            for request in requests:
-                part = build(request)
-                if part is None:
-                    break
-                packed.append(part)
-            else:
-                return self._put_packed(packed)
+            packed = [build(request) for request in requests]
+            if None not in packed:
+                return self._put_packed(cast("list[Packed]", packed))
         now = self._clock.now_ms()
         ctx = self._ctx
         prepared = [prepare(request, ctx, now) for request in requests]
@@ -267,7 +304,7 @@ class Appender:
         """Template and raw records, packed straight into the segment's memory map (or one
         buffer) under one lock acquisition; returns the results and the end offset."""
         count = len(parts)
-        total = sum(part[16] for part in parts)
+        total = sum(part[18] for part in parts)
         if total + 8 > self._segment_size:
             detail = f"batch of {total} bytes does not fit a segment"
             return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count, 0
@@ -292,7 +329,8 @@ class Appender:
             crc_on = self._crc
             for (
                 topic, queue_id, body, born, born_host, flag, sys_flag, reconsume, prepared,
-                consumes, uniq_key, generate, head, tail, packer, crc, size,
+                consumes, uniq_key, generate, topic_bytes, props_size, head, tail, packer, crc,
+                size,
             ) in parts:  # fmt: skip
                 if consumes:
                     key = (topic, queue_id)
@@ -311,7 +349,7 @@ class Appender:
                     target, offset, size, _MAGIC, crc, queue_id, flag, queue_offset,
                     physical_offset, sys_flag, now if born is None else born, born_host[0],
                     born_host[1], now, store_ip, store_port, reconsume, prepared, len(body),
-                    body, head, key_bytes, tail,
+                    body, topic_bytes, props_size, head, key_bytes, tail,
                 )  # fmt: skip
                 if crc_on:
                     _seal(target, offset, size)
@@ -326,7 +364,7 @@ class Appender:
                 add = self.window.add
                 for part, (offset, queue_offset, uniq_key) in zip(parts, placed, strict=True):
                     if uniq_key is not None:
-                        add(part[0], uniq_key, (offset, part[16], queue_offset, part[1], now))
+                        add(part[0], uniq_key, (offset, part[18], queue_offset, part[1], now))
             self.last_record_offset = placed[-1][0]
             self.last_store_ts = now
         finally:
@@ -344,7 +382,7 @@ class Appender:
                 part[1],
                 now,
                 uniq_key,
-                part[16],
+                part[18],
             )  # fmt: skip
             for part, (offset, queue_offset, uniq_key) in zip(parts, placed, strict=True)
         ]
@@ -392,7 +430,7 @@ class Appender:
         records under one lock acquisition; idempotent repeats are answered, not written."""
         count = len(messages)
         total = sum(message.size for message in messages)
-        if count > 1 and total + 8 > self._segment_size:
+        if total + 8 > self._segment_size:
             detail = f"batch of {total} bytes does not fit a segment"
             return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count, 0
         with self.lock:

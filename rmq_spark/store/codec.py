@@ -219,20 +219,23 @@ OFFSETS = struct.Struct(">qq")
 assert PHYSICAL_OFFSET_POSITION == QUEUE_OFFSET_POSITION + 8
 
 RecordPacker = struct.Struct
-"""Packs a whole IPv4/v1 record: the 17 header fields, then body, head, key, tail bytes."""
-_packers: dict[tuple[int, int, int, int], struct.Struct] = {}
+"""Packs a whole IPv4/v1 record in one call: the 17 header fields, BODY, the topic length byte
+and TOPIC (one piece), PROPERTIESLENGTH, then PROPERTIES as three pieces (head, key, tail)."""
+_packers: dict[tuple[int, int, int, int, int], struct.Struct] = {}
 
 
-def record_packer(body_size: int, head_size: int, key_size: int, tail_size: int) -> RecordPacker:
-    """The ``Struct`` packing an IPv4-host v1 record ``header ‖ body ‖ head ‖ key ‖ tail`` in
-    one call (the put path's fast encoders): ``head`` is the topic length byte, the topic, the
-    properties length and the properties up to ``key``; ``key`` a value filled in under the put
-    lock (a generated UNIQ_KEY) or empty; ``tail`` the rest of the properties (cached)."""
-    shape = (body_size, head_size, key_size, tail_size)
+def record_packer(
+    body_size: int, topic_size: int, head_size: int, key_size: int, tail_size: int
+) -> RecordPacker:
+    """The ``Struct`` packing an IPv4-host v1 record ``header ‖ body ‖ topic ‖ properties
+    length ‖ head ‖ key ‖ tail`` in one call (the put path's fast encoders): ``topic`` is the
+    length byte and the topic, ``head ‖ key ‖ tail`` the properties, ``key`` a value filled in
+    under the put lock (a generated UNIQ_KEY) or empty. Cached."""
+    shape = (body_size, topic_size, head_size, key_size, tail_size)
     packer = _packers.get(shape)
     if packer is None:
         packer = struct.Struct(
-            f"{HEADER_FORMAT_IPV4}{body_size}s{head_size}s{key_size}s{tail_size}s"
+            f"{HEADER_FORMAT_IPV4}{body_size}s{topic_size}sh{head_size}s{key_size}s{tail_size}s"
         )
         if len(_packers) >= _CACHE_MAX:
             _packers.clear()

@@ -395,6 +395,7 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
 # --- the common-case encoder ------------------------------------------------------------------
 
 _V1_IPV4_HEADER = struct.Struct(HEADER_FORMAT_IPV4)
+_V1_IPV4_FIXED = record_size(0, 0, 0)  # codec's length formula: + topic, body, properties
 _STORE_TS_POSITIONS = {0: store_timestamp_position(0), 0x10: store_timestamp_position(0x10)}
 _PROPS_SIZE = struct.Struct(">h")
 _topic_prefixes: dict[str, bytes] = {}
@@ -455,7 +456,7 @@ def encode_ipv4_v1(
     body_size = len(body)
     try:
         header = _V1_IPV4_HEADER.pack(
-            record_size(len(prefix) - 1, body_size, len(props_data)),
+            _V1_IPV4_FIXED + body_size + len(prefix) - 1 + len(props_data),
             MESSAGE_MAGIC_CODE_V1,
             zlib.crc32(body) & 0x7FFFFFFF,
             queue_id,

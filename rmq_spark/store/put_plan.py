@@ -44,11 +44,12 @@ __all__ = ["Packed", "RecordPlan", "Templates", "UniqKeys", "record_plan"]
 
 Packed = tuple[
     str, int, bytes, "int | None", tuple[bytes, int], int, int, int, int, bool, "str | None",
-    bool, bytes, bytes, RecordPacker, int, int,
+    bool, bytes, int, bytes, bytes, RecordPacker, int, int,
 ]  # fmt: skip
 """One record for the appender's packed writer: (topic, queue_id, body, born_timestamp_ms,
 born_host, flag, sys_flag, reconsume_times, prepared_transaction_offset, consumes a queue
-offset, UNIQ_KEY, generate the UNIQ_KEY under the lock, head, tail, packer, BODYCRC, size)."""
+offset, UNIQ_KEY, generate the UNIQ_KEY under the lock, topic length and bytes, properties
+length, properties head and tail (around the key), packer, BODYCRC, size)."""
 
 _I32_MAX = (1 << 31) - 1
 _I64_MIN = -(1 << 63)
@@ -75,27 +76,34 @@ class RecordPlan:
     """The fixed parts of a v1 record of one topic and TAGS value whose only other property
     is a generated UNIQ_KEY of ``uniq_key_size`` characters (IPv4 hosts).
 
-    The record is ``header ‖ body ‖ before ‖ uniq key ‖ after`` where ``before`` is the topic
-    length and bytes, the properties length and the properties up to the UNIQ_KEY value, and
-    ``after`` the rest of the properties (Java ``HashMap(128)`` order, trailing ``\\x02``, then
-    the reserved record CRC property when the store writes it).
+    The record is ``header ‖ body ‖ topic ‖ properties length ‖ before ‖ uniq key ‖ after``
+    (``codec.record_packer``): ``topic`` is the topic length byte and the topic, ``before``
+    the properties up to the UNIQ_KEY value, ``after`` the rest of them (Java ``HashMap(128)``
+    order, trailing ``\\x02``, then the reserved record CRC property when the store writes it).
     """
 
-    __slots__ = ("before", "after", "fixed_size", "uniq_key_size", "packers")
+    __slots__ = (
+        "topic", "props_size", "before", "after", "fixed_size", "uniq_key_size", "packers",
+    )  # fmt: skip
 
-    def __init__(self, before: bytes, after: bytes, uniq_key_size: int) -> None:
+    def __init__(self, topic: bytes, before: bytes, after: bytes, uniq_key_size: int) -> None:
+        self.topic = topic
         self.before = before
         self.after = after
         self.uniq_key_size = uniq_key_size
-        self.fixed_size = HEADER_SIZE_IPV4 + len(before) + uniq_key_size + len(after)
+        self.props_size = len(before) + uniq_key_size + len(after)
+        self.fixed_size = HEADER_SIZE_IPV4 + len(topic) + 2 + self.props_size
         self.packers: dict[int, RecordPacker] = {}
 
     def packer(self, body_size: int) -> RecordPacker:
         """The codec's packer of the whole record for a body of ``body_size`` bytes: the 17
-        header fields, then body, ``before``, UNIQ_KEY (ASCII bytes) and ``after``."""
+        header fields, then body, topic, properties length, ``before``, UNIQ_KEY (ASCII
+        bytes) and ``after``."""
         packer = self.packers.get(body_size)
         if packer is None:
-            packer = record_packer(body_size, len(self.before), self.uniq_key_size, len(self.after))
+            packer = record_packer(
+                body_size, len(self.topic), len(self.before), self.uniq_key_size, len(self.after)
+            )
             if len(self.packers) >= _PACKERS_MAX:
                 self.packers.clear()
             self.packers[body_size] = packer
@@ -137,8 +145,7 @@ def record_plan(
     if props_size > MAX_PROPERTIES_SIZE_BYTES:
         return None
     topic_data = topic.encode("ascii")
-    before = bytes((len(topic_data),)) + topic_data + props_size.to_bytes(2, "big") + props_head
-    return RecordPlan(before, props_tail, uniq_key_size)
+    return RecordPlan(bytes((len(topic_data),)) + topic_data, props_head, props_tail, uniq_key_size)
 
 
 class Templates:
@@ -198,7 +205,7 @@ class Templates:
         body_size = len(body)
         return (
             request.topic, request.queue_id, body, request.born_timestamp_ms, born_host, 0, 0, 0,
-            0, True, None, True, plan.before, plan.after,
+            0, True, None, True, plan.topic, plan.props_size, plan.before, plan.after,
             plan.packers.get(body_size) or plan.packer(body_size), _crc32(body) & 0x7FFFFFFF,
             plan.fixed_size + body_size,
         )  # fmt: skip

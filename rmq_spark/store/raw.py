@@ -22,6 +22,7 @@ import zlib
 
 from rmq_spark.store.codec import (
     HEADER_SIZE_IPV4,
+    RecordPacker,
     record_packer,
     with_record_crc,
     without_record_crc,
@@ -53,6 +54,8 @@ _I64_MAX = (1 << 63) - 1
 _BORN_HOST_V6_BITS = 0x30  # BORNHOST_V6 | STOREHOSTADDRESS_V6: the hosts here are IPv4
 _CONSUMING = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 _TOPICS_MAX = 4096
+_PACKERS_MAX = 512
+_FIXED_SIZE = HEADER_SIZE_IPV4 + 2  # the header and the properties length
 _crc32 = zlib.crc32
 _ipv4 = ipv4_of
 _LOCALHOST_IPV4 = LOCALHOST_IPV4
@@ -66,6 +69,8 @@ class RawParts:
         self._record_crc = record_crc
         # topic -> length byte + ASCII bytes, or None: the topic needs the general path.
         self._topics: dict[object, bytes | None] = {}
+        # (body, topic prefix, properties) lengths -> the codec's packer of such a record.
+        self._packers: dict[tuple[int, int, int], RecordPacker] = {}
 
     def _topic(self, topic: object) -> bytes | None:
         """The topic length byte and bytes of a legal v1 ``topic``, else ``None`` (cached)."""
@@ -127,23 +132,31 @@ class RawParts:
         ):
             return None
         try:
-            props_data = without_record_crc(raw.encode("utf-8"))
+            props_data = raw.encode("utf-8")
         except UnicodeEncodeError:
             return None
+        if b"__CRC32#" in props_data:  # a copy's stale record CRC
+            props_data = without_record_crc(props_data)
         if self._record_crc:
             props_data = with_record_crc(props_data)
         body_size = len(body)
         props_size = len(props_data)
-        head = prefix + props_size.to_bytes(2, "big", signed=True) if props_size <= 32767 else b""
-        size = HEADER_SIZE_IPV4 + body_size + len(head) + props_size
+        size = _FIXED_SIZE + body_size + len(prefix) + props_size
         if (
             props_size > MAX_PROPERTIES_SIZE_BYTES
             or size > self._max_body_bytes + MAX_RECORD_OVERHEAD_BYTES
         ):
             return None
+        shape = (body_size, len(prefix), props_size)
+        packer = self._packers.get(shape)
+        if packer is None:
+            packer = record_packer(body_size, len(prefix), props_size, 0, 0)
+            if len(self._packers) >= _PACKERS_MAX:
+                self._packers.clear()
+            self._packers[shape] = packer
         return (
             topic, queue_id, body, born, born_host, flag, sys_flag & ~_BORN_HOST_V6_BITS,
             reconsume, prepared_offset, (sys_flag & TRANSACTION_MASK) in _CONSUMING,
-            find_uniq_key(raw), False, head, props_data,
-            record_packer(body_size, len(head), 0, props_size), _crc32(body) & 0x7FFFFFFF, size,
+            find_uniq_key(raw), False, prefix, props_size, props_data, b"", packer,
+            _crc32(body) & 0x7FFFFFFF, size,
         )  # fmt: skip
