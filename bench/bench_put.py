@@ -122,7 +122,9 @@ def encode_rate(body_size: int, count: int) -> tuple[float, float, float]:
     return count / timer.wall, count / timer.cpu, size / timer.wall / MB
 
 
-def _config(root: Path, policy: FlushPolicy, io_mode: IoMode, warm: bool = True) -> StoreConfig:
+def _config(
+    root: Path, policy: FlushPolicy, io_mode: IoMode, warm: bool = True, record_crc: bool = True
+) -> StoreConfig:
     defaults = StoreConfig()
     return StoreConfig(
         root_dir=root,
@@ -131,15 +133,16 @@ def _config(root: Path, policy: FlushPolicy, io_mode: IoMode, warm: bool = True)
         clean_resource_interval_ms=0,
         idempotency_window_messages=100_000,
         warm_ahead_bytes=defaults.warm_ahead_bytes if warm else 0,
+        append_record_crc=record_crc,
     )
 
 
 def async_case(
-    root: Path, io_mode: IoMode, body_size: int, count: int, batch: bool
+    root: Path, io_mode: IoMode, body_size: int, count: int, batch: bool, record_crc: bool = True
 ) -> tuple[float, float, float]:
     """(msgs/s wall, msgs/s cpu, MB/s) of ASYNC puts."""
     shutil.rmtree(root, ignore_errors=True)
-    store = MessageStore.open(_config(root, FlushPolicy.ASYNC, io_mode))
+    store = MessageStore.open(_config(root, FlushPolicy.ASYNC, io_mode, record_crc=record_crc))
     try:
         requests = [PutRequest(TOPIC, b"x" * body_size, queue_id=i & 3) for i in range(count)]
         gc.collect()
@@ -301,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.sync_seconds:g} s per SYNC case"
         )
         emit(f"disk sequential write (1 MiB writes + fsync): {disk:,.0f} MB/s\n")
-        widths = [6, 14, 9, 11, 11, 8, 9, 9]
+        widths = [6, 19, 9, 11, 11, 8, 9, 9]
         emit(
             _row(
                 ["body", "case", "io", "msgs/s", "cpu msgs/s", "MB/s", "vs enc", "vs disk"], widths
@@ -313,17 +316,26 @@ def main(argv: list[str] | None = None) -> int:
             enc_wall, enc_cpu, enc_mb = encode_rate(body_size, args.messages)
             emit(_row([str(body_size), "encode only", "-", f"{enc_wall:,.0f}", f"{enc_cpu:,.0f}",
                        f"{enc_mb:,.0f}", "1.00", f"{enc_mb / disk:.2f}"], widths))  # fmt: skip
-            for io_mode in (IoMode.MMAP,) if only else (IoMode.MMAP, IoMode.PWRITE):
-                for batch in (False,) if only else (False, True):
-                    wall, cpu, mb = async_case(
-                        base / "async", io_mode, body_size, args.messages, batch
-                    )
-                    if body_size == 100 and io_mode is IoMode.MMAP and not batch:
-                        async_single_100 = (wall, cpu)
-                    case = f"put_batch({BATCH_SIZE})" if batch else "put"
-                    emit(_row([str(body_size), case, io_mode.name, f"{wall:,.0f}", f"{cpu:,.0f}",
-                               f"{mb:,.0f}", f"{wall / enc_wall:.2f}", f"{mb / disk:.2f}"],
-                              widths))  # fmt: skip
+            # "-crc": the same without the record CRC property (store.append_record_crc), to
+            # show what writing it costs.
+            variants = [(IoMode.MMAP, False, True)]
+            if not only:
+                variants = [
+                    (io_mode, batch, crc)
+                    for io_mode in (IoMode.MMAP, IoMode.PWRITE)
+                    for batch in (False, True)
+                    for crc in ((True, False) if io_mode is IoMode.MMAP else (True,))
+                ]
+            for io_mode, batch, crc in variants:
+                wall, cpu, mb = async_case(
+                    base / "async", io_mode, body_size, args.messages, batch, crc
+                )
+                if body_size == 100 and io_mode is IoMode.MMAP and not batch and crc:
+                    async_single_100 = (wall, cpu)
+                case = (f"put_batch({BATCH_SIZE})" if batch else "put") + ("" if crc else " -crc")
+                emit(_row([str(body_size), case, io_mode.name, f"{wall:,.0f}", f"{cpu:,.0f}",
+                           f"{mb:,.0f}", f"{wall / enc_wall:.2f}", f"{mb / disk:.2f}"],
+                          widths))  # fmt: skip
         emit("")
         emit(
             "Producer threads, 100 B bodies, MMAP; SYNC is group commit. Ratios: vs ASYNC single "

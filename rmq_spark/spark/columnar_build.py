@@ -146,7 +146,7 @@ def _check_crc(
     stored: np.ndarray,
     fail: Fail,
 ) -> None:
-    """Verify every body's BODYCRC (spec 1.5); raise for the first record that fails.
+    """Verify every body's BODYCRC (``docs/FORMAT.md`` 2); raise for the first record that fails.
 
     Each body gets its own CRC. A cheaper XOR fold of equal-length bodies (CRC-32 is affine)
     was tried and dropped: identical damage to two bodies (the same bit flipped at the same

@@ -344,7 +344,7 @@ _host_in: dict[tuple[bytes, int], HostAddress] = {}
 
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
-    """BODYCRC of ``body``: zlib/IEEE CRC-32 masked to 31 bits (spec 1.5).
+    """BODYCRC of ``body``: zlib/IEEE CRC-32 masked to 31 bits (``docs/FORMAT.md`` 2).
 
     Examples
     --------
@@ -362,7 +362,7 @@ def record_size(
     store_v6: bool = False,
     v2: bool = False,
 ) -> int:
-    """TOTALSIZE of a record from its variable lengths (spec 1.3, ``calMsgLength``).
+    """TOTALSIZE of a record from its variable lengths (``docs/FORMAT.md`` 2, ``calMsgLength``).
 
     Parameters
     ----------
@@ -533,7 +533,7 @@ def _encode_parts(
 
 
 def encode_record(record: MessageRecord, *, record_crc: bool = False) -> bytes:
-    """Encode one message record, byte-exact per spec 1.2.
+    """Encode one message record, byte-exact per ``docs/FORMAT.md`` 2.
 
     Computes BODYCRC and TOTALSIZE, picks v1 or v2 magic from the topic length (v2 iff the
     topic has more than 127 UTF-16 code units, as 5.x's ``autoMessageVersionOnTopicLen``;
@@ -644,7 +644,7 @@ def decode_record(
     path
         Label used in errors (the segment file name).
     check_crc
-        Verify BODYCRC (spec 1.5) and, when the record carries one, the record CRC property
+        Verify BODYCRC and, when the record carries one, the record CRC property
         (``docs/FORMAT.md`` 2.3). RocketMQ checks them on recovery; readers may skip them.
     with_body
         ``False`` returns the record with an empty body (still CRC-checked if asked).

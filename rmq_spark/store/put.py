@@ -88,7 +88,7 @@ __all__ = [
 ]
 
 MAX_RECORD_OVERHEAD_BYTES = 64 * 1024
-"""A record may exceed ``max_message_size_bytes`` (a body limit) by this much (spec 1.4)."""
+"""A record may exceed ``max_message_size_bytes`` (a body limit) by this much, as in RocketMQ."""
 
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_\-]+", re.ASCII)
 _TOPIC_MAX_LENGTH = 127
@@ -139,7 +139,7 @@ class PutRequest:
 @dataclass(slots=True, eq=True)
 class PutResult:
     """What a put did. ``topic``/``queue_id`` are the *stored* ones (e.g. the schedule topic
-    of a delayed message). ``msg_id`` is the offset message id (spec 4.1)."""
+    of a delayed message). ``msg_id`` is the offset message id (``docs/FORMAT.md`` 5)."""
 
     status: PutStatus
     physical_offset: int = -1

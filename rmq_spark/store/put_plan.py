@@ -228,7 +228,7 @@ class Templates:
 
 
 class UniqKeys:
-    """UNIQ_KEY ids, the same as ``msg_id.UniqKeyGenerator`` makes (spec 4.2), cheaper.
+    """UNIQ_KEY ids, the same as ``msg_id.UniqKeyGenerator`` makes (``docs/FORMAT.md`` 5), cheaper.
 
     Layout: ip (4/16) ‖ int16 pid ‖ int32 instance hash ‖ int32 ms since the start of the
     month ‖ int16 counter; upper-case hex. Everything but the counter changes at most once
