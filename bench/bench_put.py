@@ -190,7 +190,7 @@ def threaded_case(
 
     workers = [threading.Thread(target=producer, args=(i,)) for i in range(threads)]
     try:
-        fsyncs_before = store._group.fsync_count  # noqa: SLF001 - bench introspection
+        fsyncs_before = store._durability.group.fsync_count  # noqa: SLF001 - bench introspection
         with Timer() as timer:
             for worker in workers:
                 worker.start()
@@ -198,7 +198,7 @@ def threaded_case(
             stop.set()
             for worker in workers:
                 worker.join()
-        fsyncs = store._group.fsync_count - fsyncs_before  # noqa: SLF001
+        fsyncs = store._durability.group.fsync_count - fsyncs_before  # noqa: SLF001
     finally:
         store.close()
     if failures:
@@ -228,11 +228,13 @@ def asyncio_case(
     shutil.rmtree(root, ignore_errors=True)
     store = MessageStore.open(_config(root, policy, IoMode.MMAP, warm))
     if wave_size is not None:  # bench introspection: the same store, another wave size
-        store._async_commit = AsyncGroupCommit(  # noqa: SLF001
-            store._group,
-            store._timeout_ms,
+        durability = store._durability  # noqa: SLF001
+        assert durability is not None
+        durability._async_commit = AsyncGroupCommit(  # noqa: SLF001
+            durability.group,
+            store.config.sync_flush_timeout_ms,
             wave_size,
-            ring=store._new_ring,  # noqa: SLF001
+            ring=durability._new_ring if store.config.io_uring else None,  # noqa: SLF001
         )
     latencies: list[list[float]] = [[] for _ in range(producers)]
     failures = []
@@ -259,11 +261,11 @@ def asyncio_case(
         await asyncio.gather(*(producer(index, deadline) for index in range(producers)))
 
     try:
-        fsyncs_before = store._group.fsync_count  # noqa: SLF001 - bench introspection
+        fsyncs_before = store._durability.group.fsync_count  # noqa: SLF001 - bench introspection
         with Timer() as timer, asyncio.Runner(loop_factory=lambda: new_event_loop(loop)) as runner:
             runner.run(run())
-        fsyncs = store._group.fsync_count - fsyncs_before  # noqa: SLF001
-        commit = store._async_commit  # noqa: SLF001
+        fsyncs = store._durability.group.fsync_count - fsyncs_before  # noqa: SLF001
+        commit = store._durability._async_commit  # noqa: SLF001
         wakeups = commit.groups if commit is not None else 0
     finally:
         store.close()
