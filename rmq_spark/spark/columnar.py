@@ -366,6 +366,7 @@ def _decode_layout(
             topic = topic.filter(wanted)
             starts, rows, header = starts[keep], rows[keep], header[keep]
             body_size, row_index = body_size[keep], row_index[keep]
+            has_crc = has_crc[keep]
 
     records = ValidRecords(
         buf=buf,
@@ -378,6 +379,8 @@ def _decode_layout(
         body_size=body_size,
         texts=texts,
         piece_rows=row_index * _PIECES,
+        # With the check on, a verified record CRC covers the body: BODYCRC is not rechecked.
+        sealed=has_crc if settings.check_crc else None,
     )
     batch = build_batch(
         records,

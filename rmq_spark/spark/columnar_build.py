@@ -45,6 +45,7 @@ class ValidRecords:
     body_size: np.ndarray
     texts: pa.Array  # string "pieces" over the records (see columnar._decode_layout)
     piece_rows: np.ndarray  # index of each output row's first piece in ``texts``
+    sealed: np.ndarray | None = None  # rows whose record CRC was verified (covers the body)
 
 
 Fail = Callable[[int, str, dict[str, int]], Exception]  # (position, reason, crc fields)
@@ -83,7 +84,15 @@ def build_batch(
     elif "body" in names:
         body_at = r.starts + width
         if check_crc:
-            _check_crc(r.buf, r.starts, body_at, r.body_size, header["body_crc"], fail)
+            unsealed = slice(None) if r.sealed is None else ~r.sealed
+            _check_crc(
+                r.buf,
+                r.starts[unsealed],
+                body_at[unsealed],
+                r.body_size[unsealed],
+                header["body_crc"][unsealed],
+                fail,
+            )
         columns["body"] = r.texts.view(pa.binary()).take(pa.array(r.piece_rows + 1))
     wanted_props = names & PROPERTY_COLUMNS
     if wanted_props:
@@ -192,23 +201,33 @@ def record_crc_rows(
     """Which records ``[starts, ends)`` carry the record CRC property, and which of them fail
     the check (if ``check``: a CRC mismatch, or a property damaged so that it no longer reads
     as one, one byte off its fixed bytes), as two boolean arrays. As ``codec.decode_record``."""
-    eligible = props_size >= RECORD_CRC_BYTES
-    tails = data[(ends - RECORD_CRC_BYTES)[:, None] + np.arange(RECORD_CRC_BYTES)]
+    count = len(ends)
+    has = np.zeros(count, dtype=bool)
+    bad = np.zeros(count, dtype=bool)
+    # Candidates: the property starts with "_"; one byte off it, with "_" or a "C" at +4.
+    tail_at = ends - RECORD_CRC_BYTES
+    candidate = (props_size >= RECORD_CRC_BYTES) & (
+        (data[tail_at] == 95) | ((data[tail_at + 4] == 67) if check else False)
+    )
+    rows = np.flatnonzero(candidate)
+    if len(rows) == 0:
+        return has, bad
+    tails = data[tail_at[rows][:, None] + np.arange(RECORD_CRC_BYTES)]
     key_off = (tails[:, :9] != _CRC_KEY).sum(axis=1) + (tails[:, 19] != 2)
     digits = tails[:, 9:19].astype(np.int64) - 48
     digit_off = ((digits < 0) | (digits > 9)).sum(axis=1)
-    has = eligible & (key_off == 0) & (digit_off == 0)
-    bad = eligible & (key_off + digit_off == 1) if check else np.zeros(len(ends), dtype=bool)
-    if check and has.any():
+    sealed = (key_off == 0) & (digit_off == 0)
+    has[rows] = sealed
+    if not check:
+        return has, bad
+    bad[rows] = key_off + digit_off == 1
+    found = rows[sealed]
+    if len(found):
         view = memoryview(buf)  # type: ignore[arg-type]
-        rows = np.flatnonzero(has)
-        covered = map(
-            view.__getitem__,
-            map(slice, starts[rows].tolist(), (ends[rows] - RECORD_CRC_BYTES).tolist()),
-        )
-        computed = np.fromiter(map(zlib.crc32, covered), dtype=np.int64, count=len(rows))
-        stored = (digits[rows] * _CRC_POWERS).sum(axis=1)
-        bad[rows] |= (computed & 0x7FFFFFFF) != stored
+        covered = map(view.__getitem__, map(slice, starts[found].tolist(), tail_at[found].tolist()))
+        computed = np.fromiter(map(zlib.crc32, covered), dtype=np.int64, count=len(found))
+        stored = (digits[sealed] * _CRC_POWERS).sum(axis=1)
+        bad[found] |= (computed & 0x7FFFFFFF) != stored
     return has, bad
 
 

@@ -84,3 +84,13 @@ def test_without_the_property_the_records_read_as_before(tmp_path: Path) -> None
     store.close()
     assert b"__CRC32#" not in data[:end]
     assert [row["tags"] for row in _read(data, end)] == ["T0", "T1", "T2", "T3", "T4"]
+
+
+def test_a_damaged_body_is_named_a_body_crc_mismatch(tmp_path: Path) -> None:
+    data, placed, end = _segment(tmp_path)
+    offset, _ = placed[3]
+    damaged = bytearray(data)
+    damaged[offset + 90] ^= 0x10  # inside the body
+    with pytest.raises(CorruptRecordError) as info:
+        _read(bytes(damaged), end)
+    assert info.value.position == offset and info.value.reason == "BODYCRC mismatch"

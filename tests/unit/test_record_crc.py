@@ -136,3 +136,13 @@ def test_old_records_without_the_property_stay_readable() -> None:
     outcome = decode_record(data, 0, check_crc=True)
     assert isinstance(outcome, DecodedRecord)
     assert outcome.record.properties == record.properties
+
+
+def test_a_damaged_body_is_still_named_a_body_crc_mismatch(tmp_path: Path) -> None:
+    # A good record CRC makes BODYCRC redundant (it is skipped); a bad one is explained.
+    store = open_store(tmp_path / "store")
+    data = bytearray(_stored(store, _REQUESTS["template"], False))
+    store.close()
+    data[90] ^= 0x10  # inside the body
+    with pytest.raises(CorruptRecordError, match="BODYCRC mismatch"):
+        decode_record(data, 0, check_crc=True)
