@@ -122,7 +122,9 @@ def encode_rate(body_size: int, count: int) -> tuple[float, float, float]:
     return count / timer.wall, count / timer.cpu, size / timer.wall / MB
 
 
-def _config(root: Path, policy: FlushPolicy, io_mode: IoMode, warm: bool = True) -> StoreConfig:
+def _config(
+    root: Path, policy: FlushPolicy, io_mode: IoMode, warm: bool = True, record_crc: bool = True
+) -> StoreConfig:
     defaults = StoreConfig()
     return StoreConfig(
         root_dir=root,
@@ -131,15 +133,16 @@ def _config(root: Path, policy: FlushPolicy, io_mode: IoMode, warm: bool = True)
         clean_resource_interval_ms=0,
         idempotency_window_messages=100_000,
         warm_ahead_bytes=defaults.warm_ahead_bytes if warm else 0,
+        append_record_crc=record_crc,
     )
 
 
 def async_case(
-    root: Path, io_mode: IoMode, body_size: int, count: int, batch: bool
+    root: Path, io_mode: IoMode, body_size: int, count: int, batch: bool, record_crc: bool = True
 ) -> tuple[float, float, float]:
     """(msgs/s wall, msgs/s cpu, MB/s) of ASYNC puts."""
     shutil.rmtree(root, ignore_errors=True)
-    store = MessageStore.open(_config(root, FlushPolicy.ASYNC, io_mode))
+    store = MessageStore.open(_config(root, FlushPolicy.ASYNC, io_mode, record_crc=record_crc))
     try:
         requests = [PutRequest(TOPIC, b"x" * body_size, queue_id=i & 3) for i in range(count)]
         gc.collect()
@@ -187,7 +190,7 @@ def threaded_case(
 
     workers = [threading.Thread(target=producer, args=(i,)) for i in range(threads)]
     try:
-        fsyncs_before = store._group.fsync_count  # noqa: SLF001 - bench introspection
+        fsyncs_before = store._durability.group.fsync_count  # noqa: SLF001 - bench introspection
         with Timer() as timer:
             for worker in workers:
                 worker.start()
@@ -195,7 +198,7 @@ def threaded_case(
             stop.set()
             for worker in workers:
                 worker.join()
-        fsyncs = store._group.fsync_count - fsyncs_before  # noqa: SLF001
+        fsyncs = store._durability.group.fsync_count - fsyncs_before  # noqa: SLF001
     finally:
         store.close()
     if failures:
@@ -225,11 +228,13 @@ def asyncio_case(
     shutil.rmtree(root, ignore_errors=True)
     store = MessageStore.open(_config(root, policy, IoMode.MMAP, warm))
     if wave_size is not None:  # bench introspection: the same store, another wave size
-        store._async_commit = AsyncGroupCommit(  # noqa: SLF001
-            store._group,
-            store._timeout_ms,
+        durability = store._durability  # noqa: SLF001
+        assert durability is not None
+        durability._async_commit = AsyncGroupCommit(  # noqa: SLF001
+            durability.group,
+            store.config.sync_flush_timeout_ms,
             wave_size,
-            ring=store._new_ring,  # noqa: SLF001
+            ring=durability._new_ring if store.config.io_uring else None,  # noqa: SLF001
         )
     latencies: list[list[float]] = [[] for _ in range(producers)]
     failures = []
@@ -256,11 +261,11 @@ def asyncio_case(
         await asyncio.gather(*(producer(index, deadline) for index in range(producers)))
 
     try:
-        fsyncs_before = store._group.fsync_count  # noqa: SLF001 - bench introspection
+        fsyncs_before = store._durability.group.fsync_count  # noqa: SLF001 - bench introspection
         with Timer() as timer, asyncio.Runner(loop_factory=lambda: new_event_loop(loop)) as runner:
             runner.run(run())
-        fsyncs = store._group.fsync_count - fsyncs_before  # noqa: SLF001
-        commit = store._async_commit  # noqa: SLF001
+        fsyncs = store._durability.group.fsync_count - fsyncs_before  # noqa: SLF001
+        commit = store._durability._async_commit  # noqa: SLF001
         wakeups = commit.groups if commit is not None else 0
     finally:
         store.close()
@@ -301,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{args.sync_seconds:g} s per SYNC case"
         )
         emit(f"disk sequential write (1 MiB writes + fsync): {disk:,.0f} MB/s\n")
-        widths = [6, 14, 9, 11, 11, 8, 9, 9]
+        widths = [6, 19, 9, 11, 11, 8, 9, 9]
         emit(
             _row(
                 ["body", "case", "io", "msgs/s", "cpu msgs/s", "MB/s", "vs enc", "vs disk"], widths
@@ -313,17 +318,26 @@ def main(argv: list[str] | None = None) -> int:
             enc_wall, enc_cpu, enc_mb = encode_rate(body_size, args.messages)
             emit(_row([str(body_size), "encode only", "-", f"{enc_wall:,.0f}", f"{enc_cpu:,.0f}",
                        f"{enc_mb:,.0f}", "1.00", f"{enc_mb / disk:.2f}"], widths))  # fmt: skip
-            for io_mode in (IoMode.MMAP,) if only else (IoMode.MMAP, IoMode.PWRITE):
-                for batch in (False,) if only else (False, True):
-                    wall, cpu, mb = async_case(
-                        base / "async", io_mode, body_size, args.messages, batch
-                    )
-                    if body_size == 100 and io_mode is IoMode.MMAP and not batch:
-                        async_single_100 = (wall, cpu)
-                    case = f"put_batch({BATCH_SIZE})" if batch else "put"
-                    emit(_row([str(body_size), case, io_mode.name, f"{wall:,.0f}", f"{cpu:,.0f}",
-                               f"{mb:,.0f}", f"{wall / enc_wall:.2f}", f"{mb / disk:.2f}"],
-                              widths))  # fmt: skip
+            # "-crc": the same without the record CRC property (store.append_record_crc), to
+            # show what writing it costs.
+            variants = [(IoMode.MMAP, False, True)]
+            if not only:
+                variants = [
+                    (io_mode, batch, crc)
+                    for io_mode in (IoMode.MMAP, IoMode.PWRITE)
+                    for batch in (False, True)
+                    for crc in ((True, False) if io_mode is IoMode.MMAP else (True,))
+                ]
+            for io_mode, batch, crc in variants:
+                wall, cpu, mb = async_case(
+                    base / "async", io_mode, body_size, args.messages, batch, crc
+                )
+                if body_size == 100 and io_mode is IoMode.MMAP and not batch and crc:
+                    async_single_100 = (wall, cpu)
+                case = (f"put_batch({BATCH_SIZE})" if batch else "put") + ("" if crc else " -crc")
+                emit(_row([str(body_size), case, io_mode.name, f"{wall:,.0f}", f"{cpu:,.0f}",
+                           f"{mb:,.0f}", f"{wall / enc_wall:.2f}", f"{mb / disk:.2f}"],
+                          widths))  # fmt: skip
         emit("")
         emit(
             "Producer threads, 100 B bodies, MMAP; SYNC is group commit. Ratios: vs ASYNC single "

@@ -3,8 +3,9 @@
 Owns finding record starts (``hop``: a tight loop over TOTALSIZE with a precompiled struct;
 ``sync_forward``: the first record start at or after an arbitrary byte position), checking
 every record's structure in numpy (magic, PHYSICALOFFSET == segment base + position, the
-length formula, BODYCRC), and building the ``schema.ARROW_SCHEMA`` columns without a Python
-object per row. ``read_slice`` applies all of it to one ``offsets.SegmentSlice``.
+length formula, BODYCRC, the record CRC property), and building the ``schema.ARROW_SCHEMA``
+columns without a Python object per row. ``read_slice`` applies all of it to one
+``offsets.SegmentSlice``.
 
 Why the sync marker is safe: every message record stores its own PHYSICALOFFSET at byte 28,
 which equals the segment's base offset plus the record's position. A candidate start needs
@@ -30,11 +31,12 @@ import pyarrow.compute as pc
 
 from rmq_spark.errors import CorruptRecordError
 from rmq_spark.spark.arrow_views import gather_rows, pieces
-from rmq_spark.spark.columnar_build import ValidRecords, build_batch
+from rmq_spark.spark.columnar_build import ValidRecords, build_batch, record_crc_rows
 from rmq_spark.spark.offsets import SegmentSlice
 from rmq_spark.spark.schema import ARROW_SCHEMA
 from rmq_spark.store.codec import (
     MIN_RECORD_SIZE_BYTES,
+    RECORD_CRC_BYTES,
     DecodedRecord,
     NeedMoreData,
     decode_record,
@@ -328,12 +330,22 @@ def _decode_layout(
     if first >= 0:
         raise _explain(buf, base_offset, int(starts[first]), limit, settings)
 
-    # Every record cut into 7 pieces (header, body, topic length, topic, properties length,
-    # properties, gap to the next record): body/topic/properties are then Arrow takes.
-    low = int(starts.min())
+    # The record CRC covers every header field: checked before the topic filter, so that a
+    # damaged topic cannot drop a record silently. The property is not a message property.
     ends = starts + total
+    has_crc, bad = record_crc_rows(buf, data, starts, ends, props_size, settings.check_crc)
+    first = _first_bad(bad)
+    if first >= 0:
+        raise _explain(buf, base_offset, int(starts[first]), limit, settings)
+    props_end = np.where(has_crc, ends - RECORD_CRC_BYTES, ends)
+
+    # Every record cut into 7 pieces (header, body, topic length, topic, properties length,
+    # properties, the record CRC property and any gap to the next record): body, topic and
+    # properties are then Arrow takes.
+    low = int(starts.min())
     bounds = np.stack(
-        [starts, starts + width, topic_len_at, topic_at, props_len_at, props_at, ends], axis=1
+        [starts, starts + width, topic_len_at, topic_at, props_len_at, props_at, props_end],
+        axis=1,
     ).reshape(-1)
     region = pa.py_buffer(buf).slice(low, int(ends.max()) - low)  # type: ignore[arg-type]
     texts = pieces(region, bounds - low, pa.string())
@@ -354,6 +366,7 @@ def _decode_layout(
             topic = topic.filter(wanted)
             starts, rows, header = starts[keep], rows[keep], header[keep]
             body_size, row_index = body_size[keep], row_index[keep]
+            has_crc = has_crc[keep]
 
     records = ValidRecords(
         buf=buf,
@@ -366,6 +379,8 @@ def _decode_layout(
         body_size=body_size,
         texts=texts,
         piece_rows=row_index * _PIECES,
+        # With the check on, a verified record CRC covers the body: BODYCRC is not rechecked.
+        sealed=has_crc if settings.check_crc else None,
     )
     batch = build_batch(
         records,

@@ -4,8 +4,9 @@ Owns turning the header fields, topics, bodies and properties of records that
 ``columnar.py`` has already found and checked into an Arrow record batch of the requested
 schema: only the requested columns are built (a query that needs no body never copies
 bodies, one that needs no property column never parses properties), BODYCRC is verified
-for every body returned, hosts are formatted once per distinct host, message ids are hex
-encoded through a table. Does not find or validate records.
+for every body returned, the record CRC property (``docs/FORMAT.md`` 2.3) of every record
+that carries one is found and verified (``record_crc_rows``), hosts are formatted once per
+distinct host, message ids are hex encoded through a table. Does not find or validate records.
 """
 
 from __future__ import annotations
@@ -21,10 +22,13 @@ import pyarrow as pa
 from rmq_spark.spark.arrow_views import hex_strings
 from rmq_spark.spark.columnar_properties import PROPERTY_COLUMNS, parse_properties_column
 from rmq_spark.spark.schema import TRANSACTION_TYPE_NAMES
+from rmq_spark.store.codec import RECORD_CRC_BYTES, RECORD_CRC_PLACEHOLDER
 
-__all__ = ["ValidRecords", "build_batch"]
+__all__ = ["ValidRecords", "build_batch", "record_crc_rows"]
 
 _TX_NAMES = pa.array(TRANSACTION_TYPE_NAMES, pa.string())
+_CRC_KEY = np.frombuffer(RECORD_CRC_PLACEHOLDER[:9], dtype=np.uint8)  # b"__CRC32#\x01"
+_CRC_POWERS = 10 ** np.arange(10, dtype=np.int64)  # the digits are least significant first
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,7 @@ class ValidRecords:
     body_size: np.ndarray
     texts: pa.Array  # string "pieces" over the records (see columnar._decode_layout)
     piece_rows: np.ndarray  # index of each output row's first piece in ``texts``
+    sealed: np.ndarray | None = None  # rows whose record CRC was verified (covers the body)
 
 
 Fail = Callable[[int, str, dict[str, int]], Exception]  # (position, reason, crc fields)
@@ -79,7 +84,15 @@ def build_batch(
     elif "body" in names:
         body_at = r.starts + width
         if check_crc:
-            _check_crc(r.buf, r.starts, body_at, r.body_size, header["body_crc"], fail)
+            unsealed = slice(None) if r.sealed is None else ~r.sealed
+            _check_crc(
+                r.buf,
+                r.starts[unsealed],
+                body_at[unsealed],
+                r.body_size[unsealed],
+                header["body_crc"][unsealed],
+                fail,
+            )
         columns["body"] = r.texts.view(pa.binary()).take(pa.array(r.piece_rows + 1))
     wanted_props = names & PROPERTY_COLUMNS
     if wanted_props:
@@ -142,7 +155,7 @@ def _check_crc(
     stored: np.ndarray,
     fail: Fail,
 ) -> None:
-    """Verify every body's BODYCRC (spec 1.5); raise for the first record that fails.
+    """Verify every body's BODYCRC (``docs/FORMAT.md`` 2); raise for the first record that fails.
 
     Each body gets its own CRC. A cheaper XOR fold of equal-length bodies (CRC-32 is affine)
     was tried and dropped: identical damage to two bodies (the same bit flipped at the same
@@ -175,6 +188,47 @@ def _check_each(
                 "computed_crc": int(computed[first]),
             },
         )
+
+
+def record_crc_rows(
+    buf: object,
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    props_size: np.ndarray,
+    check: bool,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which records ``[starts, ends)`` carry the record CRC property, and which of them fail
+    the check (if ``check``: a CRC mismatch, or a property damaged so that it no longer reads
+    as one, one byte off its fixed bytes), as two boolean arrays. As ``codec.decode_record``."""
+    count = len(ends)
+    has = np.zeros(count, dtype=bool)
+    bad = np.zeros(count, dtype=bool)
+    # Candidates: the property starts with "_"; one byte off it, with "_" or a "C" at +4.
+    tail_at = ends - RECORD_CRC_BYTES
+    candidate = (props_size >= RECORD_CRC_BYTES) & (
+        (data[tail_at] == 95) | ((data[tail_at + 4] == 67) if check else False)
+    )
+    rows = np.flatnonzero(candidate)
+    if len(rows) == 0:
+        return has, bad
+    tails = data[tail_at[rows][:, None] + np.arange(RECORD_CRC_BYTES)]
+    key_off = (tails[:, :9] != _CRC_KEY).sum(axis=1) + (tails[:, 19] != 2)
+    digits = tails[:, 9:19].astype(np.int64) - 48
+    digit_off = ((digits < 0) | (digits > 9)).sum(axis=1)
+    sealed = (key_off == 0) & (digit_off == 0)
+    has[rows] = sealed
+    if not check:
+        return has, bad
+    bad[rows] = key_off + digit_off == 1
+    found = rows[sealed]
+    if len(found):
+        view = memoryview(buf)  # type: ignore[arg-type]
+        covered = map(view.__getitem__, map(slice, starts[found].tolist(), tail_at[found].tolist()))
+        computed = np.fromiter(map(zlib.crc32, covered), dtype=np.int64, count=len(found))
+        stored = (digits[sealed] * _CRC_POWERS).sum(axis=1)
+        bad[found] |= (computed & 0x7FFFFFFF) != stored
+    return has, bad
 
 
 def _format_host(block: bytes) -> str:

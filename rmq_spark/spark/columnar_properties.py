@@ -1,4 +1,4 @@
-"""Vectorised parsing of a column of stored properties strings (spec STORE_FORMAT.md 3.1).
+"""Vectorised parsing of a column of stored properties strings (``docs/FORMAT.md`` 2.2).
 
 Owns turning the concatenated properties bytes of many records into the ``properties`` map
 column and the columns derived from it (``tags``, ``keys``, ``uniq_key``, ``delay_level``),

@@ -1,8 +1,8 @@
-"""SYNC group commit for asyncio producers: ``put_async`` and ``put_batch_async``.
+"""SYNC group commit for asyncio producers: the waves ``put_async`` and ``put_batch_async`` await.
 
 Owns how a put made on an event loop waits for durability without blocking the loop or a
-thread per put. The record is appended in the calling (loop) thread, under the put lock, by the
-same code as ``put`` (``store_put.py``); then:
+thread per put (``durability.Durability.wait_async`` uses it). The record is appended in the
+calling (loop) thread, under the put lock, by the same code as ``put`` (``appender.py``); then:
 
 * The put joins the loop's open *wave* and awaits the wave's one future. A wave closes
   (goes to the flush thread) as soon as ``WAVE_SIZE`` puts joined it, or at the end of the
@@ -40,20 +40,14 @@ import asyncio
 import logging
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-from rmq_spark.store.fileio import MmapFile, OsFile
 from rmq_spark.store.flush import FlushWait, GroupCommit
-from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 from rmq_spark.store.ring_commit import RingCommit
-from rmq_spark.store.segment import Segment
-from rmq_spark.store.store_put import PutPaths
-from rmq_spark.store.uring import FsyncRing
 
-__all__ = ["AsyncGroupCommit", "AsyncPutPaths"]
+__all__ = ["AsyncGroupCommit", "WAVE_SIZE", "resolve_waves"]
 
 _log = logging.getLogger(__name__)
-_PUT_OK = PutStatus.PUT_OK
 _DURABLE = FlushWait.DURABLE
 _running_loop = asyncio.get_running_loop
 WAVE_SIZE = 32
@@ -158,7 +152,7 @@ class AsyncGroupCommit:
         if self._open.get(wave.loop) is wave:
             del self._open[wave.loop]
         if self._group.flushed_offset >= wave.end:  # a running fsync covered it meanwhile
-            _resolve([wave], _DURABLE)
+            resolve_waves([wave], _DURABLE)
             return
         ring = self._ring
         if ring is not None and ring.loop is wave.loop and not self._stopped:
@@ -175,7 +169,7 @@ class AsyncGroupCommit:
                     self._thread.start()
         if stopped:  # the store is closed: what it flushed on close is all there is
             durable = self._group.flushed_offset >= wave.end
-            _resolve([wave], _DURABLE if durable else FlushWait.FAILED)
+            resolve_waves([wave], _DURABLE if durable else FlushWait.FAILED)
             return
         if early and self._idle:
             started = threading.Lock()
@@ -240,7 +234,7 @@ class AsyncGroupCommit:
         for loop, group in by_loop.items():
             self.groups += 1  # before: the loop may resolve them before the next line runs
             try:
-                loop.call_soon_threadsafe(_resolve, group, outcome)
+                loop.call_soon_threadsafe(resolve_waves, group, outcome)
             except RuntimeError:  # the loop is closed: nobody waits any more
                 self.groups -= 1
 
@@ -258,7 +252,7 @@ class AsyncGroupCommit:
             thread.join()
 
 
-def _resolve(waves: list[_Wave], outcome: FlushWait) -> None:
+def resolve_waves(waves: list[_Wave], outcome: FlushWait) -> None:
     """On the loop: give every put of ``waves`` its outcome (unless it timed out)."""
     for wave in waves:
         if wave.timer is not None:
@@ -272,89 +266,3 @@ def _expire(wave: _Wave) -> None:
     wave.timer = None
     if not wave.future.done():
         wave.future.set_result(FlushWait.TIMEOUT)
-
-
-class AsyncPutPaths(PutPaths):
-    """``PutPaths`` plus ``put_async`` and ``put_batch_async``: a base class of
-    ``MessageStore``, which sets ``_async_commit`` to ``None`` and stops it on close."""
-
-    _async_commit: AsyncGroupCommit | None
-
-    async def put_async(self, request: PutRequest) -> PutResult:
-        """``put`` for a coroutine on an event loop: the record is written in the calling
-        thread (the put lock is held for microseconds); under SYNC the coroutine then
-        awaits the fsync that covers it, the loop staying free. Same statuses as ``put``."""
-        result = self._append(request)
-        if self._sync and result.status is _PUT_OK:
-            end = result.physical_offset + result.total_size
-            if self._group.flushed_offset < end:
-                outcome = await (self._async_commit or self._commit()).wait(end)
-                if outcome is not _DURABLE:
-                    result.status, result.detail = self._flush_status(outcome)  # type: ignore[misc]
-        return result
-
-    async def put_batch_async(self, requests: Sequence[PutRequest]) -> list[PutResult]:
-        """``put_batch`` for a coroutine (see ``put_async``)."""
-        results, end = self._append_batch(requests)
-        if self._sync and end and self._group.flushed_offset < end:
-            status = self._flush_status(await self._commit().wait(end))
-            if status is not None:
-                for result in results:
-                    result.status, result.detail = status
-        return results
-
-    def _commit(self) -> AsyncGroupCommit:
-        commit = self._async_commit
-        if commit is None:
-            ring = self._new_ring if self.config.io_uring else None
-            commit = AsyncGroupCommit(self._group, self._timeout_ms, ring=ring)
-            self._async_commit = commit
-        return commit
-
-    def _new_ring(self, loop: asyncio.AbstractEventLoop) -> RingCommit | None:
-        """The io_uring path for ``loop`` (``None`` where io_uring is not usable, or when
-        the segment files are not plain files: tests' fault-injecting openers)."""
-        segments = self._commitlog.segments
-        if segments and type(segments[-1].file) not in (MmapFile, OsFile):
-            return None
-        ring = FsyncRing.create()
-        if ring is None:
-            return None
-        return RingCommit(
-            ring,
-            loop,
-            self._ring_start,
-            self._ring_finish,
-            self._fail,
-            _resolve,
-            lambda: self._group.flushed_offset,
-        )
-
-    def _ring_start(self) -> tuple[list[int], int, object]:
-        """Commit the staged appends of every segment written since the last fsync; the
-        descriptors to fdatasync, the offset they make durable, and what to finish."""
-        last_ts = self._last_store_ts  # of a record written before the positions are read
-        start = self._group.flushed_offset
-        targets: list[tuple[Segment, int]] = []
-        fds: list[int] = []
-        covering = start
-        for segment in self._commitlog.segments:
-            if segment.end_offset <= start:
-                continue
-            position = segment.commit()
-            covering = segment.base_offset + position
-            if position > segment.flushed_position:
-                fds.append(segment.file.fileno())  # type: ignore[attr-defined]
-                targets.append((segment, position))
-        return fds, covering, (targets, last_ts)
-
-    def _ring_finish(self, token: object, covering: int) -> None:
-        """After the fdatasyncs of ``_ring_start``: record and publish ``covering``."""
-        targets: list[tuple[Segment, int]]
-        last_ts: int
-        targets, last_ts = token  # type: ignore[misc]
-        for segment, position in targets:
-            if position > segment.flushed_position:
-                segment.flushed_position = position
-        self._publish_flushed(covering, last_ts)  # type: ignore[attr-defined]
-        self._group.advance(covering)

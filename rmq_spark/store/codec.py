@@ -1,10 +1,12 @@
-"""PURE: one CommitLog message record <-> bytes (spec STORE_FORMAT.md sections 1.1-1.7).
+"""PURE: one CommitLog message record <-> bytes (``docs/FORMAT.md`` section 2).
 
-Owns the record header structs, the length formula, BODYCRC, the v1/v2 magic choice, the
-8-byte BLANK end-of-file record and the in-place patch of the fields the put path fills in
-under its lock. Decoding returns explicit outcomes (``DecodedRecord``, ``BlankPadding``,
-``NeedMoreData``, ``Unwritten``, ``SkippedRecord``) and raises ``CorruptRecordError`` only
-for bytes that cannot be a record.
+Owns the record layout, the one definition every encoder uses: the header format and field
+positions by name, the length formula, BODYCRC, the v1/v2 magic choice, the record CRC
+property (``__CRC32#``, ``docs/FORMAT.md`` 2.3: reserved at the end of PROPERTIES, sealed
+once the offsets and store timestamp are final), the ``struct`` packers of the put path's
+fast encoders (``record_packer``) and the 8-byte BLANK end-of-file record. Decoding returns
+explicit outcomes (``DecodedRecord``, ``BlankPadding``, ``NeedMoreData``, ``Unwritten``,
+``SkippedRecord``) and raises ``CorruptRecordError`` only for bytes that cannot be a record.
 
 Does not own: files, segments, recovery policy (what a torn tail is), the properties string
 syntax (``properties.py``) or message ids (``msg_id.py``).
@@ -41,10 +43,17 @@ __all__ = [
     "ByteSource",
     "DecodeOutcome",
     "DecodedRecord",
+    "HEADER_FORMAT_IPV4",
+    "HEADER_SIZE_IPV4",
     "InvalidMessageError",
     "MAX_TOPIC_SIZE_BYTES_V2",
     "MIN_RECORD_SIZE_BYTES",
     "NeedMoreData",
+    "OFFSETS",
+    "QUEUE_OFFSET_POSITION",
+    "RECORD_CRC_BYTES",
+    "RECORD_CRC_PLACEHOLDER",
+    "RecordPacker",
     "SkippedRecord",
     "Unwritten",
     "body_crc",
@@ -52,11 +61,15 @@ __all__ = [
     "encode_blank",
     "encode_record",
     "encode_record_mutable",
-    "patch_record",
     "peek_header",
+    "record_crc_digits",
+    "record_packer",
     "record_size",
+    "seal_record",
     "store_timestamp_position",
     "stored_form",
+    "with_record_crc",
+    "without_record_crc",
 ]
 
 _I32_MIN = -(1 << 31)
@@ -185,13 +198,49 @@ _I64 = struct.Struct(">q")
 _BLANK = struct.Struct(">iI")
 
 
-def _fixed_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+def _header_format(born_v6: bool, store_v6: bool) -> str:
     # TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG,
     # BORNTIMESTAMP, BORNHOST(ip, port), STORETIMESTAMP, STOREHOST(ip, port), RECONSUMETIMES,
-    # PREPAREDTRANSACTIONOFFSET, BODYLENGTH: everything before BODY.
+    # PREPAREDTRANSACTIONOFFSET, BODYLENGTH: everything before BODY (docs/FORMAT.md 2).
     b = 16 if born_v6 else 4
     s = 16 if store_v6 else 4
-    return struct.Struct(f">iIiiiqqiq{b}siq{s}siiqi")
+    return f">iIiiiqqiq{b}siq{s}siiqi"
+
+
+def _fixed_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    return struct.Struct(_header_format(born_v6, store_v6))
+
+
+HEADER_FORMAT_IPV4 = _header_format(False, False)
+"""The 17 header fields up to BODYLENGTH with IPv4 hosts: the put path's packers start so."""
+HEADER_SIZE_IPV4 = struct.calcsize(HEADER_FORMAT_IPV4)  # 88
+OFFSETS = struct.Struct(">qq")
+"""QUEUEOFFSET and PHYSICALOFFSET, adjacent at ``QUEUE_OFFSET_POSITION``."""
+assert PHYSICAL_OFFSET_POSITION == QUEUE_OFFSET_POSITION + 8
+
+RecordPacker = struct.Struct
+"""Packs a whole IPv4/v1 record in one call: the 17 header fields, BODY, the topic length byte
+and TOPIC (one piece), PROPERTIESLENGTH, then PROPERTIES as three pieces (head, key, tail)."""
+_packers: dict[tuple[int, int, int, int, int], struct.Struct] = {}
+
+
+def record_packer(
+    body_size: int, topic_size: int, head_size: int, key_size: int, tail_size: int
+) -> RecordPacker:
+    """The ``Struct`` packing an IPv4-host v1 record ``header ‖ body ‖ topic ‖ properties
+    length ‖ head ‖ key ‖ tail`` in one call (the put path's fast encoders): ``topic`` is the
+    length byte and the topic, ``head ‖ key ‖ tail`` the properties, ``key`` a value filled in
+    under the put lock (a generated UNIQ_KEY) or empty. Cached."""
+    shape = (body_size, topic_size, head_size, key_size, tail_size)
+    packer = _packers.get(shape)
+    if packer is None:
+        packer = struct.Struct(
+            f"{HEADER_FORMAT_IPV4}{body_size}s{topic_size}sh{head_size}s{key_size}s{tail_size}s"
+        )
+        if len(_packers) >= _CACHE_MAX:
+            _packers.clear()
+        _packers[shape] = packer
+    return packer
 
 
 # Indexed by (sys_flag & 0x30) >> 4: bit 0 = born host IPv6, bit 1 = store host IPv6.
@@ -199,6 +248,85 @@ _FIXED = tuple(_fixed_struct(bool(i & 1), bool(i & 2)) for i in range(4))
 _FIXED_44 = _FIXED[0]
 _BODY_START = tuple(s.size for s in _FIXED)  # 72 + bh + sh
 _STORE_TS_POSITION = tuple(48 + (20 if i & 1 else 8) for i in range(4))
+
+# --- the record CRC property (docs/FORMAT.md 2.3, RocketMQ 5.2 enabledAppendPropCRC) -------
+
+RECORD_CRC_BYTES = 20
+"""``__CRC32#`` ``\\x01`` 10 digits ``\\x02``: the last bytes of PROPERTIES when present."""
+_CRC_KEY = b"__CRC32#\x01"
+RECORD_CRC_PLACEHOLDER = _CRC_KEY + b"0000000000\x02"
+"""The reserved property as encoded before ``seal_record`` fills in the digits."""
+_CRC_DIGITS_AT = RECORD_CRC_BYTES - len(_CRC_KEY)  # 11: digits start this far from the end
+_DIGITS = frozenset(b"0123456789")
+_SEAL_COPY_MAX = 16384
+_crc32 = zlib.crc32
+
+
+def record_crc_digits(crc: int) -> bytes:
+    """The 10 ASCII digits of ``crc``, least significant first, right-padded with ``0``
+    (``MessageDecoder.createCrc32``).
+
+    Examples
+    --------
+    >>> record_crc_digits(891568578)
+    b'8758651980'
+    """
+    return (b"%d" % crc)[::-1].ljust(10, b"0")
+
+
+def without_record_crc(props_data: bytes) -> bytes:
+    """``props_data`` without any ``__CRC32#`` entry: a copied message's stale record CRC
+    (its offsets change) must not be carried over."""
+    if b"__CRC32#" not in props_data:
+        return props_data
+    kept = [
+        entry
+        for entry in props_data.split(b"\x02")
+        if entry and not entry.startswith(_CRC_KEY[:-1])
+    ]
+    return b"".join(entry + b"\x02" for entry in kept)
+
+
+def with_record_crc(props_data: bytes) -> bytes:
+    """``props_data`` (without a ``__CRC32#`` entry) with the record CRC reserved at its end:
+    a ``\\x02`` first if they do not end with one, then ``RECORD_CRC_PLACEHOLDER``."""
+    if props_data and not props_data.endswith(b"\x02"):
+        return props_data + b"\x02" + RECORD_CRC_PLACEHOLDER
+    return props_data + RECORD_CRC_PLACEHOLDER
+
+
+def seal_record(buf: bytearray | mmap.mmap, position: int, total: int) -> None:
+    """Fill in the reserved record CRC of the record at ``position`` (``total`` bytes long, its
+    offsets and store timestamp final): masked CRC-32 of bytes ``[0, total - 20)``."""
+    end = position + total
+    if total <= _SEAL_COPY_MAX:  # copying a small record is cheaper than a memoryview
+        crc = _crc32(buf[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
+    else:
+        with memoryview(buf) as view:
+            crc = _crc32(view[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
+    buf[end - _CRC_DIGITS_AT : end - 1] = (b"%d" % crc)[::-1].ljust(10, b"0")
+
+
+def _record_crc(buf: ByteSource, position: int, end: int, path: str) -> tuple[int, int] | None:
+    """The (stored, computed) record CRC of the record ``[position, end)`` if it carries the
+    property, else ``None``. A property damaged so that it no longer reads as one (one byte
+    off its fixed bytes) is reported, not taken for absent."""
+    tail_at = end - RECORD_CRC_BYTES
+    tail = bytes(buf[tail_at:end])
+    if tail[:9] != _CRC_KEY or tail[19] != 2 or not tail[9:19].isdigit():
+        # No property, or (rare: only then is the slow test run) one byte off one.
+        if (tail[:4] == b"__CR" or tail[4:8] == b"C32#") and _one_byte_off(tail):
+            raise CorruptRecordError(path, position, "damaged record CRC property")
+        return None
+    stored = int(tail[18:8:-1])  # least significant digit first
+    return stored, zlib.crc32(buf[position:tail_at]) & 0x7FFFFFFF
+
+
+def _one_byte_off(tail: bytes) -> bool:
+    """Whether ``tail`` differs from a record CRC property in exactly one byte."""
+    fixed = sum(a != b for a, b in zip(tail[:9] + tail[19:], _CRC_KEY + b"\x02", strict=True))
+    return fixed + sum(digit not in _DIGITS for digit in tail[9:19]) == 1
+
 
 # --- small bounded caches (topics and hosts repeat; bytes per record do not) -----------------
 
@@ -210,7 +338,7 @@ _host_in: dict[tuple[bytes, int], HostAddress] = {}
 
 
 def body_crc(body: bytes | bytearray | memoryview) -> int:
-    """BODYCRC of ``body``: zlib/IEEE CRC-32 masked to 31 bits (spec 1.5).
+    """BODYCRC of ``body``: zlib/IEEE CRC-32 masked to 31 bits (``docs/FORMAT.md`` 2).
 
     Examples
     --------
@@ -228,7 +356,7 @@ def record_size(
     store_v6: bool = False,
     v2: bool = False,
 ) -> int:
-    """TOTALSIZE of a record from its variable lengths (spec 1.3, ``calMsgLength``).
+    """TOTALSIZE of a record from its variable lengths (``docs/FORMAT.md`` 2, ``calMsgLength``).
 
     Parameters
     ----------
@@ -337,7 +465,9 @@ def _check_ranges(r: MessageRecord) -> None:
             raise InvalidMessageError(name, f"{value} is outside [{low}, {high}]")
 
 
-def _encode_parts(r: MessageRecord) -> tuple[bytes, bytes, bytes, bytes, bytes]:
+def _encode_parts(
+    r: MessageRecord, record_crc: bool = False
+) -> tuple[bytes, bytes, bytes, bytes, bytes]:
     topic_prefix, magic, _ = _topic_entry(r.topic)
     born_ip, born_port, born_v6 = _host_entry(r.born_host, "born_host")
     store_ip, store_port, store_v6 = _host_entry(r.store_host, "store_host")
@@ -349,6 +479,8 @@ def _encode_parts(r: MessageRecord) -> tuple[bytes, bytes, bytes, bytes, bytes]:
         props_data = props.encode("utf-8") if props else b""
     except (UnicodeEncodeError, AttributeError) as err:
         raise InvalidMessageError("properties", f"not a UTF-8 encodable string: {err}") from err
+    if record_crc:
+        props_data = with_record_crc(without_record_crc(props_data))
     props_size = len(props_data)
     if props_size > MAX_PROPERTIES_SIZE_BYTES:
         raise InvalidMessageError(
@@ -394,8 +526,8 @@ def _encode_parts(r: MessageRecord) -> tuple[bytes, bytes, bytes, bytes, bytes]:
     return head, bytes(body), topic_prefix, _I16.pack(props_size), props_data
 
 
-def encode_record(record: MessageRecord) -> bytes:
-    """Encode one message record, byte-exact per spec 1.2.
+def encode_record(record: MessageRecord, *, record_crc: bool = False) -> bytes:
+    """Encode one message record, byte-exact per ``docs/FORMAT.md`` 2.
 
     Computes BODYCRC and TOTALSIZE, picks v1 or v2 magic from the topic length (v2 iff the
     topic has more than 127 UTF-16 code units, as 5.x's ``autoMessageVersionOnTopicLen``;
@@ -406,6 +538,9 @@ def encode_record(record: MessageRecord) -> bytes:
     ----------
     record
         The message. ``body_crc`` may be ``None`` (computed) or must equal the body's CRC.
+    record_crc
+        Append the record CRC property (``docs/FORMAT.md`` 2.3) to the properties, replacing
+        any ``__CRC32#`` entry they hold, and seal it over the record's final bytes.
 
     Returns
     -------
@@ -419,12 +554,17 @@ def encode_record(record: MessageRecord) -> bytes:
         queue id / queue offset / physical offset, an int outside its int32/int64 field,
         a ``body_crc`` that does not match the body.
     """
-    return b"".join(_encode_parts(record))
+    if not record_crc:
+        return b"".join(_encode_parts(record))
+    buf = bytearray().join(_encode_parts(record, True))
+    seal_record(buf, 0, len(buf))
+    return bytes(buf)
 
 
-def encode_record_mutable(record: MessageRecord) -> bytearray:
-    """``encode_record`` into a ``bytearray``, ready for ``patch_record`` under the put lock."""
-    return bytearray().join(_encode_parts(record))
+def encode_record_mutable(record: MessageRecord, *, record_crc: bool = False) -> bytearray:
+    """``encode_record`` into a ``bytearray`` whose offsets and store timestamp the put path
+    fills in under its lock; with ``record_crc`` the CRC is reserved, not yet sealed."""
+    return bytearray().join(_encode_parts(record, record_crc))
 
 
 def stored_form(record: MessageRecord) -> MessageRecord:
@@ -444,39 +584,6 @@ def stored_form(record: MessageRecord) -> MessageRecord:
         sys_flag=(record.sys_flag & ~_HOST_FLAGS) | hosts,
         body_crc=body_crc(record.body),
     )
-
-
-def patch_record(
-    buf: bytearray | memoryview,
-    position: int = 0,
-    *,
-    queue_offset: int,
-    physical_offset: int,
-    store_timestamp_ms: int,
-) -> None:
-    """Write QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP into an encoded record in place.
-
-    None of the three is covered by BODYCRC, so a pre-encoded record stays valid. This is
-    RocketMQ's put path: encode outside the lock, patch inside it (spec 1.4 step 6).
-
-    Raises
-    ------
-    InvalidMessageError
-        A negative offset, or a value that does not fit int64.
-    """
-    if not 0 <= queue_offset <= _I64_MAX:
-        raise InvalidMessageError("queue_offset", f"{queue_offset} is outside [0, {_I64_MAX}]")
-    if not 0 <= physical_offset <= _I64_MAX:
-        raise InvalidMessageError(
-            "physical_offset", f"{physical_offset} is outside [0, {_I64_MAX}]"
-        )
-    if not _I64_MIN <= store_timestamp_ms <= _I64_MAX:
-        raise InvalidMessageError("store_timestamp_ms", f"{store_timestamp_ms} does not fit int64")
-    assert _HEADER8.unpack_from(buf, position)[1] in (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2)
-    (sys_flag,) = _I32.unpack_from(buf, position + 36)
-    _I64.pack_into(buf, position + QUEUE_OFFSET_POSITION, queue_offset)
-    _I64.pack_into(buf, position + PHYSICAL_OFFSET_POSITION, physical_offset)
-    _I64.pack_into(buf, position + store_timestamp_position(sys_flag), store_timestamp_ms)
 
 
 def encode_blank(remaining_bytes: int) -> bytes:
@@ -531,7 +638,8 @@ def decode_record(
     path
         Label used in errors (the segment file name).
     check_crc
-        Verify BODYCRC (spec 1.5). RocketMQ checks it on recovery; readers may skip it.
+        Verify BODYCRC and, when the record carries one, the record CRC property
+        (``docs/FORMAT.md`` 2.3). RocketMQ checks them on recovery; readers may skip them.
     with_body
         ``False`` returns the record with an empty body (still CRC-checked if asked).
     topics
@@ -540,7 +648,8 @@ def decode_record(
     Returns
     -------
     DecodedRecord
-        A whole valid record; ``record.body_crc`` is the stored BODYCRC.
+        A whole valid record; ``record.body_crc`` is the stored BODYCRC; ``record.properties``
+        leaves out the record CRC property (integrity data, not a message property).
     SkippedRecord
         A whole valid record of a topic not in ``topics``.
     BlankPadding
@@ -554,7 +663,8 @@ def decode_record(
     ------
     CorruptRecordError
         An unknown magic, an impossible size, TOTALSIZE disagreeing with the length formula,
-        a BODYCRC mismatch, or a topic / properties that are not UTF-8.
+        a BODYCRC or record CRC mismatch, a damaged record CRC property, or a topic /
+        properties that are not UTF-8.
     """
     have = len(buf) - position
     assert position >= 0, position
@@ -638,7 +748,23 @@ def decode_record(
         )
 
     raw_body = buf[body_at:topic_len_at]
-    if check_crc:
+    props_at = props_len_at + 2
+    props_end = end
+    sealed = None  # (stored, computed) record CRC, if the record carries one and is checked
+    # The record CRC property: its first byte is "_", and one byte off it, its first or fifth
+    # byte is still "_" or "C" (one comparison rules out most records without it).
+    if props_size >= RECORD_CRC_BYTES and (
+        buf[end - RECORD_CRC_BYTES] == 95 or (check_crc and buf[end - 16] == 67)
+    ):
+        if check_crc:
+            sealed = _record_crc(buf, position, end, path)
+            if sealed is not None:
+                props_end = end - RECORD_CRC_BYTES
+        elif buf[end - RECORD_CRC_BYTES : end - _CRC_DIGITS_AT] == _CRC_KEY:
+            props_end = end - RECORD_CRC_BYTES
+    # A good record CRC covers the body and BODYCRC too (RocketMQ's forceVerifyPropCRC skips
+    # BODYCRC as well); after a bad one, BODYCRC says whether the body is what was damaged.
+    if check_crc and (sealed is None or sealed[0] != sealed[1]):
         computed = zlib.crc32(raw_body) & 0x7FFFFFFF
         if computed != stored_crc:
             raise CorruptRecordError(
@@ -647,6 +773,10 @@ def decode_record(
                 "BODYCRC mismatch",
                 stored_crc=stored_crc & 0xFFFFFFFF,
                 computed_crc=computed,
+            )
+        if sealed is not None:
+            raise CorruptRecordError(
+                path, position, "record CRC mismatch", stored_crc=sealed[0], computed_crc=sealed[1]
             )
 
     topic_raw = bytes(buf[topic_at:props_len_at])
@@ -663,7 +793,7 @@ def decode_record(
         return SkippedRecord(position, total)
 
     try:
-        props = str(buf[props_len_at + 2 : end], "utf-8") if props_size else ""
+        props = str(buf[props_at:props_end], "utf-8") if props_end > props_at else ""
         born_host = _host_in.get((born_ip, born_port)) or _host_from(born_ip, born_port)
         store_host = _host_in.get((store_ip, store_port)) or _host_from(store_ip, store_port)
     except UnicodeDecodeError as err:

@@ -48,6 +48,7 @@ class StoreConfig:
     max_message_size_bytes: int = 4 * 1024 * 1024  # largest body accepted (RocketMQ: 4 MiB)
     message_delay_level: str = DEFAULT_MESSAGE_DELAY_LEVEL  # delay levels, "1s 5s ... 2h"
     check_crc_on_recover: bool = True  # verify BODYCRC while recovering the tail of the log
+    append_record_crc: bool = True  # write the __CRC32# record CRC property (RocketMQ 5.2+)
     io_mode: IoMode = IoMode.MMAP  # segment file access: MMAP or PWRITE
     store_host: str = "127.0.0.1:10911"  # ip:port stored in STOREHOSTADDRESS and offset msg ids
     idempotency_window_messages: int = 100_000  # recent (topic, UNIQ_KEY) kept for dedupe; 0: off

@@ -1,4 +1,4 @@
-"""PURE: the Java ``String.hashCode`` family used by the store (spec sections 0, 6.3, 7.4).
+"""PURE: the Java ``String.hashCode`` family used by the store (``docs/FORMAT.md`` 1, 6).
 
 Owns ``java_string_hash`` (UTF-16 code units, int32 wrap, signed), the ConsumeQueue
 ``tags_code`` and the IndexFile ``index_key_hash``. Does not own where these values are
@@ -42,7 +42,7 @@ def java_string_hash(text: str) -> int:
 def tags_code(tags: str | None) -> int:
     """ConsumeQueue tagsCode of a TAGS value: its Java hash, sign-extended; 0 if absent/empty.
 
-    The whole string is hashed, also for ``"TagA || TagB"`` (spec 6.3).
+    The whole string is hashed, also for ``"TagA || TagB"`` (``docs/FORMAT.md`` 6).
     """
     if not tags:
         return 0

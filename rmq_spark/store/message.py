@@ -55,7 +55,7 @@ LOCALHOST = HostAddress("127.0.0.1", 0)
 
 @dataclass(frozen=True, slots=True)
 class MessageRecord:
-    """One CommitLog message record, every field as stored (spec section 1.2).
+    """One CommitLog message record, every field as stored (``docs/FORMAT.md`` 2).
 
     ``properties`` is the stored properties *string*, kept verbatim so that a decoded record
     re-encodes to the same bytes; ``codec.parse_properties`` turns it into a dict.

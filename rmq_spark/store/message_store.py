@@ -1,12 +1,11 @@
 """``MessageStore``: the store facade — open (lock, load, recover), put, read, flush, close.
 
-Owns the store's state and lifecycle: the put lock, the queue-offset table and idempotency
-window recovery hands over, the acknowledgement rule of each flush policy, failing closed
-after an I/O error, and the ``lock``/``abort`` files, the checkpoint and the queue-offset
-snapshot. The put paths themselves (what happens under the put lock) are ``PutPaths`` in
-``store_put.py``, a base class; validation and encoding are ``put.py`` and ``put_plan.py``,
-files ``commitlog.py``, the scan ``recovery.py``, fsync timing ``flush.py`` and retention
-decisions ``retention.py``.
+Owns the store's lifecycle and public face: the ``lock``/``abort`` files, the checkpoint and
+the queue-offset snapshot, failing closed after an I/O error, and the two collaborators a put
+goes through: ``Appender`` (``appender.py``: the put lock's critical section, the record
+written) and ``Durability`` (``durability.py``: the fsync a SYNC put waits for). Validation
+and encoding are ``put.py``, ``put_plan.py`` and ``codec.py``, files ``commitlog.py``, the
+scan ``recovery.py`` and retention decisions ``retention.py``.
 
 Acknowledged means durable under the configured policy: SYNC returns ``PUT_OK`` only after an
 fsync covered the record (``put`` blocks the calling thread until then; ``put_async`` lets a
@@ -23,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
+from collections.abc import Sequence
 from pathlib import Path
 
 from rmq_spark.clock import Clock, SystemClock
@@ -31,7 +30,7 @@ from rmq_spark.errors import (
     StoreClosedError,
     StoreIOError,
 )
-from rmq_spark.store.async_commit import AsyncGroupCommit, AsyncPutPaths
+from rmq_spark.store.appender import Appender
 from rmq_spark.store.checkpoint import (
     Checkpoint,
     QueueOffsetSnapshot,
@@ -41,18 +40,16 @@ from rmq_spark.store.checkpoint import (
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import FlushPolicy, StoreConfig
+from rmq_spark.store.durability import Durability
 from rmq_spark.store.fileio import FileOpener, OsOpener
-from rmq_spark.store.flush import GroupCommit, Housekeeper, PeriodicTask
+from rmq_spark.store.flush import Housekeeper, PeriodicTask
 from rmq_spark.store.layout import (
     MAX_PROPERTIES_SIZE_BYTES,
     MAX_TOPIC_LENGTH_V1,
 )
 from rmq_spark.store.lockfile import StoreLock, abort_exists, create_abort, remove_abort
 from rmq_spark.store.message import HostAddress, MessageRecord
-from rmq_spark.store.put import (
-    MAX_RECORD_OVERHEAD_BYTES,
-)
-from rmq_spark.store.put_lock import PutLock
+from rmq_spark.store.put import MAX_RECORD_OVERHEAD_BYTES, PutRequest, PutResult, PutStatus
 from rmq_spark.store.reader import read_record
 from rmq_spark.store.recovery import RecoveredState, RecoveryReport, recover
 from rmq_spark.store.retention import Retention
@@ -61,34 +58,28 @@ from rmq_spark.store.warm import SegmentWarmer
 __all__ = ["MessageStore"]
 
 _log = logging.getLogger(__name__)
+_PUT_OK = PutStatus.PUT_OK
 
 
-class MessageStore(AsyncPutPaths):
+class MessageStore:
     """A RocketMQ-compatible CommitLog store in ``config.root_dir``. Use ``MessageStore.open``.
 
-    ``put`` and ``put_batch`` come from ``PutPaths`` (``store_put.py``), ``put_async`` and
-    ``put_batch_async`` (for coroutines on an event loop) from ``AsyncPutPaths``
-    (``async_commit.py``)."""
+    A put is ``Appender.append`` (the record written under the put lock), then, under SYNC,
+    ``Durability.wait`` (the fsync that covers it)."""
 
     def __init__(self, config: StoreConfig, clock: Clock, opener: FileOpener) -> None:
         self.config = config
         self._clock = clock
         self._opener = opener
         self._root = config.root_dir
-        self._put_lock = PutLock()
-        self._flush_lock = threading.Lock()
-        self._closed = False
-        self._failure: OSError | None = None
         self._lock: StoreLock | None = None
         self._housekeeper: Housekeeper | None = None
         self._warmer: SegmentWarmer | None = None
-        self._async_commit: AsyncGroupCommit | None = None
         self._sync = config.flush_policy is FlushPolicy.SYNC
-        self._timeout_ms = config.sync_flush_timeout_ms
         self.store_host = HostAddress.parse(config.store_host)
-        self._init_put_paths(config, clock, self.store_host, os.getpid())
-        self._published_confirm = -1
-        self._published_ts = 0
+        self._appender = Appender(config, clock, self.store_host, os.getpid(), self._fail)
+        self._put_lock = self._appender.lock
+        self._durability: Durability | None = None
         self._retention = Retention(config, clock, lambda: self._commitlog, self._put_lock)
 
     # --- opening ------------------------------------------------------------------------------
@@ -163,11 +154,7 @@ class MessageStore(AsyncPutPaths):
         """Adopt what recovery found, make it durable and published, and start running."""
         config = self.config
         self.recovery_report: RecoveryReport = state.report
-        self._queue_offsets = state.queue_offsets.offsets
-        self._window = state.window
-        self._window_capacity = max(0, state.window.capacity)
-        self._last_record_offset = state.last_record_offset
-        self._last_store_ts = state.last_store_timestamp_ms
+        self._appender.start(self._commitlog, state)
         end = state.report.end_offset
         # Whatever recovery kept is now made durable and readable before anything is added.
         self._commitlog.mark_unflushed(min(durable, end))
@@ -175,9 +162,15 @@ class MessageStore(AsyncPutPaths):
         values = self._checkpoint.values
         if (values.master_flushed_offset, values.confirm_phy_offset) != (end, end):
             self._checkpoint.reset(end, end)
-        self._flushed_offset = end
-        self._published_confirm = end
-        self._group = GroupCommit(self._flush_and_publish, lambda: self._commitlog.max_offset, end)
+        appender = self._appender
+        self._durability = Durability(
+            config,
+            self._commitlog,
+            self._checkpoint,
+            end,
+            lambda: appender.last_store_ts,
+            self._fail,
+        )
         report = state.report
         if report.snapshot_offset != end or report.truncated_bytes:
             self._write_snapshot_locked()
@@ -187,9 +180,10 @@ class MessageStore(AsyncPutPaths):
             PeriodicTask("retention", config.clean_resource_interval_ms, self._retention_task),
         ]
         if not self._sync:
-            tasks.append(PeriodicTask("flush", config.flush_interval_ms, self._flush_task))
+            durability = self._durability
+            tasks.append(PeriodicTask("flush", config.flush_interval_ms, durability.flush_task))
             tasks.append(
-                PeriodicTask("publish", config.confirm_publish_interval_ms, self._publish_task)
+                PeriodicTask("publish", config.confirm_publish_interval_ms, durability.publish_task)
             )
         self._housekeeper = Housekeeper(tasks)
         self._housekeeper.start()
@@ -198,6 +192,48 @@ class MessageStore(AsyncPutPaths):
         if self._sync and config.warm_ahead_bytes:  # fdatasync is cheaper over written blocks
             self._warmer = SegmentWarmer(self._commitlog, config.warm_ahead_bytes)
             self._warmer.start()
+
+    # --- put ------------------------------------------------------------------------------
+
+    def put(self, request: PutRequest) -> PutResult:
+        """Store one message; the outcome is in ``PutResult.status`` (never an exception for a
+        bad message or a full disk). Under SYNC, returns once an fsync covered the record
+        (or with ``FLUSH_DISK_TIMEOUT`` after ``sync_flush_timeout_ms``)."""
+        result = self._appender.append(request)
+        if self._sync and result.status is _PUT_OK:
+            return self._durable.wait(result)
+        return result
+
+    def put_batch(self, requests: Sequence[PutRequest]) -> list[PutResult]:
+        """Store many messages with one lock acquisition and one write.
+
+        All or nothing for validity: if any message is illegal, none is stored (each result
+        says why). The batch goes into one segment (BLANK and a new segment first if it does
+        not fit); each (topic, queue id) gets consecutive queue offsets. Idempotent messages
+        already in the window, or repeated inside the batch, are written once. Under SYNC,
+        returns once one fsync covered the whole batch.
+        """
+        results, end = self._appender.append_batch(requests)
+        if self._sync and end:
+            self._durable.wait_batch(results, end)
+        return results
+
+    async def put_async(self, request: PutRequest) -> PutResult:
+        """``put`` for a coroutine on an event loop: the record is written in the calling
+        thread (the put lock is held for microseconds); under SYNC the coroutine then
+        awaits the fsync that covers it, the loop staying free. Same statuses as ``put``."""
+        result = self._appender.append(request)
+        if self._sync and result.status is _PUT_OK:
+            end = result.physical_offset + result.total_size
+            await self._durable.wait_async([result], end)
+        return result
+
+    async def put_batch_async(self, requests: Sequence[PutRequest]) -> list[PutResult]:
+        """``put_batch`` for a coroutine (see ``put_async``)."""
+        results, end = self._appender.append_batch(requests)
+        if self._sync and end:
+            await self._durable.wait_async(results, end)
+        return results
 
     # --- offsets --------------------------------------------------------------------------------
 
@@ -222,26 +258,45 @@ class MessageStore(AsyncPutPaths):
     @property
     def flushed_offset(self) -> int:
         """Physical offset up to which the log is fsynced."""
-        return self._group.flushed_offset
+        return self._durable.flushed_offset
 
     @property
     def confirmed_offset(self) -> int:
         """Up to here readers may read: fsynced (SYNC) or fully written (ASYNC)."""
-        return self._group.flushed_offset if self._sync else self._commitlog.max_offset
+        return self._durable.flushed_offset if self._sync else self._commitlog.max_offset
 
     def queue_offset(self, topic: str, queue_id: int) -> int:
         """Next queue offset of (``topic``, ``queue_id``) (0 for a queue never written)."""
-        return self._queue_offsets.get((topic, queue_id), 0)
+        return self._appender.queue_offsets.get((topic, queue_id), 0)
 
     def queue_offsets(self) -> dict[tuple[str, int], int]:
         """A copy of the whole queue-offset table."""
         with self._put_lock:
-            return dict(self._queue_offsets)
+            return dict(self._appender.queue_offsets)
 
     @property
     def failure(self) -> OSError | None:
         """The I/O error that made the store fail closed, if any."""
-        return self._failure
+        return self._appender.failure
+
+    @property
+    def _closed(self) -> bool:
+        return self._appender.closed
+
+    @property
+    def _durable(self) -> Durability:
+        durability = self._durability
+        if durability is None:
+            raise StoreClosedError(f"store {self._root} is not open")
+        return durability
+
+    def _fail(self, err: OSError) -> None:
+        """Fail closed: refuse every later put, fail every waiting and later flush."""
+        if self._appender.failure is None:
+            _log.error("store %s fails closed: %s", self._root, err)
+            self._appender.failure = err
+            if self._durability is not None:
+                self._durability.fail(err)
 
     # --- read ---------------------------------------------------------------------------------
 
@@ -273,63 +328,19 @@ class MessageStore(AsyncPutPaths):
         """
         self._check_open()
         try:
-            return self._group.flush_now()
+            return self._durable.flush_now()
         except OSError as err:
             self._fail(err)
             raise StoreIOError(f"flushing store {self._root} failed: {err}") from err
 
-    def _flush_and_publish(self) -> int:
-        """fsync the log, then publish the new offsets in the checkpoint (raises ``OSError``).
-
-        The fsync runs outside ``_flush_lock`` so that SYNC group commit can overlap fsyncs;
-        publishing is serialised and only ever moves the offsets forward.
-        """
-        last_ts = self._last_store_ts  # of a record written before the fsync reads positions
-        flushed = self._commitlog.flush(self._flushed_offset)
-        return self._publish_flushed(flushed, last_ts)
-
-    def _publish_flushed(self, flushed: int, last_ts: int) -> int:
-        """Publish ``flushed`` (an fsync covered everything below it; ``last_ts`` is the store
-        timestamp of a record written before that fsync started) in the checkpoint; returns
-        the flushed offset (raises ``OSError``)."""
-        with self._flush_lock:
-            if flushed > self._flushed_offset:
-                last_ts = max(last_ts, self._published_ts)
-                if flushed > self._published_confirm:  # ASYNC may have published more already
-                    self._checkpoint.publish_durable(flushed, last_ts)
-                    self._published_confirm = flushed
-                else:
-                    self._checkpoint.publish_flushed(flushed, last_ts)
-                self._flushed_offset = flushed
-                self._published_ts = last_ts
-            return self._flushed_offset
-
-    def _flush_task(self) -> None:
-        try:
-            self._group.flush_now()
-        except OSError as err:
-            self._fail(err)
-
-    def _publish_task(self) -> None:
-        """ASYNC: publish the end of the last fully written record as ``confirmPhyOffset``."""
-        offset = self._commitlog.max_offset
-        if offset > self._published_confirm:
-            try:
-                with self._flush_lock:
-                    if offset > self._published_confirm:
-                        self._checkpoint.publish_confirmed(offset)
-                        self._published_confirm = offset
-            except OSError as err:
-                self._fail(err)
-
     def snapshot(self) -> None:
         """Flush, then write the queue-offset snapshot (so recovery can start from here)."""
-        if self._closed or self._failure is not None:
+        if self._closed or self.failure is not None:
             return
         with self._put_lock:
             snapshot = self._snapshot_locked()
         try:
-            self._group.flush_now()
+            self._durable.flush_now()
             self._checkpoint.fsync()
             write_snapshot(self._root, snapshot)
         except OSError as err:
@@ -339,9 +350,9 @@ class MessageStore(AsyncPutPaths):
         end = self._commitlog.max_offset
         return QueueOffsetSnapshot(
             physical_offset=end,
-            last_record_offset=self._last_record_offset,
-            window_start_offset=self._window.start_offset(end),
-            queue_offsets=dict(self._queue_offsets),
+            last_record_offset=self._appender.last_record_offset,
+            window_start_offset=self._appender.window.start_offset(end),
+            queue_offsets=dict(self._appender.queue_offsets),
         )
 
     def _write_snapshot_locked(self) -> None:
@@ -371,18 +382,27 @@ class MessageStore(AsyncPutPaths):
         After a failure (fail-closed) the ``abort`` file stays, so the next open recovers.
         Idempotent.
         """
+        self._stop(clean=True)
+
+    def abandon(self) -> None:
+        """Stop like a killed process: no flush, no snapshot, ``abort`` stays; release files
+        and the lock. What was written stays in the page cache, as after a SIGKILL. For tests
+        and tools that simulate crashes."""
+        self._stop(clean=False)
+
+    def _stop(self, clean: bool) -> None:
         if self._closed:
             return
         with self._put_lock:
-            self._closed = True
+            self._appender.closed = True
         if self._housekeeper is not None:
             self._housekeeper.stop()
         if self._warmer is not None:
             self._warmer.stop()
         try:
-            if self._failure is None:
+            if clean and self.failure is None:
                 try:
-                    self._group.flush_now()
+                    self._durable.flush_now()
                     self._checkpoint.publish_confirmed(self._commitlog.max_offset)
                     self._checkpoint.fsync()
                     self._write_snapshot_locked()
@@ -392,34 +412,12 @@ class MessageStore(AsyncPutPaths):
                         "clean shutdown of %s failed, it will recover on open: %s", self._root, err
                     )
         finally:
-            self._stop_async_commit()
+            # Answer the asyncio puts still waiting (from what was flushed), end their thread.
+            self._durable.stop()
             self._checkpoint.close()
             self._commitlog.close()
             if self._lock is not None:
                 self._lock.release()
-
-    def _stop_async_commit(self) -> None:
-        """Answer the asyncio puts still waiting (from what was flushed) and end their thread."""
-        if self._async_commit is not None:
-            self._async_commit.stop()
-
-    def abandon(self) -> None:
-        """Stop like a killed process: no flush, no snapshot, ``abort`` stays; release files
-        and the lock. What was written stays in the page cache, as after a SIGKILL. For tests
-        and tools that simulate crashes."""
-        if self._closed:
-            return
-        with self._put_lock:
-            self._closed = True
-        if self._housekeeper is not None:
-            self._housekeeper.stop()
-        if self._warmer is not None:
-            self._warmer.stop()
-        self._stop_async_commit()
-        self._checkpoint.close()
-        self._commitlog.close()
-        if self._lock is not None:
-            self._lock.release()
 
     def __enter__(self) -> MessageStore:
         return self

@@ -1,4 +1,4 @@
-"""PURE: the message properties string (spec STORE_FORMAT.md section 3).
+"""PURE: the message properties string (``docs/FORMAT.md`` section 2.2).
 
 Owns the ``name \\x01 value \\x02`` syntax (writing it, and parsing it the way 4.9.1+/5.x
 brokers do), the property key constants of ``MessageConst`` (3.2), Java ``HashMap``
@@ -169,10 +169,12 @@ def encode_properties(properties: Mapping[str, str], trailing_separator: bool = 
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Parse a stored properties string like a 4.9.1+/5.x broker (spec 3.1).
+    """Parse a stored properties string like a 4.9.1+/5.x broker (``docs/FORMAT.md`` 2.2).
 
     Accepts a trailing ``\\x02`` or none; a value may contain ``\\x01`` (only the first one
     splits); entries with an empty key or value are dropped; a later duplicate key wins.
+    The record CRC property (``__CRC32#``, ``docs/FORMAT.md`` 2.3) is integrity data of the
+    record, not a property of the message: it is left out (RocketMQ's proxy hides it too).
 
     Examples
     --------
@@ -186,6 +188,8 @@ def parse_properties(text: str) -> dict[str, str]:
         key, sep, value = item.partition(NAME_VALUE_SEPARATOR)
         if key and value:
             result[key] = value
+    if CRC32 in result:
+        del result[CRC32]
     return result
 
 
@@ -194,7 +198,7 @@ def java_hashmap_order(keys: Iterable[str], initial_capacity: int = 16) -> list[
 
     Bucket ``(h ^ (h >>> 16)) & (n - 1)`` ascending, ties in insertion order, with ``n`` the
     final table size (doubling while size > 0.75 n). 4.9.x broker maps start at 16, 5.x's
-    ``string2messageProperties`` at 128 (spec 3.1). Duplicates keep their first position.
+    ``string2messageProperties`` at 128. Duplicates keep their first position.
     """
     unique = list(dict.fromkeys(keys))
     size = 1

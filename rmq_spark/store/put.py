@@ -31,9 +31,13 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from rmq_spark.store.codec import (
+    HEADER_FORMAT_IPV4,
     InvalidMessageError,
     encode_record_mutable,
+    record_size,
     store_timestamp_position,
+    with_record_crc,
+    without_record_crc,
 )
 from rmq_spark.store.hashing import java_string_hash
 from rmq_spark.store.layout import (
@@ -84,7 +88,7 @@ __all__ = [
 ]
 
 MAX_RECORD_OVERHEAD_BYTES = 64 * 1024
-"""A record may exceed ``max_message_size_bytes`` (a body limit) by this much (spec 1.4)."""
+"""A record may exceed ``max_message_size_bytes`` (a body limit) by this much, as in RocketMQ."""
 
 _TOPIC_CHARS = re.compile(r"[%|a-zA-Z0-9_\-]+", re.ASCII)
 _TOPIC_MAX_LENGTH = 127
@@ -135,7 +139,7 @@ class PutRequest:
 @dataclass(slots=True, eq=True)
 class PutResult:
     """What a put did. ``topic``/``queue_id`` are the *stored* ones (e.g. the schedule topic
-    of a delayed message). ``msg_id`` is the offset message id (spec 4.1)."""
+    of a delayed message). ``msg_id`` is the offset message id (``docs/FORMAT.md`` 5)."""
 
     status: PutStatus
     physical_offset: int = -1
@@ -265,6 +269,7 @@ class PutContext(NamedTuple):
     max_delay_level: int
     store_host: HostAddress
     new_uniq_key: Callable[[], str]
+    record_crc: bool = True  # reserve the record CRC property (sealed under the put lock)
 
 
 def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessage | PutResult:
@@ -330,6 +335,9 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
         props_data = props_text.encode("utf-8")
     except UnicodeEncodeError as err:
         return _illegal(f"properties: not encodable as UTF-8: {err}")
+    props_data = without_record_crc(props_data)  # a copy's stale record CRC
+    if ctx.record_crc:
+        props_data = with_record_crc(props_data)
     if len(props_data) > MAX_PROPERTIES_SIZE_BYTES:
         return _illegal(
             f"properties are {len(props_data)} bytes; at most {MAX_PROPERTIES_SIZE_BYTES} allowed",
@@ -354,7 +362,7 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
         record = MessageRecord(
             topic,
             body,
-            props_text,
+            props_data.decode("utf-8"),  # with the record CRC reserved, if it is
             queue_id,
             request.flag,
             0,
@@ -386,7 +394,8 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
 
 # --- the common-case encoder ------------------------------------------------------------------
 
-_V1_IPV4_HEADER = struct.Struct(">iIiiiqqiq4siq4siiqi")  # spec 1.2 up to BODYLENGTH (88 bytes)
+_V1_IPV4_HEADER = struct.Struct(HEADER_FORMAT_IPV4)
+_V1_IPV4_FIXED = record_size(0, 0, 0)  # codec's length formula: + topic, body, properties
 _STORE_TS_POSITIONS = {0: store_timestamp_position(0), 0x10: store_timestamp_position(0x10)}
 _PROPS_SIZE = struct.Struct(">h")
 _topic_prefixes: dict[str, bytes] = {}
@@ -447,7 +456,7 @@ def encode_ipv4_v1(
     body_size = len(body)
     try:
         header = _V1_IPV4_HEADER.pack(
-            91 + body_size + len(prefix) - 1 + len(props_data),
+            _V1_IPV4_FIXED + body_size + len(prefix) - 1 + len(props_data),
             MESSAGE_MAGIC_CODE_V1,
             zlib.crc32(body) & 0x7FFFFFFF,
             queue_id,

@@ -1,12 +1,13 @@
-"""PURE: precomputed pieces of the single-put fast path (``MessageStore.put``).
+"""PURE: the template path's parts (``appender.py``): plans, checks and UNIQ_KEY ids.
 
-Owns ``RecordPlan`` (everything of a record that is the same for every message of one
-(topic, TAGS) pair carrying only a generated UNIQ_KEY: the topic and properties bytes around
-the key, the record's fixed size, and one ``struct.Struct`` per body length that packs the
-whole record in one call) and ``UniqKeys`` (UNIQ_KEY ids with the layout of
+Owns ``Packed`` (one record for the appender's packed writer, packed by a
+``codec.record_packer``; built by ``Templates`` here and ``raw.RawParts``), ``Templates``
+(which requests take the template path, and their parts), ``RecordPlan`` (everything of a
+record that is the same for every message of one (topic, TAGS) pair carrying only a
+generated UNIQ_KEY: the topic and properties bytes around the key, the record's fixed size,
+and one packer per body length) and ``UniqKeys`` (UNIQ_KEY ids with the layout of
 ``msg_id.UniqKeyGenerator``, with the hex of everything but the counter cached per
-millisecond). Does not own validation rules (``put.py``), locking or files
-(``message_store.py``).
+millisecond). Does not own validation rules (``put.py``), locking or files (``appender.py``).
 
 Why: a put of a 100-byte body spends most of its time in Python overhead, not in copying
 bytes. Packing header, body, topic and properties with a single ``pack_into`` straight into
@@ -18,19 +19,47 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import struct
+import zlib
 from datetime import tzinfo
 
+from rmq_spark.store.codec import (
+    HEADER_SIZE_IPV4,
+    RecordPacker,
+    record_packer,
+    with_record_crc,
+)
 from rmq_spark.store.layout import MAX_PROPERTIES_SIZE_BYTES, MAX_TOPIC_LENGTH_V1
+from rmq_spark.store.message import LOCALHOST
 from rmq_spark.store.msg_id import month_start_ms
 from rmq_spark.store.properties import TAGS, UNIQ_KEY
-from rmq_spark.store.put import order_properties
+from rmq_spark.store.put import (
+    LOCALHOST_IPV4,
+    PutRequest,
+    check_topic,
+    ipv4_of,
+    order_properties,
+)
 
-__all__ = ["HEADER_FORMAT", "RecordPlan", "UniqKeys", "record_plan"]
+__all__ = ["Packed", "RecordPlan", "Templates", "UniqKeys", "record_plan"]
 
-HEADER_FORMAT = ">iIiiiqqiq4siq4siiqi"
-"""Spec 1.2 up to BODYLENGTH with IPv4 hosts (88 bytes); the fast path's record header."""
+Packed = tuple[
+    str, int, bytes, "int | None", tuple[bytes, int], int, int, int, int, bool, "str | None",
+    bool, bytes, int, bytes, bytes, RecordPacker, int, int,
+]  # fmt: skip
+"""One record for the appender's packed writer: (topic, queue_id, body, born_timestamp_ms,
+born_host, flag, sys_flag, reconsume_times, prepared_transaction_offset, consumes a queue
+offset, UNIQ_KEY, generate the UNIQ_KEY under the lock, topic length and bytes, properties
+length, properties head and tail (around the key), packer, BODYCRC, size)."""
 
-_HEADER_SIZE = struct.calcsize(HEADER_FORMAT)
+_I32_MAX = (1 << 31) - 1
+_I64_MIN = -(1 << 63)
+_I64_MAX = (1 << 63) - 1
+_ZERO = 0
+_PLANS_MAX = 4096
+_crc32 = zlib.crc32
+_ipv4 = ipv4_of
+_LOCALHOST_IPV4 = LOCALHOST_IPV4
+
 _PACKERS_MAX = 512
 _HEX4: tuple[str, ...] = ()
 
@@ -47,28 +76,33 @@ class RecordPlan:
     """The fixed parts of a v1 record of one topic and TAGS value whose only other property
     is a generated UNIQ_KEY of ``uniq_key_size`` characters (IPv4 hosts).
 
-    The record is ``header ‖ body ‖ before ‖ uniq key ‖ after`` where ``before`` is the topic
-    length and bytes, the properties length and the properties up to the UNIQ_KEY value, and
-    ``after`` the rest of the properties (Java ``HashMap(128)`` order, trailing ``\\x02``).
+    The record is ``header ‖ body ‖ topic ‖ properties length ‖ before ‖ uniq key ‖ after``
+    (``codec.record_packer``): ``topic`` is the topic length byte and the topic, ``before``
+    the properties up to the UNIQ_KEY value, ``after`` the rest of them (Java ``HashMap(128)``
+    order, trailing ``\\x02``, then the reserved record CRC property when the store writes it).
     """
 
-    __slots__ = ("before", "after", "fixed_size", "uniq_key_size", "packers")
+    __slots__ = (
+        "topic", "props_size", "before", "after", "fixed_size", "uniq_key_size", "packers",
+    )  # fmt: skip
 
-    def __init__(self, before: bytes, after: bytes, uniq_key_size: int) -> None:
+    def __init__(self, topic: bytes, before: bytes, after: bytes, uniq_key_size: int) -> None:
+        self.topic = topic
         self.before = before
         self.after = after
         self.uniq_key_size = uniq_key_size
-        self.fixed_size = _HEADER_SIZE + len(before) + uniq_key_size + len(after)
-        self.packers: dict[int, struct.Struct] = {}
+        self.props_size = len(before) + uniq_key_size + len(after)
+        self.fixed_size = HEADER_SIZE_IPV4 + len(topic) + 2 + self.props_size
+        self.packers: dict[int, RecordPacker] = {}
 
-    def packer(self, body_size: int) -> struct.Struct:
-        """The ``Struct`` packing the whole record for a body of ``body_size`` bytes: the 17
-        header fields, then body, ``before``, UNIQ_KEY (ASCII bytes) and ``after``."""
+    def packer(self, body_size: int) -> RecordPacker:
+        """The codec's packer of the whole record for a body of ``body_size`` bytes: the 17
+        header fields, then body, topic, properties length, ``before``, UNIQ_KEY (ASCII
+        bytes) and ``after``."""
         packer = self.packers.get(body_size)
         if packer is None:
-            packer = struct.Struct(
-                f"{HEADER_FORMAT}{body_size}s{len(self.before)}s"
-                f"{self.uniq_key_size}s{len(self.after)}s"
+            packer = record_packer(
+                body_size, len(self.topic), len(self.before), self.uniq_key_size, len(self.after)
             )
             if len(self.packers) >= _PACKERS_MAX:
                 self.packers.clear()
@@ -76,11 +110,14 @@ class RecordPlan:
         return packer
 
 
-def record_plan(topic: object, tags: object, uniq_key_size: int) -> RecordPlan | None:
+def record_plan(
+    topic: object, tags: object, uniq_key_size: int, record_crc: bool = True
+) -> RecordPlan | None:
     """The plan of (``topic``, ``tags``), or ``None`` when such a message needs the general
     path: a topic that is not plain ASCII of 1..127 characters, TAGS that are not a
     non-empty string free of ``\\x02``, or properties that would be too large. The caller
-    has checked the topic with ``put.check_topic``.
+    has checked the topic with ``put.check_topic``. ``record_crc``: the properties end with
+    the reserved record CRC property (``codec.with_record_crc``), sealed under the put lock.
     """
     if type(topic) is not str or not topic.isascii() or not 0 < len(topic) <= MAX_TOPIC_LENGTH_V1:
         return None
@@ -102,16 +139,96 @@ def record_plan(topic: object, tags: object, uniq_key_size: int) -> RecordPlan |
         props_tail = "".join(tail).encode("utf-8")
     except UnicodeEncodeError:
         return None
+    if record_crc:
+        props_tail = with_record_crc(props_tail)
     props_size = len(props_head) + uniq_key_size + len(props_tail)
     if props_size > MAX_PROPERTIES_SIZE_BYTES:
         return None
     topic_data = topic.encode("ascii")
-    before = bytes((len(topic_data),)) + topic_data + props_size.to_bytes(2, "big") + props_head
-    return RecordPlan(before, props_tail, uniq_key_size)
+    return RecordPlan(bytes((len(topic_data),)) + topic_data, props_head, props_tail, uniq_key_size)
+
+
+class Templates:
+    """The template path's requests: no properties but TAGS (the UNIQ_KEY is generated under
+    the put lock), IPv4 hosts, a v1 topic, a ``bytes`` body, default flags (what most
+    producers send). One ``RecordPlan`` per (topic, TAGS), cached."""
+
+    def __init__(self, max_body_bytes: int, key_size: int, record_crc: bool) -> None:
+        self._max_body_bytes = max_body_bytes
+        self._key_size = key_size
+        self._record_crc = record_crc
+        self._plans: dict[object, RecordPlan | None] = {}
+
+    def check(self, request: PutRequest) -> tuple[RecordPlan, tuple[bytes, int]] | None:
+        """The plan and born host of a template request, or ``None`` when it needs another
+        path: no properties but TAGS (its UNIQ_KEY is generated), IPv4 hosts, a v1 topic, a
+        ``bytes`` body within the limit, default flags."""
+        topic = request.topic
+        tags = request.tags
+        try:
+            plan = self._plans[(topic, tags) if tags else topic]
+        except (KeyError, TypeError):
+            plan = self._plan(topic, tags)
+        body = request.body
+        queue_id = request.queue_id
+        born = request.born_timestamp_ms
+        host = request.born_host
+        born_host = _LOCALHOST_IPV4 if host is LOCALHOST else _ipv4(host)
+        if (
+            plan is None
+            or born_host is None
+            or request.properties
+            or request.raw_properties is not None
+            or request.keys
+            or type(body) is not bytes
+            or len(body) > self._max_body_bytes
+            or type(queue_id) is not int
+            or not 0 <= queue_id <= _I32_MAX
+            or (born is not None and (type(born) is not int or not _I64_MIN <= born <= _I64_MAX))
+            # ``is`` the interned int 0: anything else (another int, a bool, a float, None)
+            # goes to the general path, which stores or rejects it.
+            or request.flag is not _ZERO
+            or request.sys_flag is not _ZERO
+            or request.reconsume_times is not _ZERO
+            or request.prepared_transaction_offset is not _ZERO
+        ):
+            return None
+        return plan, born_host
+
+    def parts(self, request: PutRequest) -> Packed | None:
+        """The packed writer's parts of a template request, or ``None`` (see ``check``)."""
+        checked = self.check(request)
+        if checked is None:
+            return None
+        plan, born_host = checked
+        body = request.body
+        body_size = len(body)
+        return (
+            request.topic, request.queue_id, body, request.born_timestamp_ms, born_host, 0, 0, 0,
+            0, True, None, True, plan.topic, plan.props_size, plan.before, plan.after,
+            plan.packers.get(body_size) or plan.packer(body_size), _crc32(body) & 0x7FFFFFFF,
+            plan.fixed_size + body_size,
+        )  # fmt: skip
+
+    def _plan(self, topic: object, tags: object) -> RecordPlan | None:
+        """The template plan for (``topic``, ``tags``); ``None`` (remembered too) sends such
+        messages down the general path."""
+        plan = None
+        if type(topic) is str and not check_topic(topic):
+            plan = record_plan(topic, tags or None, self._key_size, self._record_crc)
+        try:
+            key = (topic, tags) if tags else topic
+            hash(key)
+        except TypeError:
+            return None
+        if len(self._plans) >= _PLANS_MAX:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
 
 
 class UniqKeys:
-    """UNIQ_KEY ids, the same as ``msg_id.UniqKeyGenerator`` makes (spec 4.2), cheaper.
+    """UNIQ_KEY ids, the same as ``msg_id.UniqKeyGenerator`` makes (``docs/FORMAT.md`` 5), cheaper.
 
     Layout: ip (4/16) ‖ int16 pid ‖ int32 instance hash ‖ int32 ms since the start of the
     month ‖ int16 counter; upper-case hex. Everything but the counter changes at most once

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import struct
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from rmq_spark.store.codec import encode_blank, encode_record
@@ -24,7 +25,15 @@ from rmq_spark.store.layout import BLANK_MAGIC_CODE
 from rmq_spark.store.message import HostAddress, MessageRecord
 from rmq_spark.store.properties import encode_properties, java_hashmap_order
 
-__all__ = ["BLANK_CASES", "CASES", "DESCRIPTIONS", "annotate", "golden_bytes", "read_hex"]
+__all__ = [
+    "BLANK_CASES",
+    "CASES",
+    "CRC_CASES",
+    "DESCRIPTIONS",
+    "annotate",
+    "golden_bytes",
+    "read_hex",
+]
 
 GOLDEN_DIR = Path(__file__).resolve().parent
 
@@ -167,6 +176,15 @@ CASES: dict[str, MessageRecord] = {
     ),
 }
 
+# Written with the record CRC property (docs/FORMAT.md 2.3): encode_record(record_crc=True).
+# Decoding leaves the property out of ``properties``, so ``decode(golden) == CRC_CASES[name]``.
+CRC_CASES: dict[str, MessageRecord] = {
+    "record_crc": replace(CASES["v1_ipv4"], queue_offset=43, physical_offset=1073743310),
+    "record_crc_no_trailing_separator": replace(
+        CASES["props_no_trailing_separator"], queue_offset=8, physical_offset=4300
+    ),
+}
+
 BLANK_CASES: dict[str, int] = {"blank": 1234}  # name -> remaining_bytes
 
 DESCRIPTIONS = {
@@ -179,6 +197,8 @@ DESCRIPTIONS = {
     "unicode": "UTF-8 topic, body and properties; a value containing \\x01",
     "edge_values": "int32/int64 extremes in every numeric field, sysflag 0x303",
     "blank": "BLANK end-of-file record, 1234 bytes left in the segment",
+    "record_crc": "as v1_ipv4 with the 20-byte __CRC32# record CRC property at the end",
+    "record_crc_no_trailing_separator": "record CRC after properties that had no trailing \\x02",
 }
 
 
@@ -186,6 +206,8 @@ def golden_bytes(name: str) -> bytes:
     """What ``name``'s file should contain, from code."""
     if name in BLANK_CASES:
         return encode_blank(BLANK_CASES[name])
+    if name in CRC_CASES:
+        return encode_record(CRC_CASES[name], record_crc=True)
     return encode_record(CASES[name])
 
 
@@ -259,7 +281,7 @@ def render(name: str) -> str:
 def main(argv: list[str]) -> int:
     check = "--check" in argv
     status = 0
-    for name in [*CASES, *BLANK_CASES]:
+    for name in [*CASES, *CRC_CASES, *BLANK_CASES]:
         path = GOLDEN_DIR / f"{name}.hex"
         if check:
             if not path.exists() or read_hex(path) != golden_bytes(name):

@@ -7,12 +7,15 @@ prefix (``NeedMoreData`` until the last byte), then with trailing bytes.
 
 from __future__ import annotations
 
+import dataclasses
 import struct
+import zlib
 
 import pytest
-from make_golden import BLANK_CASES, CASES, GOLDEN_DIR, read_hex
+from make_golden import BLANK_CASES, CASES, CRC_CASES, GOLDEN_DIR, read_hex
 
 from rmq_spark.store.codec import (
+    RECORD_CRC_BYTES,
     BlankPadding,
     DecodedRecord,
     NeedMoreData,
@@ -30,7 +33,7 @@ def golden(name: str) -> bytes:
 
 def test_every_case_has_a_committed_golden_file_and_no_file_is_orphaned():
     names = {path.stem for path in GOLDEN_DIR.glob("*.hex")}
-    assert names == set(CASES) | set(BLANK_CASES)
+    assert names == set(CASES) | set(CRC_CASES) | set(BLANK_CASES)
 
 
 @pytest.mark.parametrize("name", RECORD_NAMES)
@@ -124,3 +127,20 @@ def test_properties_goldens_differ_only_by_the_trailing_separator():
     without = CASES["props_no_trailing_separator"].properties
     assert with_sep == without + "\x02"
     assert len(golden("props_no_trailing_separator")) == 91 + 9 + 9 + len(without)
+
+
+@pytest.mark.parametrize("name", sorted(CRC_CASES))
+def test_record_crc_goldens_encode_decode_and_carry_the_spec_digits(name):
+    data = golden(name)
+    record = CRC_CASES[name]
+    assert encode_record(record, record_crc=True) == data
+    outcome = decode_record(data, check_crc=True)
+    # The separator inserted before the property (properties without a trailing one) stays.
+    props = record.properties if record.properties.endswith("\x02") else record.properties + "\x02"
+    assert outcome == DecodedRecord(dataclasses.replace(record, properties=props), 0, len(data), 1)
+    (props_size,) = struct.unpack_from(">h", data, len(data) - len(props) - 22)
+    assert props_size == len(props) + RECORD_CRC_BYTES
+    tail = data[-RECORD_CRC_BYTES:]
+    assert tail[:9] == b"__CRC32#\x01" and tail[-1:] == b"\x02"
+    crc = zlib.crc32(data[:-RECORD_CRC_BYTES]) & 0x7FFFFFFF  # independent of the codec
+    assert tail[9:19] == str(crc)[::-1].ljust(10, "0").encode()

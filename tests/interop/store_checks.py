@@ -4,6 +4,7 @@ output). These helpers assert; the test modules decide what to run them on."""
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 from typing import Any
@@ -11,7 +12,13 @@ from typing import Any
 from rmq_java import unb64
 
 from rmq_spark.interop import Harness
-from rmq_spark.store.codec import BlankPadding, DecodedRecord, Unwritten, decode_record
+from rmq_spark.store.codec import (
+    RECORD_CRC_BYTES,
+    BlankPadding,
+    DecodedRecord,
+    Unwritten,
+    decode_record,
+)
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.delay_levels import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
@@ -38,6 +45,9 @@ __all__ = [
 ]
 
 SEGMENT_SIZE_BYTES = 64 * 1024
+VERIFY_PROP_CRC_ENV = "RMQ_INTEROP_FORCE_VERIFY_PROP_CRC"
+"""Set for ``read-store``: RocketMQ loads with ``forceVerifyPropCRC`` (records lacking the
+property then fail its check, so only stores whose records all carry it are read so)."""
 MESSAGE_COUNT = 120
 RETRY_TOPIC_V2 = "%RETRY%" + "g" * 140  # > 127 chars: a v2 record
 
@@ -182,7 +192,13 @@ def rocketmq_reads(harness: Harness, root: Path, tmp_path: Path) -> dict[str, li
     copy = tmp_path / "copy"
     shutil.copytree(root, copy)
     by_event: dict[str, list[dict]] = {}
-    for line in harness.read_store(copy):
+    # RocketMQ 5.2+ verifies the record CRC property of every record (all of ours carry it).
+    os.environ[VERIFY_PROP_CRC_ENV] = "1"
+    try:
+        lines = harness.read_store(copy)
+    finally:
+        del os.environ[VERIFY_PROP_CRC_ENV]
+    for line in lines:
         by_event.setdefault(line["event"], []).append(line)
     return by_event
 
@@ -217,7 +233,11 @@ def check_rocketmq_sees_our_store(
         assert message["msgId"] == result.msg_id, label
         assert message["storeTimestamp"] == result.store_timestamp_ms, label
         assert unb64(message["body"]) == record.body, label
-        assert message["propertiesString"] == record.properties, label
+        # Our records carry the record CRC property (FORMAT.md 2.3); RocketMQ shows it as a
+        # property, our decoder leaves it out. RocketMQ verified it (forceVerifyPropCRC).
+        stored = message["propertiesString"]
+        assert stored[-RECORD_CRC_BYTES:-11] == "__CRC32#\x01", label
+        assert stored[:-RECORD_CRC_BYTES] == record.properties, label
         assert message["sysFlag"] == record.sys_flag, label
         assert message["bodyCrc"] == record.body_crc, label
         assert HostAddress.parse(message["bornHost"]) == record.born_host, label

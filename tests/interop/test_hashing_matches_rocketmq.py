@@ -159,7 +159,9 @@ PROPERTY_STRINGS = [
 def test_properties_parsing_matches_string2message_properties(harness: Harness) -> None:
     answers = harness.encode([{"op": "props", "string": s} for s in PROPERTY_STRINGS])
     for text, answer in zip(PROPERTY_STRINGS, answers, strict=True):
-        assert parse_properties(text) == answer["properties"], repr(text)
+        # Ours leaves out the record CRC property (FORMAT.md 2.3); otherwise the same map.
+        expected = {k: v for k, v in answer["properties"].items() if k != "__CRC32#"}
+        assert parse_properties(text) == expected, repr(text)
 
 
 def test_string_hash_counts_lone_surrogates_as_java_does(harness: Harness) -> None:

@@ -20,7 +20,7 @@ from store_checks import (
 
 from rmq_spark.errors import CorruptRecordError
 from rmq_spark.interop import Harness
-from rmq_spark.store.codec import record_size
+from rmq_spark.store.codec import RECORD_CRC_BYTES, record_size
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, segment_base_offset, segment_name
 from rmq_spark.store.message import MessageRecord
@@ -89,6 +89,35 @@ def test_a_flipped_body_byte_rocketmq_truncates_silently_and_we_refuse_to_open(
     assert raised.value.path.endswith(segment.name)
 
 
+def test_rocketmq_verifies_our_record_crc_and_so_catches_a_flipped_header_byte(
+    harness: Harness, our_sync_store: dict[str, Any], tmp_path: Path
+) -> None:
+    # BODYCRC does not cover BORNTIMESTAMP; the record CRC property does, and RocketMQ 5.3.3
+    # with forceVerifyPropCRC computes the same CRC over our bytes (else the clean store above
+    # would fail too): it stops at the flipped record, and so do we.
+    results: list[PutResult] = our_sync_store["results"]
+    victim_index = len(results) // 2
+    victim = results[victim_index]
+    copy = tmp_path / "flipped"
+    shutil.copytree(our_sync_store["root"], copy)
+    segment, position = _segment_of(copy, victim.physical_offset)
+    data = bytearray(segment.read_bytes())
+    data[position + 47] ^= 0x01  # the low byte of BORNTIMESTAMP
+    segment.write_bytes(bytes(data))
+    ours_copy = tmp_path / "flipped-for-us"
+    shutil.copytree(copy, ours_copy)
+
+    seen = rocketmq_reads(harness, copy, tmp_path)
+    (load,) = seen["load"]
+    assert load["maxOffset"] == victim.physical_offset  # RocketMQ truncated at the bad record
+    assert len(seen.get("message", [])) == victim_index
+
+    config = StoreConfig(root_dir=ours_copy, segment_size_bytes=SEGMENT_SIZE_BYTES)
+    with pytest.raises(CorruptRecordError, match="record CRC mismatch") as raised:
+        MessageStore.open(config)
+    assert raised.value.position == position
+
+
 def test_we_and_rocketmq_recover_a_torn_unflushed_tail_to_the_same_offset(
     harness: Harness, tmp_path: Path
 ) -> None:
@@ -155,7 +184,7 @@ def test_rocketmq_reads_our_segments_filled_to_the_last_eight_bytes_and_one_shor
     # then one that misses fitting by a single byte, each followed by a BLANK and a roll.
     config = StoreConfig(root_dir=tmp_path / "store", segment_size_bytes=SEGMENT_SIZE_BYTES)
     props = "KEYS\x01k\x02"
-    fixed = record_size(len("TopicEdge"), 0, len(props))
+    fixed = record_size(len("TopicEdge"), 0, len(props) + RECORD_CRC_BYTES)  # FORMAT.md 2.3
     results: list[PutResult] = []
     with MessageStore.open(config) as store:
 

@@ -91,8 +91,8 @@ def test_no_put_async_of_many_producers_resolves_before_the_fsync_that_covers_it
         flush_policy=FlushPolicy.SYNC,
         segment_size_bytes=1 << 16,
     )
-    commit = AsyncGroupCommit(store._group, 10_000, wave_size)  # noqa: SLF001 - the wave size
-    store._async_commit = commit  # noqa: SLF001
+    commit = AsyncGroupCommit(store._durability.group, 10_000, wave_size)  # noqa: SLF001 - the wave size
+    store._durability._async_commit = commit  # noqa: SLF001
 
     async def producer(index: int) -> list[PutResult]:
         return [await _durable_put(store, tmp_path, b"p%d-%d" % (index, i)) for i in range(8)]
@@ -104,7 +104,7 @@ def test_no_put_async_of_many_producers_resolves_before_the_fsync_that_covers_it
     results = [result for results in per_producer for result in results]
     assert all(result.status is PutStatus.PUT_OK for result in results)
     assert len({result.physical_offset for result in results}) == 64 * 8
-    assert store._group.fsync_count > 1  # noqa: SLF001 - several groups, not one
+    assert store._durability.group.fsync_count > 1  # noqa: SLF001 - several groups, not one
     store.close()
     store = open_store(tmp_path, segment_size_bytes=1 << 16)
     for index, results in enumerate(per_producer):
@@ -116,7 +116,7 @@ def test_no_put_async_of_many_producers_resolves_before_the_fsync_that_covers_it
 def test_a_wave_goes_to_the_flush_thread_once_it_has_wave_size_puts(tmp_path: Path) -> None:
     opener = GatedOpener()
     store = open_store(tmp_path, opener=opener, flush_policy=FlushPolicy.SYNC)
-    store._async_commit = AsyncGroupCommit(store._group, 10_000, 3)  # noqa: SLF001
+    store._durability._async_commit = AsyncGroupCommit(store._durability.group, 10_000, 3)  # noqa: SLF001
     opener.release.clear()
     opener.fsync_entered.clear()
 
@@ -143,7 +143,7 @@ def test_concurrent_put_async_calls_share_one_fsync_and_one_loop_wake_up(
     tmp_path: Path, io_uring: bool
 ) -> None:
     store = open_store(tmp_path, flush_policy=FlushPolicy.SYNC, io_uring=io_uring)
-    fsyncs_before = store._group.fsync_count  # noqa: SLF001 - white-box: the grouping
+    fsyncs_before = store._durability.group.fsync_count  # noqa: SLF001 - white-box: the grouping
 
     async def main() -> list[PutResult]:
         return await asyncio.gather(
@@ -152,13 +152,13 @@ def test_concurrent_put_async_calls_share_one_fsync_and_one_loop_wake_up(
 
     results = asyncio.run(main())
     assert all(result.ok for result in results)
-    commit = store._async_commit  # noqa: SLF001
+    commit = store._durability._async_commit  # noqa: SLF001
     assert commit is not None
     if io_uring and ring_available():  # the loop fsyncs itself: no thread hands anything back
         assert commit._ring is not None and commit.groups == 0  # noqa: SLF001
     else:
         assert commit._ring is None and commit.groups == 1  # one call_soon_threadsafe  # noqa: SLF001
-    assert store._group.fsync_count - fsyncs_before == 1  # noqa: SLF001
+    assert store._durability.group.fsync_count - fsyncs_before == 1  # noqa: SLF001
     store.close()
 
 
@@ -166,7 +166,7 @@ def test_async_store_put_async_returns_without_a_flush_thread(tmp_path: Path) ->
     store = open_store(tmp_path)
     result = asyncio.run(store.put_async(PutRequest("A", b"x")))
     assert result.ok and store.read(result.physical_offset).body == b"x"
-    assert store._async_commit is None  # noqa: SLF001
+    assert store._durability._async_commit is None  # noqa: SLF001
     store.close()
 
 

@@ -22,7 +22,6 @@ from rmq_spark.store.codec import (
     encode_blank,
     encode_record,
     encode_record_mutable,
-    patch_record,
     peek_header,
     record_size,
     store_timestamp_position,
@@ -380,25 +379,7 @@ def test_flipping_any_byte_is_detected_or_changes_a_visible_field(born, store, t
             assert outcome.record.body == original.body, (index, mask)
 
 
-# --- patch and peek -----------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("born", "store"), [(V4, V4), (V6, V4), (V4, V6), (V6, V6)], ids=["44", "64", "46", "66"]
-)
-def test_patch_record_fills_offsets_and_store_timestamp_in_place(born, store):
-    record = message(born_host=born, store_host=store, queue_offset=0, physical_offset=0)
-    buf = bytearray(64) + encode_record_mutable(record)
-    patch_record(
-        buf, 64, queue_offset=77, physical_offset=123_456, store_timestamp_ms=1_800_000_000_000
-    )
-    patched = decode_record(buf, 64).record
-    assert patched == dataclasses.replace(
-        stored_form(record),
-        queue_offset=77,
-        physical_offset=123_456,
-        store_timestamp_ms=1_800_000_000_000,
-    )
+# --- positions and peek -------------------------------------------------------------------------
 
 
 def test_store_timestamp_position_depends_on_the_born_host_only():
@@ -406,17 +387,6 @@ def test_store_timestamp_position_depends_on_the_born_host_only():
     assert store_timestamp_position(0x20) == 56
     assert store_timestamp_position(0x10) == 68
     assert store_timestamp_position(0x30 | 0x8) == 68
-
-
-@pytest.mark.parametrize(
-    "changes",
-    [{"queue_offset": -1}, {"physical_offset": -1}, {"store_timestamp_ms": 1 << 63}],
-)
-def test_patch_record_rejects_out_of_range_values(changes):
-    values = {"queue_offset": 0, "physical_offset": 0, "store_timestamp_ms": 0, **changes}
-    buf = encode_record_mutable(message())
-    with pytest.raises(InvalidMessageError):
-        patch_record(buf, **values)
 
 
 def test_peek_header_reads_size_and_magic_without_validating():

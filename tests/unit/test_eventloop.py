@@ -56,7 +56,7 @@ def test_sync_put_async_on_uvloop_fsyncs_through_the_loop_and_is_durable(tmp_pat
 
     with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
         offsets = runner.run(main())
-    commit = store._async_commit  # noqa: SLF001 - white-box: which path ran
+    commit = store._durability._async_commit  # noqa: SLF001 - white-box: which path ran
     assert commit is not None
     assert (commit._ring is not None) == ring_available()  # noqa: SLF001
     store.close()

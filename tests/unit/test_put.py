@@ -159,7 +159,9 @@ def test_raw_properties_are_stored_verbatim(store) -> None:  # type: ignore[no-u
     raw = "DELAY\x013\x02REAL_TOPIC\x01T\x02UNIQ_KEY\x01K1"
     result = store.put(PutRequest("T", b"x", raw_properties=raw))
     record = store.read(result.physical_offset)
-    assert record.properties == raw and record.topic == "T"  # no delay rewrite, no new key
+    # No delay rewrite, no new key; the record CRC property is inserted after a separator
+    # (docs/FORMAT.md 2.3), which stays when the property is left out on reading.
+    assert record.properties == raw + "\x02" and record.topic == "T"
     assert result.uniq_key == "K1"
 
 
@@ -403,8 +405,10 @@ def test_single_puts_store_exactly_what_the_codec_encodes(tmp_path: Path, io_mod
     host = HostAddress("192.168.0.1", 10911)
     store = open_store(tmp_path, clock=clock, io_mode=io_mode, store_host=str(host))
     general = []
-    general_put = store._put_general
-    store._put_general = lambda request: general.append(request) or general_put(request)
+    general_put = store._appender._append_general
+    store._appender._append_general = lambda request: (
+        general.append(request) or general_put(request)
+    )
     queue_offsets: dict[tuple[str, int], int] = {}
     requests = _random_requests(seed=7, count=400)
     for index, request in enumerate(requests):
@@ -417,7 +421,7 @@ def test_single_puts_store_exactly_what_the_codec_encodes(tmp_path: Path, io_mod
         assert result.store_timestamp_ms == clock.now_ms()
         assert result.msg_id == offset_msg_id(host, result.physical_offset)
         stored = store.commitlog.read(result.physical_offset, result.total_size)
-        assert stored == encode_record(_expected_record(request, result, host))
+        assert stored == encode_record(_expected_record(request, result, host), record_crc=True)
     assert len(store.commitlog.segments) > 10  # 4 KiB segments: the puts rolled many times
     # The fast path took every message it can (no KEYS, flag or IPv6 host), the rest went
     # the general way, interleaved.
@@ -499,11 +503,13 @@ def test_put_batches_store_exactly_what_the_codec_encodes(tmp_path: Path, io_mod
         tmp_path, clock=clock, io_mode=io_mode, store_host=str(host), segment_size_bytes=8192
     )
     general = []
-    general_put = store._put_general
-    store._put_general = lambda request: general.append(request) or general_put(request)
+    general_put = store._appender._append_general
+    store._appender._append_general = lambda request: (
+        general.append(request) or general_put(request)
+    )
     fast = []
-    fast_batch = store._put_batch_fast
-    store._put_batch_fast = lambda parts: fast.append(parts) or fast_batch(parts)
+    fast_batch = store._appender._put_packed
+    store._appender._put_packed = lambda parts: fast.append(parts) or fast_batch(parts)
     requests = _random_requests(seed=11, count=600)
     rng = random.Random(3)
     queue_offsets: dict[tuple[str, int], int] = {}
@@ -525,7 +531,7 @@ def test_put_batches_store_exactly_what_the_codec_encodes(tmp_path: Path, io_mod
             assert result.store_timestamp_ms == clock.now_ms()
             assert result.msg_id == offset_msg_id(host, result.physical_offset)
             stored = store.commitlog.read(result.physical_offset, result.total_size)
-            assert stored == encode_record(_expected_record(request, result, host))
+            assert stored == encode_record(_expected_record(request, result, host), record_crc=True)
         assert results[-1].physical_offset + results[-1].total_size == store.max_offset
     assert general == []  # put_batch never falls back to single puts
     assert len(fast) > 20 and len(store.commitlog.segments) > 10

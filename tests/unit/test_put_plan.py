@@ -1,14 +1,14 @@
 from __future__ import annotations
 
-import struct
 from datetime import UTC
 
 import pytest
 
 from rmq_spark.clock import ManualClock
+from rmq_spark.store.codec import HEADER_SIZE_IPV4, RECORD_CRC_PLACEHOLDER
 from rmq_spark.store.msg_id import UniqKeyGenerator
 from rmq_spark.store.properties import parse_properties
-from rmq_spark.store.put_plan import HEADER_FORMAT, UniqKeys, record_plan
+from rmq_spark.store.put_plan import UniqKeys, record_plan
 
 _UTC = UTC
 
@@ -53,14 +53,16 @@ def test_record_plan_splits_the_properties_around_the_uniq_key(tags: str | None)
     plan = record_plan("TopicA", tags, 32)
     assert plan is not None
     key = "K" * 32
-    tail = plan.before[1 + 6 + 2 :] + key.encode() + plan.after
-    assert plan.before[:7] == b"\x06TopicA"
-    assert struct.unpack(">h", plan.before[7:9])[0] == len(tail)
+    props = plan.before + key.encode() + plan.after
+    assert plan.topic == b"\x06TopicA"
+    assert plan.props_size == len(props)
+    assert props.endswith(RECORD_CRC_PLACEHOLDER)  # the record CRC, sealed under the lock
     expected = {"UNIQ_KEY": key} if tags is None else {"UNIQ_KEY": key, "TAGS": tags}
-    assert parse_properties(tail.decode()) == expected
-    assert plan.fixed_size == struct.calcsize(HEADER_FORMAT) + len(plan.before) + 32 + len(
-        plan.after
-    )
+    assert parse_properties(props.decode()) == expected
+    assert plan.fixed_size == HEADER_SIZE_IPV4 + len(plan.topic) + 2 + len(props)
+    unsealed = record_plan("TopicA", tags, 32, record_crc=False)
+    assert unsealed is not None
+    assert unsealed.before + unsealed.after + RECORD_CRC_PLACEHOLDER == plan.before + plan.after
 
 
 @pytest.mark.parametrize(

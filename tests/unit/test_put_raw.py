@@ -1,4 +1,4 @@
-"""The raw-properties fast path (``store_put_raw.py``) writes what the codec and the general
+"""The raw-properties fast path (``raw.py``) writes what the codec and the general
 path write, and keeps the general path's rules."""
 
 from __future__ import annotations
@@ -92,8 +92,8 @@ def test_raw_batches_and_puts_store_exactly_what_the_codec_encodes(
     clock = ManualClock(1_700_000_000_000)
     store = _store(tmp_path, clock, io_mode)
     raw_batches: list[int] = []
-    put_raw = store._put_batch_raw
-    store._put_batch_raw = lambda parts: raw_batches.append(len(parts)) or put_raw(parts)
+    put_raw = store._appender._put_packed
+    store._appender._put_packed = lambda parts: raw_batches.append(len(parts)) or put_raw(parts)
     requests = _raw_requests(seed=5, count=600)
     rng = random.Random(9)
     queue_offsets: dict[tuple[str, int], int] = {}
@@ -117,7 +117,7 @@ def test_raw_batches_and_puts_store_exactly_what_the_codec_encodes(
             else:
                 assert result.queue_offset == 0
             stored = store.commitlog.read(result.physical_offset, result.total_size)
-            assert stored == encode_record(_expected(request, result))
+            assert stored == encode_record(_expected(request, result), record_crc=True)
             assert result.uniq_key == parse_properties(request.raw_properties).get("UNIQ_KEY")
     assert len(raw_batches) > 100 and len(store.commitlog.segments) > 10
     for key, next_offset in queue_offsets.items():
@@ -133,7 +133,7 @@ def test_the_raw_path_writes_the_same_log_and_results_as_the_general_path(
         clock = ManualClock(1_700_000_000_000)
         store = _store(tmp_path / name, clock)
         if name == "general":
-            store._raw_parts = lambda request: None
+            store._appender._raw = None
         requests = _raw_requests(seed=21, count=300)
         results = []
         for start in range(0, len(requests), 7):

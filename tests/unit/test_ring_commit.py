@@ -46,7 +46,7 @@ def test_many_producers_are_acknowledged_only_once_durable_and_published(tmp_pat
         return await asyncio.gather(*(producer(index) for index in range(24)))
 
     per_producer = asyncio.run(main())
-    commit = store._async_commit  # noqa: SLF001 - white-box: which path ran
+    commit = store._durability._async_commit  # noqa: SLF001 - white-box: which path ran
     assert commit is not None and commit.groups == 0
     assert len(store.commitlog.segments) > 1  # the fsyncs crossed segment rolls
     store.close()
@@ -147,7 +147,7 @@ def test_a_new_event_loop_takes_the_ring_over_once_the_first_is_closed(tmp_path:
     first = asyncio.run(one_round(b"first"))
     second = asyncio.run(one_round(b"second"))
     assert first.ok and second.ok
-    commit = store._async_commit  # noqa: SLF001
+    commit = store._durability._async_commit  # noqa: SLF001
     assert commit is not None and commit._ring is not None  # noqa: SLF001
     assert commit._ring.loop is loops[1] and commit.groups == 0  # noqa: SLF001
     store.close()
@@ -157,7 +157,7 @@ def test_a_store_without_io_uring_uses_its_flush_thread(tmp_path: Path) -> None:
     store = _sync_store(tmp_path, io_uring=False)
     result = asyncio.run(store.put_async(PutRequest("A", b"x")))
     assert result.ok
-    commit = store._async_commit  # noqa: SLF001
+    commit = store._durability._async_commit  # noqa: SLF001
     assert commit is not None and commit._ring is None and commit.groups == 1  # noqa: SLF001
     store.close()
 

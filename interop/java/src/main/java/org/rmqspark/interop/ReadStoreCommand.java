@@ -50,6 +50,9 @@ final class ReadStoreCommand {
         int cqBytes = cqFileSize(root.resolve("consumequeue"), StoreFactory.CQ_UNITS_PER_FILE * 20);
         boolean lastExitOK = !Files.exists(root.resolve("abort"));
         MessageStoreConfig config = StoreFactory.config(root, segmentBytes, cqBytes);
+        // 5.2+: verify the __CRC32# record CRC property of every record (a record without it
+        // then fails), for stores whose records all carry it: set by the Python tests.
+        config.setForceVerifyPropCRC("1".equals(System.getenv("RMQ_INTEROP_FORCE_VERIFY_PROP_CRC")));
         DefaultMessageStore store = StoreFactory.open(config);
         boolean loaded = store.load();
         CommitLog commitLog = store.getCommitLog();

@@ -1,0 +1,563 @@
+"""``Appender``: what happens on a put under the put lock (the other half is ``durability.py``).
+
+Owns the critical section of every put: the store timestamp, physical offset, queue offset and
+UNIQ_KEY assigned together, the record written into the active segment (packed straight into
+its memory map where it can be) and sealed with its record CRC, the idempotency window, the
+last record's offset and timestamp, and failing closed after a write that cannot be undone.
+Does not own validation and encoding rules (``put.py``, ``put_plan.py``, ``codec.py``), files
+(``commitlog.py``), fsyncs (``durability.py``) or the store's lifecycle (``message_store.py``).
+
+Three ways in, the same bytes (tests check each against ``codec.encode_record``):
+
+* *Template*: a message whose only properties are TAGS and a generated UNIQ_KEY, with IPv4
+  hosts, a v1 topic, a ``bytes`` body and default flags (what most producers send): its
+  ``put_plan.RecordPlan`` holds everything but the body and the key (``put_plan.Templates``).
+* *Raw*: a copy put back with its stored properties string verbatim (``raw_properties``:
+  delay redelivery, transaction commit), IPv4 hosts, a v1 topic, a ``bytes`` body, not
+  ``idempotent`` (``raw.py`` checks it). Its stale record CRC is replaced.
+* *General*: anything else is validated and encoded outside the lock (``put.prepare``), then
+  given its offsets and store timestamp and written under it.
+
+Template and raw records are ``codec.record_packer`` records (``header ‖ body ‖ topic ‖
+properties length ‖ head ‖ key ‖ tail``) and share one writer, ``_put_packed``; the single
+template put writes its one record itself (a list, a loop and the result tuples would cost a
+third of a put). A batch takes the packed writer when all its requests can.
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import struct
+import zlib
+from collections.abc import Callable, Sequence
+from typing import cast
+
+from rmq_spark.clock import Clock
+from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION, seal_record
+from rmq_spark.store.commitlog import CommitLog
+from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.delay_levels import parse_message_delay_level
+from rmq_spark.store.layout import MESSAGE_MAGIC_CODE_V1
+from rmq_spark.store.message import HostAddress
+from rmq_spark.store.put import (
+    IdempotencyWindow,
+    PreparedMessage,
+    PutContext,
+    PutRequest,
+    PutResult,
+    PutStatus,
+    WindowEntry,
+    duplicates_in,
+    ipv4_of,
+    prepare,
+    reject_batch,
+)
+from rmq_spark.store.put_lock import PutLock
+from rmq_spark.store.put_plan import Packed, Templates, UniqKeys
+from rmq_spark.store.raw import RawParts
+from rmq_spark.store.recovery import RecoveredState
+from rmq_spark.store.segment import Segment
+
+__all__ = ["Appender"]
+
+_log = logging.getLogger(__name__)
+_pack_offsets = OFFSETS.pack_into
+_pack_i64 = struct.Struct(">q").pack_into
+_PUT_OK = PutStatus.PUT_OK
+_MAGIC = MESSAGE_MAGIC_CODE_V1
+_crc32 = zlib.crc32
+_seal = seal_record
+
+
+class Appender:
+    """The put lock's critical section of one store (see the module docstring).
+
+    ``append`` and ``append_batch`` write and return results (and, for a batch, the end
+    offset an fsync must cover); they never wait for durability. ``start`` adopts what
+    recovery found; ``closed``/``failure`` make every later append ``SERVICE_NOT_AVAILABLE``.
+    ``on_failure`` is told when a failed write could not be undone (the store fails closed).
+    """
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        clock: Clock,
+        host: HostAddress,
+        pid: int,
+        on_failure: Callable[[OSError], None],
+    ) -> None:
+        self.lock = PutLock()
+        self.closed = False
+        self.failure: OSError | None = None
+        self.commitlog: CommitLog | None = None
+        self.queue_offsets: dict[tuple[str, int], int] = {}
+        self.window = IdempotencyWindow(0)
+        self.last_record_offset = -1
+        self.last_store_ts = 0
+        self._on_failure = on_failure
+        self._segment_size = config.segment_size_bytes
+        self._window_capacity = 0
+        self._crc = config.append_record_crc
+        self.msg_id_prefix = (host.packed() + host.port.to_bytes(4, "big")).hex().upper()
+        now = clock.now_ms()
+        self._uniq_keys = UniqKeys(host.ip, pid, (now * 31 + pid) & 0xFFFFFFFF, now)
+        self._clock = clock
+        self._now_ms = clock.now_ms
+        self._ctx = PutContext(
+            max_body_bytes=config.max_message_size_bytes,
+            max_delay_level=len(parse_message_delay_level(config.message_delay_level)),
+            store_host=host,
+            new_uniq_key=lambda: self._uniq_keys.key_at(clock.now_ms()),
+            record_crc=self._crc,
+        )
+        store_ipv4 = ipv4_of(host)
+        self._store_ip, self._store_port = store_ipv4 or (b"", 0)
+        # Template and raw records are packed with IPv4 hosts only.
+        self._templates = (
+            Templates(config.max_message_size_bytes, self._uniq_keys.key_size, self._crc)
+            if store_ipv4
+            else None
+        )
+        self._raw = RawParts(config.max_message_size_bytes, self._crc) if store_ipv4 else None
+
+    def start(self, commitlog: CommitLog, state: RecoveredState) -> None:
+        """Adopt the recovered log, queue offsets and idempotency window."""
+        self.commitlog = commitlog
+        self.queue_offsets = state.queue_offsets.offsets
+        self.window = state.window
+        self._window_capacity = max(0, state.window.capacity)
+        self.last_record_offset = state.last_record_offset
+        self.last_store_ts = state.last_store_timestamp_ms
+
+    # --- one message ----------------------------------------------------------------------
+
+    def append(self, request: PutRequest) -> PutResult:
+        """Write one message (page cache); the outcome is in ``PutResult.status``."""
+        # The template path, the packed writer's loop body written out for one record (a
+        # list, a loop and a tuple per put cost a third of a put): the record is packed
+        # whole, straight into the segment's memory map, under the lock.
+        checked = self._templates.check(request) if self._templates is not None else None
+        if checked is None:
+            return self._append_general(request)
+        plan, born_host = checked
+        topic = request.topic
+        body = request.body
+        queue_id = request.queue_id
+        born = request.born_timestamp_ms
+        body_size = len(body)
+        crc = _crc32(body) & 0x7FFFFFFF
+        size = plan.fixed_size + body_size
+        packer = plan.packers.get(body_size) or plan.packer(body_size)
+        key = (topic, queue_id)
+        lock = self.lock
+        if not lock.mutex.acquire(False):
+            lock.acquire_contended()
+        try:
+            if self.failure is not None or self.closed:
+                return self.unavailable()
+            commitlog = self.commitlog
+            assert commitlog is not None
+            segment = commitlog.active
+            if segment is None or size + 8 > segment.limit - segment.write_position:
+                try:
+                    segment = commitlog.segment_for_append(size)
+                except OSError as err:
+                    return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+            position = segment.write_position
+            physical_offset = segment.base_offset + position
+            now = self._now_ms()
+            uniq_key = self._uniq_keys.key_at(now)
+            queue_offset = self.queue_offsets.get(key, 0)
+            values = (
+                size, _MAGIC, crc, queue_id, 0, queue_offset, physical_offset, 0,
+                now if born is None else born, born_host[0], born_host[1], now, self._store_ip,
+                self._store_port, 0, 0, body_size, body, plan.topic, plan.props_size, plan.before,
+                uniq_key.encode("ascii"), plan.after,
+            )  # fmt: skip
+            mapping = segment.mapping
+            if mapping is not None and position + size <= segment.size_bytes:
+                packer.pack_into(mapping, position, *values)
+                if self._crc:
+                    _seal(mapping, position, size)
+                segment.write_position = position + size
+            else:
+                buf = bytearray(packer.pack(*values))
+                if self._crc:
+                    _seal(buf, 0, size)
+                try:
+                    segment.append(buf)
+                except OSError as err:
+                    self._undo_failed_write(segment, size, err)
+                    return _failed(PutStatus.UNKNOWN_ERROR, "writing the record", err)
+            self.queue_offsets[key] = queue_offset + 1
+            if self._window_capacity:
+                self.window.add(
+                    topic, uniq_key, (physical_offset, size, queue_offset, queue_id, now)
+                )
+            self.last_record_offset = physical_offset
+            self.last_store_ts = now
+        finally:
+            lock.mutex.release()
+            if lock.parked:
+                lock.wake_one()
+        return PutResult(
+            _PUT_OK,
+            physical_offset,
+            queue_offset,
+            f"{self.msg_id_prefix}{physical_offset:016X}",
+            topic,
+            queue_id,
+            now,
+            uniq_key,
+            size,
+        )
+
+    def _append_general(self, request: PutRequest) -> PutResult:
+        """``append`` of any request: a raw copy the packed writer takes, else validated and
+        encoded outside the lock (``put.prepare``), then placed and written under it."""
+        if self.closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
+        if request.raw_properties is not None and self._raw is not None:
+            packed = self._raw.parts(request)
+            if packed is not None:
+                return self._put_packed([packed])[0][0]
+        prepared = prepare(request, self._ctx, self._clock.now_ms())
+        if type(prepared) is PutResult:
+            return prepared
+        assert isinstance(prepared, PreparedMessage)
+        # ``_place`` for one record, written out: its loop and tables cost a sixth of a put.
+        buf = prepared.buf
+        size = prepared.size
+        topic = prepared.topic
+        uniq_key = prepared.uniq_key
+        key = (topic, prepared.queue_id)
+        with self.lock:
+            if self.failure is not None or self.closed:
+                return self.unavailable()
+            if prepared.idempotent and uniq_key is not None:
+                entry = self.window.get(topic, uniq_key)
+                if entry is not None:
+                    return self.duplicate(prepared, entry)  # durable once the first is
+            commitlog = self.commitlog
+            assert commitlog is not None
+            try:
+                segment = commitlog.segment_for_append(size)
+            except OSError as err:
+                return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+            physical_offset = segment.base_offset + segment.write_position
+            consumes = prepared.consumes_queue_offset
+            queue_offset = self.queue_offsets.get(key, 0) if consumes else 0
+            now = self._now_ms()
+            _pack_offsets(buf, QUEUE_OFFSET_POSITION, queue_offset, physical_offset)
+            _pack_i64(buf, prepared.timestamp_position, now)
+            if self._crc:
+                _seal(buf, 0, size)
+            try:
+                segment.append(buf)
+            except OSError as err:
+                self._undo_failed_write(segment, size, err)
+                return _failed(PutStatus.UNKNOWN_ERROR, "writing the record", err)
+            if consumes:
+                self.queue_offsets[key] = queue_offset + 1
+            if uniq_key is not None:
+                self.window.add(
+                    topic, uniq_key, (physical_offset, size, queue_offset, prepared.queue_id, now)
+                )
+            self.last_record_offset = physical_offset
+            self.last_store_ts = now
+        return PutResult(
+            _PUT_OK, physical_offset, queue_offset, f"{self.msg_id_prefix}{physical_offset:016X}",
+            prepared.topic, prepared.queue_id, now, uniq_key, prepared.size,
+        )  # fmt: skip
+
+    # --- batches --------------------------------------------------------------------------
+
+    def append_batch(self, requests: Sequence[PutRequest]) -> tuple[list[PutResult], int]:
+        """Write many messages with one lock acquisition: all or nothing for validity, one
+        segment, consecutive queue offsets, idempotent repeats written once. Returns the
+        results and the end offset an fsync must cover (0: nothing to wait for)."""
+        count = len(requests)
+        if not count:
+            return [], 0
+        if self.closed:
+            closed = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
+            return [closed] * count, 0
+        if getattr(requests[0], "raw_properties", None) is None:
+            builder: Templates | RawParts | None = self._templates
+        else:  # a template request in the batch: both builders decline it
+            builder = self._raw
+        if builder is not None:
+            build = builder.parts
+            packed = [build(request) for request in requests]
+            if None not in packed:
+                return self._put_packed(cast("list[Packed]", packed))
+        now = self._clock.now_ms()
+        ctx = self._ctx
+        prepared = [prepare(request, ctx, now) for request in requests]
+        rejected = reject_batch(prepared)
+        if rejected is not None:
+            return rejected, 0
+        return self._write_prepared(cast("list[PreparedMessage]", prepared))
+
+    def _put_packed(self, parts: list[Packed]) -> tuple[list[PutResult], int]:
+        """Template and raw records, packed straight into the segment's memory map (or one
+        buffer) under one lock acquisition; returns the results and the end offset."""
+        count = len(parts)
+        total = sum(part[18] for part in parts)
+        if total + 8 > self._segment_size:
+            detail = f"batch of {total} bytes does not fit a segment"
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count, 0
+        placed: list[tuple[int, int, str | None]] = []  # (physical, queue offset, UNIQ_KEY)
+        lock = self.lock
+        if not lock.mutex.acquire(False):
+            lock.acquire_contended()
+        try:
+            if self.failure is not None or self.closed:
+                return [self.unavailable()] * count, 0
+            where = self._batch_target(total, count)
+            if isinstance(where, list):
+                return where, 0
+            segment, position, target, offset, buffer = where
+            physical_offset = segment.base_offset + position
+            now = self._now_ms()
+            queue_offsets = self.queue_offsets
+            pending: dict[tuple[str, int], int] = {}
+            key_at = self._uniq_keys.key_at
+            store_ip = self._store_ip
+            store_port = self._store_port
+            crc_on = self._crc
+            for (
+                topic, queue_id, body, born, born_host, flag, sys_flag, reconsume, prepared,
+                consumes, uniq_key, generate, topic_bytes, props_size, head, tail, packer, crc,
+                size,
+            ) in parts:  # fmt: skip
+                if consumes:
+                    key = (topic, queue_id)
+                    queue_offset = pending.get(key)
+                    if queue_offset is None:
+                        queue_offset = queue_offsets.get(key, 0)
+                    pending[key] = queue_offset + 1
+                else:
+                    queue_offset = 0
+                if generate:
+                    uniq_key = key_at(now)
+                    key_bytes = uniq_key.encode("ascii")
+                else:
+                    key_bytes = b""
+                packer.pack_into(
+                    target, offset, size, _MAGIC, crc, queue_id, flag, queue_offset,
+                    physical_offset, sys_flag, now if born is None else born, born_host[0],
+                    born_host[1], now, store_ip, store_port, reconsume, prepared, len(body),
+                    body, topic_bytes, props_size, head, key_bytes, tail,
+                )  # fmt: skip
+                if crc_on:
+                    _seal(target, offset, size)
+                placed.append((physical_offset, queue_offset, uniq_key))
+                offset += size
+                physical_offset += size
+            failed = self._finish_batch_write(segment, position, total, buffer, count)
+            if failed is not None:
+                return failed, 0
+            queue_offsets.update(pending)
+            if self._window_capacity:
+                add = self.window.add
+                for part, (offset, queue_offset, uniq_key) in zip(parts, placed, strict=True):
+                    if uniq_key is not None:
+                        add(part[0], uniq_key, (offset, part[18], queue_offset, part[1], now))
+            self.last_record_offset = placed[-1][0]
+            self.last_store_ts = now
+        finally:
+            lock.mutex.release()
+            if lock.parked:
+                lock.wake_one()
+        prefix = self.msg_id_prefix
+        results = [
+            PutResult(
+                _PUT_OK,
+                offset,
+                queue_offset,
+                f"{prefix}{offset:016X}",
+                part[0],
+                part[1],
+                now,
+                uniq_key,
+                part[18],
+            )  # fmt: skip
+            for part, (offset, queue_offset, uniq_key) in zip(parts, placed, strict=True)
+        ]
+        return results, physical_offset
+
+    def _batch_target(
+        self, total: int, count: int
+    ) -> tuple[Segment, int, mmap.mmap | bytearray, int, bytearray | None] | list[PutResult]:
+        """Lock held: the segment ``total`` bytes go to, its write position, and where to pack
+        them: straight into its mapping, or into a buffer (returned last, else ``None``)
+        appended by ``_finish_batch_write``. Failed results if no segment could be created."""
+        commitlog = self.commitlog
+        assert commitlog is not None
+        segment = commitlog.active
+        if segment is None or total + 8 > segment.limit - segment.write_position:
+            try:
+                segment = commitlog.segment_for_append(total)
+            except OSError as err:
+                failed = _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+                return [failed] * count
+        position = segment.write_position
+        mapping = segment.mapping
+        if mapping is not None and position + total <= segment.size_bytes:
+            return segment, position, mapping, position, None
+        buffer = bytearray(total)
+        return segment, position, buffer, 0, buffer
+
+    def _finish_batch_write(
+        self, segment: Segment, position: int, total: int, buffer: bytearray | None, count: int
+    ) -> list[PutResult] | None:
+        """Lock held: make the written bytes part of the segment; failed results if appending
+        the buffer failed (the segment is then restored by ``_undo_failed_write``)."""
+        if buffer is None:
+            segment.write_position = position + total
+            return None
+        try:
+            segment.append(buffer)
+        except OSError as err:
+            self._undo_failed_write(segment, total, err)
+            return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count
+        return None
+
+    def _write_prepared(self, messages: list[PreparedMessage]) -> tuple[list[PutResult], int]:
+        """Place, complete (offsets, store timestamp, record CRC) and write pre-encoded
+        records under one lock acquisition; idempotent repeats are answered, not written."""
+        count = len(messages)
+        total = sum(message.size for message in messages)
+        if total + 8 > self._segment_size:
+            detail = f"batch of {total} bytes does not fit a segment"
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count, 0
+        with self.lock:
+            if self.failure is not None or self.closed:
+                return [self.unavailable()] * count, 0
+            copies = duplicates_in(messages, self.window)
+            writes = [m for m in messages if id(m) not in copies] if copies else messages
+            placed: dict[int, tuple[int, int]] = {}
+            now = self._now_ms()
+            if writes:
+                failed = self._place(writes, now, placed)
+                if failed is not None:
+                    return [failed] * count, 0
+        prefix = self.msg_id_prefix
+        results = []
+        end = 0
+        for message in messages:
+            copy_of = copies.get(id(message)) if copies else None
+            if isinstance(copy_of, WindowEntry):
+                results.append(self.duplicate(message, copy_of))
+                end = max(end, copy_of.physical_offset + copy_of.total_size)
+                continue
+            physical_offset, queue_offset = placed[id(copy_of or message)]
+            end = max(end, physical_offset + message.size)
+            results.append(
+                PutResult(
+                    PutStatus.PUT_OK,
+                    physical_offset,
+                    queue_offset,
+                    prefix + format(physical_offset, "016X"),
+                    message.topic,
+                    message.queue_id,
+                    now,
+                    message.uniq_key,
+                    message.size,
+                    duplicate=copy_of is not None,
+                )  # fmt: skip
+            )
+        return results, end
+
+    def _place(
+        self, writes: list[PreparedMessage], now: int, placed: dict[int, tuple[int, int]]
+    ) -> PutResult | None:
+        """Lock held: complete and write ``writes``; fills ``placed``; a result on failure."""
+        size = sum(message.size for message in writes)
+        buf = writes[0].buf if len(writes) == 1 else bytearray().join(m.buf for m in writes)
+        commitlog = self.commitlog
+        assert commitlog is not None
+        try:
+            segment = commitlog.segment_for_append(size)
+        except OSError as err:
+            return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
+        base = segment.base_offset + segment.write_position
+        pending: dict[tuple[str, int], int] = {}
+        offsets = self.queue_offsets
+        pack_i64 = _pack_i64
+        crc_on = self._crc
+        position = 0
+        for message in writes:
+            if message.consumes_queue_offset:
+                key = (message.topic, message.queue_id)
+                queue_offset = pending.get(key)
+                if queue_offset is None:
+                    queue_offset = offsets.get(key, 0)
+                pending[key] = queue_offset + 1
+            else:
+                queue_offset = 0
+            _pack_offsets(buf, position + QUEUE_OFFSET_POSITION, queue_offset, base + position)
+            pack_i64(buf, position + message.timestamp_position, now)
+            if crc_on:
+                _seal(buf, position, message.size)
+            placed[id(message)] = (base + position, queue_offset)
+            position += message.size
+        try:
+            segment.append(buf)
+        except OSError as err:
+            placed.clear()
+            self._undo_failed_write(segment, size, err)
+            return _failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)
+        offsets.update(pending)
+        window = self.window
+        for message in writes:
+            if message.uniq_key is not None:
+                physical_offset, queue_offset = placed[id(message)]
+                window.add(
+                    message.topic,
+                    message.uniq_key,
+                    (physical_offset, message.size, queue_offset, message.queue_id, now),
+                )
+        self.last_record_offset = base + position - writes[-1].size
+        self.last_store_ts = now
+        return None
+
+    # --- outcomes -------------------------------------------------------------------------
+
+    def duplicate(self, message: PreparedMessage, entry: WindowEntry) -> PutResult:
+        """The result of an idempotent repeat: the first copy's (durable once it is)."""
+        return PutResult(
+            PutStatus.PUT_OK,
+            entry.physical_offset,
+            entry.queue_offset,
+            self.msg_id_prefix + format(entry.physical_offset, "016X"),
+            message.topic,
+            entry.queue_id,
+            entry.store_timestamp_ms,
+            message.uniq_key,
+            entry.total_size,
+            duplicate=True,
+        )
+
+    def unavailable(self) -> PutResult:
+        if self.closed:
+            return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
+        return PutResult(
+            PutStatus.SERVICE_NOT_AVAILABLE,
+            detail=f"store failed closed after an I/O error: {self.failure}; reopen it",
+        )
+
+    def _undo_failed_write(self, segment: Segment, size: int, err: OSError) -> None:
+        """Zero what a failed append may have left; if even that fails, fail closed."""
+        commitlog = self.commitlog
+        _log.error("append failed at %s: %s", commitlog and commitlog.max_offset, err)
+        try:
+            segment.discard_after_failed_write(size)
+        except OSError as undo_err:
+            self._on_failure(undo_err)
+
+
+def _failed(status: PutStatus, what: str, err: OSError) -> PutResult:
+    return PutResult(status, detail=f"{what} failed: {err}")
