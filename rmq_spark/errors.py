@@ -6,19 +6,30 @@ they happen::
     RmqError
     ├── ConfigError                bad or missing config key; names the key path
     ├── EnvironmentCheckError      Java / jars / venv missing: what to install and how
+    ├── InteropError               the Java interop harness failed to build or run
     ├── StoreError                 the CommitLog store
     │   ├── CorruptRecordError     bad bytes on disk: path, position, reason (and CRCs)
+    │   ├── InvalidMessageError    a message that cannot be encoded (before any write)
     │   ├── OffsetOutOfRangeError  requested offset outside [min, max)
     │   ├── StoreClosedError       the store was closed
     │   ├── StoreLockedError       another process holds the store's lock file
+    │   │   └── ScheduleLockedError  another redelivery job holds config/schedule.lock
     │   ├── StoreIOError           the OS refused a write/fsync/truncate (ENOSPC, EIO, ...)
-    │   └── StoreMetadataError     a damaged store JSON file (reader progress, retention record)
+    │   ├── StoreMetadataError     a damaged store JSON file (reader progress, retention record)
+    │   ├── ProgressFormatError    a damaged delay progress file (delayOffset.json, journal)
+    │   └── EntryMismatchError     a schedule entry that does not match its record
     ├── ProtocolError              a peer broke the wire protocol
     │   ├── LocalProtocolError     we were asked to send something invalid
     │   └── RemoteProtocolError    the peer sent something invalid
     ├── SourceError                bad Spark option, or an offset we did not issue
-    │   └── DataLossError          data the query needed was deleted (failOnDataLoss=true)
+    │   ├── DataLossError          data the query needed was deleted (failOnDataLoss=true)
+    │   └── EntrySourceError       reading the consume_queue table for due entries failed
+    ├── TableError                 a reput table cannot be created, registered or written
+    │   └── SchemaMismatchError    rows whose columns or types differ from the table's
+    ├── ReputError                 the reput stream failed (Spark's reason)
     └── BrokerError                broker lifecycle: port taken, broker down, shutting down
+        ├── SendRejectedError      the broker refused a message (RocketMQ status code)
+        └── RedeliveryFailedError  a --once delay run could not finish
 
 Expected outcomes of a put (message too large, flush timeout, ...) are *values*
 (``PutStatus``), not exceptions. Foreign errors (OSError, Py4J, Delta) are caught at the
@@ -32,18 +43,29 @@ __all__ = [
     "ConfigError",
     "CorruptRecordError",
     "DataLossError",
+    "EntryMismatchError",
+    "EntrySourceError",
     "EnvironmentCheckError",
+    "InteropError",
+    "InvalidMessageError",
     "LocalProtocolError",
     "OffsetOutOfRangeError",
+    "ProgressFormatError",
     "ProtocolError",
+    "RedeliveryFailedError",
     "RemoteProtocolError",
+    "ReputError",
     "RmqError",
+    "ScheduleLockedError",
+    "SchemaMismatchError",
+    "SendRejectedError",
     "SourceError",
     "StoreClosedError",
     "StoreError",
     "StoreIOError",
     "StoreLockedError",
     "StoreMetadataError",
+    "TableError",
 ]
 
 
@@ -163,3 +185,64 @@ class DataLossError(SourceError):
 
 class BrokerError(RmqError):
     """Broker lifecycle errors: the port or store is taken, the broker is down or stopping."""
+
+
+class InteropError(RmqError):
+    """The Java harness failed to build or a subcommand exited with an error."""
+
+
+class EntrySourceError(SourceError):
+    """Reading the consume_queue table failed (Spark's message is kept)."""
+
+
+class ScheduleLockedError(StoreLockedError):
+    """Another redelivery job holds ``<store>/config/schedule.lock``."""
+
+
+class ProgressFormatError(StoreError):
+    """Text that is not a valid progress file (``delayOffset.json`` or the journal)."""
+
+
+class RedeliveryFailedError(BrokerError):
+    """A ``--once`` run could not finish: a put's outcome stayed unknown (broker down,
+    timeouts) or the broker refused messages. Nothing unfinished was marked done."""
+
+
+class EntryMismatchError(StoreError):
+    """A schedule entry points at a record that is not the one it describes (the
+    consume_queue table belongs to another store, or the log was replaced)."""
+
+
+class TableError(RmqError):
+    """A reput table cannot be created, registered or written; names the table and path."""
+
+
+class ReputError(RmqError):
+    """The reput stream failed; the message carries Spark's reason."""
+
+
+class SchemaMismatchError(TableError, ValueError):
+    """The rows' columns or types differ from the table's (nullability aside)."""
+
+
+class InvalidMessageError(StoreError):
+    """A message that cannot be encoded: a field out of range, a topic or properties too long.
+
+    Raised *before* anything is written; ``field`` names the offending field.
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
+
+
+class SendRejectedError(BrokerError):
+    """The broker refused a message; ``code`` is the RocketMQ status code (``code_name``)."""
+
+    def __init__(self, code: int, code_name: str, reason: str, message_id: str) -> None:
+        self.code = code
+        self.code_name = code_name
+        self.reason = reason
+        self.message_id = message_id
+        super().__init__(f"{code_name} ({code}): {reason} [message id {message_id}]")

@@ -23,14 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from rmq_spark.envcheck import check_java, repo_root
-from rmq_spark.errors import EnvironmentCheckError, RmqError
+from rmq_spark.errors import EnvironmentCheckError, InteropError
 
 __all__ = [
     "GOLDEN_CASES_FILE",
     "GOLDEN_EXPECTED_FILE",
     "Harness",
     "HarnessFlavor",
-    "InteropError",
     "ROCKETMQ_4",
     "ROCKETMQ_5",
     "build_harness",
@@ -44,10 +43,6 @@ _CLASSPATH_FILE = "classpath.txt"
 _BUILD_STAMP = "rmq-interop.built"
 _BUILD_TIMEOUT_S = 1800
 _RUN_TIMEOUT_S = 600
-
-
-class InteropError(RmqError):
-    """The Java harness failed to build or a subcommand exited with an error."""
 
 
 def default_harness_dir() -> Path:

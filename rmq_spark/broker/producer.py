@@ -21,9 +21,12 @@ from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.clock import Clock, SystemClock
-from rmq_spark.errors import BrokerError
+from rmq_spark.errors import BrokerError, SendRejectedError
 
-__all__ = ["Producer", "SendReceipt", "SendRejectedError"]
+__all__ = [
+    "Producer",
+    "SendReceipt",
+]
 
 _RETRIED_GRPC_CODES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN}
@@ -42,15 +45,9 @@ class SendReceipt:
     queue_offset: int
 
 
-class SendRejectedError(BrokerError):
-    """The broker refused a message; ``code`` is the RocketMQ status code (``code_name``)."""
-
-    def __init__(self, code: int, reason: str, message_id: str) -> None:
-        self.code = code
-        self.code_name = pb.Code.Name(code) if code in pb.Code.values() else str(code)
-        self.reason = reason
-        self.message_id = message_id
-        super().__init__(f"{self.code_name} ({code}): {reason} [message id {message_id}]")
+def _rejected(code: int, reason: str, message_id: str) -> SendRejectedError:
+    name = pb.Code.Name(code) if code in pb.Code.values() else str(code)
+    return SendRejectedError(code, name, reason, message_id)
 
 
 class Producer:
@@ -148,7 +145,7 @@ class Producer:
             if not outcome.ok:
                 from rmq_spark.broker.grpc_api import status_code
 
-                raise SendRejectedError(status_code(outcome.code), outcome.reason, message_id)
+                raise _rejected(status_code(outcome.code), outcome.reason, message_id)
             return SendReceipt(message_id, outcome.queue_offset)
         request = self._request(
             topic, body, tag, keys, properties, message_group, delivery_timestamp_ms, message_id
@@ -206,7 +203,7 @@ class Producer:
             if status.code in _RETRIED_STATUS:
                 last_problem = f"{pb.Code.Name(status.code)}: {status.message}"
                 continue
-            raise SendRejectedError(status.code, status.message, message_id)
+            raise _rejected(status.code, status.message, message_id)
         raise BrokerError(
             f"send of {message_id} failed after {self._max_attempts} attempts: {last_problem}"
         )

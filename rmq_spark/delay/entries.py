@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rmq_spark.broker.schedule_records import property_value, timer_due_ms
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.delay.schedule import TIMER_QUEUE_ID, DueEntry, QueueProgress
-from rmq_spark.errors import SourceError
+from rmq_spark.errors import EntrySourceError
 from rmq_spark.store.delay_levels import delivery_time_ms
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.properties import DELAY, delay_level_of, parse_properties
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 __all__ = [
     "Candidates",
     "EntrySource",
-    "EntrySourceError",
     "LogEntrySource",
     "TableEntrySource",
     "consume_queue_table_exists",
@@ -80,10 +79,6 @@ class EntrySource(Protocol):
     ) -> Candidates:
         """Candidates for the next batch; ``levels`` by queue id, ``timer`` None: skip it."""
         ...
-
-
-class EntrySourceError(SourceError):
-    """Reading the consume_queue table failed (Spark's message is kept)."""
 
 
 def consume_queue_table_exists(tables_dir: str | Path) -> bool:

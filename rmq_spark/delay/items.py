@@ -28,14 +28,13 @@ from rmq_spark.broker.schedule_records import (
 )
 from rmq_spark.delay.offsets import IntentEntry
 from rmq_spark.delay.sink import fallback_message_id
-from rmq_spark.errors import StoreError
+from rmq_spark.errors import EntryMismatchError
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.properties import UNIQ_KEY, parse_properties
 from rmq_spark.store.put import PutRequest
 
 __all__ = [
-    "EntryMismatchError",
     "Item",
     "LEVEL",
     "Loaded",
@@ -48,11 +47,6 @@ __all__ = [
 ]
 
 LEVEL, TIMER = "level", "timer"
-
-
-class EntryMismatchError(StoreError):
-    """A schedule entry points at a record that is not the one it describes (the
-    consume_queue table belongs to another store, or the log was replaced)."""
 
 
 @dataclass(frozen=True, slots=True)

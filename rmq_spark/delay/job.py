@@ -33,11 +33,10 @@ from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.delay.progress import ProgressFiles
 from rmq_spark.delay.redeliver import PassReport, Redeliverer
 from rmq_spark.delay.sink import GrpcSink, Sink, StoreSink
-from rmq_spark.errors import BrokerError, ConfigError, RmqError
+from rmq_spark.errors import BrokerError, ConfigError, RedeliveryFailedError, RmqError
 from rmq_spark.store.delay_levels import parse_message_delay_level
 
 __all__ = [
-    "RedeliveryFailedError",
     "ScheduleJobSpec",
     "open_redeliverer",
     "run_continuous",
@@ -49,11 +48,6 @@ log = logging.getLogger("rmq_spark.delay")
 
 _ONCE_PASSES_MAX = 10_000
 _LAG_CHECK_INTERVAL_MS = 10_000
-
-
-class RedeliveryFailedError(BrokerError):
-    """A ``--once`` run could not finish: a put's outcome stayed unknown (broker down,
-    timeouts) or the broker refused messages. Nothing unfinished was marked done."""
 
 
 @dataclass(frozen=True, slots=True)

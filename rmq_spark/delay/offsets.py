@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rmq_spark.delay.schedule import DueEntry, QueueProgress
-from rmq_spark.errors import StoreError
+from rmq_spark.errors import ProgressFormatError
 
 __all__ = [
     "DataVersion",
@@ -30,7 +30,6 @@ __all__ = [
     "IntentEntry",
     "JOURNAL_VERSION",
     "Journal",
-    "ProgressFormatError",
     "format_delay_offsets",
     "format_journal",
     "parse_delay_offsets",
@@ -39,10 +38,6 @@ __all__ = [
 ]
 
 JOURNAL_VERSION = 1
-
-
-class ProgressFormatError(StoreError):
-    """Text that is not a valid progress file (``delayOffset.json`` or the journal)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,14 +29,18 @@ from rmq_spark.delay.offsets import (
     DataVersion,
     DelayOffsets,
     Journal,
-    ProgressFormatError,
     format_delay_offsets,
     format_journal,
     parse_delay_offsets,
     parse_journal,
 )
 from rmq_spark.delay.schedule import QueueProgress
-from rmq_spark.errors import StoreIOError, StoreLockedError
+from rmq_spark.errors import (
+    ProgressFormatError,
+    ScheduleLockedError,
+    StoreIOError,
+    StoreLockedError,
+)
 from rmq_spark.store.fileio import write_file_atomically
 
 __all__ = [
@@ -44,7 +48,6 @@ __all__ = [
     "JOURNAL_FILE",
     "LOCK_FILE",
     "ProgressFiles",
-    "ScheduleLockedError",
 ]
 
 log = logging.getLogger("rmq_spark.delay")
@@ -53,10 +56,6 @@ CONFIG_DIR = "config"
 DELAY_OFFSET_FILE = "delayOffset.json"
 JOURNAL_FILE = "scheduleJournal.json"
 LOCK_FILE = "schedule.lock"
-
-
-class ScheduleLockedError(StoreLockedError):
-    """Another redelivery job holds ``<store>/config/schedule.lock``."""
 
 
 class ProgressFiles:

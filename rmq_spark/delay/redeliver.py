@@ -42,7 +42,6 @@ from rmq_spark.delay.entries import Candidates, EntrySource, LogEntrySource
 from rmq_spark.delay.items import (
     LEVEL,
     TIMER,
-    EntryMismatchError,
     Item,
     Loaded,
     apply_cancellations,
@@ -67,7 +66,7 @@ from rmq_spark.delay.sink import PutOutcome, Sink
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC
 from rmq_spark.store.message import MessageRecord
 
-__all__ = ["EntryMismatchError", "PassReport", "Redeliverer"]
+__all__ = ["PassReport", "Redeliverer"]
 
 log = logging.getLogger("rmq_spark.delay")
 

@@ -18,14 +18,12 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rmq_spark.errors import SchemaMismatchError
+
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["SchemaMismatchError", "committed_txn_version", "delta_append_once"]
-
-
-class SchemaMismatchError(ValueError):
-    """The rows' columns or types differ from the table's (nullability aside)."""
+__all__ = ["committed_txn_version", "delta_append_once"]
 
 
 def _delta_log(spark: SparkSession, path: str) -> Any:

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.clock import Clock, SystemClock
-from rmq_spark.errors import RmqError, StoreIOError
+from rmq_spark.errors import ReputError, StoreIOError
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
 from rmq_spark.spark.tables import (
@@ -52,7 +52,6 @@ if TYPE_CHECKING:
 __all__ = [
     "BatchReport",
     "ReputBatchWriter",
-    "ReputError",
     "ReputLag",
     "fresh_start_offset",
     "logged_batch_range",
@@ -64,10 +63,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("rmq_spark.reput")
-
-
-class ReputError(RmqError):
-    """The reput stream failed; the message carries Spark's reason."""
 
 
 @dataclass(frozen=True, slots=True)

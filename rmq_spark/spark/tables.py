@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rmq_spark.errors import RmqError
+from rmq_spark.errors import TableError
 from rmq_spark.spark.delta_append import committed_txn_version, delta_append_once
 from rmq_spark.spark.schema import COLUMN_NAMES, SCHEMA_DDL
 from rmq_spark.store.layout import (
@@ -44,7 +44,6 @@ __all__ = [
     "MESSAGE_INDEX_DDL",
     "TABLE_DDL",
     "TABLE_NAMES",
-    "TableError",
     "append_idempotent",
     "committed_floors",
     "consume_queue_rows",
@@ -97,10 +96,6 @@ _INT_MIN = -(1 << 31)
 # A micro-batch per second commits to each table every second; Delta's default of a checkpoint
 # every 10 commits would stall one batch in ten by seconds. Readers replay <= 100 small JSONs.
 _TABLE_PROPERTIES = "'delta.checkpointInterval' = '100'"
-
-
-class TableError(RmqError):
-    """A reput table cannot be created, registered or written; names the table and path."""
 
 
 def table_path(tables_dir: str | Path, name: str) -> Path:

@@ -23,7 +23,7 @@ from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any
 
-from rmq_spark.errors import CorruptRecordError, StoreError
+from rmq_spark.errors import CorruptRecordError, InvalidMessageError
 from rmq_spark.store.layout import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
@@ -45,7 +45,6 @@ __all__ = [
     "DecodedRecord",
     "HEADER_FORMAT_IPV4",
     "HEADER_SIZE_IPV4",
-    "InvalidMessageError",
     "MAX_TOPIC_SIZE_BYTES_V2",
     "MIN_RECORD_SIZE_BYTES",
     "NeedMoreData",
@@ -83,18 +82,6 @@ MAX_TOPIC_SIZE_BYTES_V2 = 32767
 
 MIN_RECORD_SIZE_BYTES = 74 + 8 + 8 + 1
 """The smallest possible message record: IPv4 hosts, v1, empty topic, body and properties."""
-
-
-class InvalidMessageError(StoreError):
-    """A message that cannot be encoded: a field out of range, a topic or properties too long.
-
-    Raised *before* anything is written; ``field`` names the offending field.
-    """
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 # --- outcomes ---------------------------------------------------------------------------------

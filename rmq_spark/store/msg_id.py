@@ -13,7 +13,7 @@ import struct
 from datetime import datetime, tzinfo
 
 from rmq_spark.clock import Clock
-from rmq_spark.store.codec import InvalidMessageError
+from rmq_spark.errors import InvalidMessageError
 from rmq_spark.store.message import HostAddress
 
 __all__ = [

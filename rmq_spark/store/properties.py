@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 
-from rmq_spark.store.codec import InvalidMessageError
+from rmq_spark.errors import InvalidMessageError
 from rmq_spark.store.hashing import java_string_hash
 
 __all__ = [

@@ -30,9 +30,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from rmq_spark.errors import InvalidMessageError
 from rmq_spark.store.codec import (
     HEADER_FORMAT_IPV4,
-    InvalidMessageError,
     encode_record_mutable,
     record_size,
     store_timestamp_position,

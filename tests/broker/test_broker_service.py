@@ -13,11 +13,11 @@ import pytest
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.embedded import Broker
-from rmq_spark.broker.producer import Producer, SendRejectedError
+from rmq_spark.broker.producer import Producer
 from rmq_spark.broker.service import MessageKind, SendCode, SendCommand
 from rmq_spark.broker.topics import group_queue_id
 from rmq_spark.clock import ManualClock
-from rmq_spark.errors import BrokerError
+from rmq_spark.errors import BrokerError, SendRejectedError
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.properties import parse_properties
 

@@ -20,9 +20,10 @@ from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.redelivery import REDELIVERY_HANDLE_PREFIX, RedeliveryRef, ref_to_message
 from rmq_spark.clock import ManualClock
 from rmq_spark.config import load_config
-from rmq_spark.delay.job import RedeliveryFailedError, ScheduleJobSpec, run_schedule
+from rmq_spark.delay.job import ScheduleJobSpec, run_schedule
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.delay.sink import GrpcSink
+from rmq_spark.errors import RedeliveryFailedError
 from rmq_spark.store.message import HostAddress
 from rmq_spark.store.properties import parse_properties
 from rmq_spark.store.put import PutRequest

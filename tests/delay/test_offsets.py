@@ -12,7 +12,6 @@ from rmq_spark.delay.offsets import (
     Intent,
     IntentEntry,
     Journal,
-    ProgressFormatError,
     format_delay_offsets,
     format_journal,
     parse_delay_offsets,
@@ -20,6 +19,7 @@ from rmq_spark.delay.offsets import (
     parse_journal,
 )
 from rmq_spark.delay.schedule import DueEntry, QueueProgress
+from rmq_spark.errors import ProgressFormatError
 
 # What RocketMQ 4.9 writes (fastjson pretty format, tab indented, integer keys unquoted).
 ROCKETMQ_4X = (

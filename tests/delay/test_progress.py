@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from rmq_spark.delay.offsets import Journal, ProgressFormatError, parse_delay_offsets
-from rmq_spark.delay.progress import ProgressFiles, ScheduleLockedError
+from rmq_spark.delay.offsets import Journal, parse_delay_offsets
+from rmq_spark.delay.progress import ProgressFiles
 from rmq_spark.delay.schedule import QueueProgress
-from rmq_spark.errors import StoreLockedError
+from rmq_spark.errors import ProgressFormatError, ScheduleLockedError, StoreLockedError
 
 
 def test_journal_survives_a_reopen(tmp_path: Path) -> None:

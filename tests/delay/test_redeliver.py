@@ -9,8 +9,9 @@ from collections.abc import Sequence
 import pytest
 from delay_world import START_MS, DelayWorld
 
-from rmq_spark.delay.job import RedeliveryFailedError, run_once
+from rmq_spark.delay.job import run_once
 from rmq_spark.delay.sink import PutOutcome, SinkResult, StoreSink
+from rmq_spark.errors import RedeliveryFailedError
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.properties import encode_properties, parse_properties

@@ -8,12 +8,11 @@ import struct
 
 import pytest
 
-from rmq_spark.errors import CorruptRecordError, StoreError
+from rmq_spark.errors import CorruptRecordError, InvalidMessageError, StoreError
 from rmq_spark.store.codec import (
     MIN_RECORD_SIZE_BYTES,
     BlankPadding,
     DecodedRecord,
-    InvalidMessageError,
     NeedMoreData,
     SkippedRecord,
     Unwritten,

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from rmq_spark.clock import ManualClock
-from rmq_spark.store.codec import InvalidMessageError
+from rmq_spark.errors import InvalidMessageError
 from rmq_spark.store.message import HostAddress
 from rmq_spark.store.msg_id import (
     InvalidMessageIdError,

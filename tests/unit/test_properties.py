@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rmq_spark.store.codec import InvalidMessageError
+from rmq_spark.errors import InvalidMessageError
 from rmq_spark.store.properties import (
     DELAY,
     KEYS,
