@@ -8,6 +8,9 @@ they happen::
     ├── EnvironmentCheckError      Java / jars / venv missing: what to install and how
     ├── StoreError                 the CommitLog store
     │   ├── CorruptRecordError     bad bytes on disk: path, position, reason (and CRCs)
+    │   │   ├── RecoveryRefusedError  more than one torn write to cut: `rmq-spark recover`
+    │   │   └── DataMissingError      acknowledged (durable) data is missing: file, position
+    │   ├── CheckpointDamagedError the checkpoint holds offsets no log can have
     │   ├── OffsetOutOfRangeError  requested offset outside [min, max)
     │   ├── StoreClosedError       the store was closed
     │   ├── StoreLockedError       another process holds the store's lock file
@@ -28,13 +31,16 @@ from __future__ import annotations
 
 __all__ = [
     "BrokerError",
+    "CheckpointDamagedError",
     "ConfigError",
     "CorruptRecordError",
     "DataLossError",
+    "DataMissingError",
     "EnvironmentCheckError",
     "LocalProtocolError",
     "OffsetOutOfRangeError",
     "ProtocolError",
+    "RecoveryRefusedError",
     "RemoteProtocolError",
     "RmqError",
     "SourceError",
@@ -92,6 +98,26 @@ class CorruptRecordError(StoreError):
         self.reason = reason
         self.stored_crc = stored_crc
         self.computed_crc = computed_crc
+
+
+class RecoveryRefusedError(CorruptRecordError):
+    """The end of the log is not one torn write (corruption below the durable offset, data
+    past a bad record, later non-empty segments): the store does not open; an operator
+    decides with ``rmq-spark recover --truncate-at``."""
+
+
+class DataMissingError(CorruptRecordError):
+    """Data the checkpoint (or the segment layout) says was acknowledged is not on disk: a
+    truncated or deleted segment file. ``path``/``position`` say where it should be."""
+
+
+class CheckpointDamagedError(StoreError):
+    """The ``checkpoint`` file holds offsets that no log can have (a damaged file)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: damaged checkpoint: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class OffsetOutOfRangeError(StoreError):

@@ -15,6 +15,7 @@ __all__ = [
     "COMPRESSED_FLAG",
     "CONFIRM_PHY_OFFSET_POSITION",
     "CQ_UNIT_SIZE_BYTES",
+    "QUARANTINE_DIR",
     "END_FILE_MIN_BLANK_LENGTH",
     "MAX_PROPERTIES_SIZE_BYTES",
     "MAX_TOPIC_LENGTH_V1",
@@ -73,6 +74,7 @@ RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 # --- store directory layout (sections 0.1, 6.1, 8.1) ------------------------------------------
 COMMITLOG_DIR = "commitlog"
+QUARANTINE_DIR = ".quarantine"  # under commitlog/: bytes and segments recovery cut
 CQ_UNIT_SIZE_BYTES = 20
 CHECKPOINT_FILE_SIZE_BYTES = 4096
 CONFIRM_PHY_OFFSET_POSITION = 32
