@@ -451,7 +451,9 @@ def judge_end(
     torn = 0
     what = stop.reason or "zero bytes"
     if stop.kind is not StopKind.BLANK:
-        torn = _judge_tail(segments[stop.index], stop, what, max_record_bytes, min_store_timestamp_ms)
+        torn = _judge_tail(
+            segments[stop.index], stop, what, max_record_bytes, min_store_timestamp_ms
+        )
     empty: list[str] = []
     for later in segments[stop.index + 1 :]:
         if _valid_record_at(later, 0, min_store_timestamp_ms):
@@ -478,7 +480,9 @@ def _judge_tail(
     window_end = min(size, position + max_record)
     found = _valid_record_after(segment, position, window_end, min_store_ts)
     if found is not None:
-        raise CorruptRecordError(path, position, f"{what}, followed by a valid record at position {found}")
+        raise CorruptRecordError(
+            path, position, f"{what}, followed by a valid record at position {found}"
+        )
     beyond = first_non_zero(segment, window_end)
     if beyond is not None:
         raise CorruptRecordError(
@@ -490,7 +494,9 @@ def _judge_tail(
     torn_end = _last_non_zero_end(segment, position, window_end)
     if torn_end > size - 8 and torn_end > position + 8:
         raise CorruptRecordError(
-            path, position, f"{what}, and non-zero bytes up to the end of the file: not one torn write"
+            path,
+            position,
+            f"{what}, and non-zero bytes up to the end of the file: not one torn write",
         )
     return torn_end - position
 
