@@ -74,7 +74,9 @@ __all__ = [
     "TailCache",
     "check_checkpoint",
     "first_non_zero",
+    "ViewSegment",
     "judge_end",
+    "open_segments",
     "missing_prefix",
     "prefix_error",
     "readable_end",
@@ -449,7 +451,7 @@ def judge_end(
     if live or stop.index < 0:
         return LogEnd(end, stop)
     torn = 0
-    what = stop.reason or "zero bytes"
+    what = stop.reason or "zero bytes where a record or BLANK must be"
     if stop.kind is not StopKind.BLANK:
         torn = _judge_tail(
             segments[stop.index], stop, what, max_record_bytes, min_store_timestamp_ms
@@ -589,7 +591,7 @@ def readable_end(
     if view.broker_open and view.ours:
         return _published_end(view)
     durable = 0 if view.broker_open else view.flushed_offset
-    segments = _open_all(view)
+    segments = open_segments(view)
     try:
         start = _newest_with_data(segments)
         key = _signature(view, start) if cache is not None else ()
@@ -636,18 +638,20 @@ def _published_end(view: StoreView) -> LogEnd:
     return LogEnd(max(view.min_offset, confirm), stop)
 
 
-def _open_all(view: StoreView) -> list[_Opened]:
-    opened: list[_Opened] = []
+def open_segments(view: StoreView) -> list[ViewSegment]:
+    """Every listed segment of ``view`` opened for ``LogScan`` (gone ones are left out)."""
+    opened: list[ViewSegment] = []
     for span in view.spans:
         try:
-            opened.append(_Opened(view, span))
+            opened.append(ViewSegment(view, span))
         except FileNotFoundError:  # deleted by retention since listing
             continue
     return opened
 
 
-class _Opened:
-    """A ``FileSegment`` sized as listed (a file growing meanwhile is read as listed)."""
+class ViewSegment:
+    """A listed segment read with ``pread``, sized as listed (a file growing meanwhile is
+    read as listed). ``close()`` it (``open_segments`` callers close them all)."""
 
     def __init__(self, view: StoreView, span: SegmentSpan) -> None:
         self._file = view.segment(span)
