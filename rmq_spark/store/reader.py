@@ -169,7 +169,7 @@ def verify_store(root_dir: Path) -> VerifyResult:
     missing = missing_prefix(view)
     if missing is not None:
         return VerifyResult(0, 0, len(view.spans), missing[0], prefix_error(view, missing))
-    end_offset = view.confirm_offset if view.broker_open and view.ours else None
+    end_offset = view.confirm_offset if view.broker_open and view.publishes_end else None
     segments = open_segments(view)
     try:
         return verify_segments(

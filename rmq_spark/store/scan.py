@@ -59,6 +59,7 @@ from rmq_spark.store.layout import (
     MAX_TOPIC_LENGTH_V1,
     MESSAGE_MAGIC_CODE_V1,
     MESSAGE_MAGIC_CODE_V2,
+    PHYSICAL_OFFSET_POSITION,
     segment_name,
 )
 from rmq_spark.store.view import CHECKPOINT_FILE, COMMITLOG_DIR, SegmentSpan, StoreView
@@ -296,10 +297,10 @@ class LogScan:
             if isinstance(outcome, NeedMoreData):
                 reason = f"record of {outcome.need} bytes runs past the end of the file"
                 return ScanStop(offset, StopKind.SHORT, index, path, position, reason)
+            assert isinstance(outcome, DecodedRecord | SkippedRecord)
             reason = self._check(cursor, position, outcome)
             if reason:
                 return ScanStop(offset, StopKind.BAD, index, path, position, reason)
-            assert isinstance(outcome, DecodedRecord | SkippedRecord)
             self.last_record_offset = offset
             self.count += 1
             position += outcome.total_size
@@ -309,13 +310,18 @@ class LogScan:
                     outcome.record, offset, outcome.total_size, outcome.magic_version
                 )
 
-    def _check(self, cursor: SegmentCursor, position: int, outcome: object) -> str:
+    def _check(
+        self, cursor: SegmentCursor, position: int, outcome: DecodedRecord | SkippedRecord
+    ) -> str:
         """Why a decoded record is not a record of this log here ("" if it is)."""
-        if not isinstance(outcome, DecodedRecord):
-            return ""  # SkippedRecord: validated by the codec, its topic is not wanted
         offset = cursor.segment.base_offset + position
-        if outcome.record.physical_offset != offset:
-            return f"PHYSICALOFFSET field says {outcome.record.physical_offset}"
+        if isinstance(outcome, DecodedRecord):
+            physical_offset = outcome.record.physical_offset
+        else:  # SkippedRecord: validated by the codec, its topic is not wanted
+            field = cursor.window(position + PHYSICAL_OFFSET_POSITION, 8)
+            physical_offset = int.from_bytes(field, "big", signed=True)
+        if physical_offset != offset:
+            return f"PHYSICALOFFSET field says {physical_offset}"
         durable = self.durable_offset
         if durable is not None and offset >= durable:
             end = position + outcome.total_size
@@ -588,7 +594,7 @@ def readable_end(
         As ``check_checkpoint`` and ``judge_end``.
     """
     check_checkpoint(view)
-    if view.broker_open and view.ours:
+    if view.broker_open and view.publishes_end:
         return _published_end(view)
     durable = 0 if view.broker_open else view.flushed_offset
     segments = open_segments(view)

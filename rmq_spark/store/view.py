@@ -234,6 +234,12 @@ class StoreView:
         return max(0, self.checkpoint.confirm_phy_offset) if self.checkpoint else 0
 
     @property
+    def publishes_end(self) -> bool:
+        """Whether a running writer publishes its readable end in ``confirmPhyOffset``: ours
+        does (Apache RocketMQ 5.3 leaves it at 0)."""
+        return self.ours or self.confirm_offset > 0
+
+    @property
     def flushed_offset(self) -> int:
         """``masterFlushedOffset``: what the checkpoint says is durable (0 without one)."""
         return self.checkpoint.master_flushed_offset if self.checkpoint else 0

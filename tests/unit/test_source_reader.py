@@ -172,7 +172,7 @@ def test_closed_store_with_damage_before_valid_records_is_corrupt(log):
     data = bytearray(path.read_bytes())
     data[victim.physical_offset - last_base + 4] ^= 0xFF  # magic
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptRecordError, match="followed by a valid one"):
+    with pytest.raises(CorruptRecordError, match="followed by a valid record"):
         planner.readable_end(StoreView.open(log.store_dir))
 
 
