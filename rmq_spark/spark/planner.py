@@ -34,6 +34,7 @@ __all__ = [
     "count_records",
     "offset_for_timestamp",
     "readable_end",
+    "walk_headers",
 ]
 
 _MESSAGE_MAGICS = np.array([MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2], dtype=np.uint32)
@@ -254,10 +255,10 @@ def readable_end(view: StoreView, cache: TailCache | None = None) -> int:
     CorruptRecordError, DataMissingError, CheckpointDamagedError
         As ``store.scan.readable_end``: damage, or acknowledged data missing.
     """
-    return scan.readable_end(view, cache=cache, walk=_walk).offset
+    return scan.readable_end(view, cache=cache, walk=walk_headers).offset
 
 
-def _walk(path: Path, base: int, position: int) -> int:
+def walk_headers(path: Path, base: int, position: int) -> int:
     """How far the records from ``position`` are structurally valid (magic, PHYSICALOFFSET
     naming its own position), hopping TOTALSIZE over headers; stops at a BLANK, at bytes
     that are not a record header, or at a record running past the file."""

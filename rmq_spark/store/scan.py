@@ -582,11 +582,19 @@ def readable_end(
     walk: Walk | None = None,
     max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
     check_crc: bool = False,
+    tail: bool = False,
+    from_offset: int | None = None,
 ) -> LogEnd:
     """Where the readable log of the store seen by ``view`` ends (the module's rule).
 
-    Scans from the start of the newest segment that holds data (``walk`` is a fast path
-    over record headers; the scan and the judgement at the tail are this module's).
+    Scans from the start of the newest segment that holds data, or from ``from_offset`` (a
+    record boundary known to lie below the end) when that is later; ``walk`` is a fast path
+    over record headers; the scan and the judgement at the tail are this module's.
+
+    ``tail``: for a store our broker is running, read up to its last complete valid record
+    instead of its published ``confirmPhyOffset`` (a writer recognising its own puts, which
+    an ASYNC broker acknowledges before it publishes them; never checked against a torn
+    tail, which may be a write in progress). Readers of acknowledged data leave it off.
 
     Raises
     ------
@@ -595,32 +603,26 @@ def readable_end(
     """
     check_checkpoint(view)
     if view.broker_open and view.publishes_end:
-        return _published_end(view)
+        published = _published_end(view)
+        if not tail:
+            return published
+        from_offset = max(from_offset or 0, published.offset)
     durable = 0 if view.broker_open else view.flushed_offset
     segments = open_segments(view)
     try:
         start = _newest_with_data(segments)
-        key = _signature(view, start) if cache is not None else ()
+        first = segments[start].base_offset if segments else view.min_offset
+        if from_offset is not None and from_offset > first:
+            start = next(
+                (i for i, s in enumerate(segments) if from_offset < s.base_offset + s.size_bytes),
+                start,
+            )
+            first = max(from_offset, segments[start].base_offset)
+        key = (first, *_signature(view, start)) if cache is not None else ()
         if cache is not None and not view.broker_open and key in cache.ends:
             return cache.ends[key]
-        tail = segments[start:]
-        if not tail:
-            stop = ScanStop(view.min_offset, StopKind.BLANK, -1, None, 0)
-        else:
-            scan = LogScan(
-                tail, None, None, check_crc=check_crc, with_body=False, topics=(),
-                durable_offset=durable, walk=walk,
-            )  # fmt: skip
-            for _ in scan:
-                pass
-            stop = scan.stop
-        found = judge_end(
-            tail,
-            stop,
-            durable_offset=durable,
-            max_record_bytes=min(max_record_bytes, view.segment_size),
-            live=view.broker_open,
-            segment_size=view.segment_size,
+        found = _scan_and_judge(
+            view, segments[start:], first, durable, walk, check_crc, max_record_bytes
         )
         if cache is not None and not view.broker_open:
             cache.ends[key] = found
@@ -628,6 +630,35 @@ def readable_end(
     finally:
         for segment in segments:
             segment.close()
+
+
+def _scan_and_judge(
+    view: StoreView,
+    tail: Sequence[ViewSegment],
+    first: int,
+    durable: int,
+    walk: Walk | None,
+    check_crc: bool,
+    max_record_bytes: int,
+) -> LogEnd:
+    if not tail:
+        stop = ScanStop(view.min_offset, StopKind.BLANK, -1, None, 0)
+    else:
+        scan = LogScan(
+            tail, first, None, check_crc=check_crc, with_body=False, topics=(),
+            durable_offset=durable, walk=walk,
+        )  # fmt: skip
+        for _ in scan:
+            pass
+        stop = scan.stop
+    return judge_end(
+        tail,
+        stop,
+        durable_offset=durable,
+        max_record_bytes=min(max_record_bytes, view.segment_size),
+        live=view.broker_open,
+        segment_size=view.segment_size,
+    )
 
 
 def _published_end(view: StoreView) -> LogEnd:
