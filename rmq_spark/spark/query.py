@@ -22,8 +22,8 @@ from rmq_spark.store.msg_id import decode_offset_msg_id
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from rmq_spark.store.view import StoreView
     from rmq_spark.store.message import MessageRecord
+    from rmq_spark.store.view import StoreView
 
 __all__ = [
     "MessageNotFoundError",
