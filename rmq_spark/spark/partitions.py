@@ -35,8 +35,8 @@ from rmq_spark.store.scan import missing_prefix, prefix_error
 from rmq_spark.store.view import MappedSegment, StoreView, segment_path
 
 __all__ = [
-    "MIN_SPLIT_BYTES",
     "LogPartition",
+    "MIN_SPLIT_BYTES",
     "open_view",
     "plan",
     "read_partition",

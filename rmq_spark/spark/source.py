@@ -47,9 +47,9 @@ if TYPE_CHECKING:
 __all__ = [
     "BACKLOG_COUNT_MAX",
     "FORMAT_NAME",
+    "LogPartition",
     "MIN_SPLIT_BYTES",
     "PROGRESS_COUNT_MAX",
-    "LogPartition",
     "RocketMQBatchReader",
     "RocketMQDataSource",
     "RocketMQStreamReader",

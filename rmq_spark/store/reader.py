@@ -43,10 +43,10 @@ __all__ = [
     "iter_records",
     "open_read_only",
     "read_record",
+    "read_store",
     "verify_log",
     "verify_segments",
     "verify_store",
-    "read_store",
 ]
 
 _SIZE = struct.Struct(">i")
