@@ -22,8 +22,8 @@ The rule for where the readable log ends (docs/FORMAT.md, "end of the log"):
   - a valid, newer record within one maximal record after X, or in a later segment: a hole
     (``CorruptRecordError``);
   - non-zero bytes after X that one unsynced write cannot have left: more than one maximal
-    record of them, non-zero bytes further on in the segment, a later segment that is not
-    all zeros (``CorruptRecordError``);
+    record of them, non-zero bytes further on in the segment (read after a crash, or when
+    bytes follow X), a later segment that is not all zeros (``CorruptRecordError``);
   - otherwise X is the end; the non-zero bytes just after it are one torn write
     (``LogEnd.torn_bytes``: recovery cuts them, readers ignore them), and later all-zero
     segments are preallocated files (RocketMQ leaves one; ``LogEnd.empty_segments``).
@@ -417,11 +417,14 @@ def judge_end(
     min_store_timestamp_ms: int = 0,
     live: bool = False,
     segment_size: int = 0,
+    crashed: bool = True,
 ) -> LogEnd:
     """Decide what the place a scan stopped at means (the rule in the module docstring).
 
     ``live``: another process is writing the store (bytes past the end may be a write in
-    progress; only the durable offset is checked).
+    progress; only the durable offset is checked). ``crashed``: the last writer did not
+    close the store (``abort`` is there), so the whole rest of the last segment is read for
+    stray writes; after a clean close it is read only when bytes follow the end.
 
     Raises
     ------
@@ -460,7 +463,7 @@ def judge_end(
     what = stop.reason or "zero bytes where a record or BLANK must be"
     if stop.kind is not StopKind.BLANK:
         torn = _judge_tail(
-            segments[stop.index], stop, what, max_record_bytes, min_store_timestamp_ms
+            segments[stop.index], stop, what, max_record_bytes, min_store_timestamp_ms, crashed
         )
     empty: list[str] = []
     for later in segments[stop.index + 1 :]:
@@ -481,7 +484,12 @@ def judge_end(
 
 
 def _judge_tail(
-    segment: SegmentSource, stop: ScanStop, what: str, max_record: int, min_store_ts: int
+    segment: SegmentSource,
+    stop: ScanStop,
+    what: str,
+    max_record: int,
+    min_store_ts: int,
+    crashed: bool,
 ) -> int:
     """The torn bytes after the end inside its segment, or raise if they are not one write."""
     position, size, path = stop.position, segment.size_bytes, str(segment.path)
@@ -491,6 +499,10 @@ def _judge_tail(
         raise CorruptRecordError(
             path, position, f"{what}, followed by a valid record at position {found}"
         )
+    torn_end = _last_non_zero_end(segment, position, window_end)
+    if torn_end == position and not crashed:
+        return 0  # a clean close left zeros after the end: nothing more to read
+    # After a crash, or with bytes past the end: they must be one write, nothing further on.
     beyond = first_non_zero(segment, window_end)
     if beyond is not None:
         raise CorruptRecordError(
@@ -499,7 +511,6 @@ def _judge_tail(
             f"{what}, and non-zero bytes at position {beyond}, more than one record "
             f"({max_record} bytes) after it: not one torn write",
         )
-    torn_end = _last_non_zero_end(segment, position, window_end)
     if torn_end > size - 8 and torn_end > position + 8:
         raise CorruptRecordError(
             path,
@@ -658,6 +669,7 @@ def _scan_and_judge(
         max_record_bytes=min(max_record_bytes, view.segment_size),
         live=view.broker_open,
         segment_size=view.segment_size,
+        crashed=view.crashed,
     )
 
 
