@@ -5,7 +5,7 @@ job's log reader, the Spark planner's tail check, the reput progress) walks reco
 ``LogScan`` and asks ``judge_end`` where the log ends; ``readable_end`` puts both together
 for a store directory seen through a ``StoreView``.
 
-The rule for where the readable log ends (docs/FORMAT.md, "end of the log"):
+The rule for where the readable log ends:
 
 * A store one of *our* brokers has open (its lock is held, its queue-offset snapshot file
   exists): the checkpoint's ``confirmPhyOffset``, which that broker publishes only at the end
@@ -62,7 +62,13 @@ from rmq_spark.store.layout import (
     PHYSICAL_OFFSET_POSITION,
     segment_name,
 )
-from rmq_spark.store.view import CHECKPOINT_FILE, COMMITLOG_DIR, SegmentSpan, StoreView
+from rmq_spark.store.view import (
+    CHECKPOINT_FILE,
+    COMMITLOG_DIR,
+    FileSegment,
+    SegmentSpan,
+    StoreView,
+)
 
 __all__ = [
     "DEFAULT_MAX_RECORD_BYTES",
@@ -688,31 +694,38 @@ def _published_end(view: StoreView) -> LogEnd:
 
 
 def open_segments(view: StoreView) -> list[ViewSegment]:
-    """Every listed segment of ``view`` opened for ``LogScan`` (gone ones are left out)."""
-    opened: list[ViewSegment] = []
-    for span in view.spans:
-        try:
-            opened.append(ViewSegment(view, span))
-        except FileNotFoundError:  # deleted by retention since listing
-            continue
-    return opened
+    """Every listed segment of ``view``, for ``LogScan`` (each opened at its first read)."""
+    return [ViewSegment(view, span) for span in view.spans]
 
 
 class ViewSegment:
     """A listed segment read with ``pread``, sized as listed (a file growing meanwhile is
-    read as listed). ``close()`` it (``open_segments`` callers close them all)."""
+    read as listed), opened at its first read (a reader of the tail opens only the newest
+    files). A file deleted since the listing reads as empty. ``close()`` it."""
 
     def __init__(self, view: StoreView, span: SegmentSpan) -> None:
-        self._file = view.segment(span)
+        self._view = view
+        self._span = span
+        self._file: FileSegment | None = None
         self.base_offset = span.base_offset
-        self.size_bytes = min(span.size_bytes, self._file.size_bytes)
+        self.size_bytes = span.size_bytes
+        self._gone = False
 
     @property
     def path(self) -> Path:
-        return self._file.path
+        return self._view.segment_path(self.base_offset)
 
     def read(self, position: int, size: int) -> bytes:
+        if self._file is None:
+            if self._gone:
+                return b""
+            try:
+                self._file = self._view.segment(self._span)
+            except FileNotFoundError:  # deleted by retention since the listing
+                self._gone = True
+                return b""
         return self._file.read(position, max(0, min(size, self.size_bytes - position)))
 
     def close(self) -> None:
-        self._file.close()
+        if self._file is not None:
+            self._file.close()
