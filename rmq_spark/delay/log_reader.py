@@ -22,7 +22,8 @@ from rmq_spark.spark.planner import walk_headers
 from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record
 from rmq_spark.store.layout import COMMITLOG_DIR, is_segment_name, parse_segment_name
 from rmq_spark.store.message import MessageRecord
-from rmq_spark.store.scan import LogScan, StopKind, TailCache, open_segments, readable_end
+from rmq_spark.store.readable import TailCache, open_segments, readable_end
+from rmq_spark.store.scan import LogScan, StopKind
 from rmq_spark.store.view import StoreView
 
 __all__ = ["LogReader", "ScannedRecord"]
@@ -208,7 +209,7 @@ class LogReader:
         """Records (of ``topics``, if given) from ``from_offset`` to the end of what is written.
 
         ``from_offset`` must be a record boundary (or below the oldest segment: the scan
-        starts there). The end is ``store.scan.readable_end`` with ``tail=True``: a running
+        starts there). The end is ``store.readable.readable_end`` with ``tail=True``: a running
         broker's last complete valid record (its own puts are acknowledged before they are
         published), the judged end of a store no broker has open.
 

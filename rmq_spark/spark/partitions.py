@@ -31,7 +31,7 @@ from rmq_spark.spark.offsets import (
 from rmq_spark.spark.options import EndingMode, SourceOptions, StartingMode
 from rmq_spark.spark.schema import ARROW_SCHEMA
 from rmq_spark.store.layout import segment_name
-from rmq_spark.store.scan import missing_prefix, prefix_error
+from rmq_spark.store.readable import missing_prefix, prefix_error
 from rmq_spark.store.view import MappedSegment, StoreView, segment_path
 
 __all__ = [
@@ -187,7 +187,7 @@ def read_partition(
 
 def check_prefix(view: StoreView, options: SourceOptions) -> None:
     """Fail (``failOnDataLoss``) or warn when the oldest segments of a store we wrote are
-    gone without retention having recorded it (``store.scan.missing_prefix``)."""
+    gone without retention having recorded it (``store.readable.missing_prefix``)."""
     missing = missing_prefix(view)
     if missing is None:
         return

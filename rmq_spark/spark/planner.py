@@ -20,9 +20,9 @@ import numpy as np
 from rmq_spark.errors import CorruptRecordError, SourceError
 from rmq_spark.spark.arrow_views import gather_rows
 from rmq_spark.spark.columnar import hop, is_record_start, sync_forward
-from rmq_spark.store import scan
+from rmq_spark.store import readable
 from rmq_spark.store.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
-from rmq_spark.store.scan import TailCache
+from rmq_spark.store.readable import TailCache
 from rmq_spark.store.view import MappedSegment, SegmentSpan, StoreView
 
 __all__ = [
@@ -246,16 +246,16 @@ def _store_ts(buf: object, positions: np.ndarray) -> np.ndarray:
 
 
 def readable_end(view: StoreView, cache: TailCache | None = None) -> int:
-    """The physical offset readers may read up to (exclusive): ``store.scan.readable_end``
+    """The physical offset readers may read up to (exclusive): ``store.readable.readable_end``
     (the one end-of-log rule), with a vectorised walk over the record headers of the newest
     segment as its fast path; the decision at the tail is the scan's judge.
 
     Raises
     ------
     CorruptRecordError, DataMissingError, CheckpointDamagedError
-        As ``store.scan.readable_end``: damage, or acknowledged data missing.
+        As ``store.readable.readable_end``: damage, or acknowledged data missing.
     """
-    return scan.readable_end(view, cache=cache, walk=walk_headers).offset
+    return readable.readable_end(view, cache=cache, walk=walk_headers).offset
 
 
 def walk_headers(path: Path, base: int, position: int) -> int:

@@ -62,7 +62,7 @@ def reput_lag(
     """Lag of tables that hold every message below ``reput_offset``, read from the log itself.
 
     Walks record headers from ``reput_offset`` to the end of the readable log
-    (``store.scan.readable_end``, as the source) without locks.
+    (``store.readable.readable_end``, as the source) without locks.
     """
     from rmq_spark.spark.planner import readable_end
     from rmq_spark.store.view import MappedSegment, StoreView

@@ -23,18 +23,14 @@ from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import IoMode
 from rmq_spark.store.fileio import OsOpener
 from rmq_spark.store.layout import COMMITLOG_DIR
-from rmq_spark.store.scan import (
-    LogScan,
-    SegmentCursor,
-    SegmentSource,
-    StopKind,
+from rmq_spark.store.readable import (
     check_checkpoint,
-    judge_end,
     missing_prefix,
     open_segments,
     prefix_error,
     readable_end,
 )
+from rmq_spark.store.scan import LogScan, SegmentCursor, SegmentSource, StopKind, judge_end
 from rmq_spark.store.view import StoreView
 
 __all__ = [
@@ -191,7 +187,7 @@ def read_store(
     root_dir: Path, from_offset: int | None = None, *, check_crc: bool = True
 ) -> Iterator[DecodedRecord]:
     """Every record of the store at ``root_dir`` from ``from_offset`` (default: the oldest)
-    to the end of its readable log (``scan.readable_end``); ``position`` = physical offset.
+    to the end of its readable log (``readable.readable_end``); ``position`` = physical offset.
 
     Raises
     ------
