@@ -195,7 +195,6 @@ def _scan_and_judge(
         max_record_bytes=min(max_record_bytes, view.segment_size),
         live=view.broker_open,
         segment_size=view.segment_size,
-        crashed=view.crashed,
     )
 
 

@@ -119,7 +119,6 @@ def verify_segments(
     end_offset: int | None = None,
     live: bool = False,
     segment_size: int = 0,
-    crashed: bool = True,
 ) -> VerifyResult:
     """Check every record (magic, TOTALSIZE vs lengths, CRC, position, every full segment
     ending in a BLANK record) and judge the end of the log (``scan.judge_end``)."""
@@ -137,7 +136,6 @@ def verify_segments(
             min_store_timestamp_ms=scan.last_store_timestamp_ms,
             live=live,
             segment_size=segment_size,
-            crashed=crashed,
         )
     except CorruptRecordError as err:
         return VerifyResult(scan.count, checked, len(segments), stop.offset, err)
@@ -176,7 +174,6 @@ def verify_store(root_dir: Path) -> VerifyResult:
             end_offset=end_offset,
             live=view.broker_open,
             segment_size=view.segment_size,
-            crashed=view.crashed,
         )
     finally:
         for segment in segments:

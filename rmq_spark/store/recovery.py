@@ -244,7 +244,6 @@ def recover(
             max_record_bytes=max_record_bytes,
             min_store_timestamp_ms=state.last_store_timestamp_ms,
             segment_size=commitlog.segment_size_bytes,
-            crashed=not clean_shutdown,
         )
     except CorruptRecordError as err:
         raise RecoveryRefusedError(

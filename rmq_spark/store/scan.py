@@ -22,8 +22,8 @@ The rule for where the readable log ends:
   - a valid, newer record within one maximal record after X, or in a later segment: a hole
     (``CorruptRecordError``);
   - non-zero bytes after X that one unsynced write cannot have left: more than one maximal
-    record of them, non-zero bytes further on in the segment (read after a crash, or when
-    bytes follow X), a later segment that is not all zeros (``CorruptRecordError``);
+    record of them, non-zero bytes further on in the segment (read when bytes follow X), a
+    later segment that is not all zeros (``CorruptRecordError``);
   - otherwise X is the end; the non-zero bytes just after it are one torn write
     (``LogEnd.torn_bytes``: recovery cuts them, readers ignore them), and later all-zero
     segments are preallocated files (RocketMQ leaves one; ``LogEnd.empty_segments``).
@@ -39,6 +39,8 @@ a whole record never ends in a zero byte.
 from __future__ import annotations
 
 import enum
+import errno
+import os
 from collections.abc import Callable, Collection, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -327,17 +329,47 @@ def _zeros_at(cursor: SegmentCursor, position: int) -> bool:
 
 
 def first_non_zero(segment: SegmentSource, start: int, end: int | None = None) -> int | None:
-    """Position of the first non-zero byte in ``[start, end)`` (default: to the file end)."""
+    """Position of the first non-zero byte in ``[start, end)`` (default: to the file end).
+
+    Reads only the file's data regions (``SEEK_DATA``): holes and unwritten preallocated
+    extents read as zeros without being read.
+    """
     stop = segment.size_bytes if end is None else min(end, segment.size_bytes)
-    position = start
-    while position < stop:
-        chunk = segment.read(position, min(len(_ZEROS), stop - position))
-        if not chunk:
-            return None
-        if chunk != _ZEROS[: len(chunk)]:
-            return position + len(chunk) - len(chunk.lstrip(b"\0"))
-        position += len(chunk)
+    for begin, finish in _data_regions(segment.path, start, stop):
+        position = begin
+        while position < finish:
+            chunk = segment.read(position, min(len(_ZEROS), finish - position))
+            if not chunk:
+                return None
+            if chunk != _ZEROS[: len(chunk)]:
+                return position + len(chunk) - len(chunk.lstrip(b"\0"))
+            position += len(chunk)
     return None
+
+
+def _data_regions(path: Path, start: int, stop: int) -> Iterator[tuple[int, int]]:
+    """``[begin, end)`` ranges of ``path`` within ``[start, stop)`` that may hold data."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except OSError:
+        yield start, stop
+        return
+    try:
+        position = start
+        while position < stop:
+            try:
+                begin = os.lseek(fd, position, os.SEEK_DATA)
+            except OSError as err:
+                if err.errno != errno.ENXIO:  # no SEEK_DATA here: read it all
+                    yield position, stop
+                return  # ENXIO: only a hole from here to the end of the file
+            if begin >= stop:
+                return
+            finish = min(stop, os.lseek(fd, begin, os.SEEK_HOLE))
+            yield begin, finish
+            position = finish
+    finally:
+        os.close(fd)
 
 
 def _last_non_zero_end(segment: SegmentSource, start: int, end: int) -> int:
@@ -408,14 +440,11 @@ def judge_end(
     min_store_timestamp_ms: int = 0,
     live: bool = False,
     segment_size: int = 0,
-    crashed: bool = True,
 ) -> LogEnd:
     """Decide what the place a scan stopped at means (the rule in the module docstring).
 
     ``live``: another process is writing the store (bytes past the end may be a write in
-    progress; only the durable offset is checked). ``crashed``: the last writer did not
-    close the store (``abort`` is there), so the whole rest of the last segment is read for
-    stray writes; after a clean close it is read only when bytes follow the end.
+    progress; only the durable offset is checked).
 
     Raises
     ------
@@ -454,7 +483,7 @@ def judge_end(
     what = stop.reason or "zero bytes where a record or BLANK must be"
     if stop.kind is not StopKind.BLANK:
         torn = _judge_tail(
-            segments[stop.index], stop, what, max_record_bytes, min_store_timestamp_ms, crashed
+            segments[stop.index], stop, what, max_record_bytes, min_store_timestamp_ms
         )
     empty: list[str] = []
     for later in segments[stop.index + 1 :]:
@@ -480,7 +509,6 @@ def _judge_tail(
     what: str,
     max_record: int,
     min_store_ts: int,
-    crashed: bool,
 ) -> int:
     """The torn bytes after the end inside its segment, or raise if they are not one write."""
     position, size, path = stop.position, segment.size_bytes, str(segment.path)
@@ -491,9 +519,9 @@ def _judge_tail(
             path, position, f"{what}, followed by a valid record at position {found}"
         )
     torn_end = _last_non_zero_end(segment, position, window_end)
-    if torn_end == position and not crashed:
-        return 0  # a clean close left zeros after the end: nothing more to read
-    # After a crash, or with bytes past the end: they must be one write, nothing further on.
+    if torn_end == position:
+        return 0  # zeros after the end: nothing more to read (a 1 GiB segment costs 0.2 s)
+    # Bytes follow the end: they must be one write, so nothing is further on.
     beyond = first_non_zero(segment, window_end)
     if beyond is not None:
         raise CorruptRecordError(

@@ -234,11 +234,6 @@ class StoreView:
         return max(0, self.checkpoint.confirm_phy_offset) if self.checkpoint else 0
 
     @property
-    def crashed(self) -> bool:
-        """The ``abort`` file is there: a writer runs, or did not close the store."""
-        return (self.store_dir / ABORT_FILE).exists()
-
-    @property
     def publishes_end(self) -> bool:
         """Whether a running writer publishes its readable end in ``confirmPhyOffset``: ours
         does (Apache RocketMQ 5.3 leaves it at 0)."""

@@ -57,10 +57,11 @@ def test_segments_of_random_bytes_are_refused_and_left_as_they_are(tmp_path: Pat
     assert _digests(tmp_path) == before
 
 
-def test_non_zero_bytes_beyond_one_record_after_the_end_are_refused(tmp_path: Path) -> None:
+def test_non_zero_bytes_beyond_one_record_after_a_bad_record_are_refused(tmp_path: Path) -> None:
     results = _crashed(tmp_path)
     segment = segment_paths(tmp_path)[0]
     end = results[-1].physical_offset + results[-1].total_size
+    _write(segment, end, b"\x00\x00\x01\x00\x01\x02\x03\x04")  # a bad record header
     _write(segment, end + 200_000, b"\x01" * 16)  # far past what one write can reach
     before = _digests(tmp_path)
     with pytest.raises(RecoveryRefusedError, match="more than one record"):
