@@ -9,6 +9,9 @@ they happen::
     ├── InteropError               the Java interop harness failed to build or run
     ├── StoreError                 the CommitLog store
     │   ├── CorruptRecordError     bad bytes on disk: path, position, reason (and CRCs)
+    │   │   ├── RecoveryRefusedError  more than one torn write to cut: `rmq-spark recover`
+    │   │   └── DataMissingError      acknowledged (durable) data is missing: file, position
+    │   ├── CheckpointDamagedError the checkpoint holds offsets no log can have
     │   ├── InvalidMessageError    a message that cannot be encoded (before any write)
     │   ├── OffsetOutOfRangeError  requested offset outside [min, max)
     │   ├── StoreClosedError       the store was closed
@@ -40,9 +43,11 @@ from __future__ import annotations
 
 __all__ = [
     "BrokerError",
+    "CheckpointDamagedError",
     "ConfigError",
     "CorruptRecordError",
     "DataLossError",
+    "DataMissingError",
     "EntryMismatchError",
     "EntrySourceError",
     "EnvironmentCheckError",
@@ -52,6 +57,7 @@ __all__ = [
     "OffsetOutOfRangeError",
     "ProgressFormatError",
     "ProtocolError",
+    "RecoveryRefusedError",
     "RedeliveryFailedError",
     "RemoteProtocolError",
     "ReputError",
@@ -116,6 +122,26 @@ class CorruptRecordError(StoreError):
         self.reason = reason
         self.stored_crc = stored_crc
         self.computed_crc = computed_crc
+
+
+class RecoveryRefusedError(CorruptRecordError):
+    """The end of the log is not one torn write (corruption below the durable offset, data
+    past a bad record, later non-empty segments): the store does not open; an operator
+    decides with ``rmq-spark recover --truncate-at``."""
+
+
+class DataMissingError(CorruptRecordError):
+    """Data the checkpoint (or the segment layout) says was acknowledged is not on disk: a
+    truncated or deleted segment file. ``path``/``position`` say where it should be."""
+
+
+class CheckpointDamagedError(StoreError):
+    """The ``checkpoint`` file holds offsets that no log can have (a damaged file)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: damaged checkpoint: {reason}")
+        self.path = path
+        self.reason = reason
 
 
 class OffsetOutOfRangeError(StoreError):

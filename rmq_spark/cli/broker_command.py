@@ -34,7 +34,9 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from rmq_spark.broker.server import configs_from_args, run_broker
+    from rmq_spark.cli.common import check_store_path
     from rmq_spark.config import default_config_path
 
     store_config, broker_config = configs_from_args(args, default_config_path())
+    check_store_path(store_config.root_dir)
     return run_broker(store_config, broker_config, ready_file=args.ready_file)

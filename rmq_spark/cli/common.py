@@ -6,11 +6,19 @@ import argparse
 import json
 import logging
 import sys
+from pathlib import Path
 from typing import IO, Any
 
 from rmq_spark.config import RmqConfig, default_config_path, load_config, parse_override
+from rmq_spark.errors import StoreError
 
-__all__ = ["add_config_arguments", "config_from_args", "print_json_line", "setup_logging"]
+__all__ = [
+    "add_config_arguments",
+    "check_store_path",
+    "config_from_args",
+    "print_json_line",
+    "setup_logging",
+]
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
@@ -51,3 +59,9 @@ def setup_logging(level: str = "INFO") -> None:
 def print_json_line(obj: Any, out: IO[str] | None = None) -> None:
     stream = out or sys.stdout
     stream.write(json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")) + "\n")
+
+
+def check_store_path(path: Path) -> None:
+    """Raise ``StoreError`` (one line) if ``path`` exists and is not a directory."""
+    if path.exists() and not path.is_dir():
+        raise StoreError(f"--store {path} is not a directory (a store is a directory)")

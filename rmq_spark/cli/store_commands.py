@@ -1,8 +1,11 @@
-"""``rmq-spark send | dump | verify``: put messages into a store, print it, check it.
+"""``rmq-spark send | dump | verify | recover``: put messages into a store, print it, check
+it, cut it.
 
-``send`` opens the store for writing (it takes the store's lock, so not while a broker runs on
-it). ``dump`` and ``verify`` are read-only and take no lock: they work on a store another
-process has open, reading up to the checkpoint's ``confirmPhyOffset`` while it runs.
+``send`` and ``recover`` open the store for writing (they take the store's lock, so not while
+a broker runs on it). ``dump`` and ``verify`` are read-only and take no lock: they read up to
+the end of the log decided by ``store/scan.py`` (a running broker of ours: its published
+``confirmPhyOffset``; any other store: the real end of the valid records, checked against
+what the checkpoint says is durable).
 
 Works inside ``rmq-spark`` (``register(subparsers)``) and standalone:
 ``python -m rmq_spark.cli.store_commands --help``.
@@ -18,13 +21,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.cli.common import add_config_arguments, config_from_args, print_json_line
+from rmq_spark.cli.common import (
+    add_config_arguments,
+    check_store_path,
+    config_from_args,
+    print_json_line,
+)
 from rmq_spark.errors import CorruptRecordError, RmqError
-from rmq_spark.store.checkpoint import read_checkpoint
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.layout import COMMITLOG_DIR
-from rmq_spark.store.lockfile import abort_exists
 from rmq_spark.store.msg_id import offset_msg_id
 from rmq_spark.store.properties import DELAY, parse_properties
 
@@ -36,10 +42,11 @@ EXIT_ERROR = 2
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    """Add ``send``, ``dump`` and ``verify`` to an ``rmq-spark`` subparsers object."""
+    """Add ``send``, ``dump``, ``verify`` and ``recover`` to an ``rmq-spark`` subparsers object."""
     _register_send(subparsers)
     _register_dump(subparsers)
     _register_verify(subparsers)
+    _register_recover(subparsers)
 
 
 def _store_argument(parser: argparse.ArgumentParser) -> None:
@@ -99,8 +106,9 @@ def _register_dump(subparsers: argparse._SubParsersAction) -> None:  # type: ign
             "born_timestamp, born_host, store_timestamp, store_host, reconsume_times, "
             "prepared_transaction_offset, topic, properties (object), body_base64, msg_id "
             "(timestamps in epoch ms, hosts as ip:port). Read-only and lock-free: works on a "
-            "store another process has open (then it stops at the checkpoint's confirmed "
-            "offset)."
+            "store another process has open (ours: up to the checkpoint's confirmed offset; "
+            "Apache RocketMQ's: up to the last complete record). Fails, naming the file and "
+            "position, when data the checkpoint says is durable is missing or damaged."
         ),
     )
     _store_argument(parser)
@@ -112,7 +120,7 @@ def _register_dump(subparsers: argparse._SubParsersAction) -> None:  # type: ign
         help="start at this physical offset (a record boundary; default: the oldest record)",
     )
     parser.add_argument(
-        "--limit", type=int, default=None, metavar="N", help="print at most N messages"
+        "--limit", type=int, default=None, metavar="N", help="print at most N (>= 0) messages"
     )
     parser.add_argument(
         "--no-crc", action="store_true", help="do not verify BODYCRC while reading (faster)"
@@ -127,13 +135,45 @@ def _register_verify(subparsers: argparse._SubParsersAction) -> None:  # type: i
         description=(
             "Read every record of every CommitLog segment and check its magic code, that "
             "TOTALSIZE matches the field lengths, its BODYCRC and that it names its own "
-            "physical offset; every full segment must end in a BLANK record and nothing may "
-            "follow the end of the data. Prints a summary; exits 1 naming the segment file "
-            "and position of the first bad record. Read-only and lock-free."
+            "physical offset; every full segment must end in a BLANK record; the data must "
+            "reach what the checkpoint says is durable; after its end there may be at most "
+            "one torn write (which recovery cuts) and all-zero preallocated files. Prints a "
+            "summary; exits 1 naming the segment file and position of the first problem. "
+            "Read-only and lock-free."
         ),
     )
     _store_argument(parser)
     parser.set_defaults(handler=_handle_verify)
+
+
+def _register_recover(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    parser = subparsers.add_parser(
+        "recover",
+        help="cut a damaged log at a physical offset (an operator's decision)",
+        description=(
+            "A store whose log does not end in at most one torn write (damage below the "
+            "durable offset, data past a bad record, later non-empty segments) does not "
+            "open: the error names the file, the position and the cause. After looking "
+            "(`rmq-spark verify`, `rmq-spark dump`), cut the log at a record boundary with "
+            "--truncate-at OFFSET: every byte from OFFSET on is gone from the log, so "
+            "messages stored there are lost to readers. Nothing is deleted: the rest of "
+            "OFFSET's segment is copied and every later segment file is moved to "
+            "commitlog/.quarantine/cut-<time>-at-<offset>/ with a manifest.json. The next "
+            "open then recovers from OFFSET (and refuses again if that is still not a clean "
+            "end). Takes the store's lock: stop the broker first."
+        ),
+        epilog="example: rmq-spark recover --store ./store --truncate-at 1073741824",
+    )
+    _store_argument(parser)
+    parser.add_argument(
+        "--truncate-at",
+        required=True,
+        type=int,
+        metavar="OFFSET",
+        help="physical offset that becomes the end of the log (a record boundary)",
+    )
+    add_config_arguments(parser)
+    parser.set_defaults(handler=_handle_recover)
 
 
 # --- send ---------------------------------------------------------------------------------------
@@ -162,6 +202,7 @@ def _handle_send(args: argparse.Namespace) -> int:
         (line.rstrip("\n").encode() for line in sys.stdin) if args.stdin else [args.body.encode()]
     )
     failures = 0
+    check_store_path(args.store)
     with MessageStore.open(_store_config(args)) as store:
         for body in bodies:
             request = PutRequest(
@@ -191,10 +232,10 @@ def _handle_send(args: argparse.Namespace) -> int:
     return EXIT_FAILED if failures else EXIT_OK
 
 
-def _usage_error(message: str) -> RmqError:
+def _usage_error(message: str, command: str = "send") -> RmqError:
     from rmq_spark.errors import ConfigError
 
-    return ConfigError("send", message)
+    return ConfigError(command, message)
 
 
 # --- dump and verify ----------------------------------------------------------------------------
@@ -225,14 +266,6 @@ def record_json(decoded: DecodedRecord) -> dict[str, Any]:
     }
 
 
-def _readable_end(root: Path) -> int | None:
-    """While the store is open elsewhere (``abort`` present), stop at its confirmed offset."""
-    if not abort_exists(root):
-        return None
-    values = read_checkpoint(root)
-    return values.confirm_phy_offset if values is not None else None
-
-
 def _check_store_dir(root: Path) -> None:
     if not (root / COMMITLOG_DIR).is_dir():
         from rmq_spark.errors import StoreError
@@ -241,31 +274,28 @@ def _check_store_dir(root: Path) -> None:
 
 
 def _handle_dump(args: argparse.Namespace) -> int:
-    from rmq_spark.store.reader import iter_records, open_read_only
+    from rmq_spark.store.reader import read_store
 
     _check_store_dir(args.store)
-    commitlog = open_read_only(args.store)
-    try:
-        end = _readable_end(args.store)
-        records = iter_records(commitlog, args.from_offset, end, check_crc=not args.no_crc)
-        for count, decoded in enumerate(records):
-            if args.limit is not None and count >= args.limit:
-                break
-            print_json_line(record_json(decoded))
-    finally:
-        commitlog.close()
+    if args.limit is not None and args.limit < 0:
+        raise _usage_error(f"--limit {args.limit}: must be >= 0", "dump")
+    if args.from_offset is not None and args.from_offset < 0:
+        raise _usage_error(f"--from-offset {args.from_offset}: must be >= 0", "dump")
+    if args.limit == 0:
+        return EXIT_OK
+    records = read_store(args.store, args.from_offset, check_crc=not args.no_crc)
+    for count, decoded in enumerate(records, 1):
+        print_json_line(record_json(decoded))
+        if args.limit is not None and count >= args.limit:
+            break
     return EXIT_OK
 
 
 def _handle_verify(args: argparse.Namespace) -> int:
-    from rmq_spark.store.reader import open_read_only, verify_log
+    from rmq_spark.store.reader import verify_store
 
     _check_store_dir(args.store)
-    commitlog = open_read_only(args.store)
-    try:
-        result = verify_log(commitlog, _readable_end(args.store))
-    finally:
-        commitlog.close()
+    result = verify_store(args.store)
     if result.error is not None:
         error: CorruptRecordError = result.error
         print(
@@ -275,9 +305,44 @@ def _handle_verify(args: argparse.Namespace) -> int:
             file=sys.stdout,
         )
         return EXIT_FAILED
+    torn = (
+        f"; {result.torn_bytes} bytes of one torn write follow it (recovery cuts them)"
+        if result.torn_bytes
+        else ""
+    )
     print(
         f"OK {result.record_count} records, {result.checked_bytes} bytes in "
-        f"{result.segment_count} segments; the log ends at physical offset {result.end_offset}"
+        f"{result.segment_count} segments; the log ends at physical offset "
+        f"{result.end_offset}{torn}"
+    )
+    return EXIT_OK
+
+
+def _handle_recover(args: argparse.Namespace) -> int:
+    from rmq_spark.store.commitlog import CommitLog
+    from rmq_spark.store.fileio import OsOpener
+    from rmq_spark.store.lockfile import StoreLock
+    from rmq_spark.store.quarantine import truncate_store
+
+    _check_store_dir(args.store)
+    if args.truncate_at < 0:
+        raise _usage_error(f"--truncate-at {args.truncate_at}: must be >= 0", "recover")
+    config = _store_config(args)
+    lock = StoreLock.acquire(args.store)
+    try:
+        commitlog = CommitLog.load(
+            config.commitlog_dir, config.segment_size_bytes, OsOpener(config.io_mode)
+        )
+        try:
+            result = truncate_store(commitlog, args.truncate_at, "rmq-spark recover")
+        finally:
+            commitlog.close()
+    finally:
+        lock.release()
+    print(
+        f"cut the log at physical offset {args.truncate_at}: {result.copied_bytes} bytes "
+        f"copied and {len(result.moved_segments)} segment files moved to {result.directory}; "
+        "the next open recovers from there"
     )
     return EXIT_OK
 

@@ -2,10 +2,11 @@
 
 Owns two reads the job needs whether or not a broker has the store open: one record by its
 physical offset (``read``), and a forward scan of records of some topics from a physical
-offset (``scan``), used to find schedule records when no consume_queue table is there (the
-fallback) and to recognise records already redelivered after a crash. Files are read with
-``os.pread`` (never mapped), so a segment deleted or truncated under us raises an error
-instead of SIGBUS. Does not own decoding (``store/codec.py``) or writing.
+offset (``scan``, through ``store/scan.py``'s segment scan and end-of-log judge), used to
+find schedule records when no consume_queue table is there (the fallback) and to recognise
+records already redelivered after a crash. Files are read with ``os.pread`` (never mapped),
+so a segment deleted or truncated under us raises an error instead of SIGBUS. Does not own
+decoding (``store/codec.py``) or writing.
 """
 
 from __future__ import annotations
@@ -17,20 +18,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError, StoreIOError
-from rmq_spark.store.codec import (
-    BlankPadding,
-    DecodedRecord,
-    NeedMoreData,
-    SkippedRecord,
-    Unwritten,
-    decode_record,
-)
+from rmq_spark.spark.planner import walk_headers
+from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record
 from rmq_spark.store.layout import COMMITLOG_DIR, is_segment_name, parse_segment_name
 from rmq_spark.store.message import MessageRecord
+from rmq_spark.store.readable import TailCache, open_segments, readable_end
+from rmq_spark.store.scan import LogScan, StopKind
+from rmq_spark.store.view import StoreView
 
 __all__ = ["LogReader", "ScannedRecord"]
 
-_SCAN_CHUNK_BYTES = 4 * 1024 * 1024
 _READ_GAP_BYTES = 64 * 1024  # read across a gap this small rather than pread twice
 _READ_SPAN_BYTES = 4 * 1024 * 1024  # one read_many pread covers at most this much
 _HEADER_BYTES = 8
@@ -63,6 +60,7 @@ class LogReader:
         self._listing: list[tuple[int, int]] = []
         self._fds: dict[int, int] = {}
         self.scan_end = 0  # where the last ``scan`` stopped: the end of what was readable
+        self._tail = TailCache()
         self._names: dict[int, str] = {}
 
     def close(self) -> None:
@@ -211,80 +209,49 @@ class LogReader:
         """Records (of ``topics``, if given) from ``from_offset`` to the end of what is written.
 
         ``from_offset`` must be a record boundary (or below the oldest segment: the scan
-        starts there). The scan ends at unwritten bytes, at a record that is not whole yet,
-        or at bytes that do not decode in the newest segment (a write in progress, a torn
-        tail); bad bytes in an older segment raise ``CorruptRecordError``.
-        """
-        segments = self._segments()
-        self.scan_end = max(from_offset, segments[0][0]) if segments else from_offset
-        for number, (base, size) in enumerate(segments):
-            if base + size <= from_offset:
-                continue
-            is_last = number == len(segments) - 1
-            position = max(from_offset - base, 0)
-            finished = yield from self._scan_segment(
-                base, size, position, topics, with_body, is_last
-            )
-            if not finished:
-                return
+        starts there). The end is ``store.readable.readable_end`` with ``tail=True``: a running
+        broker's last complete valid record (its own puts are acknowledged before they are
+        published), the judged end of a store no broker has open.
 
-    def _scan_segment(
-        self,
-        base: int,
-        size: int,
-        position: int,
-        topics: Collection[str] | None,
-        with_body: bool,
-        is_last: bool,
-    ) -> Iterator[ScannedRecord]:
-        """Yield the segment's records; return True at its BLANK end, False where data ends."""
-        path = str(self.commitlog_dir / f"{base:020d}")
-        chunk_start, chunk = position, b""
-        while position < size:
-            at = position - chunk_start
-            if len(chunk) - at < _HEADER_BYTES:
-                chunk_start, at = position, 0
-                chunk = self._pread(base, min(_SCAN_CHUNK_BYTES, size - position), position)
-                if len(chunk) < _HEADER_BYTES:
-                    return False
-            try:
-                outcome = decode_record(
-                    memoryview(chunk), at, path=path, check_crc=False, with_body=with_body,
-                    topics=topics,
-                )  # fmt: skip
-            except CorruptRecordError:
-                if is_last:
-                    return False  # a record being written right now, or a torn tail
-                raise
-            if isinstance(outcome, NeedMoreData):
-                if chunk_start + len(chunk) >= size:
-                    return False
-                chunk_start = position
-                chunk = self._pread(base, max(outcome.need, _SCAN_CHUNK_BYTES), position)
-                if len(chunk) < outcome.need:
-                    return False
-                continue
-            if isinstance(outcome, Unwritten):
-                return False
-            if isinstance(outcome, BlankPadding):
-                self.scan_end = base + size
-                return True
-            if isinstance(outcome, SkippedRecord):
-                position += outcome.total_size
-                self.scan_end = base + position
-                continue
-            assert isinstance(outcome, DecodedRecord)
-            yield ScannedRecord(base + position, outcome.total_size, outcome.record)
-            position += outcome.total_size
-            self.scan_end = base + position
-        self.scan_end = base + size
-        return True
+        Raises
+        ------
+        CorruptRecordError
+            Bad bytes below the end, or damage the end-of-log judge found.
+        DataMissingError
+            Acknowledged data is missing (a truncated or deleted segment file).
+        """
+        view = StoreView.open(self.commitlog_dir.parent)
+        start = max(from_offset, view.min_offset)
+        end = self._end(view, start)
+        self.scan_end = start
+        segments = open_segments(view)
+        try:
+            scan = LogScan(
+                segments, start, end, check_crc=False, with_body=with_body, topics=topics,
+                durable_offset=None,
+            )  # fmt: skip
+            for decoded in scan:
+                yield ScannedRecord(decoded.position, decoded.total_size, decoded.record)
+                self.scan_end = decoded.position + decoded.total_size
+            stop = scan.stop
+            if stop.kind is not StopKind.LIMIT and stop.offset < end:
+                reason = stop.reason or "zero bytes where a record or BLANK must be"
+                raise CorruptRecordError(str(stop.path), stop.position, reason)
+            self.scan_end = max(self.scan_end, min(stop.offset, end))
+        finally:
+            for segment in segments:
+                segment.close()
+
+    def _end(self, view: StoreView, start: int) -> int:
+        return readable_end(
+            view, cache=self._tail, walk=walk_headers, tail=True, from_offset=start
+        ).offset
 
     def end_offset(self, from_offset: int) -> int:
-        """The end of the readable records, scanning headers from ``from_offset`` (a record
-        boundary at or below the end)."""
-        for _ in self.scan(from_offset, topics=(), with_body=False):
-            pass
+        """The end of the readable records (``scan``'s end), walking record headers from
+        ``from_offset`` (a record boundary at or below the end)."""
+        view = StoreView.open(self.commitlog_dir.parent)
+        self.scan_end = self._end(view, max(from_offset, view.min_offset))
         return self.scan_end
 
     def _pread(self, base: int, length: int, position: int) -> bytes:

@@ -30,13 +30,8 @@ import pyarrow as pa
 from rmq_spark.errors import SourceError
 from rmq_spark.spark.offsets import parse_offset
 from rmq_spark.spark.options import SourceOptions
-from rmq_spark.spark.source import (
-    LogPartition,
-    RocketMQStreamReader,
-    _open_view,
-    _plan,
-    read_partition,
-)
+from rmq_spark.spark.partitions import LogPartition, plan, read_partition
+from rmq_spark.spark.stream import RocketMQStreamReader
 
 try:  # private in PySpark 4.x; the option fails clearly if a release drops it
     from pyspark.sql.datasource_internal import _SimpleStreamReaderWrapper
@@ -78,7 +73,7 @@ class DriverReadStreamReader(RocketMQStreamReader, _Base):  # type: ignore[misc,
     def partitions(self, start: dict, end: dict) -> list[LogPartition]:
         begin = parse_offset(start, what="start offset")
         stop = parse_offset(end, what="end offset")
-        planned = _plan(_open_view(self.options), self.options, begin, stop, self.skipped_ranges)
+        planned = plan(self._view_for(stop), self.options, begin, stop, self.skipped_ranges)
         if self._small(begin, stop) and len(planned) > 1:
             # Spark requires exactly one partition next to prefetched records.
             pieces = tuple(piece for part in planned for piece in part.slices)

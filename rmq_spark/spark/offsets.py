@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from rmq_spark.errors import SourceError
+from rmq_spark.store.view import SegmentSpan
 
 __all__ = [
     "OFFSET_KEY",
@@ -63,18 +64,6 @@ def parse_offset(offset: Mapping[str, object] | None, *, what: str = "offset") -
         f"{what} {offset!r} was not issued by the rocketmq source; "
         f'expected {{"{OFFSET_KEY}": <integer >= 0>}}'
     )
-
-
-@dataclass(frozen=True, slots=True)
-class SegmentSpan:
-    """One segment file as listed: base offset (its name) and file size."""
-
-    base_offset: int
-    size_bytes: int
-
-    @property
-    def end_offset(self) -> int:
-        return self.base_offset + self.size_bytes
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,27 +2,28 @@
 timestamp starts, how much is behind. Reads headers only (TOTALSIZE hops and a few fields),
 never bodies, and never whole segments except to find the end of a store no broker has open.
 
-Owns the readable end (``confirmPhyOffset`` while a broker has the store open, else the end
-of the last valid record), admission control (a batch end at a record boundary under a byte
-and a message budget), ``startingTimestamp`` search, starting-offset validation and backlog
-counting. Does not own offsets' shape or partitioning (``offsets.py``), decoding rows
-(``columnar.py``) or Spark (``source.py``).
+Owns the fast path of the readable end (a vectorised walk over record headers; the rule
+and the judgement at the tail are ``store/scan.py``'s), admission control (a batch end at a
+record boundary under a byte and a message budget), ``startingTimestamp`` search,
+starting-offset validation and backlog counting. Does not own offsets' shape or
+partitioning (``offsets.py``), decoding rows (``columnar.py``) or Spark (``source.py``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from rmq_spark.errors import CorruptRecordError, SourceError
 from rmq_spark.spark.arrow_views import gather_rows
 from rmq_spark.spark.columnar import hop, is_record_start, sync_forward
-from rmq_spark.spark.offsets import SegmentSpan
-from rmq_spark.spark.segments import MappedSegment, StoreView
+from rmq_spark.store import readable
 from rmq_spark.store.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
+from rmq_spark.store.readable import TailCache
+from rmq_spark.store.view import MappedSegment, SegmentSpan, StoreView
 
 __all__ = [
     "Backlog",
@@ -33,19 +34,12 @@ __all__ = [
     "count_records",
     "offset_for_timestamp",
     "readable_end",
+    "walk_headers",
 ]
 
 _MESSAGE_MAGICS = np.array([MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2], dtype=np.uint32)
 _HOP_RECORDS = 1 << 16
 _HOP_BYTES = 1 << 40  # no byte cap: the driver hops headers only
-
-
-@dataclass
-class TailCache:
-    """Remembers how far the last segment of a closed store was validated (driver state)."""
-
-    scanned: dict[int, tuple[int, int, int]] = field(default_factory=dict)
-    # base offset -> (file size, mtime_ns, end position of the valid records found)
 
 
 def _units(
@@ -252,85 +246,42 @@ def _store_ts(buf: object, positions: np.ndarray) -> np.ndarray:
 
 
 def readable_end(view: StoreView, cache: TailCache | None = None) -> int:
-    """The physical offset readers may read up to (exclusive).
-
-    A store a broker has open: its ``confirmPhyOffset`` (never more than the files hold). A
-    closed store (copied, crashed, or written by Apache RocketMQ whose checkpoint may hold 0
-    there): the end of its last valid record, found by validating the newest segment that
-    holds data.
+    """The physical offset readers may read up to (exclusive): ``store.readable.readable_end``
+    (the one end-of-log rule), with a vectorised walk over the record headers of the newest
+    segment as its fast path; the decision at the tail is the scan's judge.
 
     Raises
     ------
-    CorruptRecordError
-        A closed store whose newest data segment has an invalid record followed by valid
-        ones (damage, not a torn tail), or a non-empty segment that does not start with one.
+    CorruptRecordError, DataMissingError, CheckpointDamagedError
+        As ``store.readable.readable_end``: damage, or acknowledged data missing.
     """
-    if not view.spans:
-        return 0
-    if view.broker_open:
-        return max(view.min_offset, min(view.confirm_offset, view.max_extent))
-    cache = cache if cache is not None else TailCache()
-    for span in reversed(view.spans):
-        end = _scan_segment(view, span, cache)
-        if end is not None:
-            return end
-    return view.min_offset
+    return readable.readable_end(view, cache=cache, walk=walk_headers).offset
 
 
-def _scan_segment(view: StoreView, span: SegmentSpan, cache: TailCache) -> int | None:
-    """End offset of the valid records of ``span``; ``None`` if it holds none (preallocated)."""
-    path = view.segment_path(span.base_offset)
+def walk_headers(path: Path, base: int, position: int) -> int:
+    """How far the records from ``position`` are structurally valid (magic, PHYSICALOFFSET
+    naming its own position), hopping TOTALSIZE over headers; stops at a BLANK, at bytes
+    that are not a record header, or at a record running past the file."""
     try:
-        stat = os.stat(path)
         mapped = MappedSegment(path)
     except FileNotFoundError:
-        return None
+        return position
     with mapped:
-        buf, size, base = mapped.buffer, mapped.size_bytes, span.base_offset
-        head = bytes(buf[:8])
-        if head == bytes(8) or size < 8:
-            return None
-        if not is_record_start(buf, base, 0, size):
-            if int.from_bytes(head[4:], "big") == BLANK_MAGIC_CODE:
-                return base + size
-            raise CorruptRecordError(str(path), 0, "segment does not start with a record")
-        known = cache.scanned.get(base)
-        pos = known[2] if known and known[0] == stat.st_size and known[2] <= size else 0
-        if known and (known[0], known[1]) == (stat.st_size, stat.st_mtime_ns):
-            return base + known[2]
+        buf, size = mapped.buffer, mapped.size_bytes
         data = np.frombuffer(buf, dtype=np.uint8)
-        after = pos
-        while pos < size:
-            starts, after = hop(buf, pos, size, size, _HOP_RECORDS, _HOP_BYTES)
+        while position < size:
+            starts, after = hop(buf, position, size, size, _HOP_RECORDS, _HOP_BYTES)
             found = np.frombuffer(starts, dtype=np.int64) if len(starts) else np.zeros(0, int)
+            if not len(found):
+                return position
             rows = gather_rows(data, found, 36)
             magics = rows[:, 4:8].copy().view(">u4").reshape(-1)
             phys = rows[:, 28:36].copy().view(">i8").reshape(-1)
-            blank = magics == BLANK_MAGIC_CODE
-            bad = ~blank & ((phys != base + found) | ~np.isin(magics, _MESSAGE_MAGICS))
-            stop = np.flatnonzero(blank | bad)
+            bad = (phys != base + found) | ~np.isin(magics, _MESSAGE_MAGICS)
+            stop = np.flatnonzero(bad)
             if len(stop):
-                index = int(stop[0])
-                if blank[index]:
-                    cache.scanned[base] = (stat.st_size, stat.st_mtime_ns, size)
-                    return base + size
-                after = int(found[index])
-                break
-            pos = after
+                return int(found[stop[0]])
+            position = after
             if len(starts) < _HOP_RECORDS:
                 break
-        if after <= size - 8 and int.from_bytes(buf[after + 4 : after + 8], "big") == (
-            BLANK_MAGIC_CODE
-        ):
-            cache.scanned[base] = (stat.st_size, stat.st_mtime_ns, size)
-            return base + size
-        later = sync_forward(buf, base, after + 1, size) if after < size else size
-        if later < size:
-            raise CorruptRecordError(
-                str(path),
-                after,
-                f"invalid record followed by a valid one at {later} in a store no broker has "
-                "open (damage, not a torn tail)",
-            )
-        cache.scanned[base] = (stat.st_size, stat.st_mtime_ns, after)
-        return base + after
+        return position

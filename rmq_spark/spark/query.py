@@ -22,8 +22,8 @@ from rmq_spark.store.msg_id import decode_offset_msg_id
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-    from rmq_spark.spark.segments import StoreView
     from rmq_spark.store.message import MessageRecord
+    from rmq_spark.store.view import StoreView
 
 __all__ = [
     "MessageNotFoundError",
@@ -149,7 +149,7 @@ def record_at(store_dir: str | Path, physical_offset: int) -> DecodedRecord:
         A record starts there but its bytes are corrupt (the error names file and position).
     """
     from rmq_spark.spark.planner import readable_end
-    from rmq_spark.spark.segments import StoreView
+    from rmq_spark.store.view import StoreView
 
     view = StoreView.open(store_dir)
     if not view.broker_open and view.min_offset <= physical_offset:
@@ -170,7 +170,7 @@ def record_at(store_dir: str | Path, physical_offset: int) -> DecodedRecord:
 
 
 def _decode_at(view: StoreView, physical_offset: int, *, end: int | None) -> DecodedRecord:
-    from rmq_spark.spark.segments import MappedSegment
+    from rmq_spark.store.view import MappedSegment
 
     known_end = view.max_extent if end is None else end
     span = view.span_at(physical_offset)

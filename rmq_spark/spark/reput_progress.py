@@ -61,14 +61,14 @@ def reput_lag(
 ) -> ReputLag:
     """Lag of tables that hold every message below ``reput_offset``, read from the log itself.
 
-    Walks record headers from ``reput_offset`` to the durable offset (the checkpoint's
-    confirmPhyOffset) without locks, the way the source reads.
+    Walks record headers from ``reput_offset`` to the end of the readable log
+    (``store.readable.readable_end``, as the source) without locks.
     """
     from rmq_spark.spark.planner import readable_end
-    from rmq_spark.spark.segments import MappedSegment, StoreView
+    from rmq_spark.store.view import MappedSegment, StoreView
 
     view = StoreView.open(store_dir)
-    durable = readable_end(view)  # confirmPhyOffset, or the last valid record of a closed store
+    durable = readable_end(view)  # store.scan's end of the log (the one judge)
     position = max(reput_offset, view.min_offset)
     count = 0
     first_store_ms: int | None = None

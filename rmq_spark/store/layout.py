@@ -23,6 +23,7 @@ __all__ = [
     "MESSAGE_MAGIC_CODE_V2",
     "MULTI_TAGS_FLAG",
     "PHYSICAL_OFFSET_POSITION",
+    "QUARANTINE_DIR",
     "QUEUE_OFFSET_POSITION",
     "RMQ_SYS_SCHEDULE_TOPIC",
     "RMQ_SYS_TRANS_HALF_TOPIC",
@@ -73,6 +74,7 @@ RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 # --- store directory layout (sections 0.1, 6.1, 8.1) ------------------------------------------
 COMMITLOG_DIR = "commitlog"
+QUARANTINE_DIR = ".quarantine"  # under commitlog/: bytes and segments recovery cut
 CQ_UNIT_SIZE_BYTES = 20
 CHECKPOINT_FILE_SIZE_BYTES = 4096
 CONFIRM_PHY_OFFSET_POSITION = 32

@@ -13,23 +13,25 @@ A reader of a *running* store should stop at the checkpoint's ``confirmPhyOffset
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError
-from rmq_spark.store.codec import (
-    BlankPadding,
-    DecodedRecord,
-    NeedMoreData,
-    Unwritten,
-    decode_record,
-)
+from rmq_spark.store.codec import DecodedRecord, decode_record
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import IoMode
 from rmq_spark.store.fileio import OsOpener
 from rmq_spark.store.layout import COMMITLOG_DIR
-from rmq_spark.store.segment import Segment
+from rmq_spark.store.readable import (
+    check_checkpoint,
+    missing_prefix,
+    open_segments,
+    prefix_error,
+    readable_end,
+)
+from rmq_spark.store.scan import LogScan, SegmentCursor, SegmentSource, StopKind, judge_end
+from rmq_spark.store.view import StoreView
 
 __all__ = [
     "SegmentCursor",
@@ -37,78 +39,13 @@ __all__ = [
     "iter_records",
     "open_read_only",
     "read_record",
+    "read_store",
     "verify_log",
+    "verify_segments",
+    "verify_store",
 ]
 
-_CHUNK_BYTES = 8 << 20
 _SIZE = struct.Struct(">i")
-
-
-class SegmentCursor:
-    """Decodes records of one segment through a read-ahead buffer (``SegmentFile.read``)."""
-
-    def __init__(self, segment: Segment, chunk_bytes: int = _CHUNK_BYTES) -> None:
-        self.segment = segment
-        self._chunk_bytes = chunk_bytes
-        self._buf = b""
-        self._view = memoryview(self._buf)  # decoding from a view: CRC without copying bodies
-        self._buf_start = 0
-        self._name = segment.path.name
-
-    def _fill(self, position: int, need: int) -> None:
-        size = max(self._chunk_bytes, need)
-        self._buf = self.segment.read(position, size)
-        self._view = memoryview(self._buf)
-        self._buf_start = position
-
-    def window(self, position: int, size: int) -> bytes:
-        """Bytes ``[position, position + size)`` (fewer at the end of the file)."""
-        start = position - self._buf_start
-        if start < 0 or start + size > len(self._buf):
-            return self.segment.read(position, size)
-        return self._buf[start : start + size]
-
-    def decode(self, position: int, *, check_crc: bool = True, with_body: bool = True) -> object:
-        """Like ``codec.decode_record`` at segment ``position``. Errors carry the file path
-        and the position inside the file; an outcome's own ``position`` is relative to the
-        read-ahead buffer (use ``decode_at`` for segment positions)."""
-        segment = self.segment
-        while True:
-            start = position - self._buf_start
-            if start < 0 or start + 8 > len(self._buf):
-                self._fill(position, 8)
-                start = 0
-            try:
-                outcome = decode_record(
-                    self._view, start, path=self._name, check_crc=check_crc, with_body=with_body
-                )
-            except CorruptRecordError as err:
-                raise CorruptRecordError(
-                    str(segment.path),
-                    position,
-                    err.reason,
-                    stored_crc=err.stored_crc,
-                    computed_crc=err.computed_crc,
-                ) from None
-            if isinstance(outcome, NeedMoreData):
-                if self._buf_start + len(self._buf) >= segment.size_bytes:
-                    return outcome  # the record would run past the end of the file
-                self._fill(position, outcome.need)
-                continue
-            return outcome
-
-    def decode_at(self, position: int, *, check_crc: bool = True) -> object:
-        """``decode`` with outcomes whose ``position`` is the segment position."""
-        outcome = self.decode(position, check_crc=check_crc)
-        if isinstance(outcome, DecodedRecord):
-            return DecodedRecord(
-                outcome.record, position, outcome.total_size, outcome.magic_version
-            )
-        if isinstance(outcome, BlankPadding):
-            return BlankPadding(position, outcome.remaining_bytes)
-        if isinstance(outcome, Unwritten):
-            return Unwritten(position)
-        return outcome
 
 
 def open_read_only(root_dir: Path, segment_size_bytes: int | None = None) -> CommitLog:
@@ -135,128 +72,148 @@ def iter_records(
     *,
     check_crc: bool = True,
 ) -> Iterator[DecodedRecord]:
-    """Every record from ``from_offset`` (default: the oldest) until the data ends or
-    ``end_offset``; ``DecodedRecord.position`` is the *physical* offset.
+    """Every record from ``from_offset`` (default: the oldest) until ``end_offset`` or the
+    end of the log (``scan.judge_end``); ``DecodedRecord.position`` is the *physical* offset.
 
     Raises
     ------
     CorruptRecordError
-        A bad record before the data ends (including a record that does not name its own
-        physical offset, as when ``from_offset`` is not a record boundary).
+        A bad record before the end of the log (including a record that does not name its
+        own physical offset, as when ``from_offset`` is not a record boundary).
     """
-    segments = commitlog.segments
-    if not segments:
-        return
-    offset = commitlog.min_offset if from_offset is None else max(from_offset, commitlog.min_offset)
-    index = (offset - segments[0].base_offset) // commitlog.segment_size_bytes
-    while index < len(segments):
-        segment = segments[index]
-        cursor = SegmentCursor(segment)
-        position = offset - segment.base_offset
-        while position < segment.size_bytes:
-            if end_offset is not None and segment.base_offset + position >= end_offset:
-                return
-            outcome = cursor.decode(position, check_crc=check_crc)
-            if isinstance(outcome, DecodedRecord):
-                physical_offset = segment.base_offset + position
-                if outcome.record.physical_offset != physical_offset:
-                    raise CorruptRecordError(
-                        str(segment.path),
-                        position,
-                        f"PHYSICALOFFSET field says {outcome.record.physical_offset} "
-                        "(not a record boundary?)",
-                    )
-                yield DecodedRecord(
-                    outcome.record, physical_offset, outcome.total_size, outcome.magic_version
-                )
-                position += outcome.total_size
-                continue
-            if isinstance(outcome, BlankPadding):
-                break
-            return  # Unwritten or NeedMoreData: the data ends here
-        index += 1
-        offset = segment.end_offset
+    scan = LogScan(commitlog.segments, from_offset, end_offset, check_crc=check_crc)
+    yield from scan
+    if scan.stop.kind is StopKind.BAD and "PHYSICALOFFSET" in scan.stop.reason:
+        raise CorruptRecordError(
+            str(scan.stop.path), scan.stop.position, f"{scan.stop.reason} (not a record boundary?)"
+        )
+    judge_end(
+        commitlog.segments,
+        scan.stop,
+        durable_offset=0,
+        min_store_timestamp_ms=scan.last_store_timestamp_ms,
+        segment_size=commitlog.segment_size_bytes,
+    )
 
 
 @dataclass(frozen=True, slots=True)
 class VerifyResult:
-    """Outcome of ``verify_log``: ``error`` is the first problem (``None`` if all good)."""
+    """Outcome of a verification: ``error`` is the first problem (``None`` if all good).
+
+    ``end_offset`` is where the records end (or the physical offset of the problem);
+    ``torn_bytes`` non-zero bytes after it are one torn write, which recovery will cut.
+    """
 
     record_count: int
     checked_bytes: int
     segment_count: int
     end_offset: int
     error: CorruptRecordError | None = None
+    torn_bytes: int = 0
+
+
+def verify_segments(
+    segments: Sequence[SegmentSource],
+    *,
+    durable_offset: int = 0,
+    end_offset: int | None = None,
+    live: bool = False,
+    segment_size: int = 0,
+) -> VerifyResult:
+    """Check every record (magic, TOTALSIZE vs lengths, CRC, position, every full segment
+    ending in a BLANK record) and judge the end of the log (``scan.judge_end``)."""
+    first = segments[0].base_offset if segments else 0
+    scan = LogScan(segments, first, end_offset, with_body=False, durable_offset=durable_offset)
+    checked = 0
+    for decoded in scan:
+        checked += decoded.total_size
+    stop = scan.stop
+    try:
+        verdict = judge_end(
+            segments,
+            stop,
+            durable_offset=durable_offset,
+            min_store_timestamp_ms=scan.last_store_timestamp_ms,
+            live=live,
+            segment_size=segment_size,
+        )
+    except CorruptRecordError as err:
+        return VerifyResult(scan.count, checked, len(segments), stop.offset, err)
+    return VerifyResult(
+        scan.count, checked, len(segments), verdict.offset, None, verdict.torn_bytes
+    )
 
 
 def verify_log(commitlog: CommitLog, end_offset: int | None = None) -> VerifyResult:
-    """Check every record of every segment (magic, TOTALSIZE vs lengths, BODYCRC, position,
-    every full segment ending in a BLANK record) and report the first problem."""
-    segments = commitlog.segments
-    count = 0
-    checked = 0
-    end = commitlog.min_offset
-    for index, segment in enumerate(segments):
-        cursor = SegmentCursor(segment)
-        position = 0
-        is_last = index == len(segments) - 1
-        while True:
-            physical_offset = segment.base_offset + position
-            if end_offset is not None and physical_offset >= end_offset:
-                return VerifyResult(count, checked, len(segments), physical_offset)
-            try:
-                outcome = cursor.decode(position)
-            except CorruptRecordError as err:
-                return VerifyResult(count, checked, len(segments), physical_offset, err)
-            if isinstance(outcome, DecodedRecord):
-                if outcome.record.physical_offset != physical_offset:
-                    error = CorruptRecordError(
-                        str(segment.path),
-                        position,
-                        f"PHYSICALOFFSET field says {outcome.record.physical_offset}",
-                    )
-                    return VerifyResult(count, checked, len(segments), physical_offset, error)
-                count += 1
-                checked += outcome.total_size
-                position += outcome.total_size
-                end = segment.base_offset + position
-                continue
-            if isinstance(outcome, BlankPadding):
-                end = segment.end_offset
-                break
-            if isinstance(outcome, NeedMoreData):
-                error = CorruptRecordError(
-                    str(segment.path), position, "record runs past the end of the segment"
-                )
-                return VerifyResult(count, checked, len(segments), physical_offset, error)
-            if not is_last:  # Unwritten before the end of a segment that is not the last
-                error = CorruptRecordError(
-                    str(segment.path), position, "zero bytes where a record or BLANK must be"
-                )
-                return VerifyResult(count, checked, len(segments), physical_offset, error)
-            garbage = _first_non_zero(segment, position)
-            if garbage is not None:
-                error = CorruptRecordError(
-                    str(segment.path),
-                    position,
-                    f"non-zero bytes at position {garbage}, after the end of the data",
-                )
-                return VerifyResult(count, checked, len(segments), physical_offset, error)
-            break
-    return VerifyResult(count, checked, len(segments), end)
+    """``verify_segments`` of a loaded CommitLog (no checkpoint: nothing is known durable)."""
+    return verify_segments(
+        commitlog.segments, end_offset=end_offset, segment_size=commitlog.segment_size_bytes
+    )
 
 
-def _first_non_zero(segment: Segment, position: int) -> int | None:
-    """Position of the first non-zero byte at or after ``position`` (read in chunks)."""
-    while position < segment.size_bytes:
-        chunk = segment.read(position, min(_CHUNK_BYTES, segment.size_bytes - position))
-        if not chunk:
-            return None
-        stripped = chunk.lstrip(b"\0")
-        if stripped:
-            return position + len(chunk) - len(stripped)
-        position += len(chunk)
-    return None
+def verify_store(root_dir: Path) -> VerifyResult:
+    """Verify the store at ``root_dir`` with the rule of ``scan.py``: every record, the
+    checkpoint, a missing first segment, and what follows the end of the data.
+
+    Raises
+    ------
+    CheckpointDamagedError
+        The checkpoint holds impossible offsets.
+    """
+    view = StoreView.open(root_dir)
+    check_checkpoint(view)
+    missing = missing_prefix(view)
+    if missing is not None:
+        return VerifyResult(0, 0, len(view.spans), missing[0], prefix_error(view, missing))
+    end_offset = view.confirm_offset if view.broker_open and view.publishes_end else None
+    segments = open_segments(view)
+    try:
+        return verify_segments(
+            segments,
+            durable_offset=0 if view.broker_open else view.flushed_offset,
+            end_offset=end_offset,
+            live=view.broker_open,
+            segment_size=view.segment_size,
+        )
+    finally:
+        for segment in segments:
+            segment.close()
+
+
+def read_store(
+    root_dir: Path, from_offset: int | None = None, *, check_crc: bool = True
+) -> Iterator[DecodedRecord]:
+    """Every record of the store at ``root_dir`` from ``from_offset`` (default: the oldest)
+    to the end of its readable log (``readable.readable_end``); ``position`` = physical offset.
+
+    Raises
+    ------
+    OffsetOutOfRangeError
+        ``from_offset`` is below the oldest segment or past the end of the log.
+    CorruptRecordError, DataMissingError, CheckpointDamagedError
+        Damage or missing acknowledged data (the error names the file and position).
+    """
+    view = StoreView.open(root_dir)
+    end = readable_end(view).offset
+    missing = missing_prefix(view)
+    if missing is not None:
+        raise prefix_error(view, missing)
+    start = view.min_offset if from_offset is None else from_offset
+    if not view.min_offset <= start <= end:
+        raise OffsetOutOfRangeError(start, view.min_offset, end)
+    segments = open_segments(view)
+    try:
+        scan = LogScan(segments, start, end, check_crc=check_crc, durable_offset=None)
+        yield from scan
+        stop = scan.stop
+        if stop.kind is not StopKind.LIMIT and stop.offset < end:
+            reason = stop.reason or "zero bytes where a record or BLANK must be"
+            if "PHYSICALOFFSET" in reason and stop.offset == start:
+                reason += " (not a record boundary?)"
+            raise CorruptRecordError(str(stop.path), stop.position, reason)
+    finally:
+        for segment in segments:
+            segment.close()
 
 
 def read_record(commitlog: CommitLog, physical_offset: int) -> DecodedRecord:

@@ -20,61 +20,37 @@ the window), never with the whole log. Without a usable snapshot it scans from t
 segment. A clean shutdown (no ``abort`` file) leaves S at the end of the log; after a crash S
 is at most ``snapshot_interval_ms`` old.
 
-What ends the scan, at physical offset X (position P in segment F):
-
-* zero bytes where a header would start (``Unwritten``): the end of the data;
-* a bad record (bad magic, impossible size, TOTALSIZE disagreeing with the lengths, BODYCRC
-  mismatch, PHYSICALOFFSET not equal to X, a record running past the end of F);
-* above the durable offset, a last record (followed by ``Unwritten``) whose final byte is
-  zero: BODYCRC covers only the body, so a write torn in the topic or properties decodes,
-  but a whole record never ends in a zero byte (see ``_torn_last_record``).
-
-Either way, X is then judged:
-
-* X below the durable offset (the checkpoint's ``masterFlushedOffset``): ``CorruptRecordError``
-  — acknowledged, fsynced data is damaged or missing;
-* a valid record somewhere after X (a record whose magic, lengths, CRC check, whose
-  PHYSICALOFFSET names its own position and whose STORETIMESTAMP is not older than the last
-  good record's, within one maximal record size after X in F, or at the start of a later
-  segment): ``CorruptRecordError`` — a hole in the middle. Older valid records are stale
-  bytes left past an earlier truncation (RocketMQ does not zero them) and do not count;
-* otherwise a torn tail: the end of the log is X; the bytes found after X (up to the last
-  non-zero byte within one maximal record size) are reported as ``truncated_bytes`` and
-  zeroed, and later (empty) segments are deleted.
+Where the log ends is decided by the one segment scan and end-of-log judge of ``scan.py``
+(the rule is in its docstring), with the checkpoint's ``masterFlushedOffset`` as the durable
+offset. A torn tail (at most one unsynced write, at the end of the last segment that holds
+data) is copied to ``commitlog/.quarantine/`` and zeroed, and later all-zero segments are
+deleted. Anything else raises ``RecoveryRefusedError`` naming file, position and cause, and
+changes nothing: an operator decides with ``rmq-spark recover --truncate-at``
+(``quarantine.truncate_store``), which moves whatever it cuts aside, never deletes it.
 """
 
 from __future__ import annotations
 
 import logging
-import struct
 from dataclasses import dataclass, field
 
-from rmq_spark.errors import CorruptRecordError
-from rmq_spark.store.checkpoint import QueueOffsetSnapshot
-from rmq_spark.store.codec import (
-    BlankPadding,
-    DecodedRecord,
-    NeedMoreData,
-    Unwritten,
-)
+from rmq_spark.errors import CheckpointDamagedError, CorruptRecordError, RecoveryRefusedError
+from rmq_spark.store.checkpoint import CHECKPOINT_FILE, QueueOffsetSnapshot
+from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.layout import (
-    MESSAGE_MAGIC_CODE_V1,
-    MESSAGE_MAGIC_CODE_V2,
+    COMMITLOG_DIR,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
 )
 from rmq_spark.store.put import IdempotencyWindow, QueueOffsetTable
-from rmq_spark.store.reader import SegmentCursor
+from rmq_spark.store.quarantine import QUARANTINE_DIR, quarantine_bytes
+from rmq_spark.store.scan import LogEnd, LogScan, SegmentCursor, StopKind, judge_end
 
 __all__ = ["RecoveredState", "RecoveryReport", "recover"]
 
 _log = logging.getLogger(__name__)
-_MAGICS = (
-    struct.pack(">I", MESSAGE_MAGIC_CODE_V1),
-    struct.pack(">I", MESSAGE_MAGIC_CODE_V2),
-)
 _UNIQ_MARKER = "UNIQ_KEY\x01"
 
 
@@ -140,58 +116,6 @@ def _uniq_key(props: str) -> str | None:
     return props[start : end if end >= 0 else len(props)] or None
 
 
-def _torn_last_record(cursor: SegmentCursor, position: int, outcome: DecodedRecord) -> bool:
-    """A record that ends in a zero byte and is the last one before unwritten space.
-
-    BODYCRC covers only the body, so a write torn inside the topic or the properties can
-    still decode. A record written whole never ends in a zero byte (properties end with
-    ``\x02`` or a value character, topics have no NUL), while a torn one ends in the zeros
-    of the unwritten space: for the *last* record above the durable offset that means torn.
-    """
-    end = position + outcome.total_size
-    if cursor.window(end - 1, 1) != b"\0":
-        return False
-    try:
-        return isinstance(cursor.decode(end, check_crc=False), Unwritten)
-    except CorruptRecordError:
-        return False
-
-
-def _valid_at(cursor: SegmentCursor, position: int, min_store_timestamp_ms: int) -> bool:
-    """Whether a valid record that names its own position starts here and is not older than
-    the last good record (older ones are stale bytes past an earlier truncation: RocketMQ
-    does not zero them, spec 5.4 and 14.5)."""
-    segment = cursor.segment
-    try:
-        outcome = cursor.decode(position, with_body=False)
-    except CorruptRecordError:
-        return False
-    return (
-        isinstance(outcome, DecodedRecord)
-        and outcome.record.physical_offset == segment.base_offset + position
-        and outcome.record.store_timestamp_ms >= min_store_timestamp_ms
-    )
-
-
-def _valid_record_after(
-    cursor: SegmentCursor, position: int, limit_bytes: int, min_store_timestamp_ms: int
-) -> int | None:
-    """Position of a valid record within ``limit_bytes`` after ``position``, else ``None``."""
-    segment = cursor.segment
-    end = min(segment.size_bytes, position + limit_bytes)
-    region = cursor.window(position, end - position)
-    candidates = []
-    for magic in _MAGICS:
-        at = region.find(magic, 5)
-        while at >= 0:
-            candidates.append(at - 4)
-            at = region.find(magic, at + 1)
-    for offset in sorted(candidates):
-        if _valid_at(cursor, position + offset, min_store_timestamp_ms):
-            return position + offset
-    return None
-
-
 def _check_snapshot(commitlog: CommitLog, snapshot: QueueOffsetSnapshot | None) -> int | None:
     """Store timestamp of the snapshot's last record (0 if none) if it matches the log."""
     if snapshot is None:
@@ -255,10 +179,12 @@ def recover(
 
     Raises
     ------
-    CorruptRecordError
-        A bad record (or the end of the data) below ``durable_offset``, or followed by a
-        valid record.
+    RecoveryRefusedError
+        The end of the data is not one torn write (see ``scan.judge_end``); nothing changed.
+    CheckpointDamagedError
+        ``durable_offset`` lies beyond the segment files by more than one segment.
     """
+    _check_durable(commitlog, durable_offset)
     snapshot_ts = _check_snapshot(commitlog, snapshot)
     queue_offsets = QueueOffsetTable()
     window = IdempotencyWindow(window_capacity)
@@ -279,94 +205,68 @@ def recover(
         start = commitlog.min_offset
         used_snapshot = False
     segments = commitlog.segments
-    if not segments:
+    if not segments and durable_offset <= 0:
         state.report = RecoveryReport(clean_shutdown, used_snapshot, 0, 0, 0, 0)
         return state
 
-    offset = start
-    segment = commitlog.segment_for(offset)
-    assert segment is not None
-    index = segments.index(segment)
-    cursor = SegmentCursor(segment)
-    record_count = 0
-    reason = ""
-    end: int | None = None
-    observe = queue_offsets.observe
-    while end is None:
-        position = offset - segment.base_offset
-        try:
-            outcome = cursor.decode(position, check_crc=check_crc, with_body=False)
-        except CorruptRecordError as err:
-            outcome = err
-        if isinstance(outcome, DecodedRecord):
-            record = outcome.record
-            if record.physical_offset != offset:
-                outcome = CorruptRecordError(
-                    str(segment.path),
-                    position,
-                    f"PHYSICALOFFSET field says {record.physical_offset}",
-                )
-            elif offset >= durable_offset and _torn_last_record(cursor, position, outcome):
-                outcome = CorruptRecordError(
-                    str(segment.path), position, "last record ends in zero bytes (torn write)"
-                )
-            else:
-                tx_type = record.sys_flag & TRANSACTION_MASK
-                if tx_type == TRANSACTION_NOT_TYPE or tx_type == TRANSACTION_COMMIT_TYPE:
-                    observe(record.topic, record.queue_id, record.queue_offset)
-                if window_capacity > 0:
-                    uniq = _uniq_key(record.properties)
-                    if uniq is not None:
-                        window.add(
-                            record.topic,
-                            uniq,
-                            (
-                                offset,
-                                outcome.total_size,
-                                record.queue_offset,
-                                record.queue_id,
-                                record.store_timestamp_ms,
-                            ),
-                        )
-                state.last_record_offset = offset
-                state.last_store_timestamp_ms = record.store_timestamp_ms
-                record_count += 1
-                offset += outcome.total_size
-                continue
-        if isinstance(outcome, BlankPadding):
-            if index + 1 < len(segments):
-                index += 1
-                segment = segments[index]
-                cursor = SegmentCursor(segment)
-                offset = segment.base_offset
-                continue
-            end = segment.end_offset
-            break
-        # The data ends here: Unwritten, NeedMoreData or a bad record.
-        if isinstance(outcome, Unwritten):
-            reason = ""
-        elif isinstance(outcome, NeedMoreData):
-            reason = f"record of {outcome.need} bytes runs past the end of the segment"
-        else:
-            assert isinstance(outcome, CorruptRecordError)
-            reason = outcome.reason
-        end = offset
-    truncated_bytes, deleted = _judge_end(
-        commitlog,
-        cursor,
-        index,
-        end,
-        reason,
-        durable_offset=durable_offset,
-        max_record_bytes=max_record_bytes,
-        last_store_timestamp_ms=state.last_store_timestamp_ms,
+    scan = LogScan(
+        segments, start, check_crc=check_crc, with_body=False, durable_offset=durable_offset
     )
-    if truncated_bytes:
+    observe = queue_offsets.observe
+    for decoded in scan:
+        record = decoded.record
+        tx_type = record.sys_flag & TRANSACTION_MASK
+        if tx_type == TRANSACTION_NOT_TYPE or tx_type == TRANSACTION_COMMIT_TYPE:
+            observe(record.topic, record.queue_id, record.queue_offset)
+        if window_capacity > 0:
+            uniq = _uniq_key(record.properties)
+            if uniq is not None:
+                window.add(
+                    record.topic,
+                    uniq,
+                    (
+                        decoded.position,
+                        decoded.total_size,
+                        record.queue_offset,
+                        record.queue_id,
+                        record.store_timestamp_ms,
+                    ),
+                )
+    if scan.count:
+        state.last_record_offset = scan.last_record_offset
+        state.last_store_timestamp_ms = scan.last_store_timestamp_ms
+    stop = scan.stop
+    try:
+        verdict = judge_end(
+            segments,
+            stop,
+            durable_offset=durable_offset,
+            max_record_bytes=max_record_bytes,
+            min_store_timestamp_ms=state.last_store_timestamp_ms,
+            segment_size=commitlog.segment_size_bytes,
+        )
+    except CorruptRecordError as err:
+        raise RecoveryRefusedError(
+            err.path,
+            err.position,
+            f"{err.reason}; the store does not open. To cut the log there, run "
+            f"`rmq-spark recover --store DIR --truncate-at {stop.offset}` (what is cut is "
+            f"kept in {COMMITLOG_DIR}/{QUARANTINE_DIR}/)",
+        ) from err
+    end = verdict.offset
+    reason = stop.reason if stop.kind is not StopKind.ZEROS else ""
+    deleted = verdict.empty_segments
+    if verdict.torn_bytes:
+        quarantine_bytes(commitlog, end, verdict.torn_bytes, reason or "torn write")
+    _cut(commitlog, end, verdict)
+    if verdict.torn_bytes:
         _log.warning(
-            "recovery: truncated a torn tail of %d bytes at physical offset %d (%s)",
-            truncated_bytes,
+            "recovery: truncated a torn tail of %d bytes at physical offset %d (%s); a copy "
+            "is in %s",
+            verdict.torn_bytes,
             end,
             reason or "partial record",
+            commitlog.directory / QUARANTINE_DIR,
         )
     state.report = RecoveryReport(
         clean_shutdown=clean_shutdown,
@@ -374,63 +274,33 @@ def recover(
         start_offset=start,
         end_offset=end,
         scanned_bytes=end - start,
-        record_count=record_count,
-        truncated_bytes=truncated_bytes,
-        truncated_at=end if truncated_bytes else None,
-        reason=reason or ("partial record" if truncated_bytes else ""),
+        record_count=scan.count,
+        truncated_bytes=verdict.torn_bytes,
+        truncated_at=end if verdict.torn_bytes else None,
+        reason=reason or ("partial record" if verdict.torn_bytes else ""),
         deleted_segments=deleted,
         snapshot_offset=snapshot.physical_offset if used_snapshot and snapshot else None,
     )
     return state
 
 
-def _judge_end(
-    commitlog: CommitLog,
-    cursor: SegmentCursor,
-    index: int,
-    end: int,
-    reason: str,
-    *,
-    durable_offset: int,
-    max_record_bytes: int,
-    last_store_timestamp_ms: int,
-) -> tuple[int, tuple[str, ...]]:
-    """Raise if the end at ``end`` is corruption; else truncate there. Returns
-    ``(truncated_bytes, deleted segment names)``."""
+def _check_durable(commitlog: CommitLog, durable_offset: int) -> None:
     segments = commitlog.segments
-    segment = segments[index]
-    position = end - segment.base_offset
-    path = str(segment.path)
-    if end < durable_offset:
-        what = reason or "the data ends"
-        raise CorruptRecordError(
-            path,
-            position,
-            f"{what} below the durable offset {durable_offset} (acknowledged data is damaged)",
+    files_end = segments[-1].end_offset if segments else 0
+    if not 0 <= durable_offset <= files_end + commitlog.segment_size_bytes:
+        raise CheckpointDamagedError(
+            str(commitlog.directory.parent / CHECKPOINT_FILE),
+            f"masterFlushedOffset is {durable_offset}, but the segment files end at {files_end}",
         )
-    truncated_bytes = 0
-    if position < segment.size_bytes:
-        found = _valid_record_after(cursor, position, max_record_bytes, last_store_timestamp_ms)
-        if found is not None:
-            raise CorruptRecordError(
-                path,
-                position,
-                f"{reason or 'zero bytes'}, followed by a valid record at position {found}",
-            )
-        limit = min(segment.size_bytes - position, max_record_bytes)
-        truncated_bytes = len(cursor.window(position, limit).rstrip(b"\0"))
-    for later in segments[index + 1 :]:
-        if _valid_at(SegmentCursor(later, 1 << 16), 0, last_store_timestamp_ms):
-            raise CorruptRecordError(
-                path,
-                position,
-                f"{reason or 'zero bytes'}, followed by valid data in segment {later.path.name}",
-            )
-    deleted = tuple(later.path.name for later in segments[index + 1 :])
-    if truncated_bytes or deleted or position < segment.size_bytes:
-        if truncated_bytes or deleted:
-            commitlog.truncate_to(end)
-        else:
-            segment.write_position = position
-            segment.flushed_position = position
-    return truncated_bytes, deleted
+
+
+def _cut(commitlog: CommitLog, end: int, verdict: LogEnd) -> None:
+    """Make ``end`` the end of the log: zero the torn bytes, drop later all-zero segments."""
+    if verdict.torn_bytes or verdict.empty_segments:
+        commitlog.truncate_to(end)
+        return
+    segment = commitlog.segment_for(end)
+    if segment is not None:
+        position = end - segment.base_offset
+        segment.write_position = position
+        segment.flushed_position = position

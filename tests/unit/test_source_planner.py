@@ -112,7 +112,12 @@ def test_segment_not_starting_with_a_record_is_corrupt(log):
     data = bytearray(last.read_bytes())
     data[28] ^= 0xFF  # PHYSICALOFFSET of its first record
     last.write_bytes(bytes(data))
-    with pytest.raises(CorruptRecordError, match="does not start with a record"):
+    # Above the durable offset a lone bad last record is one torn write; below it, damage.
+    checkpoint = log.store_dir / "checkpoint"
+    values = bytearray(checkpoint.read_bytes())
+    values[24:32] = log.end_offset.to_bytes(8, "big")  # masterFlushedOffset
+    checkpoint.write_bytes(bytes(values))
+    with pytest.raises(CorruptRecordError, match="PHYSICALOFFSET.*below the durable offset"):
         planner.readable_end(StoreView.open(log.store_dir))
 
 

@@ -12,7 +12,8 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes, Rea
 from source_support import LogWriter, make_record, reference_rows
 
 from rmq_spark.errors import CorruptRecordError, DataLossError, SourceError
-from rmq_spark.spark import planner, source
+from rmq_spark.spark import planner
+from rmq_spark.spark import stream as stream_module
 from rmq_spark.spark.driver_read import DriverReadStreamReader, stream_reader
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.schema import ARROW_SCHEMA
@@ -172,7 +173,7 @@ def test_closed_store_with_damage_before_valid_records_is_corrupt(log):
     data = bytearray(path.read_bytes())
     data[victim.physical_offset - last_base + 4] ^= 0xFF  # magic
     path.write_bytes(bytes(data))
-    with pytest.raises(CorruptRecordError, match="followed by a valid one"):
+    with pytest.raises(CorruptRecordError, match="followed by a valid record"):
         planner.readable_end(StoreView.open(log.store_dir))
 
 
@@ -323,7 +324,7 @@ def test_reported_latest_offset_carries_the_backlog_behind_the_planned_batch(log
         "backlogMessages": 50,
         "backlogMessagesExact": True,
     }
-    monkeypatch.setattr(source, "PROGRESS_COUNT_MAX", 10)
+    monkeypatch.setattr(stream_module, "PROGRESS_COUNT_MAX", 10)
     estimated = reader.reportLatestOffset()
     assert estimated["backlogMessagesExact"] is False
     assert 40 <= estimated["backlogMessages"] <= 60  # sizes of the first 10 extrapolated

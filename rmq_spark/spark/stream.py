@@ -1,0 +1,171 @@
+"""``spark.readStream.format("rocketmq")``: the streaming reader (micro-batches).
+
+Offsets and admission control as ``source.py`` describes; the store is looked at once per
+trigger: ``latestOffset`` opens the view and finds the readable end, and the
+``reportLatestOffset`` and ``partitions`` calls of the same trigger reuse that view.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
+
+from rmq_spark.errors import DataLossError
+from rmq_spark.spark import planner
+from rmq_spark.spark.offsets import offset_dict, parse_offset
+from rmq_spark.spark.options import SourceOptions
+from rmq_spark.spark.partitions import (
+    LogPartition,
+    open_view,
+    plan,
+    read_partition,
+    resolve_start,
+)
+from rmq_spark.spark.schema import ARROW_SCHEMA
+from rmq_spark.store.view import StoreView
+
+__all__ = ["BACKLOG_COUNT_MAX", "PROGRESS_COUNT_MAX", "RocketMQStreamReader"]
+
+BACKLOG_COUNT_MAX = 1_000_000  # metrics(): count at most this many messages, then estimate
+PROGRESS_COUNT_MAX = 20_000  # reportLatestOffset (every trigger): ~4 ms of header hops at most
+
+
+class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("rocketmq")``: micro-batches over the growing log.
+
+    Offsets are ``{"physical_offset": N}`` (N is always a record boundary); a batch reads
+    every record starting in ``[start, end)``. Admission control: ``maxBytesPerTrigger`` /
+    ``maxMessagesPerTrigger`` (also under ``Trigger.AvailableNow``, which stops at the end
+    seen when the query started).
+    """
+
+    def __init__(self, options: SourceOptions, schema: pa.Schema = ARROW_SCHEMA) -> None:
+        self.options = options
+        self.schema = schema
+        self._tail = planner.TailCache()
+        self._available_now_end: int | None = None
+        self._planned_end: int | None = None  # what the last latestOffset(start, limit) gave
+        # The view latestOffset opened and its readable end: reportLatestOffset and
+        # partitions of the same trigger reuse them (one look at the store per trigger).
+        self._trigger: tuple[StoreView, int] | None = None
+        self.skipped_ranges: list[tuple[int, int]] = []
+
+    def _look(self) -> tuple[StoreView, int]:
+        """A fresh view of the store and its readable end (not capped by AvailableNow)."""
+        view = open_view(self.options)
+        return view, planner.readable_end(view, self._tail)
+
+    def _capped(self, end: int) -> int:
+        if self._available_now_end is not None:
+            end = min(end, self._available_now_end)
+        return end
+
+    def initialOffset(self) -> dict:
+        view, end = self._look()
+        return offset_dict(resolve_start(view, self.options, self._capped(end)))
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.options.max_messages_per_trigger:
+            return ReadMaxRows(self.options.max_messages_per_trigger)
+        if self.options.max_bytes_per_trigger:
+            return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        return ReadAllAvailable()
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._trigger = self._look()
+        planned = self._batch_end(parse_offset(start, what="start offset"), limit)
+        self._planned_end = planned
+        return offset_dict(planned)
+
+    def _batch_end(self, begin: int, limit: ReadLimit) -> int:
+        assert self._trigger is not None
+        view, readable = self._trigger
+        end = self._capped(readable)
+        if end <= begin:
+            return begin
+        if isinstance(limit, ReadAllAvailable):
+            return end
+        records_max = self.options.max_messages_per_trigger
+        bytes_max = self.options.max_bytes_per_trigger
+        if isinstance(limit, ReadMaxRows):
+            records_max = limit.max_rows
+        elif isinstance(limit, ReadMaxBytes):
+            bytes_max = limit.max_bytes
+        first = begin
+        if begin < view.min_offset:
+            if self.options.fail_on_data_loss:
+                raise DataLossError(begin, view.min_offset, "the next batch starts there")
+            first = view.min_offset
+        batch_end = planner.advance(view, first, end, records_max=records_max, bytes_max=bytes_max)
+        return max(batch_end, begin)
+
+    def reportLatestOffset(self) -> dict:
+        """The durable end and the backlog behind the batch just planned, for the progress.
+
+        Spark calls this right after ``latestOffset(start, limit)`` and uses the answer only
+        for ``SourceProgress.latestOffset`` (it never deserializes, compares or checkpoints
+        it), so next to the canonical ``physical_offset`` it carries ``backlogBytes`` and
+        ``backlogMessages`` (``backlogMessagesExact`` false: an estimate past
+        ``PROGRESS_COUNT_MAX`` messages) behind the end of that batch.
+        """
+        view, end = self._trigger if self._trigger is not None else self._look()
+        reported: dict = offset_dict(end)
+        if self._planned_end is not None:
+            first = max(self._planned_end, view.min_offset)
+            found = planner.backlog(view, min(first, end), end, PROGRESS_COUNT_MAX)
+            reported["backlogBytes"] = max(0, end - self._planned_end)
+            reported["backlogMessages"] = found.messages
+            reported["backlogMessagesExact"] = found.exact
+        return reported
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now_end = self._look()[1]
+
+    def _view_for(self, stop: int) -> StoreView:
+        """The trigger's view if it saw ``stop`` (else a fresh one: a replayed batch)."""
+        trigger, self._trigger = self._trigger, None
+        if trigger is not None and stop <= trigger[1]:
+            return trigger[0]
+        return open_view(self.options)
+
+    def partitions(self, start: dict, end: dict) -> list[LogPartition]:
+        begin = parse_offset(start, what="start offset")
+        stop = parse_offset(end, what="end offset")
+        return plan(self._view_for(stop), self.options, begin, stop, self.skipped_ranges)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_partition(partition, self.options, self.schema)
+
+    def commit(self, end: dict) -> None:
+        parse_offset(end, what="committed offset")
+
+    def metrics(self, latest_consumed_offset: dict | None = None) -> dict[str, str]:
+        """Backlog behind the durable end, in the shape of Spark's ``ReportsSourceMetrics``.
+
+        Spark 4.2 does not call this for Python sources; ``reportLatestOffset`` (shown as
+        ``latestOffset`` in the query progress) carries the durable end and the backlog, and
+        this method serves jobs and tests that want them (or the skipped ranges) directly.
+        """
+        view, end = self._look()
+        result = {
+            "latestDurableOffset": str(end),
+            "dataLossSkippedRanges": json.dumps(self.skipped_ranges),
+        }
+        if latest_consumed_offset is not None:
+            consumed = parse_offset(latest_consumed_offset, what="consumed offset")
+            first = min(max(consumed, view.min_offset), end)
+            found = planner.backlog(view, first, end, BACKLOG_COUNT_MAX)
+            result["backlogBytes"] = str(max(0, end - consumed))
+            result["backlogMessages"] = str(found.messages)
+            result["backlogMessagesExact"] = str(found.exact).lower()
+        return result
