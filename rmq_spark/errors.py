@@ -13,6 +13,9 @@ they happen::
     │   │   └── DataMissingError      acknowledged (durable) data is missing: file, position
     │   ├── CheckpointDamagedError the checkpoint holds offsets no log can have
     │   ├── InvalidMessageError    a message that cannot be encoded (before any write)
+    │   │   └── InvalidMessageIdError  not an offset message id (32 or 56 hex characters)
+    │   ├── SegmentLayoutError     commitlog/ cannot be loaded: a file of the wrong size, a gap
+    │   │   └── SegmentSizeMismatchError  a segment whose length is not segment_size_bytes
     │   ├── OffsetOutOfRangeError  requested offset outside [min, max)
     │   ├── StoreClosedError       the store was closed
     │   ├── StoreLockedError       another process holds the store's lock file
@@ -30,6 +33,7 @@ they happen::
     ├── TableError                 a reput table cannot be created, registered or written
     │   └── SchemaMismatchError    rows whose columns or types differ from the table's
     ├── ReputError                 the reput stream failed (Spark's reason)
+    ├── MessageNotFoundError       no message where a lookup pointed (deleted, never written)
     └── BrokerError                broker lifecycle: port taken, broker down, shutting down
         ├── SendRejectedError      the broker refused a message (RocketMQ status code)
         └── RedeliveryFailedError  a --once delay run could not finish
@@ -40,6 +44,11 @@ boundary and re-raised as one of these with ``raise ... from err``.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "BrokerError",
@@ -53,7 +62,9 @@ __all__ = [
     "EnvironmentCheckError",
     "InteropError",
     "InvalidMessageError",
+    "InvalidMessageIdError",
     "LocalProtocolError",
+    "MessageNotFoundError",
     "OffsetOutOfRangeError",
     "ProgressFormatError",
     "ProtocolError",
@@ -64,6 +75,8 @@ __all__ = [
     "RmqError",
     "ScheduleLockedError",
     "SchemaMismatchError",
+    "SegmentLayoutError",
+    "SegmentSizeMismatchError",
     "SendRejectedError",
     "SourceError",
     "StoreClosedError",
@@ -272,3 +285,59 @@ class SendRejectedError(BrokerError):
         self.reason = reason
         self.message_id = message_id
         super().__init__(f"{code_name} ({code}): {reason} [message id {message_id}]")
+
+
+class MessageNotFoundError(RmqError):
+    """No message where a lookup pointed (an id of a deleted or never written record)."""
+
+
+class SegmentLayoutError(StoreError):
+    """The ``commitlog/`` directory cannot be loaded: a file of the wrong size, or a gap."""
+
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
+
+
+class SegmentSizeMismatchError(SegmentLayoutError):
+    """A segment file whose length is not the configured ``segment_size_bytes``.
+
+    RocketMQ's ``MappedFileQueue.load`` refuses such a file and the broker does not start
+    (spec 5.2); so do we, before anything in the store is changed. ``store_size`` is the
+    size every segment file of the store has, when they all agree (then the store was
+    written with that size and opening it with ``segment_size_bytes = store_size`` works);
+    ``None`` when they differ (a damaged or foreign file).
+    """
+
+    def __init__(
+        self, path: Path, size: int, configured: int, store_size: int | None = None
+    ) -> None:
+        if store_size is not None:
+            fix = (
+                f"every segment of this store is {store_size} bytes: open it with "
+                f"`--set store.segment_size_bytes={store_size}` (or segment_size_bytes = "
+                f"{store_size} under [store] in the config file)"
+            )
+        else:
+            fix = (
+                "the segment files differ in size, so this one is damaged or foreign: move it "
+                "away, or set `--set store.segment_size_bytes=N` to the size the store was "
+                "written with"
+            )
+        super().__init__(
+            path,
+            f"length {size} does not match store.segment_size_bytes {configured}; RocketMQ "
+            f"refuses to load such a file and so do we. To fix: {fix}",
+        )
+        self.size = size
+        self.configured = configured
+        self.store_size = store_size
+
+
+class InvalidMessageIdError(InvalidMessageError):
+    """A string that is not an offset message id (32 or 56 hex characters)."""
+
+    def __init__(self, text: str, reason: str) -> None:
+        super().__init__("msg_id", f"{text!r}: {reason}")
+        self.text = text

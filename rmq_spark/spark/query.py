@@ -12,7 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError, RmqError
+from rmq_spark.errors import (
+    CorruptRecordError,
+    MessageNotFoundError,
+    OffsetOutOfRangeError,
+)
 from rmq_spark.spark.tables import CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES, table_path
 from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record, peek_header
 from rmq_spark.store.hashing import index_key_hash
@@ -26,7 +30,6 @@ if TYPE_CHECKING:
     from rmq_spark.store.view import StoreView
 
 __all__ = [
-    "MessageNotFoundError",
     "consume_queue_range",
     "message_by_msg_id",
     "message_frame_by_msg_id",
@@ -34,10 +37,6 @@ __all__ = [
     "messages_by_time",
     "record_at",
 ]
-
-
-class MessageNotFoundError(RmqError):
-    """No message where a lookup pointed (an id of a deleted or never written record)."""
 
 
 def _ms_literal(ms: int):  # type: ignore[no-untyped-def]

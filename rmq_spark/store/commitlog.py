@@ -21,58 +21,20 @@ import os
 import threading
 from pathlib import Path
 
-from rmq_spark.errors import OffsetOutOfRangeError, StoreError
+from rmq_spark.errors import (
+    OffsetOutOfRangeError,
+    SegmentLayoutError,
+    SegmentSizeMismatchError,
+)
 from rmq_spark.store.fileio import FileKind, FileOpener, fsync_dir
 from rmq_spark.store.layout import QUARANTINE_DIR, is_segment_name, segment_name
 from rmq_spark.store.segment import Segment
 
-__all__ = ["CommitLog", "SegmentLayoutError", "SegmentSizeMismatchError"]
+__all__ = [
+    "CommitLog",
+]
 
 _log = logging.getLogger(__name__)
-
-
-class SegmentLayoutError(StoreError):
-    """The ``commitlog/`` directory cannot be loaded: a file of the wrong size, or a gap."""
-
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path = path
-        self.reason = reason
-
-
-class SegmentSizeMismatchError(SegmentLayoutError):
-    """A segment file whose length is not the configured ``segment_size_bytes``.
-
-    RocketMQ's ``MappedFileQueue.load`` refuses such a file and the broker does not start
-    (spec 5.2); so do we, before anything in the store is changed. ``store_size`` is the
-    size every segment file of the store has, when they all agree (then the store was
-    written with that size and opening it with ``segment_size_bytes = store_size`` works);
-    ``None`` when they differ (a damaged or foreign file).
-    """
-
-    def __init__(
-        self, path: Path, size: int, configured: int, store_size: int | None = None
-    ) -> None:
-        if store_size is not None:
-            fix = (
-                f"every segment of this store is {store_size} bytes: open it with "
-                f"`--set store.segment_size_bytes={store_size}` (or segment_size_bytes = "
-                f"{store_size} under [store] in the config file)"
-            )
-        else:
-            fix = (
-                "the segment files differ in size, so this one is damaged or foreign: move it "
-                "away, or set `--set store.segment_size_bytes=N` to the size the store was "
-                "written with"
-            )
-        super().__init__(
-            path,
-            f"length {size} does not match store.segment_size_bytes {configured}; RocketMQ "
-            f"refuses to load such a file and so do we. To fix: {fix}",
-        )
-        self.size = size
-        self.configured = configured
-        self.store_size = store_size
 
 
 class CommitLog:

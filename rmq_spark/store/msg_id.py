@@ -13,11 +13,10 @@ import struct
 from datetime import datetime, tzinfo
 
 from rmq_spark.clock import Clock
-from rmq_spark.errors import InvalidMessageError
+from rmq_spark.errors import InvalidMessageError, InvalidMessageIdError
 from rmq_spark.store.message import HostAddress
 
 __all__ = [
-    "InvalidMessageIdError",
     "UniqKeyGenerator",
     "decode_offset_msg_id",
     "month_start_ms",
@@ -26,14 +25,6 @@ __all__ = [
 
 _PORT_OFFSET = struct.Struct(">iq")
 _HEX = frozenset("0123456789abcdefABCDEF")
-
-
-class InvalidMessageIdError(InvalidMessageError):
-    """A string that is not an offset message id (32 or 56 hex characters)."""
-
-    def __init__(self, text: str, reason: str) -> None:
-        super().__init__("msg_id", f"{text!r}: {reason}")
-        self.text = text
 
 
 def offset_msg_id(store_host: HostAddress, physical_offset: int) -> str:

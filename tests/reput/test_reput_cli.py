@@ -11,8 +11,13 @@ from pathlib import Path
 import pytest
 
 from rmq_spark.cli import query_command, reput_command
-from rmq_spark.errors import ConfigError, CorruptRecordError, OffsetOutOfRangeError
-from rmq_spark.spark.query import MessageNotFoundError, message_by_msg_id, record_at
+from rmq_spark.errors import (
+    ConfigError,
+    CorruptRecordError,
+    MessageNotFoundError,
+    OffsetOutOfRangeError,
+)
+from rmq_spark.spark.query import message_by_msg_id, record_at
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore

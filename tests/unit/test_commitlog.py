@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from rmq_spark.errors import OffsetOutOfRangeError
+from rmq_spark.errors import OffsetOutOfRangeError, SegmentLayoutError
 from rmq_spark.store.codec import BlankPadding, decode_record
-from rmq_spark.store.commitlog import CommitLog, SegmentLayoutError
+from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.fileio import FaultPlan, FaultyOpener, OsOpener
 
 SIZE = 1024

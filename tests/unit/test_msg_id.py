@@ -9,10 +9,9 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from rmq_spark.clock import ManualClock
-from rmq_spark.errors import InvalidMessageError
+from rmq_spark.errors import InvalidMessageError, InvalidMessageIdError
 from rmq_spark.store.message import HostAddress
 from rmq_spark.store.msg_id import (
-    InvalidMessageIdError,
     UniqKeyGenerator,
     decode_offset_msg_id,
     month_start_ms,

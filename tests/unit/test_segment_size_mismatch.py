@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 from store_helpers import open_store, put_many
 
-from rmq_spark.errors import StoreError
-from rmq_spark.store.commitlog import SegmentSizeMismatchError
+from rmq_spark.errors import SegmentSizeMismatchError, StoreError
 from rmq_spark.store.layout import COMMITLOG_DIR
 from rmq_spark.store.reader import iter_records, open_read_only
 
