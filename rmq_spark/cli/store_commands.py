@@ -158,7 +158,7 @@ def _register_recover(subparsers: argparse._SubParsersAction) -> None:  # type: 
             "--truncate-at OFFSET: every byte from OFFSET on is gone from the log, so "
             "messages stored there are lost to readers. Nothing is deleted: the rest of "
             "OFFSET's segment is copied and every later segment file is moved to "
-            "commitlog/.quarantine/cut-<time>-at-<offset>/ with a manifest.json. The next "
+            "<store>/quarantine/cut-<time>-at-<offset>/ with a manifest.json. The next "
             "open then recovers from OFFSET (and refuses again if that is still not a clean "
             "end). Takes the store's lock: stop the broker first."
         ),

@@ -27,7 +27,7 @@ from rmq_spark.errors import (
     SegmentSizeMismatchError,
 )
 from rmq_spark.store.fileio import FileKind, FileOpener, fsync_dir
-from rmq_spark.store.layout import QUARANTINE_DIR, is_segment_name, segment_name
+from rmq_spark.store.layout import is_segment_name, segment_name
 from rmq_spark.store.segment import Segment
 
 __all__ = [
@@ -107,8 +107,6 @@ class CommitLog:
             fsync_dir(directory.parent)
         names = []
         for entry in sorted(os.scandir(directory), key=lambda e: e.name):
-            if entry.name == QUARANTINE_DIR:
-                continue  # what recovery cut, kept for the operator (quarantine.py)
             if entry.is_dir():
                 _log.warning("ignoring directory %s in %s", entry.name, directory)
             elif not is_segment_name(entry.name):

@@ -74,7 +74,8 @@ RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 # --- store directory layout (sections 0.1, 6.1, 8.1) ------------------------------------------
 COMMITLOG_DIR = "commitlog"
-QUARANTINE_DIR = ".quarantine"  # under commitlog/: bytes and segments recovery cut
+QUARANTINE_DIR = "quarantine"  # under the store root (not commitlog/, which RocketMQ 4.x
+# loads whole): the bytes and segments an operator's `recover` or recovery cut
 CQ_UNIT_SIZE_BYTES = 20
 CHECKPOINT_FILE_SIZE_BYTES = 4096
 CONFIRM_PHY_OFFSET_POSITION = 32

@@ -1,9 +1,9 @@
-"""What is cut from the log is moved aside, never deleted: ``commitlog/.quarantine/``.
+"""What is cut from the log is moved aside, never deleted: ``<store>/quarantine/``.
 
 Owns the quarantine directory (a copy of the bytes a truncation zeroes, the later segment
 files it removes, and one small JSON manifest per cut) and ``truncate_store``, the
-operator's decision behind ``rmq-spark recover --truncate-at``. The segment loader ignores
-the directory (``commitlog.py``); RocketMQ ignores it too (not a 20-digit file name).
+operator's decision behind ``rmq-spark recover --truncate-at``. It lives beside
+``commitlog/``, not in it, so that neither our loader nor RocketMQ's sees it.
 """
 
 from __future__ import annotations
@@ -20,15 +20,27 @@ from rmq_spark.store.fileio import fsync_dir
 from rmq_spark.store.layout import segment_name
 from rmq_spark.store.view import QUARANTINE_DIR
 
-__all__ = ["QUARANTINE_DIR", "TruncateResult", "quarantine_bytes", "truncate_store"]
+__all__ = [
+    "QUARANTINE_DIR",
+    "TruncateResult",
+    "quarantine_bytes",
+    "quarantine_root",
+    "truncate_store",
+]
 
 _log = logging.getLogger(__name__)
 _COPY_CHUNK = 8 << 20
 
 
+def quarantine_root(commitlog: CommitLog) -> Path:
+    """``<store>/quarantine/``: beside ``commitlog/``, never inside it (RocketMQ 4.x refuses
+    to load a ``commitlog/`` holding anything but segment files)."""
+    return commitlog.directory.parent / QUARANTINE_DIR
+
+
 def _cut_dir(commitlog: CommitLog, offset: int) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    directory = commitlog.directory / QUARANTINE_DIR / f"cut-{stamp}-at-{segment_name(offset)}"
+    directory = quarantine_root(commitlog) / f"cut-{stamp}-at-{segment_name(offset)}"
     suffix = 0
     candidate = directory
     while candidate.exists():

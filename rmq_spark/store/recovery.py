@@ -23,7 +23,7 @@ is at most ``snapshot_interval_ms`` old.
 Where the log ends is decided by the one segment scan and end-of-log judge of ``scan.py``
 (the rule is in its docstring), with the checkpoint's ``masterFlushedOffset`` as the durable
 offset. A torn tail (at most one unsynced write, at the end of the last segment that holds
-data) is copied to ``commitlog/.quarantine/`` and zeroed, and later all-zero segments are
+data) is copied to ``<store>/quarantine/`` and zeroed, and later all-zero segments are
 deleted. Anything else raises ``RecoveryRefusedError`` naming file, position and cause, and
 changes nothing: an operator decides with ``rmq-spark recover --truncate-at``
 (``quarantine.truncate_store``), which moves whatever it cuts aside, never deletes it.
@@ -39,13 +39,12 @@ from rmq_spark.store.checkpoint import CHECKPOINT_FILE, QueueOffsetSnapshot
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.layout import (
-    COMMITLOG_DIR,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
 )
 from rmq_spark.store.put import IdempotencyWindow, QueueOffsetTable
-from rmq_spark.store.quarantine import QUARANTINE_DIR, quarantine_bytes
+from rmq_spark.store.quarantine import QUARANTINE_DIR, quarantine_bytes, quarantine_root
 from rmq_spark.store.scan import LogEnd, LogScan, SegmentCursor, StopKind, judge_end
 
 __all__ = ["RecoveredState", "RecoveryReport", "recover"]
@@ -251,7 +250,7 @@ def recover(
             err.position,
             f"{err.reason}; the store does not open. To cut the log there, run "
             f"`rmq-spark recover --store DIR --truncate-at {stop.offset}` (what is cut is "
-            f"kept in {COMMITLOG_DIR}/{QUARANTINE_DIR}/)",
+            f"kept in {QUARANTINE_DIR}/)",
         ) from err
     end = verdict.offset
     reason = stop.reason if stop.kind is not StopKind.ZEROS else ""
@@ -266,7 +265,7 @@ def recover(
             verdict.torn_bytes,
             end,
             reason or "partial record",
-            commitlog.directory / QUARANTINE_DIR,
+            quarantine_root(commitlog),
         )
     state.report = RecoveryReport(
         clean_shutdown=clean_shutdown,

@@ -103,7 +103,7 @@ def test_one_torn_write_is_cut_and_kept_in_the_quarantine(
         assert (report.end_offset, report.truncated_bytes) == (end, len(torn))
     finally:
         store.close()
-    quarantine = tmp_path / "commitlog" / ".quarantine"
+    quarantine = tmp_path / "quarantine"
     (cut,) = quarantine.iterdir()
     manifest = json.loads((cut / "manifest.json").read_text())
     assert manifest["cut_at"] == end and manifest["bytes"][0]["length"] == len(torn)
@@ -130,7 +130,7 @@ def test_recover_command_cuts_the_log_and_moves_everything_aside(
     )  # fmt: skip
     assert code == 0
     assert "moved to" in capsys.readouterr().out
-    (cut,) = (tmp_path / "commitlog" / ".quarantine").iterdir()
+    (cut,) = (tmp_path / "quarantine").iterdir()
     manifest = json.loads((cut / "manifest.json").read_text())
     assert manifest["segments"] == [later.name] and (cut / later.name).exists()
     (copy,) = cut.glob("*.bin")
@@ -147,4 +147,4 @@ def test_recover_help_explains_the_decision(capsys: pytest.CaptureFixture[str]) 
     with pytest.raises(SystemExit):
         main(["recover", "--help"])
     text = " ".join(capsys.readouterr().out.split())
-    assert "--truncate-at OFFSET" in text and ".quarantine" in text and "lost" in text
+    assert "--truncate-at OFFSET" in text and "quarantine/" in text and "lost" in text
