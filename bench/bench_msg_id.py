@@ -27,8 +27,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from bench_source import write_store  # noqa: E402
 
 from rmq_spark.spark.query import message_by_msg_id, record_at  # noqa: E402
-from rmq_spark.spark.segments import StoreView  # noqa: E402
 from rmq_spark.store.msg_id import offset_msg_id  # noqa: E402
+from rmq_spark.store.view import StoreView  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -44,11 +44,11 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from rmq_spark.spark.columnar import DecodeSettings, read_slice  # noqa: E402
 from rmq_spark.spark.offsets import SegmentSlice  # noqa: E402
-from rmq_spark.spark.segments import MappedSegment, StoreView, read_confirm_offset  # noqa: E402
 from rmq_spark.store.codec import encode_blank, encode_record  # noqa: E402
 from rmq_spark.store.layout import segment_name  # noqa: E402
 from rmq_spark.store.message import HostAddress, MessageRecord  # noqa: E402
 from rmq_spark.store.properties import encode_properties  # noqa: E402
+from rmq_spark.store.view import MappedSegment, StoreView, read_confirm_offset  # noqa: E402
 
 BODY_BYTES = 100
 BASE_TS_MS = 1_700_000_000_000

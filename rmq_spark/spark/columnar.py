@@ -15,7 +15,7 @@ the record where its own chain stops is the one ``sync_forward`` finds there (wh
 partition starts from), so even a crafted body cannot make a record read twice or skipped:
 the query fails instead.
 
-Does not own which slices to read (``offsets.py``), files (``segments.py``) or Spark.
+Does not own which slices to read (``offsets.py``), files (``store/view.py``) or Spark.
 """
 
 from __future__ import annotations

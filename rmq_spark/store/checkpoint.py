@@ -39,13 +39,18 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
 import struct
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmq_spark.store.fileio import FileKind, FileOpener, OsOpener, SegmentFile, fsync_dir
+from rmq_spark.store.fileio import (
+    FileKind,
+    FileOpener,
+    OsOpener,
+    SegmentFile,
+    write_file_atomically,
+)
 from rmq_spark.store.layout import CHECKPOINT_FILE_SIZE_BYTES
 
 __all__ = [
@@ -268,19 +273,7 @@ class QueueOffsetSnapshot:
 
 def write_snapshot(root_dir: Path, snapshot: QueueOffsetSnapshot) -> None:
     """Replace ``<root>/queue_offsets.json`` atomically and durably (raises ``OSError``)."""
-    path = root_dir / SNAPSHOT_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    data = snapshot.to_json().encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.rename(tmp, path)
-    fsync_dir(root_dir)
+    write_file_atomically(root_dir / SNAPSHOT_FILE, snapshot.to_json().encode())
 
 
 def read_snapshot(root_dir: Path) -> QueueOffsetSnapshot | None:

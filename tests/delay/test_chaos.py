@@ -107,6 +107,9 @@ def test_sigkill_at_random_moments_delivers_each_message_exactly_once_never_earl
     assert progress_at_kill[0] < LEVEL_MESSAGES  # the kills began before the work was done
 
     job = spawn(root)
+    assert job.stdout is not None
+    # Its SIGTERM handler is installed before "ready": a stop sent earlier would kill it.
+    assert job.stdout.readline().strip() == "ready"
     deadline = time.monotonic() + 120
     try:
         while delivered_count(root) < LEVEL_MESSAGES + TIMER_MESSAGES:

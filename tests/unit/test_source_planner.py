@@ -8,8 +8,8 @@ from source_support import LogWriter, make_record
 
 from rmq_spark.errors import CorruptRecordError, SourceError
 from rmq_spark.spark import planner
-from rmq_spark.spark.segments import StoreView, broker_has_store_open, read_confirm_offset
 from rmq_spark.store.codec import encode_record
+from rmq_spark.store.view import StoreView, broker_has_store_open, read_confirm_offset
 
 SEGMENT = 4096
 

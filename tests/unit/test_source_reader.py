@@ -17,8 +17,8 @@ from rmq_spark.spark import stream as stream_module
 from rmq_spark.spark.driver_read import DriverReadStreamReader, stream_reader
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.schema import ARROW_SCHEMA
-from rmq_spark.spark.segments import StoreView
 from rmq_spark.spark.source import RocketMQBatchReader, RocketMQStreamReader
+from rmq_spark.store.view import StoreView
 
 SEGMENT = 4096
 

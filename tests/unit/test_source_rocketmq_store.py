@@ -14,10 +14,10 @@ from rmq_spark.errors import EnvironmentCheckError
 from rmq_spark.interop import ROCKETMQ_4, ROCKETMQ_5, build_harness
 from rmq_spark.spark import planner
 from rmq_spark.spark.options import parse_options
-from rmq_spark.spark.segments import StoreView
 from rmq_spark.spark.source import RocketMQBatchReader
 from rmq_spark.store.message import HostAddress
 from rmq_spark.store.properties import parse_properties
+from rmq_spark.store.view import StoreView
 
 pytestmark = pytest.mark.slow
 

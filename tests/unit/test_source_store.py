@@ -13,11 +13,11 @@ import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable
 
 from rmq_spark.spark.options import parse_options
-from rmq_spark.spark.segments import StoreView
 from rmq_spark.spark.source import RocketMQBatchReader, RocketMQStreamReader
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.put import PutRequest
+from rmq_spark.store.view import StoreView
 
 
 def request(index: int) -> PutRequest:
