@@ -34,19 +34,14 @@ from rmq_spark.spark.arrow_views import gather_rows, pieces
 from rmq_spark.spark.columnar_build import ValidRecords, build_batch, record_crc_rows
 from rmq_spark.spark.offsets import SegmentSlice
 from rmq_spark.spark.schema import ARROW_SCHEMA
-from rmq_spark.store.codec import (
-    MIN_RECORD_SIZE_BYTES,
-    RECORD_CRC_BYTES,
-    DecodedRecord,
-    NeedMoreData,
-    decode_record,
-)
+from rmq_spark.store.codec import MIN_RECORD_SIZE_BYTES, DecodedRecord, NeedMoreData, decode_record
 from rmq_spark.store.layout import (
     BLANK_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V1,
     MESSAGE_MAGIC_CODE_V2,
     PHYSICAL_OFFSET_POSITION,
 )
+from rmq_spark.store.record_crc import RECORD_CRC_BYTES
 
 __all__ = [
     "CHUNK_RECORDS_MAX",

@@ -22,7 +22,7 @@ import pyarrow as pa
 from rmq_spark.spark.arrow_views import hex_strings
 from rmq_spark.spark.columnar_properties import PROPERTY_COLUMNS, parse_properties_column
 from rmq_spark.spark.schema import TRANSACTION_TYPE_NAMES
-from rmq_spark.store.codec import RECORD_CRC_BYTES, RECORD_CRC_PLACEHOLDER
+from rmq_spark.store.record_crc import RECORD_CRC_BYTES, RECORD_CRC_PLACEHOLDER
 
 __all__ = ["ValidRecords", "build_batch", "record_crc_rows"]
 

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from typing import cast
 
 from rmq_spark.clock import Clock
-from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION, seal_record
+from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.delay_levels import parse_message_delay_level
@@ -56,6 +56,7 @@ from rmq_spark.store.put import (
 from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.put_plan import Packed, Templates, UniqKeys
 from rmq_spark.store.raw import RawParts
+from rmq_spark.store.record_crc import seal_record
 from rmq_spark.store.recovery import RecoveredState
 from rmq_spark.store.segment import Segment
 

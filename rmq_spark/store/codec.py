@@ -37,6 +37,15 @@ from rmq_spark.store.layout import (
     STOREHOST_V6_FLAG,
 )
 from rmq_spark.store.message import HostAddress, MessageRecord
+from rmq_spark.store.record_crc import (
+    RECORD_CRC_BYTES,
+    RECORD_CRC_DIGITS_AT,
+    RECORD_CRC_KEY,
+    record_crc_of,
+    seal_record,
+    with_record_crc,
+    without_record_crc,
+)
 
 __all__ = [
     "BlankPadding",
@@ -50,8 +59,6 @@ __all__ = [
     "NeedMoreData",
     "OFFSETS",
     "QUEUE_OFFSET_POSITION",
-    "RECORD_CRC_BYTES",
-    "RECORD_CRC_PLACEHOLDER",
     "RecordPacker",
     "SkippedRecord",
     "Unwritten",
@@ -61,14 +68,10 @@ __all__ = [
     "encode_record",
     "encode_record_mutable",
     "peek_header",
-    "record_crc_digits",
     "record_packer",
     "record_size",
-    "seal_record",
     "store_timestamp_position",
     "stored_form",
-    "with_record_crc",
-    "without_record_crc",
 ]
 
 _I32_MIN = -(1 << 31)
@@ -235,85 +238,6 @@ _FIXED = tuple(_fixed_struct(bool(i & 1), bool(i & 2)) for i in range(4))
 _FIXED_44 = _FIXED[0]
 _BODY_START = tuple(s.size for s in _FIXED)  # 72 + bh + sh
 _STORE_TS_POSITION = tuple(48 + (20 if i & 1 else 8) for i in range(4))
-
-# --- the record CRC property (docs/FORMAT.md 2.3, RocketMQ 5.2 enabledAppendPropCRC) -------
-
-RECORD_CRC_BYTES = 20
-"""``__CRC32#`` ``\\x01`` 10 digits ``\\x02``: the last bytes of PROPERTIES when present."""
-_CRC_KEY = b"__CRC32#\x01"
-RECORD_CRC_PLACEHOLDER = _CRC_KEY + b"0000000000\x02"
-"""The reserved property as encoded before ``seal_record`` fills in the digits."""
-_CRC_DIGITS_AT = RECORD_CRC_BYTES - len(_CRC_KEY)  # 11: digits start this far from the end
-_DIGITS = frozenset(b"0123456789")
-_SEAL_COPY_MAX = 16384
-_crc32 = zlib.crc32
-
-
-def record_crc_digits(crc: int) -> bytes:
-    """The 10 ASCII digits of ``crc``, least significant first, right-padded with ``0``
-    (``MessageDecoder.createCrc32``).
-
-    Examples
-    --------
-    >>> record_crc_digits(891568578)
-    b'8758651980'
-    """
-    return (b"%d" % crc)[::-1].ljust(10, b"0")
-
-
-def without_record_crc(props_data: bytes) -> bytes:
-    """``props_data`` without any ``__CRC32#`` entry: a copied message's stale record CRC
-    (its offsets change) must not be carried over."""
-    if b"__CRC32#" not in props_data:
-        return props_data
-    kept = [
-        entry
-        for entry in props_data.split(b"\x02")
-        if entry and not entry.startswith(_CRC_KEY[:-1])
-    ]
-    return b"".join(entry + b"\x02" for entry in kept)
-
-
-def with_record_crc(props_data: bytes) -> bytes:
-    """``props_data`` (without a ``__CRC32#`` entry) with the record CRC reserved at its end:
-    a ``\\x02`` first if they do not end with one, then ``RECORD_CRC_PLACEHOLDER``."""
-    if props_data and not props_data.endswith(b"\x02"):
-        return props_data + b"\x02" + RECORD_CRC_PLACEHOLDER
-    return props_data + RECORD_CRC_PLACEHOLDER
-
-
-def seal_record(buf: bytearray | mmap.mmap, position: int, total: int) -> None:
-    """Fill in the reserved record CRC of the record at ``position`` (``total`` bytes long, its
-    offsets and store timestamp final): masked CRC-32 of bytes ``[0, total - 20)``."""
-    end = position + total
-    if total <= _SEAL_COPY_MAX:  # copying a small record is cheaper than a memoryview
-        crc = _crc32(buf[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
-    else:
-        with memoryview(buf) as view:
-            crc = _crc32(view[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
-    buf[end - _CRC_DIGITS_AT : end - 1] = (b"%d" % crc)[::-1].ljust(10, b"0")
-
-
-def _record_crc(buf: ByteSource, position: int, end: int, path: str) -> tuple[int, int] | None:
-    """The (stored, computed) record CRC of the record ``[position, end)`` if it carries the
-    property, else ``None``. A property damaged so that it no longer reads as one (one byte
-    off its fixed bytes) is reported, not taken for absent."""
-    tail_at = end - RECORD_CRC_BYTES
-    tail = bytes(buf[tail_at:end])
-    if tail[:9] != _CRC_KEY or tail[19] != 2 or not tail[9:19].isdigit():
-        # No property, or (rare: only then is the slow test run) one byte off one.
-        if (tail[:4] == b"__CR" or tail[4:8] == b"C32#") and _one_byte_off(tail):
-            raise CorruptRecordError(path, position, "damaged record CRC property")
-        return None
-    stored = int(tail[18:8:-1])  # least significant digit first
-    return stored, zlib.crc32(buf[position:tail_at]) & 0x7FFFFFFF
-
-
-def _one_byte_off(tail: bytes) -> bool:
-    """Whether ``tail`` differs from a record CRC property in exactly one byte."""
-    fixed = sum(a != b for a, b in zip(tail[:9] + tail[19:], _CRC_KEY + b"\x02", strict=True))
-    return fixed + sum(digit not in _DIGITS for digit in tail[9:19]) == 1
-
 
 # --- small bounded caches (topics and hosts repeat; bytes per record do not) -----------------
 
@@ -744,10 +668,10 @@ def decode_record(
         buf[end - RECORD_CRC_BYTES] == 95 or (check_crc and buf[end - 16] == 67)
     ):
         if check_crc:
-            sealed = _record_crc(buf, position, end, path)
+            sealed = record_crc_of(buf, position, end, path)
             if sealed is not None:
                 props_end = end - RECORD_CRC_BYTES
-        elif buf[end - RECORD_CRC_BYTES : end - _CRC_DIGITS_AT] == _CRC_KEY:
+        elif buf[end - RECORD_CRC_BYTES : end - RECORD_CRC_DIGITS_AT] == RECORD_CRC_KEY:
             props_end = end - RECORD_CRC_BYTES
     # A good record CRC covers the body and BODYCRC too (RocketMQ's forceVerifyPropCRC skips
     # BODYCRC as well); after a bad one, BODYCRC says whether the body is what was damaged.

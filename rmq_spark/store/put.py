@@ -36,8 +36,6 @@ from rmq_spark.store.codec import (
     encode_record_mutable,
     record_size,
     store_timestamp_position,
-    with_record_crc,
-    without_record_crc,
 )
 from rmq_spark.store.hashing import java_string_hash
 from rmq_spark.store.layout import (
@@ -64,6 +62,7 @@ from rmq_spark.store.properties import (
     encode_properties,
     java_hashmap_order,
 )
+from rmq_spark.store.record_crc import with_record_crc, without_record_crc
 
 __all__ = [
     "IdempotencyWindow",

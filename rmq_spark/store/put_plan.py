@@ -22,12 +22,7 @@ import struct
 import zlib
 from datetime import tzinfo
 
-from rmq_spark.store.codec import (
-    HEADER_SIZE_IPV4,
-    RecordPacker,
-    record_packer,
-    with_record_crc,
-)
+from rmq_spark.store.codec import HEADER_SIZE_IPV4, RecordPacker, record_packer
 from rmq_spark.store.layout import MAX_PROPERTIES_SIZE_BYTES, MAX_TOPIC_LENGTH_V1
 from rmq_spark.store.message import LOCALHOST
 from rmq_spark.store.msg_id import month_start_ms
@@ -39,6 +34,7 @@ from rmq_spark.store.put import (
     ipv4_of,
     order_properties,
 )
+from rmq_spark.store.record_crc import with_record_crc
 
 __all__ = ["Packed", "RecordPlan", "Templates", "UniqKeys", "record_plan"]
 
@@ -117,7 +113,7 @@ def record_plan(
     path: a topic that is not plain ASCII of 1..127 characters, TAGS that are not a
     non-empty string free of ``\\x02``, or properties that would be too large. The caller
     has checked the topic with ``put.check_topic``. ``record_crc``: the properties end with
-    the reserved record CRC property (``codec.with_record_crc``), sealed under the put lock.
+    the reserved record CRC property (``record_crc.with_record_crc``), sealed under the put lock.
     """
     if type(topic) is not str or not topic.isascii() or not 0 < len(topic) <= MAX_TOPIC_LENGTH_V1:
         return None

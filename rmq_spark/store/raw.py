@@ -20,13 +20,7 @@ from __future__ import annotations
 
 import zlib
 
-from rmq_spark.store.codec import (
-    HEADER_SIZE_IPV4,
-    RecordPacker,
-    record_packer,
-    with_record_crc,
-    without_record_crc,
-)
+from rmq_spark.store.codec import HEADER_SIZE_IPV4, RecordPacker, record_packer
 from rmq_spark.store.layout import (
     MAX_PROPERTIES_SIZE_BYTES,
     MAX_TOPIC_LENGTH_V1,
@@ -44,6 +38,7 @@ from rmq_spark.store.put import (
     ipv4_of,
 )
 from rmq_spark.store.put_plan import Packed
+from rmq_spark.store.record_crc import with_record_crc, without_record_crc
 
 __all__ = ["RawParts"]
 

@@ -15,7 +15,6 @@ import pytest
 from make_golden import BLANK_CASES, CASES, CRC_CASES, GOLDEN_DIR, read_hex
 
 from rmq_spark.store.codec import (
-    RECORD_CRC_BYTES,
     BlankPadding,
     DecodedRecord,
     NeedMoreData,
@@ -23,6 +22,7 @@ from rmq_spark.store.codec import (
     encode_record,
     stored_form,
 )
+from rmq_spark.store.record_crc import RECORD_CRC_BYTES
 
 RECORD_NAMES = sorted(CASES)
 

@@ -12,13 +12,7 @@ from typing import Any
 from rmq_java import unb64
 
 from rmq_spark.interop import Harness
-from rmq_spark.store.codec import (
-    RECORD_CRC_BYTES,
-    BlankPadding,
-    DecodedRecord,
-    Unwritten,
-    decode_record,
-)
+from rmq_spark.store.codec import BlankPadding, DecodedRecord, Unwritten, decode_record
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.delay_levels import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
@@ -32,6 +26,7 @@ from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.msg_id import offset_msg_id
 from rmq_spark.store.properties import delay_level_of, parse_properties, tags_of
 from rmq_spark.store.put import PutRequest, PutResult
+from rmq_spark.store.record_crc import RECORD_CRC_BYTES
 
 __all__ = [
     "RETRY_TOPIC_V2",

@@ -19,9 +19,10 @@ from rmq_java import (
 
 from rmq_spark.errors import CorruptRecordError
 from rmq_spark.interop import Harness
-from rmq_spark.store.codec import RECORD_CRC_BYTES, DecodedRecord, decode_record, encode_record
+from rmq_spark.store.codec import DecodedRecord, decode_record, encode_record
 from rmq_spark.store.message import HostAddress, MessageRecord
 from rmq_spark.store.properties import parse_properties
+from rmq_spark.store.record_crc import RECORD_CRC_BYTES
 
 pytestmark = pytest.mark.slow
 

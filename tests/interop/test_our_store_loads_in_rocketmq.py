@@ -20,13 +20,14 @@ from store_checks import (
 
 from rmq_spark.errors import CorruptRecordError
 from rmq_spark.interop import Harness
-from rmq_spark.store.codec import RECORD_CRC_BYTES, record_size
+from rmq_spark.store.codec import record_size
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, segment_base_offset, segment_name
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.properties import parse_properties
 from rmq_spark.store.put import PutRequest, PutResult
+from rmq_spark.store.record_crc import RECORD_CRC_BYTES
 
 pytestmark = pytest.mark.slow
 

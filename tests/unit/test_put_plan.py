@@ -5,10 +5,11 @@ from datetime import UTC
 import pytest
 
 from rmq_spark.clock import ManualClock
-from rmq_spark.store.codec import HEADER_SIZE_IPV4, RECORD_CRC_PLACEHOLDER
+from rmq_spark.store.codec import HEADER_SIZE_IPV4
 from rmq_spark.store.msg_id import UniqKeyGenerator
 from rmq_spark.store.properties import parse_properties
 from rmq_spark.store.put_plan import UniqKeys, record_plan
+from rmq_spark.store.record_crc import RECORD_CRC_PLACEHOLDER
 
 _UTC = UTC
 

@@ -10,18 +10,12 @@ import pytest
 from store_helpers import open_store
 
 from rmq_spark.errors import CorruptRecordError
-from rmq_spark.store.codec import (
-    RECORD_CRC_BYTES,
-    DecodedRecord,
-    NeedMoreData,
-    decode_record,
-    encode_record,
-    record_crc_digits,
-)
+from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record, encode_record
 from rmq_spark.store.message import HostAddress, MessageRecord
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.properties import parse_properties
 from rmq_spark.store.put import PutRequest
+from rmq_spark.store.record_crc import RECORD_CRC_BYTES, record_crc_digits
 
 _SLACK = 1 << 17  # zero bytes after the record: a TOTALSIZE flip up to 2^16 stays in the buffer
 

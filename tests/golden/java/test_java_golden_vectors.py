@@ -14,16 +14,11 @@ import pytest
 
 from rmq_spark.errors import CorruptRecordError
 from rmq_spark.interop import GOLDEN_CASES_FILE, GOLDEN_EXPECTED_FILE, read_hex
-from rmq_spark.store.codec import (
-    RECORD_CRC_BYTES,
-    DecodedRecord,
-    NeedMoreData,
-    decode_record,
-    encode_record,
-)
+from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record, encode_record
 from rmq_spark.store.message import HostAddress, MessageRecord
 from rmq_spark.store.msg_id import offset_msg_id
 from rmq_spark.store.properties import parse_properties
+from rmq_spark.store.record_crc import RECORD_CRC_BYTES
 
 JAVA_GOLDEN_DIR = Path(__file__).resolve().parent
 CASES: dict[str, dict[str, Any]] = json.loads((JAVA_GOLDEN_DIR / GOLDEN_CASES_FILE).read_text())
