@@ -304,7 +304,7 @@ class SegmentSizeMismatchError(SegmentLayoutError):
     """A segment file whose length is not the configured ``segment_size_bytes``.
 
     RocketMQ's ``MappedFileQueue.load`` refuses such a file and the broker does not start
-    (spec 5.2); so do we, before anything in the store is changed. ``store_size`` is the
+    (FORMAT.md 1); so do we, before anything in the store is changed. ``store_size`` is the
     size every segment file of the store has, when they all agree (then the store was
     written with that size and opening it with ``segment_size_bytes = store_size`` works);
     ``None`` when they differ (a damaged or foreign file).

@@ -8,7 +8,7 @@ address parsing, body digests), and a proper status for every RPC we do not serv
 thread pool.
 
 Does not own: validation rules, queue choice, stored properties (``service.py``); sockets,
-ports, signals (``server.py``). See docs/BROKER.md and spec GRPC_V2_PROTOCOL.md.
+ports, signals (``server.py``). See docs/BROKER.md.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Client-side message ids in the RocketMQ 5 client layout (spec GRPC_V2_PROTOCOL.md section 5).
+"""Client-side message ids in the RocketMQ 5 client layout (the RocketMQ 5 clients' MessageIdCodec).
 
 Owns ``MessageIdGenerator`` for producers that are not the official client (our ``Producer``
 and the embedded broker): 34 upper-case hex characters, ``01`` ‖ MAC (6 bytes) ‖ pid (2) ‖

@@ -76,7 +76,7 @@ def restore_delayed(
     Body, flag, sysflag, born time and host, store host and RECONSUMETIMES are copied; topic
     and queue id come from REAL_TOPIC/REAL_QID; PREPAREDTRANSACTIONOFFSET is 0. The properties
     *string* is kept verbatim (Java computes it before editing the map), so DELAY, REAL_TOPIC
-    and REAL_QID stay on disk (spec 9.3). A half-topic message is discarded as RocketMQ does.
+    and REAL_QID stay on disk (docs/DELAY.md). A half-topic message is discarded as RocketMQ does.
 
     ``properties`` is ``parse_properties(record.properties)`` when the caller has it.
 
@@ -133,7 +133,7 @@ def restore_timer(
 
     TIMER_ENQUEUE_MS and TIMER_DEQUEUE_MS are added to the property map and the string is
     rebuilt (Java HashMap(128) order) *before* REAL_TOPIC/REAL_QID are removed from the map,
-    so REAL_*, TIMER_OUT_MS and TIMER_DELIVER_MS stay on disk (spec 9.6). A delete marker
+    so REAL_*, TIMER_OUT_MS and TIMER_DELIVER_MS stay on disk (docs/DELAY.md). A delete marker
     (TIMER_DEL_UNIQKEY) is never delivered.
 
     Parameters

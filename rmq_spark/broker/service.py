@@ -3,8 +3,8 @@
 Owns the decisions a RocketMQ 5 broker (proxy + broker) makes for a producer's message:
 validation and the matching status code, the topic/route table (``topics.py``), FIFO and
 round-robin queue choice, the properties a record carries (TAGS, KEYS, UNIQ_KEY, CLUSTER, user
-properties, ``__SHARDINGKEY``), the timer transform of delayed messages (spec STORE_FORMAT.md
-9.6: ``rmq_sys_wheel_timer`` queue 0 with TIMER_OUT_MS, REAL_TOPIC, REAL_QID), idempotence of
+properties, ``__SHARDINGKEY``), the timer transform of delayed messages (docs/DELAY.md:
+``rmq_sys_wheel_timer`` queue 0 with TIMER_OUT_MS, REAL_TOPIC, REAL_QID), idempotence of
 retried sends, and refusing work once a shutdown began.
 
 Does not own: protobuf or gRPC (``grpc_api.py`` translates), process lifecycle (``server.py``),
@@ -51,7 +51,7 @@ __all__ = [
     "SendOutcome",
 ]
 
-# Properties the broker writes that properties.py has no constant for (spec 3.2).
+# Properties the broker writes that properties.py has no constant for (FORMAT.md 2.2).
 BORN_HOST = "__BORNHOST"
 TRACE_CONTEXT = "TRACE_CONTEXT"
 
@@ -370,7 +370,7 @@ class BrokerService:
             queue_id = self.topics.next_queue_id(route.topic, route.queue_count)
         properties = self._properties(command, route.topic)
         if command.delay_level is not None:
-            # The store's put path rewrites it into SCHEDULE_TOPIC_XXXX (spec 9.2).
+            # The store's put path rewrites it into SCHEDULE_TOPIC_XXXX (docs/DELAY.md).
             properties["DELAY"] = str(command.delay_level)
         topic, stored_queue_id = route.topic, queue_id
         if command.delivery_timestamp_ms is not None:

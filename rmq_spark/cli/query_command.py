@@ -55,7 +55,7 @@ def _ms(value: datetime) -> int:
 
 
 def _magic_version(topic: str) -> int:
-    # Writers pick v2 exactly when the topic is longer than 127 UTF-16 code units (spec 1.1).
+    # Writers pick v2 exactly when the topic is longer than 127 UTF-16 code units (FORMAT.md 2).
     return 2 if len(topic.encode("utf-16-le")) // 2 > 127 else 1
 
 

@@ -1,7 +1,7 @@
 """PURE: the text of ``config/delayOffset.json`` and of our schedule journal.
 
 ``delayOffset.json`` is RocketMQ's per-level progress file, written by fastjson (spec
-STORE_FORMAT.md 9.4): integer map keys are *unquoted* (``{"offsetTable":{1:1,2:0}}``),
+docs/DELAY.md): integer map keys are *unquoted* (``{"offsetTable":{1:1,2:0}}``),
 pretty-printed with tabs, and 5.x adds ``dataVersion``. ``format_delay_offsets`` writes
 exactly what a 5.x broker writes; ``parse_delay_offsets`` reads that, strict JSON (quoted
 keys) and the 4.x form without ``dataVersion``.

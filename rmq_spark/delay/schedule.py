@@ -1,7 +1,7 @@
 """PURE: when a scheduled message falls due, and the record RocketMQ puts back for it.
 
-Owns the decisions of ScheduleMessageService and the 5.x timer store (spec STORE_FORMAT.md
-9.1-9.6) that do not touch files, clocks or the network:
+Owns the decisions of ScheduleMessageService and the 5.x timer store (docs/DELAY.md) that do
+not touch files, clocks or the network:
 
 - which entries of one delay level may be redelivered now (``plan_level``): a contiguous run
   from the level's next queue offset, stopping at the first entry not yet due;
@@ -48,7 +48,7 @@ __all__ = [
 ]
 
 TIMER_QUEUE_ID = 0
-"""``rmq_sys_wheel_timer`` has a single queue (spec 9.6)."""
+"""``rmq_sys_wheel_timer`` has a single queue (docs/DELAY.md)."""
 
 SCHEDULE_TOPICS = (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC)
 

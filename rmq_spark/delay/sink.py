@@ -1,7 +1,7 @@
 """Where restored messages go: the store in this process, or a broker over gRPC.
 
 Owns ``StoreSink`` (embedded: ``PutRequest`` with the properties string verbatim, the record
-byte-for-byte what RocketMQ's messageTimeup builds, spec 9.3) and ``GrpcSink`` (a remote
+byte-for-byte what RocketMQ's messageTimeup builds, docs/DELAY.md) and ``GrpcSink`` (a remote
 broker: redelivery requests that name the schedule record, which the broker restores and
 puts itself, so the stored record is the same as in process; ``broker/redelivery.py``). Each put
 outcome is one of three: ``OK``, ``REFUSED`` (the broker said no and nothing was stored; retry

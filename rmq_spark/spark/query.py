@@ -3,7 +3,7 @@
 Owns the lookups people make against RocketMQ's IndexFile and ConsumeQueue, answered from
 the Delta tables (``tables.py``) with filters on the clustering columns so that Delta skips
 almost every file, plus the offset-message-id lookup, which needs no table at all: the id
-holds the physical offset, so the record is read straight from its segment (spec 4.1).
+holds the physical offset, so the record is read straight from its segment (FORMAT.md 5).
 Does not own the tables' contents (``reput.py``) or output formatting (the CLI).
 """
 
@@ -199,7 +199,7 @@ def _decode_at(view: StoreView, physical_offset: int, *, end: int | None) -> Dec
 
 
 def message_by_msg_id(store_dir: str | Path, msg_id: str) -> MessageRecord:
-    """The message an offset message id names (spec 4.1), read straight from the CommitLog.
+    """The message an offset message id names (FORMAT.md 5), read straight from the CommitLog.
 
     Raises
     ------

@@ -1,4 +1,4 @@
-"""The reput job: Spark's replacement for RocketMQ's ReputMessageService (spec 8.6).
+"""The reput job: Spark's replacement for RocketMQ's ReputMessageService.
 
 A streaming query reads the CommitLog with the ``rocketmq`` source and, per micro-batch,
 appends the batch's rows to ``messages``, ``message_index`` and ``consume_queue``

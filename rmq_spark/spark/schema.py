@@ -73,7 +73,7 @@ SCHEMA_DDL = (
 """The same schema as a DDL string (for docs and ``spark.read.schema``)."""
 
 TRANSACTION_TYPE_NAMES: tuple[str, ...] = ("NOT", "PREPARED", "COMMIT", "ROLLBACK")
-"""``transaction_type`` values, indexed by ``(sys_flag & 0xC) >> 2`` (spec section 2)."""
+"""``transaction_type`` values, indexed by ``(sys_flag & 0xC) >> 2`` (FORMAT.md 2.1)."""
 
 
 def spark_schema() -> StructType:

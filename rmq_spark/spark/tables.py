@@ -2,8 +2,8 @@
 
 Owns the three tables under one ``tables_dir`` (docs/TABLES.md describes them):
 
-* ``consume_queue``  one row per message RocketMQ puts in a ConsumeQueue (spec 6.4),
-* ``message_index``  one row per UNIQ_KEY and per KEYS token (the IndexFile, spec 7.6),
+* ``consume_queue``  one row per message RocketMQ puts in a ConsumeQueue (FORMAT.md 6),
+* ``message_index``  one row per UNIQ_KEY and per KEYS token (the IndexFile, RocketMQ IndexService),
 * ``messages``       every message, the ``rocketmq`` source's full schema,
 
 how a batch of source rows becomes rows of each (plain Spark SQL expressions: Java's
@@ -136,7 +136,7 @@ def _transaction_bits() -> Column:
 def consume_queue_rows(messages: DataFrame, delay_levels_ms: tuple[int, ...]) -> DataFrame:
     """ConsumeQueue rows of source rows: messages of transaction type NOT or COMMIT only.
 
-    ``tags_code`` follows spec 6.3: the Java hash of TAGS (0 when absent); for
+    ``tags_code`` follows FORMAT.md 6: the Java hash of TAGS (0 when absent); for
     ``SCHEDULE_TOPIC_XXXX`` with DELAY > 0 the delivery time ``store_timestamp + delay of
     min(DELAY, levels)`` in ms; for ``rmq_sys_wheel_timer`` the delivery time TIMER_OUT_MS
     (else TIMER_DELIVER_MS) so the delay job finds due timer messages the same way.
@@ -189,10 +189,10 @@ def consume_queue_rows(messages: DataFrame, delay_levels_ms: tuple[int, ...]) ->
 
 
 def message_index_rows(messages: DataFrame) -> DataFrame:
-    """IndexFile rows of source rows: one per UNIQ_KEY and per non-empty KEYS token (spec 7.6).
+    """IndexFile rows of source rows: one per UNIQ_KEY and per non-empty KEYS token (RocketMQ IndexService).
 
     ROLLBACK messages are skipped. ``key_hash`` is the IndexFile hash of ``topic#key``:
-    ``abs(hashCode)``, 0 when hashCode is Integer.MIN_VALUE (spec 7.4).
+    ``abs(hashCode)``, 0 when hashCode is Integer.MIN_VALUE (RocketMQ IndexService).
     """
     from pyspark.sql import functions as F
 

@@ -1,4 +1,4 @@
-"""The ``checkpoint`` file (spec 8.1) and the queue-offset snapshot file.
+"""The ``checkpoint`` file (FORMAT.md 7) and the queue-offset snapshot file.
 
 ``checkpoint`` is 4096 bytes of big-endian int64 fields, byte-compatible with RocketMQ's
 ``StoreCheckpoint``:

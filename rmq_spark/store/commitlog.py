@@ -1,9 +1,9 @@
 """The CommitLog: the ordered, contiguous list of segments under ``<root>/commitlog``.
 
-Owns loading the directory (spec 5.2: sorted by name; a non-20-digit name is ignored with a
+Owns loading the directory (FORMAT.md 1: sorted by name; a non-20-digit name is ignored with a
 warning; a trailing 0-length file is deleted; a file whose length is not the segment size, or
 a gap between files, fails the load), rolling to a new segment (the BLANK record first,
-spec 1.6), physical offset -> segment lookup, reads across segments, flushing the segments
+FORMAT.md 3), physical offset -> segment lookup, reads across segments, flushing the segments
 written since the last flush, truncation to a physical offset (recovery) and deleting the
 oldest segments (retention). Knows nothing of record contents (``codec.py``), of queue
 offsets (``put.py``) or of when to flush (``flush.py``).
@@ -333,7 +333,7 @@ def _check_layout(
     directory: Path, names: list[str], sizes: dict[str, int], segment_size_bytes: int
 ) -> None:
     """Raise ``SegmentLayoutError`` unless every file is one segment long and they follow
-    each other without a gap (spec 5.2)."""
+    each other without a gap (FORMAT.md 1)."""
     distinct = {sizes[name] for name in names}
     store_size = distinct.pop() if len(distinct) == 1 else None
     expected = None

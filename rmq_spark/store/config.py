@@ -1,7 +1,7 @@
 """StoreConfig: the ``[store]`` config section (the CommitLog store engine).
 
 Owns the store's settings, their defaults (RocketMQ's ``MessageStoreConfig`` where one exists,
-spec STORE_FORMAT.md section 13) and their validation. Does not own loading TOML (that is
+RocketMQ MessageStoreConfig) and their validation. Does not own loading TOML (that is
 ``rmq_spark/config.py``) nor the broker's settings.
 """
 

@@ -1,4 +1,4 @@
-"""PURE: the 20-byte ConsumeQueue unit (spec STORE_FORMAT.md section 6.1).
+"""PURE: the 20-byte ConsumeQueue unit (FORMAT.md 6).
 
 Owns the unit layout (int64 physical offset, int32 TOTALSIZE, int64 tagsCode, big-endian),
 its validity rule (6.6) and the pre-blank filler unit (6.2). Does not own CQ files, their
@@ -35,7 +35,7 @@ class CqUnit:
 
     @property
     def is_valid(self) -> bool:
-        """RocketMQ's test for a written unit: offset >= 0 and size > 0 (spec 6.6)."""
+        """RocketMQ's test for a written unit: offset >= 0 and size > 0 (FORMAT.md 6)."""
         return self.physical_offset >= 0 and self.size > 0
 
 

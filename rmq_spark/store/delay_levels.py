@@ -1,4 +1,4 @@
-"""PURE: delay levels of scheduled messages (spec STORE_FORMAT.md sections 9.1, 6.3).
+"""PURE: delay levels of scheduled messages (docs/DELAY.md, docs/FORMAT.md 6).
 
 Owns the ``messageDelayLevel`` syntax (``"1s 5s ... 2h"``), level <-> schedule queue id, and
 the delivery timestamp the ConsumeQueue of ``SCHEDULE_TOPIC_XXXX`` stores as tagsCode. Does
@@ -93,7 +93,7 @@ def schedule_tags_code(
     """tagsCode of a ``SCHEDULE_TOPIC_XXXX`` record: its delivery time, or ``None``.
 
     ``None`` when the clamped level is not positive: then RocketMQ keeps the TAGS hash
-    (spec 6.3, ``checkMessageAndReturnSize``).
+    (FORMAT.md 6, ``checkMessageAndReturnSize``).
     """
     level = min(delay_level, len(levels))
     if level <= 0:

@@ -1,7 +1,7 @@
 """PURE: constants of RocketMQ's on-disk formats, and segment file names.
 
 Owns magic codes, sysflag bits, fixed record positions, system topic names, property keys and
-the 20-digit segment naming (spec STORE_FORMAT.md sections 1, 2, 3.2, 5.1). Knows nothing of
+the 20-digit segment naming (docs/FORMAT.md sections 1, 2, 2.1, 2.2). Knows nothing of
 files or record contents beyond these numbers.
 """
 

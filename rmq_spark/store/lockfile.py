@@ -1,4 +1,4 @@
-"""The store's running markers: the ``lock`` file and the ``abort`` file (spec 8.2).
+"""The store's running markers: the ``lock`` file and the ``abort`` file (FORMAT.md 1).
 
 Owns the exclusive lock that keeps a second writer (another ``MessageStore`` or broker, in
 this process or another) off a store, and the ``abort`` marker whose presence at open means

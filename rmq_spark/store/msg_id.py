@@ -1,4 +1,4 @@
-"""PURE: message ids (spec STORE_FORMAT.md section 4).
+"""PURE: message ids (FORMAT.md 5).
 
 Owns the broker's *offset* message id (STOREHOST bytes + int64 physical offset, upper-case
 hex) and its decoding, and ``UniqKeyGenerator`` for the client-style ``UNIQ_KEY``. Does not
@@ -30,7 +30,7 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 def offset_msg_id(store_host: HostAddress, physical_offset: int) -> str:
     """The broker-generated message id: STOREHOST ip ‖ int32 port ‖ int64 offset, in hex.
 
-    32 hex characters for an IPv4 store host, 56 for IPv6 (spec 4.1).
+    32 hex characters for an IPv4 store host, 56 for IPv6 (FORMAT.md 5).
 
     Raises
     ------
@@ -87,7 +87,7 @@ def month_start_ms(now_ms: int, tz: tzinfo | None = None) -> tuple[int, int]:
 
 
 class UniqKeyGenerator:
-    """Makes client-style UNIQ_KEY ids (spec 4.2), like ``MessageClientIDSetter``.
+    """Makes client-style UNIQ_KEY ids (FORMAT.md 5), like ``MessageClientIDSetter``.
 
     Layout: ip (4/16) ‖ int16 pid ‖ int32 instance hash ‖ int32 ms since the start of the
     month ‖ int16 counter; upper-case hex, 32 characters for IPv4 (56 for IPv6).

@@ -3,7 +3,7 @@
 Owns ``PutRequest``/``PutResult``/``PutStatus``; the checks RocketMQ makes before a message is
 stored (topic rules of ``TopicValidator`` and 5.x ``HookUtils``, body, properties and record
 size limits, queue id); the broker-side property edits (UNIQ_KEY assignment, the delay-level
-rewrite of spec 9.2); pre-encoding a record outside the put lock; the per (topic, queue id)
+rewrite of docs/DELAY.md); pre-encoding a record outside the put lock; the per (topic, queue id)
 queue-offset table; and the idempotency window. Does not own files, locks or flushing
 (``message_store.py``, ``commitlog.py``, ``flush.py``).
 
@@ -116,7 +116,7 @@ class PutRequest:
     ``properties`` are the producer's properties (TAGS, KEYS, UNIQ_KEY, DELAY, user keys);
     ``tags`` and ``keys`` are shortcuts merged into them. ``raw_properties`` instead stores a
     properties string verbatim, with no UNIQ_KEY assignment and no delay rewrite: that is how
-    RocketMQ re-puts a message it copies (delay redelivery, transaction commit, spec 9.3).
+    RocketMQ re-puts a message it copies (delay redelivery, transaction commit, docs/DELAY.md).
     """
 
     topic: str
@@ -246,7 +246,7 @@ def order_properties(properties: Mapping[str, str]) -> list[str]:
 def rewrite_delay(
     properties: dict[str, str], topic: str, queue_id: int, level: int, max_level: int
 ) -> tuple[str, int]:
-    """Turn a delayed message into a schedule-topic message, in place (spec 9.2).
+    """Turn a delayed message into a schedule-topic message, in place (docs/DELAY.md).
 
     Clamps DELAY to ``max_level``, records REAL_TOPIC/REAL_QID, drops the 5.x timer
     properties (the delay level wins) and returns ``(SCHEDULE_TOPIC_XXXX, level - 1)``.

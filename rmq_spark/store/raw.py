@@ -9,7 +9,7 @@ a stale record CRC property, which is replaced (the copy's offsets differ).
 
 Same bytes and the same rules as the general path (``put.prepare``; tests check both against
 ``codec.encode_record`` and against each other): topic rules, body and properties size
-limits, field ranges, no UNIQ_KEY assignment and no delay rewrite (spec 9.3), queue offsets
+limits, field ranges, no UNIQ_KEY assignment and no delay rewrite (docs/DELAY.md), queue offsets
 only for non-transactional and COMMIT messages. A request this path does not take goes the
 general way: a bytes-like body that is not ``bytes``, an IPv6 host, a v2 topic, a value of
 the wrong type or out of range, properties that are not UTF-8 encodable or too large (the

@@ -1,13 +1,13 @@
 """Recovery on open: scan the tail of the log, tell a torn tail from corruption, truncate.
 
-Differences from RocketMQ (spec 8.4/8.5): normal and abnormal recovery run the same scan, from
+Differences from RocketMQ (FORMAT.md 10): normal and abnormal recovery run the same scan, from
 the queue-offset snapshot instead of "the third-last file" (normal) or "the newest file older
 than the checkpoint timestamps" (abnormal); there is no ConsumeQueue to dispatch to (the Spark
 jobs build those tables from the log); and the tail of the last segment is zeroed on
 truncation, while RocketMQ leaves stale bytes.
 
 Owns the scan that finds the end of the log, the rebuild of the queue-offset table and of
-the idempotency window, and the only truncation of the CommitLog (spec 8.4/8.5, with CRC
+the idempotency window, and the only truncation of the CommitLog (FORMAT.md 10, with CRC
 checks; RocketMQ's ``recoverNormally``/``recoverAbnormally``). Does not own the file layout
 (``commitlog.py``) nor the record format (``codec.py``).
 
