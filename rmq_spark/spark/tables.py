@@ -189,7 +189,8 @@ def consume_queue_rows(messages: DataFrame, delay_levels_ms: tuple[int, ...]) ->
 
 
 def message_index_rows(messages: DataFrame) -> DataFrame:
-    """IndexFile rows of source rows: one per UNIQ_KEY and per non-empty KEYS token (RocketMQ IndexService).
+    """IndexFile rows of source rows: one per UNIQ_KEY and per non-empty KEYS token
+    (RocketMQ IndexService).
 
     ROLLBACK messages are skipped. ``key_hash`` is the IndexFile hash of ``topic#key``:
     ``abs(hashCode)``, 0 when hashCode is Integer.MIN_VALUE (RocketMQ IndexService).
