@@ -147,7 +147,7 @@ def run(args: argparse.Namespace) -> int:
 
 def unregister(store_dir: Path, reader_name: str) -> int:
     """Forget reader ``reader_name`` in ``store_dir``: retention no longer waits for it."""
-    from rmq_spark.store.readers import remove_reader_progress
+    from rmq_spark.store.reader_progress import remove_reader_progress
 
     if remove_reader_progress(store_dir, reader_name):
         print(f"removed reader {reader_name} from {store_dir}: retention no longer waits for it")

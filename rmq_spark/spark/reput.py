@@ -9,8 +9,8 @@ table already holds are filtered out when a job starts over a fresh checkpoint. 
 log range comes from the stream's offset log (no Spark job). Progress (``reput_lag``,
 ``tables_lag``) lives in ``reput_progress.py`` and is re-exported here. After each committed
 batch (and at start) the job publishes the log position its tables are complete up to as
-reader ``ReputConfig.reader_name`` in the store (``store/readers.py``), so that retention keeps
-what the tables do not hold yet; ``rmq-spark reput --unregister`` removes it.
+reader ``ReputConfig.reader_name`` in the store (``store/reader_progress.py``), so that
+retention keeps what the tables do not hold yet; ``rmq-spark reput --unregister`` removes it.
 Does not own table schemas (``tables.py``), the source (``source.py``) or argument parsing.
 """
 
@@ -43,7 +43,7 @@ from rmq_spark.spark.tables import (
     register_tables,
     table_path,
 )
-from rmq_spark.store.readers import publish_reader_progress
+from rmq_spark.store.reader_progress import publish_reader_progress
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

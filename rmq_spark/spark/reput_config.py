@@ -50,8 +50,9 @@ class ReputConfig:
 
     @property
     def reader_name(self) -> str:
-        """The name this job publishes its progress under in the store (``store/readers.py``):
-        ``reput:<absolute tables_dir>``, one reader per set of tables."""
+        """The name this job publishes its progress under in the store
+        (``store/reader_progress.py``): ``reput:<absolute tables_dir>``, one reader per set of
+        tables."""
         return f"reput:{self.tables_dir.resolve()}"
 
     @property

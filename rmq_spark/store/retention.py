@@ -7,7 +7,7 @@ record of the *next* segment (written right after this one filled up), so that t
 follows the store's ``Clock`` and a test with a ``ManualClock`` controls it.
 
 A segment is *processed* when it lies wholly below the slowest registered reader's progress
-(``readers.py``: the reput job, later consumer groups); with no reader registered every
+(``reader_progress.py``: the reput job, later consumer groups); with no reader registered every
 segment counts as processed. Oldest first, at most ``delete_file_batch_max`` per round,
 stopping at the first segment that may not go, never the last segment (the one written):
 
@@ -51,7 +51,7 @@ from rmq_spark.errors import (
 from rmq_spark.store.fileio import make_dirs_durably, write_file_atomically
 from rmq_spark.store.layout import segment_name
 from rmq_spark.store.reader import read_record
-from rmq_spark.store.readers import ReaderProgress, read_reader_progress
+from rmq_spark.store.reader_progress import ReaderProgress, read_reader_progress
 
 if TYPE_CHECKING:
     from rmq_spark.store.commitlog import CommitLog

@@ -130,7 +130,7 @@ def test_unregister_removes_the_jobs_reader_so_retention_stops_waiting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from rmq_spark.cli.main import main as cli_main
-    from rmq_spark.store.readers import publish_reader_progress, read_reader_progress
+    from rmq_spark.store.reader_progress import publish_reader_progress, read_reader_progress
 
     store, tables = tmp_path / "store", tmp_path / "tables"
     name = ReputConfig(tables_dir=tables).reader_name

@@ -14,7 +14,7 @@ from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.put import PutRequest
-from rmq_spark.store.readers import read_reader_progress, reader_progress_path
+from rmq_spark.store.reader_progress import read_reader_progress, reader_progress_path
 
 pytestmark = pytest.mark.spark
 

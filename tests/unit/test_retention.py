@@ -10,7 +10,7 @@ from store_helpers import open_store, put_many, segment_paths
 from rmq_spark.clock import ManualClock
 from rmq_spark.errors import OffsetOutOfRangeError, StoreIOError, StoreMetadataError
 from rmq_spark.store.put_lock import PutLock
-from rmq_spark.store.readers import ReaderProgress, publish_reader_progress
+from rmq_spark.store.reader_progress import ReaderProgress, publish_reader_progress
 from rmq_spark.store.retention import (
     RETENTION_FILE,
     Retention,

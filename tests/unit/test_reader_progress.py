@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from rmq_spark.errors import StoreMetadataError
-from rmq_spark.store.readers import (
+from rmq_spark.store.reader_progress import (
     READERS_DIR,
     ReaderProgress,
     publish_reader_progress,
