@@ -19,19 +19,14 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from store_helpers import keys_of, tags_of, uniq_key_of
+
 from rmq_spark.spark.schema import COLUMN_NAMES, TRANSACTION_TYPE_NAMES
 from rmq_spark.store.codec import decode_record, encode_blank, encode_record
 from rmq_spark.store.layout import segment_name
 from rmq_spark.store.message import HostAddress, MessageRecord
 from rmq_spark.store.msg_id import offset_msg_id
-from rmq_spark.store.properties import (
-    delay_level_of,
-    encode_properties,
-    keys_of,
-    parse_properties,
-    tags_of,
-    uniq_key_of,
-)
+from rmq_spark.store.properties import delay_level_of, encode_properties, parse_properties
 
 __all__ = ["LogWriter", "make_record", "reference_row", "reference_rows"]
 

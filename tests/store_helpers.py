@@ -5,17 +5,27 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from rmq_spark.clock import Clock, ManualClock
+from rmq_spark.store.codec import body_crc
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.fileio import FileKind, FileOpener, OsOpener, SegmentFile
+from rmq_spark.store.layout import BORNHOST_V6_FLAG, STOREHOST_V6_FLAG
+from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.message_store import MessageStore
+from rmq_spark.store.properties import KEY_SEPARATOR, KEYS, TAGS, UNIQ_KEY
 from rmq_spark.store.put import PutRequest, PutResult
 
 __all__ = [
+    "keys_of",
+    "stored_form",
+    "tags_of",
+    "uniq_key_of",
     "GatedOpener",
     "open_store",
     "put_many",
@@ -150,3 +160,31 @@ def ring_available() -> bool:
         return False
     ring.close()
     return True
+
+
+def stored_form(record: MessageRecord) -> MessageRecord:
+    """``record`` as it decodes after ``encode_record``: host bits in SYSFLAG and BODYCRC set."""
+    hosts = (BORNHOST_V6_FLAG if record.born_host.is_ipv6 else 0) | (
+        STOREHOST_V6_FLAG if record.store_host.is_ipv6 else 0
+    )
+    return dataclasses.replace(
+        record,
+        body=bytes(record.body),
+        sys_flag=(record.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)) | hosts,
+        body_crc=body_crc(record.body),
+    )
+
+
+def keys_of(properties: Mapping[str, str]) -> list[str]:
+    """The user KEYS, split on single spaces, empty tokens dropped (as the index builder does)."""
+    return [key for key in properties.get(KEYS, "").split(KEY_SEPARATOR) if key]
+
+
+def tags_of(properties: Mapping[str, str]) -> str | None:
+    """The TAGS string, or ``None`` if absent or empty."""
+    return properties.get(TAGS) or None
+
+
+def uniq_key_of(properties: Mapping[str, str]) -> str | None:
+    """The client unique id (UNIQ_KEY), or ``None``."""
+    return properties.get(UNIQ_KEY) or None

@@ -93,7 +93,7 @@ def message_records(
     """Encodable ``MessageRecord`` values, with ``body_crc=None`` (the encoder computes it).
 
     ``sys_flag`` is any int32: the encoder overrides its IPv6 bits from the hosts, so compare
-    a decoded record with ``codec.stored_form(record)``.
+    a decoded record with ``store_helpers.stored_form(record)``.
     """
     return MessageRecord(
         topic=draw(topic_strategy if topic_strategy is not None else topics()),

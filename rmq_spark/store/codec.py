@@ -20,7 +20,7 @@ import mmap
 import struct
 import zlib
 from collections.abc import Collection
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from rmq_spark.errors import CorruptRecordError, InvalidMessageError
@@ -71,7 +71,6 @@ __all__ = [
     "record_packer",
     "record_size",
     "store_timestamp_position",
-    "stored_form",
 ]
 
 _I32_MIN = -(1 << 31)
@@ -476,25 +475,6 @@ def encode_record_mutable(record: MessageRecord, *, record_crc: bool = False) ->
     """``encode_record`` into a ``bytearray`` whose offsets and store timestamp the put path
     fills in under its lock; with ``record_crc`` the CRC is reserved, not yet sealed."""
     return bytearray().join(_encode_parts(record, record_crc))
-
-
-def stored_form(record: MessageRecord) -> MessageRecord:
-    """``record`` as it decodes after ``encode_record``: host bits in SYSFLAG and BODYCRC set.
-
-    Examples
-    --------
-    >>> stored_form(MessageRecord("T", b"123456789")).body_crc
-    1274296614
-    """
-    hosts = (BORNHOST_V6_FLAG if record.born_host.is_ipv6 else 0) | (
-        STOREHOST_V6_FLAG if record.store_host.is_ipv6 else 0
-    )
-    return replace(
-        record,
-        body=bytes(record.body),
-        sys_flag=(record.sys_flag & ~_HOST_FLAGS) | hosts,
-        body_crc=body_crc(record.body),
-    )
 
 
 def encode_blank(remaining_bytes: int) -> bytes:

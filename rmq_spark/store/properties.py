@@ -67,10 +67,7 @@ __all__ = [
     "delay_level_of",
     "encode_properties",
     "java_hashmap_order",
-    "keys_of",
     "parse_properties",
-    "tags_of",
-    "uniq_key_of",
 ]
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -212,21 +209,6 @@ def java_hashmap_order(keys: Iterable[str], initial_capacity: int = 16) -> list[
         return (h ^ (h >> 16)) & (size - 1)
 
     return sorted(unique, key=bucket)  # sorted() is stable: ties stay in insertion order
-
-
-def keys_of(properties: Mapping[str, str]) -> list[str]:
-    """The user KEYS, split on single spaces, empty tokens dropped (as the index builder does)."""
-    return [key for key in properties.get(KEYS, "").split(KEY_SEPARATOR) if key]
-
-
-def tags_of(properties: Mapping[str, str]) -> str | None:
-    """The TAGS string, or ``None`` if absent or empty."""
-    return properties.get(TAGS) or None
-
-
-def uniq_key_of(properties: Mapping[str, str]) -> str | None:
-    """The client unique id (UNIQ_KEY), or ``None``."""
-    return properties.get(UNIQ_KEY) or None
 
 
 def delay_level_of(properties: Mapping[str, str]) -> int:

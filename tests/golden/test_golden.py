@@ -13,6 +13,7 @@ import zlib
 
 import pytest
 from make_golden import BLANK_CASES, CASES, CRC_CASES, GOLDEN_DIR, read_hex
+from store_helpers import stored_form
 
 from rmq_spark.store.codec import (
     BlankPadding,
@@ -20,7 +21,6 @@ from rmq_spark.store.codec import (
     NeedMoreData,
     decode_record,
     encode_record,
-    stored_form,
 )
 from rmq_spark.store.record_crc import RECORD_CRC_BYTES
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rmq_java import unb64
+from store_helpers import tags_of
 
 from rmq_spark.interop import Harness
 from rmq_spark.store.codec import BlankPadding, DecodedRecord, Unwritten, decode_record
@@ -24,7 +25,7 @@ from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, is_segment_name, pars
 from rmq_spark.store.message import HostAddress, MessageRecord
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.msg_id import offset_msg_id
-from rmq_spark.store.properties import delay_level_of, parse_properties, tags_of
+from rmq_spark.store.properties import delay_level_of, parse_properties
 from rmq_spark.store.put import PutRequest, PutResult
 from rmq_spark.store.record_crc import RECORD_CRC_BYTES
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from rmq_java import JAVA_STORE_MESSAGE_COUNT, JAVA_STORE_SEGMENT_SIZE_BYTES
 from store_checks import check_we_read_what_rocketmq_put, walk_commitlog
+from store_helpers import tags_of
 
 from rmq_spark.interop import Harness
 from rmq_spark.store.codec import DecodedRecord
@@ -24,7 +25,7 @@ from rmq_spark.store.layout import (
     CQ_UNIT_SIZE_BYTES,
     RMQ_SYS_SCHEDULE_TOPIC,
 )
-from rmq_spark.store.properties import delay_level_of, parse_properties, tags_of
+from rmq_spark.store.properties import delay_level_of, parse_properties
 
 pytestmark = pytest.mark.slow
 

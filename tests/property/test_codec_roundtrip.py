@@ -4,15 +4,10 @@ from __future__ import annotations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from store_helpers import stored_form
 from strategies import bodies, host_addresses, message_records, properties_maps, topics
 
-from rmq_spark.store.codec import (
-    DecodedRecord,
-    NeedMoreData,
-    decode_record,
-    encode_record,
-    stored_form,
-)
+from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record, encode_record
 from rmq_spark.store.consume_queue import decode_cq_unit, encode_cq_unit
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.msg_id import decode_offset_msg_id, offset_msg_id

@@ -7,6 +7,7 @@ import mmap
 import struct
 
 import pytest
+from store_helpers import stored_form
 
 from rmq_spark.errors import CorruptRecordError, InvalidMessageError, StoreError
 from rmq_spark.store.codec import (
@@ -24,7 +25,6 @@ from rmq_spark.store.codec import (
     peek_header,
     record_size,
     store_timestamp_position,
-    stored_form,
 )
 from rmq_spark.store.message import HostAddress, MessageRecord
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from store_helpers import keys_of, tags_of, uniq_key_of
 
 from rmq_spark.errors import InvalidMessageError
 from rmq_spark.store.properties import (
@@ -17,10 +18,7 @@ from rmq_spark.store.properties import (
     delay_level_of,
     encode_properties,
     java_hashmap_order,
-    keys_of,
     parse_properties,
-    tags_of,
-    uniq_key_of,
 )
 
 

@@ -253,8 +253,10 @@ _PROPERTY_TEXT = st.lists(
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_PROPERTY_TEXT, max_size=20))
 def test_properties_column_parses_like_the_per_record_parser(texts):
+    from store_helpers import keys_of, tags_of
+
     from rmq_spark.spark.columnar_properties import parse_properties_column
-    from rmq_spark.store.properties import keys_of, parse_properties, tags_of
+    from rmq_spark.store.properties import parse_properties
 
     array = pa.array(texts, pa.string())
     _, offsets, data = array.buffers()
