@@ -11,6 +11,7 @@ Builds a log of ``--gb`` GB (1 KiB bodies, ``put_batch``), then measures ``open`
   which is what restart would cost if it grew with the log. Ratios are against it.
 
 Usage: python bench/bench_recovery.py [--gb G] [--tail-mb M] [--segment-mb S] [--dir DIR]
+    [--no-record-crc]
 Default: 1 GB log in 256 MiB segments, 64 MB tail (about a minute on 2 cores). The issue's
 10 GB case: --gb 10 (about ten times longer to build; recovery times should not grow except
 for the full-scan baseline). Refuses to start without room for the log plus 2 GB; progress
@@ -39,9 +40,10 @@ BATCH = 256
 MB = 1_000_000
 
 
-def _config(root: Path, segment_mb: int, window: int) -> StoreConfig:
+def _config(root: Path, segment_mb: int, window: int, record_crc: bool = True) -> StoreConfig:
     return StoreConfig(
         root_dir=root,
+        append_record_crc=record_crc,
         segment_size_bytes=segment_mb << 20,
         flush_policy=FlushPolicy.ASYNC,
         clean_resource_interval_ms=0,
@@ -91,6 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segment-mb", type=int, default=256, help="segment size in MiB")
     parser.add_argument("--window", type=int, default=100_000, help="idempotency window size")
     parser.add_argument("--dir", type=Path, default=None, help="where to build the log")
+    parser.add_argument(
+        "--no-record-crc",
+        action="store_true",
+        help="records without the __CRC32# property (recovery then checks BODYCRC only)",
+    )
     args = parser.parse_args(argv)
     parent = Path(tempfile.mkdtemp(prefix="bench-recovery-", dir=args.dir))
     free = shutil.disk_usage(parent).free
@@ -101,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"{needed / 1e9:.1f} GB needed")  # fmt: skip
     root = parent / "store"
     try:
-        config = _config(root, args.segment_mb, args.window)
+        config = _config(root, args.segment_mb, args.window, not args.no_record_crc)
         store = MessageStore.open(config)
         start = time.perf_counter()
         _progress(f"building a {args.gb:g} GB log in {root} ...")
@@ -115,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             f"msgs (built in {build_s:.1f} s)"
         )
         rows = []
-        no_window = _config(root, args.segment_mb, 0)
+        no_window = _config(root, args.segment_mb, 0, not args.no_record_crc)
         # With the window on first: a store opened with the window off forgets it.
         for name, cfg in (("", config), (", window off", no_window)):
             _progress(f"normal and abnormal open{name} ...")

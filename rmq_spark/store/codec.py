@@ -177,6 +177,7 @@ def _shadow_class(cls: type) -> type:
 _RecordShadow = _shadow_class(MessageRecord)
 _DecodedShadow = _shadow_class(DecodedRecord)
 
+
 # --- structs ----------------------------------------------------------------------------------
 
 _HEADER8 = struct.Struct(">iI")
@@ -517,6 +518,7 @@ def decode_record(
     check_crc: bool = True,
     with_body: bool = True,
     topics: Collection[str] | None = None,
+    reported_position: int | None = None,
 ) -> DecodeOutcome:
     """Decode the record starting at ``position`` of ``buf``.
 
@@ -535,6 +537,9 @@ def decode_record(
         ``False`` returns the record with an empty body (still CRC-checked if asked).
     topics
         If given, a record of any other topic returns ``SkippedRecord`` (still validated).
+    reported_position
+        The ``position`` a ``DecodedRecord`` carries, when the caller's coordinates are not
+        ``buf``'s (a reader decoding a read-ahead buffer reports physical offsets).
 
     Returns
     -------
@@ -710,6 +715,11 @@ def decode_record(
         stored_crc,
     )
     record.__class__ = MessageRecord
-    decoded = _DecodedShadow(record, position, total, 2 if v2 else 1)
+    decoded = _DecodedShadow(
+        record,
+        position if reported_position is None else reported_position,
+        total,
+        2 if v2 else 1,
+    )
     decoded.__class__ = DecodedRecord
     return decoded  # type: ignore[no-any-return]

@@ -50,6 +50,7 @@ from rmq_spark.errors import CorruptRecordError, DataMissingError
 from rmq_spark.store.codec import (
     BlankPadding,
     DecodedRecord,
+    DecodeOutcome,
     NeedMoreData,
     SkippedRecord,
     Unwritten,
@@ -132,10 +133,12 @@ class SegmentCursor:
         check_crc: bool = True,
         with_body: bool = True,
         topics: Collection[str] | None = None,
-    ) -> object:
+        reported_position: int | None = None,
+    ) -> DecodeOutcome:
         """Like ``codec.decode_record`` at segment ``position``. Errors carry the file path
         and the position inside the file; an outcome's own ``position`` is relative to the
-        read-ahead buffer. ``NeedMoreData`` only when the record runs past the file's end."""
+        read-ahead buffer unless ``reported_position`` says what a ``DecodedRecord`` is to
+        carry. ``NeedMoreData`` only when the record runs past the file's end."""
         segment = self.segment
         while True:
             start = position - self._buf_start
@@ -145,7 +148,7 @@ class SegmentCursor:
             try:
                 outcome = decode_record(
                     self._view, start, path=self._name, check_crc=check_crc,
-                    with_body=with_body, topics=topics,
+                    with_body=with_body, topics=topics, reported_position=reported_position,
                 )  # fmt: skip
             except CorruptRecordError as err:
                 raise CorruptRecordError(
@@ -270,19 +273,37 @@ class LogScan:
             if self.end_offset is not None:
                 position = min(position, max(0, self.end_offset - base))
         cursor = SegmentCursor(segment)
+        decode = cursor.decode
+        check_crc, with_body, topics = self.check_crc, self.with_body, self.topics
+        durable = self.durable_offset
+        # Past this position the caller's end offset is reached (a plain int compare per
+        # record: this loop is every reader's hot path).
+        limit = size + 1 if self.end_offset is None else self.end_offset - base
         while True:
             offset = base + position
-            if self._at_limit(offset):
+            if position >= limit:
                 return ScanStop(offset, StopKind.LIMIT, index, path, position)
             if size - position < 8:
                 return ScanStop(offset, StopKind.SHORT, index, path, position, "the file ends here")
             try:
-                outcome = cursor.decode(
-                    position, check_crc=self.check_crc, with_body=self.with_body,
-                    topics=self.topics,
+                outcome = decode(
+                    position, check_crc=check_crc, with_body=with_body, topics=topics,
+                    reported_position=offset,
                 )  # fmt: skip
             except CorruptRecordError as err:
                 return ScanStop(offset, StopKind.BAD, index, path, position, err.reason)
+            if type(outcome) is DecodedRecord:
+                record = outcome.record
+                if record.physical_offset != offset or (durable is not None and offset >= durable):
+                    reason = self._check(cursor, position, outcome)
+                    if reason:
+                        return ScanStop(offset, StopKind.BAD, index, path, position, reason)
+                self.last_record_offset = offset
+                self.count += 1
+                position += outcome.total_size
+                self.last_store_timestamp_ms = record.store_timestamp_ms
+                yield outcome
+                continue
             if isinstance(outcome, BlankPadding):
                 return None
             if isinstance(outcome, Unwritten):
@@ -290,18 +311,13 @@ class LogScan:
             if isinstance(outcome, NeedMoreData):
                 reason = f"record of {outcome.need} bytes runs past the end of the file"
                 return ScanStop(offset, StopKind.SHORT, index, path, position, reason)
-            assert isinstance(outcome, DecodedRecord | SkippedRecord)
+            assert isinstance(outcome, SkippedRecord), outcome
             reason = self._check(cursor, position, outcome)
             if reason:
                 return ScanStop(offset, StopKind.BAD, index, path, position, reason)
             self.last_record_offset = offset
             self.count += 1
             position += outcome.total_size
-            if isinstance(outcome, DecodedRecord):
-                self.last_store_timestamp_ms = outcome.record.store_timestamp_ms
-                yield DecodedRecord(
-                    outcome.record, offset, outcome.total_size, outcome.magic_version
-                )
 
     def _check(
         self, cursor: SegmentCursor, position: int, outcome: DecodedRecord | SkippedRecord
