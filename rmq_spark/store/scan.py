@@ -103,6 +103,9 @@ class SegmentSource(Protocol):
     def read(self, position: int, size: int) -> bytes: ...
 
 
+_HEADER_BYTES = 88  # an IPv4 record header: the least decode_record reads in one go
+
+
 class SegmentCursor:
     """Decodes records of one segment through a read-ahead buffer."""
 
@@ -110,18 +113,18 @@ class SegmentCursor:
         self.segment = segment
         self._chunk_bytes = chunk_bytes
         self._buf = b""
-        self._view = memoryview(self._buf)  # decoding from a view: CRC without copying bodies
-        self._buf_start = 0
+        self.view = memoryview(self._buf)  # decoding from a view: CRC without copying bodies
+        self.buf_start = 0  # the segment position of view[0]
         self._name = segment.path.name
 
     def _fill(self, position: int, need: int) -> None:
         self._buf = self.segment.read(position, max(self._chunk_bytes, need))
-        self._view = memoryview(self._buf)
-        self._buf_start = position
+        self.view = memoryview(self._buf)
+        self.buf_start = position
 
     def window(self, position: int, size: int) -> bytes:
         """Bytes ``[position, position + size)`` (fewer at the end of the file)."""
-        start = position - self._buf_start
+        start = position - self.buf_start
         if start < 0 or start + size > len(self._buf):
             return self.segment.read(position, size)
         return self._buf[start : start + size]
@@ -141,13 +144,13 @@ class SegmentCursor:
         carry. ``NeedMoreData`` only when the record runs past the file's end."""
         segment = self.segment
         while True:
-            start = position - self._buf_start
+            start = position - self.buf_start
             if start < 0 or start + 8 > len(self._buf):
                 self._fill(position, 8)
                 start = 0
             try:
                 outcome = decode_record(
-                    self._view, start, path=self._name, check_crc=check_crc,
+                    self.view, start, path=self._name, check_crc=check_crc,
                     with_body=with_body, topics=topics, reported_position=reported_position,
                 )  # fmt: skip
             except CorruptRecordError as err:
@@ -159,7 +162,7 @@ class SegmentCursor:
                     computed_crc=err.computed_crc,
                 ) from None
             if isinstance(outcome, NeedMoreData):
-                if self._buf_start + len(self._buf) >= segment.size_bytes:
+                if self.buf_start + len(self._buf) >= segment.size_bytes:
                     return outcome  # the record would run past the end of the file
                 self._fill(position, outcome.need)
                 continue
@@ -274,6 +277,7 @@ class LogScan:
                 position = min(position, max(0, self.end_offset - base))
         cursor = SegmentCursor(segment)
         decode = cursor.decode
+        name = path.name
         check_crc, with_body, topics = self.check_crc, self.with_body, self.topics
         durable = self.durable_offset
         # Past this position the caller's end offset is reached (a plain int compare per
@@ -286,10 +290,22 @@ class LogScan:
             if size - position < 8:
                 return ScanStop(offset, StopKind.SHORT, index, path, position, "the file ends here")
             try:
-                outcome = decode(
-                    position, check_crc=check_crc, with_body=with_body, topics=topics,
-                    reported_position=offset,
+                # The record inside the read-ahead buffer: decode it in place (the cursor's
+                # own decode, which refills the buffer and names the file, costs a call more).
+                start = position - cursor.buf_start
+                outcome = (
+                    decode_record(
+                        cursor.view, start, path=name, check_crc=check_crc, with_body=with_body,
+                        topics=topics, reported_position=offset,
+                    )
+                    if 0 <= start and start + _HEADER_BYTES <= len(cursor.view)
+                    else None
                 )  # fmt: skip
+                if outcome is None or type(outcome) is NeedMoreData:
+                    outcome = decode(
+                        position, check_crc=check_crc, with_body=with_body, topics=topics,
+                        reported_position=offset,
+                    )  # fmt: skip
             except CorruptRecordError as err:
                 return ScanStop(offset, StopKind.BAD, index, path, position, err.reason)
             if type(outcome) is DecodedRecord:
