@@ -70,6 +70,8 @@ def test_truncating_the_last_segment_at_every_byte_of_its_last_records_fails_lou
         assert "acknowledged data are missing" in out[0], out
         code, out, err = _run(["dump", "--store", str(root)], capsys)
         assert code == 2 and str(root / "commitlog" / last.name) in err, (cut, err)
+        with pytest.raises(DataMissingError, match=f"{last.name}: the data ends"):
+            _batch_partitions(root)  # what the Spark source plans from (no JVM needed)
     # Cut inside the zeros after the data: nothing acknowledged is missing.
     shutil.rmtree(root)
     shutil.copytree(pristine, root)
