@@ -41,13 +41,11 @@ from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.layout import MESSAGE_MAGIC_CODE_V1
 from rmq_spark.store.message import HostAddress
 from rmq_spark.store.put import (
-    IdempotencyWindow,
     PreparedMessage,
     PutContext,
     PutRequest,
     PutResult,
     PutStatus,
-    WindowEntry,
     duplicates_in,
     ipv4_of,
     prepare,
@@ -55,6 +53,7 @@ from rmq_spark.store.put import (
 )
 from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.put_plan import Packed, Templates, UniqKeys
+from rmq_spark.store.put_state import IdempotencyWindow, WindowEntry
 from rmq_spark.store.raw import RawParts
 from rmq_spark.store.record_crc import seal_record
 from rmq_spark.store.recovery import RecoveredState

@@ -62,10 +62,10 @@ from rmq_spark.store.properties import (
     encode_properties,
     java_hashmap_order,
 )
+from rmq_spark.store.put_state import IdempotencyWindow, WindowEntry
 from rmq_spark.store.record_crc import with_record_crc, without_record_crc
 
 __all__ = [
-    "IdempotencyWindow",
     "LOCALHOST_IPV4",
     "MAX_RECORD_OVERHEAD_BYTES",
     "PreparedMessage",
@@ -73,8 +73,6 @@ __all__ = [
     "PutRequest",
     "PutResult",
     "PutStatus",
-    "QueueOffsetTable",
-    "WindowEntry",
     "check_topic",
     "duplicates_in",
     "encode_ipv4_v1",
@@ -514,93 +512,6 @@ def find_uniq_key(props_text: str) -> str | None:
             value = props_text[at + len(marker) : end if end >= 0 else len(props_text)]
             return value or None
         start = at + 1
-
-
-# --- queue offsets ----------------------------------------------------------------------------
-
-
-class QueueOffsetTable:
-    """Next queue offset of every (topic, queue id): RocketMQ's ``topicQueueTable``."""
-
-    __slots__ = ("offsets",)
-
-    def __init__(self, offsets: Mapping[tuple[str, int], int] | None = None) -> None:
-        self.offsets: dict[tuple[str, int], int] = dict(offsets or {})
-
-    def next_offset(self, topic: str, queue_id: int) -> int:
-        return self.offsets.get((topic, queue_id), 0)
-
-    def observe(self, topic: str, queue_id: int, queue_offset: int) -> None:
-        """Recovery: a stored record used ``queue_offset``; the next one is after it."""
-        key = (topic, queue_id)
-        if queue_offset + 1 > self.offsets.get(key, 0):
-            self.offsets[key] = queue_offset + 1
-
-    def copy(self) -> dict[tuple[str, int], int]:
-        return dict(self.offsets)
-
-
-# --- idempotency window -----------------------------------------------------------------------
-
-
-class WindowEntry(NamedTuple):
-    """Where the first copy of an idempotent message was stored."""
-
-    physical_offset: int
-    total_size: int
-    queue_offset: int
-    queue_id: int
-    store_timestamp_ms: int
-
-
-class IdempotencyWindow:
-    """The last ``capacity`` (stored topic, UNIQ_KEY) pairs and where they were stored.
-
-    Entries are kept as plain tuples (cheaper on the put path) and handed out as
-    ``WindowEntry``. ``entries`` is a plain dict; ``ring`` holds its keys in the order they
-    were added (it grows to ``capacity``, then wraps), ``position`` is the slot of the oldest
-    once it is full. A dict plus a ring cost about a third less per put than the
-    ``OrderedDict`` evicting its first item that this replaced (bench_put.py).
-    """
-
-    __slots__ = ("capacity", "entries", "ring", "position")
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self.entries: dict[tuple[str, str], tuple[int, int, int, int, int]] = {}
-        self.ring: list[tuple[str, str]] = []
-        self.position = 0
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-    def get(self, topic: str, uniq_key: str) -> WindowEntry | None:
-        entry = self.entries.get((topic, uniq_key))
-        return None if entry is None else WindowEntry._make(entry)
-
-    def add(self, topic: str, uniq_key: str, entry: tuple[int, int, int, int, int]) -> None:
-        """Remember ``entry`` = (physical_offset, total_size, queue_offset, queue_id,
-        store_timestamp_ms) unless the key is already known (the first copy stays)."""
-        entries = self.entries
-        key = (topic, uniq_key)
-        if key in entries or self.capacity <= 0:
-            return
-        entries[key] = entry
-        ring = self.ring
-        if len(ring) < self.capacity:
-            ring.append(key)
-            return
-        position = self.position
-        del entries[ring[position]]
-        ring[position] = key
-        position += 1
-        self.position = 0 if position == self.capacity else position
-
-    def start_offset(self, default: int) -> int:
-        """Physical offset of the oldest record in the window (``default`` if empty)."""
-        if not self.ring:
-            return default
-        return self.entries[self.ring[self.position]][0]
 
 
 # --- batches ----------------------------------------------------------------------------------

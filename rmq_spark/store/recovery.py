@@ -43,7 +43,7 @@ from rmq_spark.store.layout import (
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
 )
-from rmq_spark.store.put import IdempotencyWindow, QueueOffsetTable
+from rmq_spark.store.put_state import IdempotencyWindow, QueueOffsetTable
 from rmq_spark.store.quarantine import QUARANTINE_DIR, quarantine_bytes, quarantine_root
 from rmq_spark.store.scan import LogEnd, LogScan, SegmentCursor, StopKind, judge_end
 
