@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rmq_spark.errors import StoreError
 from rmq_spark.store.commitlog import CommitLog
-from rmq_spark.store.fileio import fsync_dir
+from rmq_spark.store.fileio import fsync_dir, write_file_atomically
 from rmq_spark.store.layout import segment_name
 from rmq_spark.store.view import QUARANTINE_DIR
 
@@ -50,21 +50,9 @@ def _cut_dir(commitlog: CommitLog, offset: int) -> Path:
     return candidate
 
 
-def _write_durably(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _manifest(directory: Path, body: dict[str, object]) -> None:
-    _write_durably(directory / "manifest.json", json.dumps(body, indent=2).encode())
-    fsync_dir(directory)
-    fsync_dir(directory.parent)
+    write_file_atomically(directory / "manifest.json", json.dumps(body, indent=2).encode())
+    fsync_dir(directory.parent)  # the new cut directory's own entry
 
 
 def quarantine_bytes(commitlog: CommitLog, offset: int, length: int, reason: str) -> Path:
@@ -74,7 +62,7 @@ def quarantine_bytes(commitlog: CommitLog, offset: int, length: int, reason: str
     position = offset - segment.base_offset
     data = segment.read(position, length)
     directory = _cut_dir(commitlog, offset)
-    _write_durably(directory / f"{segment.path.name}@{position}.bin", data)
+    write_file_atomically(directory / f"{segment.path.name}@{position}.bin", data)
     _manifest(
         directory,
         {
