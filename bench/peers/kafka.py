@@ -1,0 +1,258 @@
+"""The Kafka peer for bench/peers: its jars from Maven Central, and a one-node KRaft broker.
+
+This module owns two things and nothing else:
+
+* ``resolve_jars(kind)``: the jars of one of the two poms kept beside this file, fetched once
+  with ``mvn dependency:copy-dependencies`` into ``bench/peers/.cache/<kind>/`` (gitignored, with
+  its own Maven repository in ``bench/peers/.cache/m2``). A second call finds the manifest and
+  downloads nothing. ``broker``: Apache Kafka's server (``kafka_2.13``); ``spark-kafka``:
+  Spark's Kafka source for the project's Spark, only the jars the pyspark wheel lacks.
+* ``KafkaBroker``: a single-node Kafka in KRaft mode (broker and controller in one JVM) on
+  127.0.0.1, free ports, a small heap and its log dirs in a temporary directory. ``start()``
+  formats the storage (``kafka.tools.StorageTool``) and waits until the broker accepts
+  connections; ``stop()`` (also on leaving the ``with`` block, however it is left) sends
+  SIGTERM for Kafka's controlled shutdown, kills the JVM if it has not exited after 30 s, and
+  removes the temporary directory. The JVM runs in its own process group, so a Ctrl-C in the
+  terminal reaches Python, whose ``finally`` stops the broker, and not the JVM directly.
+
+Usage as a script (starts a broker, prints its address, stops it on Ctrl-C)::
+
+    python bench/peers/kafka.py [--seconds 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+CACHE = HERE / ".cache"
+KAFKA_VERSION = "4.1.1"
+POMS = {"broker": HERE / "kafka-broker.pom.xml", "spark-kafka": HERE / "spark-kafka.pom.xml"}
+# Of spark-sql-kafka's dependencies, only these are missing from the pyspark wheel.
+SPARK_KAFKA_ARTIFACTS = (
+    "spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2"
+)
+STOP_TIMEOUT_S = 30.0
+
+
+class PeerError(Exception):
+    """A peer could not be fetched, started or stopped; the message says which and why."""
+
+
+def _progress(message: str) -> None:
+    print(f"peers: {message}", file=sys.stderr, flush=True)
+
+
+def resolve_jars(kind: str) -> list[Path]:
+    """The jars of ``kind`` (``broker`` or ``spark-kafka``), fetched on the first call only."""
+    if kind not in POMS:
+        raise PeerError(f"jars: unknown kind {kind!r}; one of {sorted(POMS)}")
+    pom = POMS[kind]
+    out = CACHE / kind
+    manifest = out / "manifest.txt"
+    if manifest.exists() and manifest.stat().st_mtime >= pom.stat().st_mtime:
+        jars = [out / name for name in manifest.read_text().split()]
+        if all(jar.exists() for jar in jars):
+            return jars
+    if shutil.which("mvn") is None:
+        raise PeerError(
+            "jars: Maven (mvn) is needed once to fetch the Kafka jars "
+            "(Debian: apt-get install maven)"
+        )
+    _progress(f"{kind}: resolving {pom.name} from Maven Central into {out} (first run only)")
+    tmp = CACHE / f"{kind}.tmp.{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    command = [
+        "mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(pom),
+        "dependency:copy-dependencies", "-DincludeScope=runtime",
+        f"-DoutputDirectory={tmp}", f"-Dmaven.repo.local={CACHE / 'm2'}",
+    ]  # fmt: skip
+    if kind == "spark-kafka":
+        command.append(f"-DincludeArtifactIds={SPARK_KAFKA_ARTIFACTS}")
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
+        raise PeerError(f"jars: mvn failed for {pom.name} (exit {done.returncode}): {tail[0]}")
+    names = sorted(path.name for path in tmp.glob("*.jar"))
+    (tmp / "manifest.txt").write_text("".join(f"{name}\n" for name in names))
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    _progress(f"{kind}: {len(names)} jars in {out}")
+    return [out / name for name in names]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _cluster_id() -> str:
+    # Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding.
+    return base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+
+
+class KafkaBroker:
+    """One KRaft node (broker + controller) on loopback; a context manager that always stops it.
+
+    ``partitions`` is the broker's ``num.partitions``: topics created on first use get that many.
+    """
+
+    def __init__(self, *, heap: str = "512m", partitions: int = 2) -> None:
+        if partitions < 1:
+            raise PeerError(f"kafka: partitions must be >= 1, got {partitions}")
+        self.heap = heap
+        self.partitions = partitions
+        self.port = 0
+        self.workdir: Path | None = None
+        self._process: subprocess.Popen[bytes] | None = None
+        self._log = None
+
+    @property
+    def bootstrap_servers(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def __enter__(self) -> KafkaBroker:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = 60.0) -> None:
+        java = shutil.which("java")
+        if java is None:
+            raise PeerError("kafka: java is not on PATH (Java 17+ is needed)")
+        classpath = os.pathsep.join(str(jar) for jar in resolve_jars("broker"))
+        self.workdir = Path(tempfile.mkdtemp(prefix="peers-kafka-"))
+        self.port, controller = free_port(), free_port()
+        config = self.workdir / "server.properties"
+        config.write_text(
+            "\n".join(
+                [
+                    "process.roles=broker,controller",
+                    "node.id=1",
+                    f"controller.quorum.voters=1@127.0.0.1:{controller}",
+                    f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+                    f"CONTROLLER://127.0.0.1:{controller}",
+                    f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}",
+                    "controller.listener.names=CONTROLLER",
+                    "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+                    "inter.broker.listener.name=PLAINTEXT",
+                    f"log.dirs={self.workdir / 'logs'}",
+                    f"num.partitions={self.partitions}",
+                    "auto.create.topics.enable=true",
+                    "offsets.topic.replication.factor=1",
+                    "offsets.topic.num.partitions=1",
+                    "transaction.state.log.replication.factor=1",
+                    "transaction.state.log.min.isr=1",
+                    "share.coordinator.state.topic.replication.factor=1",
+                    "share.coordinator.state.topic.min.isr=1",
+                    "group.initial.rebalance.delay.ms=0",
+                    "",
+                ]
+            )
+        )
+        jvm = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC",
+               "-Djava.awt.headless=true", "-cp", classpath]  # fmt: skip
+        fmt = subprocess.run(
+            [*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if fmt.returncode != 0:
+            last = (fmt.stdout + fmt.stderr).strip().splitlines()[-1:] or ["no output"]
+            raise PeerError(f"kafka: storage format failed (exit {fmt.returncode}): {last[0]}")
+        log_path = self.workdir / "kafka.log"
+        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop())
+        self._process = subprocess.Popen(
+            [*jvm, "kafka.Kafka", str(config)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                raise PeerError(
+                    f"kafka: the broker exited with {self._process.returncode} while starting "
+                    f"(log {log_path}: {_last_line(log_path)})"
+                )
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return
+            except OSError:
+                time.sleep(0.2)
+        raise PeerError(f"kafka: not accepting connections on {self.port} after {timeout_s:.0f} s")
+
+    def stop(self) -> None:
+        """Stop the JVM (controlled shutdown, else kill) and remove the work dir. Idempotent."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(errors="replace").strip().splitlines()
+    except OSError as err:
+        return f"unreadable: {err}"
+    return lines[-1] if lines else "empty"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description="Fetch the Kafka jars if needed, start a one-node KRaft broker on "
+        "127.0.0.1, keep it up for --seconds (or until Ctrl-C), then stop it."
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long to keep it up")
+    args = parser.parse_args(argv)
+    try:
+        started = time.monotonic()
+        with KafkaBroker() as broker:
+            _progress(
+                f"kafka {KAFKA_VERSION}: up on {broker.bootstrap_servers} in "
+                f"{time.monotonic() - started:.1f} s (pid group, work dir {broker.workdir})"
+            )
+            time.sleep(args.seconds)
+        _progress("kafka: stopped")
+    except PeerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        _progress("kafka: interrupted; stopped")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
