@@ -2,6 +2,7 @@
 #   make run     the end-to-end demo
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   the benchmarks in bench/ (figures go to BENCHMARKS.md by hand)
+#   make bench-peers  reput catch-up vs Kafka -> Delta, side by side (BENCH_ARGS=--short)
 #   make lint    ruff check + ruff format --check
 SHELL := /bin/bash
 VENV ?= .venv
@@ -11,10 +12,10 @@ JARS_STAMP := jars/manifest.txt
 LINK_STAMP := $(VENV)/.delta-jars-linked
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast lint format bench clean help
+.PHONY: setup run test test-fast lint format bench bench-peers clean help
 
 help:
-	@sed -n '1,6p' Makefile
+	@sed -n '1,7p' Makefile
 
 setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP)
 
@@ -48,6 +49,9 @@ test-fast: setup
 
 bench: setup
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
+
+bench-peers: setup
+	flock /tmp/bench.lock $(BIN)/python bench/peers/run.py $(BENCH_ARGS)
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .hypothesis spark-warehouse metastore_db derby.log work

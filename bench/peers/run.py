@@ -8,10 +8,12 @@ catch-up of a backlog of the same N messages into SQL-visible Delta tables:
   with ``availableNow`` (``rmq_spark.spark.reput.run_reput``, the job's defaults: 64 MiB per
   micro-batch, OPTIMIZE off as it would not fire in a run this short) into its three tables.
   Timed: from starting the query to its end, when every batch's commits have landed.
-* **Kafka** (``kafka.py``): a one-node KRaft broker on loopback; the *same* messages, read back
+* **Kafka** (``kafka_peer.py``): a one-node KRaft broker on loopback; the *same* messages, read back
   from the store with ``format("rocketmq")``, are written to one topic with Spark's Kafka sink
   (key = the message's first key, value = its body, header TAGS; not timed); then a Structured
-  Streaming query ``format("kafka")`` -> one Delta table with ``availableNow``. Timed the same way.
+  Streaming query ``format("kafka")`` -> one Delta table with ``availableNow``. Timed the same way,
+  twice: with Spark's default (the whole backlog in one batch) and with ``maxOffsetsPerTrigger``
+  set to the messages per batch the reput had, so that the number of batches is not the difference.
 
 Before either timing, one small Delta append warms the session (class loading, the first Delta
 snapshot), so neither side pays it. Row counts are checked on both sides afterwards. The
@@ -44,7 +46,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from kafka import KAFKA_VERSION, KafkaBroker, PeerError, resolve_jars  # noqa: E402
+from kafka_peer import KAFKA_VERSION, KafkaBroker, PeerError, resolve_jars  # noqa: E402
 
 from rmq_spark.errors import RmqError  # noqa: E402
 
@@ -152,16 +154,22 @@ def produce_to_kafka(spark, store_dir: Path, servers: str) -> None:  # noqa: ANN
     )
 
 
-def time_kafka(spark, servers: str, table: Path, checkpoint: Path) -> Timing:  # noqa: ANN001
-    query = (
+def time_kafka(spark, servers: str, table: Path, max_offsets: int = 0) -> Timing:  # noqa: ANN001
+    """The Kafka source -> one Delta table at ``table``; ``max_offsets``: maxOffsetsPerTrigger
+    (0: Spark's default, the whole backlog in one batch)."""
+    reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", servers)
         .option("subscribe", TOPIC)
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")
-        .load()
+    )
+    if max_offsets:
+        reader = reader.option("maxOffsetsPerTrigger", str(max_offsets))
+    query = (
+        reader.load()
         .writeStream.format("delta")
-        .option("checkpointLocation", str(checkpoint))
+        .option("checkpointLocation", str(table.with_name(table.name + "-checkpoint")))
         .trigger(availableNow=True)
     )
     started = time.perf_counter()
@@ -261,28 +269,42 @@ def _run(args: argparse.Namespace, work: Path, load_start: str) -> int:
             _progress("rmq-spark: reput --available-now into 3 Delta tables ...")
             rmq = time_reput(spark, store_dir, work / "tables", args.batch_mib << 20)
             _progress(f"rmq-spark: {rmq.messages:,} in {rmq.seconds:.1f} s, {rmq.batches} batches")
-            _progress("kafka: format('kafka') -> one Delta table, availableNow ...")
-            peer = time_kafka(spark, broker.bootstrap_servers, work / "kafka", work / "kafka-ck")
-            _progress(f"kafka: {peer.messages:,} in {peer.seconds:.1f} s, {peer.batches} batches")
-            rows = spark.read.format("delta").load(str(work / "kafka")).count()
+            peers = {}
+            # Kafka's default (the whole backlog in one batch), then as many messages per
+            # batch as the reput's batches held, so that batch count is not the difference.
+            per_batch = -(-n // max(rmq.batches, 1))
+            for name, max_offsets in (("default", 0), ("matched", per_batch)):
+                _progress(f"kafka: format('kafka') -> one Delta table, availableNow, {name} ...")
+                peer = time_kafka(
+                    spark, broker.bootstrap_servers, work / f"kafka-{name}", max_offsets
+                )
+                _progress(
+                    f"kafka: {peer.messages:,} in {peer.seconds:.1f} s, {peer.batches} batches"
+                )
+                rows = spark.read.format("delta").load(str(work / f"kafka-{name}")).count()
+                if rows != n or peer.messages != n:
+                    raise PeerError(f"kafka {name}: expected {n:,} rows, the table has {rows:,}")
+                peers[name] = (peer, max_offsets)
             messages = table_path(work / "tables", MESSAGES)
             rmq_rows = spark.read.format("delta").load(str(messages)).count()
     finally:
         spark.stop()
-    if rows != n or rmq_rows != n or rmq.messages != n:
+    if rmq_rows != n or rmq.messages != n:
         raise PeerError(
-            f"row counts: expected {n:,}; rmq.messages {rmq_rows:,} (reput wrote "
-            f"{rmq.messages:,}), Kafka table {rows:,}"
+            f"rmq-spark: expected {n:,} rows; rmq.messages has {rmq_rows:,}, reput wrote "
+            f"{rmq.messages:,}"
         )
     load_end = _load()
-    workload = f"catch-up {n:,} x {body} B -> SQL-visible Delta, availableNow"
     print(f"| workload | rmq-spark msgs/s | Kafka {KAFKA_VERSION} msgs/s | Kafka / rmq-spark |")
     print("|---|---|---|---|")
-    print(
-        f"| {workload} | {rmq.rate:,.0f} ({rmq.seconds:.1f} s, {rmq.batches} batches, 3 tables) "
-        f"| {peer.rate:,.0f} ({peer.seconds:.1f} s, {peer.batches} batches, 1 table) "
-        f"| {peer.rate / rmq.rate:.2f} |"
-    )
+    for peer, max_offsets in peers.values():
+        batching = f"maxOffsetsPerTrigger {max_offsets:,}" if max_offsets else "Kafka default"
+        print(
+            f"| catch-up {n:,} x {body} B -> SQL-visible Delta, availableNow, {batching} "
+            f"| {rmq.rate:,.0f} ({rmq.seconds:.1f} s, {rmq.batches} batches, 3 tables) "
+            f"| {peer.rate:,.0f} ({peer.seconds:.1f} s, {peer.batches} batches, 1 table) "
+            f"| {peer.rate / rmq.rate:.2f} |"
+        )
     print(f"load average (1/5/15 min): start {load_start}, end {load_end}")
     return 0
 

@@ -17,7 +17,7 @@ This module owns two things and nothing else:
 
 Usage as a script (starts a broker, prints its address, stops it on Ctrl-C)::
 
-    python bench/peers/kafka.py [--seconds 10]
+    python bench/peers/kafka_peer.py [--seconds 10]
 """
 
 from __future__ import annotations
@@ -100,8 +100,12 @@ def free_port() -> int:
 
 
 def _cluster_id() -> str:
-    # Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding.
-    return base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    """Kafka's Uuid text form: 16 random bytes, URL-safe base64 without padding. Like Kafka's
+    ``Uuid.randomUuid`` it never starts with '-', which a command line would read as an option."""
+    while True:
+        text = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+        if not text.startswith("-"):
+            return text
 
 
 class KafkaBroker:
@@ -123,6 +127,11 @@ class KafkaBroker:
     @property
     def bootstrap_servers(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def process(self) -> subprocess.Popen[bytes] | None:
+        """The broker's JVM while it runs (None before ``start()`` and after ``stop()``)."""
+        return self._process
 
     def __enter__(self) -> KafkaBroker:
         try:
@@ -172,7 +181,14 @@ class KafkaBroker:
         jvm = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC",
                "-Djava.awt.headless=true", "-cp", classpath]  # fmt: skip
         fmt = subprocess.run(
-            [*jvm, "kafka.tools.StorageTool", "format", "-t", _cluster_id(), "-c", str(config)],
+            [
+                *jvm,
+                "kafka.tools.StorageTool",
+                "format",
+                f"--cluster-id={_cluster_id()}",
+                "-c",
+                str(config),
+            ],
             capture_output=True,
             text=True,
             check=False,
