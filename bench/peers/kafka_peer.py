@@ -237,6 +237,12 @@ class KafkaBroker:
             self.workdir = None
 
 
+def interrupt_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM handler: raise KeyboardInterrupt, so that ``finally`` blocks stop the peers (the
+    broker's JVM is in its own process group and would outlive a Python killed by the signal)."""
+    raise KeyboardInterrupt
+
+
 def _last_line(path: Path) -> str:
     try:
         lines = path.read_text(errors="replace").strip().splitlines()
@@ -252,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--seconds", type=float, default=10.0, help="how long to keep it up")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
         started = time.monotonic()
         with KafkaBroker() as broker:

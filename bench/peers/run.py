@@ -35,6 +35,7 @@ import logging
 import os
 import random
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -46,7 +47,13 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from kafka_peer import KAFKA_VERSION, KafkaBroker, PeerError, resolve_jars  # noqa: E402
+from kafka_peer import (  # noqa: E402
+    KAFKA_VERSION,
+    KafkaBroker,
+    PeerError,
+    interrupt_on_sigterm,
+    resolve_jars,
+)
 
 from rmq_spark.errors import RmqError  # noqa: E402
 
@@ -225,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     load_start = _load()
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     try:
