@@ -5,25 +5,25 @@ the app's last version, and Delta 4.4 answers that by reconstructing the whole t
 (three Spark jobs and a large plan to optimize: about two thirds of a small append's time,
 bench/bench_reput.py). The version checksum Delta writes after every commit
 (``<version>.crc``) already lists the SetTransactions, so this module reads the version from
-there, falls back to the state reconstruction when the checksum is missing, and commits the
-written files together with the ``SetTransaction`` in one Delta transaction, as the writer
-option does: the app id is registered as read, so a concurrent commit of the same app fails
-ours with Delta's ``ConcurrentTransactionException``. Owns nothing else: tables and rows are
-``tables.py``.
+there, falls back to the state reconstruction when the checksum is missing, and commits data
+files already written (``delta_files.py``) together with the ``SetTransaction`` in one Delta
+transaction, as the writer option does: the app id is registered as read, so a concurrent
+commit of the same app fails ours with Delta's ``ConcurrentTransactionException``. Owns
+nothing else: tables are ``tables.py``, files ``delta_files.py``.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rmq_spark.errors import SchemaMismatchError
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
-__all__ = ["committed_txn_version", "delta_append_once"]
+__all__ = ["commit_files_once", "committed_file_count", "committed_txn_version"]
 
 
 def _delta_log(spark: SparkSession, path: str) -> Any:
@@ -50,6 +50,13 @@ def committed_txn_version(spark: SparkSession, path: str, app_id: str) -> int:
     return _txn_version(_delta_log(spark, path).startTransaction(), app_id)
 
 
+def committed_file_count(spark: SparkSession, path: str) -> int | None:
+    """How many data files the Delta table at ``path`` holds, from its version checksum
+    (``None``: no checksum; ask the table)."""
+    checksum = _delta_log(spark, path).startTransaction().snapshot().checksumOpt()
+    return int(checksum.get().numFiles()) if checksum.isDefined() else None
+
+
 def _strip_nullability(node: object) -> object:
     if isinstance(node, dict):
         return {
@@ -62,39 +69,54 @@ def _strip_nullability(node: object) -> object:
     return node
 
 
-def delta_append_once(
-    rows: DataFrame, path: str, *, app_id: str, version: int, metadata: Mapping[str, object]
-) -> int | None:
-    """Append ``rows`` to the Delta table at ``path`` unless ``app_id`` has ``version`` there.
+def _scala_seq(jvm: Any, items: list[Any]) -> Any:
+    java_list = jvm.java.util.ArrayList()
+    for item in items:
+        java_list.add(item)
+    return jvm.scala.jdk.javaapi.CollectionConverters.asScala(java_list).toSeq()
 
-    Returns the number of rows committed (from the written files' statistics), or ``None``
-    when the table already holds ``version`` (or a later one) of ``app_id``. The commit
-    carries ``SetTransaction(app_id, version)`` and ``metadata`` as its userMetadata; file
-    statistics and the table's constraints (NOT NULL) are applied by Delta's writer as in
-    any append.
+
+def commit_files_once(
+    spark: SparkSession,
+    path: str,
+    adds: Sequence[Mapping[str, Any]],
+    *,
+    schema_json: str,
+    app_id: str,
+    version: int,
+    metadata: Mapping[str, object],
+) -> int | None:
+    """Commit data files already written into the Delta table at ``path`` (their ``add``
+    actions, ``delta_files.DataFileWriter``) unless ``app_id`` has ``version`` there.
+
+    Returns the number of rows committed (from the files' statistics), or ``None`` when the
+    table already holds ``version`` (or a later one) of ``app_id``; the files are then left
+    uncommitted, as Delta leaves a failed writer's files, for VACUUM. The commit carries
+    ``SetTransaction(app_id, version)`` and ``metadata`` as its userMetadata; with no file it
+    still records the version (the batch held no row for this table).
 
     Raises
     ------
     SchemaMismatchError
-        The rows do not have the table's columns and types.
+        The table's columns are not ``schema_json``'s (a Spark ``StructType`` as JSON), those
+        the files were written with.
     py4j.protocol.Py4JJavaError
-        Delta refused the write or the commit (e.g. a concurrent commit of ``app_id``).
+        Delta refused the commit (e.g. a concurrent commit of ``app_id``).
     """
-    spark = rows.sparkSession
     jvm = spark._jvm  # type: ignore[attr-defined]
     txn = _delta_log(spark, path).startTransaction()
     if _txn_version(txn, app_id) >= version:
         return None
     txn.readTxn().addOne(app_id)  # what txnVersion() does: concurrent commits of app_id conflict
-    table_schema = _strip_nullability(json.loads(txn.metadata().schemaString()))
-    if _strip_nullability(json.loads(rows.schema.json())) != table_schema:
+    table_schema = txn.metadata().schemaString()
+    if _strip_nullability(json.loads(table_schema)) != _strip_nullability(json.loads(schema_json)):
         raise SchemaMismatchError(
-            f"rows {rows.schema.simpleString()} do not match the table at {path}: "
-            f"{txn.metadata().schemaString()}"
+            f"the files written for {path} do not match its schema {table_schema}"
         )
-    files = txn.writeFiles(rows._jdf)
+    parse = jvm.org.apache.spark.sql.delta.actions.Action.fromJson
+    actions = [parse(json.dumps({"add": dict(add)})) for add in adds]
     none = jvm.scala.Option.empty()
-    set_txn = jvm.org.apache.spark.sql.delta.actions.SetTransaction(app_id, version, none)
+    actions.append(jvm.org.apache.spark.sql.delta.actions.SetTransaction(app_id, version, none))
     operation = jvm.org.apache.spark.sql.delta.DeltaOperations.Write(
         jvm.org.apache.spark.sql.SaveMode.Append,
         none,
@@ -106,10 +128,5 @@ def delta_append_once(
         none,
         none,
     )
-    txn.commit(files.appended(set_txn), operation)
-    written = 0
-    added = files.iterator()
-    while added.hasNext():
-        stats = added.next().stats()
-        written += int(json.loads(stats)["numRecords"]) if stats else 0
-    return written
+    txn.commit(_scala_seq(jvm, actions), operation)
+    return sum(int(json.loads(add["stats"])["numRecords"]) for add in adds)

@@ -1,8 +1,10 @@
 """The reput job: Spark's replacement for RocketMQ's ReputMessageService.
 
-A streaming query reads the CommitLog with the ``rocketmq`` source and, per micro-batch,
-appends the batch's rows to ``messages``, ``message_index`` and ``consume_queue``
-(``tables.py``) in one idempotent step: each append carries Delta ``txnAppId`` =
+A streaming query over the ``rocketmq`` source plans micro-batches of the CommitLog
+(admission control, the offset log); per micro-batch, the batch's log range is decoded and
+written as data files of ``messages``, ``message_index`` and ``consume_queue`` (``tables.py``,
+``reput_files.py``) by one Spark job, and the files are committed to each table in one
+idempotent step: each commit carries Delta ``txnAppId`` =
 ``ReputConfig.txn_app_id`` and ``txnVersion`` = the log position the batch ends at, so a batch
 replayed after a crash adds nothing to a table that already has it, and rows below what a
 table already holds are filtered out when a job starts over a fresh checkpoint. A batch's
@@ -19,26 +21,32 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import ReputError, StoreIOError
+from rmq_spark.spark.delta_append import commit_files_once
+from rmq_spark.spark.options import parse_options
+from rmq_spark.spark.partitions import open_view, plan
 from rmq_spark.spark.reput_config import ReputConfig
+from rmq_spark.spark.reput_files import (
+    PartitionFiles,
+    ReputFileTask,
+    file_schema_json,
+    run_partitions,
+)
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
     MESSAGES,
     TABLE_NAMES,
-    append_idempotent,
     committed_floors,
-    consume_queue_rows,
     ensure_tables,
-    message_index_rows,
-    messages_rows,
+    max_physical_offset,
     optimize_tables,
     register_tables,
     table_path,
@@ -77,39 +85,33 @@ class BatchReport:
     row_counts: dict[str, int]
     lag: ReputLag
     stats_ms: float  # finding the batch's log range (a Spark job only without an offset log)
-    write_ms: float  # the three Delta appends (in parallel)
+    write_ms: float  # the data files and the three Delta commits (in parallel)
     consume_queue_visible_ms: int | None = None  # clock time the consume_queue commit landed
 
 
-def _batch_stats(batch: DataFrame) -> dict[str, int]:
+def _batch_range(batch: DataFrame) -> tuple[int, int, int]:
+    """(messages, first physical offset, end of the last record) of a batch: one Spark job."""
     from pyspark.sql import functions as F
 
-    tx = F.col("sys_flag").bitwiseAND(F.lit(0xC))
-    props = F.col("properties")
-    tokens = F.filter(
-        F.split(F.try_element_at(props, F.lit("KEYS")), " "), lambda token: token != F.lit("")
-    )
-    indexed = F.when(
-        tx != F.lit(0xC),
-        F.coalesce(F.size(tokens), F.lit(0)).cast("bigint")
-        + F.when(F.try_element_at(props, F.lit("UNIQ_KEY")).isNotNull(), 1).otherwise(0),
-    )
     row = batch.agg(
         F.count(F.lit(1)).alias("messages"),
         F.min("physical_offset").alias("start"),
         F.max(F.col("physical_offset") + F.col("total_size")).alias("end"),
-        F.sum("total_size").alias("bytes"),
-        F.count_if(tx.isin(0, 8)).alias(CONSUME_QUEUE),
-        F.sum(indexed).alias(MESSAGE_INDEX),
     ).first()
-    return {key: int(row[key] or 0) for key in row.asDict()}
+    return int(row["messages"]), int(row["start"] or 0), int(row["end"] or 0)
 
 
 class ReputBatchWriter:
     """The ``foreachBatch`` function: one micro-batch -> the three tables, idempotently.
 
+    Only the batch's log range matters: it is cut into the source's partitions, whose
+    records a Spark job decodes and writes as Parquet data files of each table
+    (``reput_files.py``; a batch under ``small_batch_bytes`` is written by the driver itself,
+    with no job), and the files are committed to the three tables in parallel. The rows never
+    pass through the JVM, which is where most of a Spark write's time goes for these rows.
+
     Keeps, per table, the physical offset from which rows are missing (``floors``: its last
-    reput version); rows below it are dropped, which matters only in the first batch after a
+    reput version); rows below it are left out, which matters only in the first batch after a
     restart over a fresh checkpoint.
     """
 
@@ -131,10 +133,13 @@ class ReputBatchWriter:
         self.delay_levels_ms = delay_levels_ms
         self.clock = clock or SystemClock()
         self.on_batch = on_batch
+        store_path = str(self.store_dir.absolute())
+        self.source_options = parse_options({"path": store_path}, streaming=True)
         ensure_tables(spark, config.tables_dir)
         self.floors = committed_floors(spark, config.tables_dir, config.txn_app_id)
         self.batches_written = 0
         self.messages_written = 0
+        self.skipped_ranges: list[tuple[int, int]] = []
         self.last_report: BatchReport | None = None
         self.consume_queue_visible_ms: int | None = None
         self.publish_progress(min(self.floors.values()))
@@ -152,25 +157,36 @@ class ReputBatchWriter:
         except StoreIOError as err:
             log.warning("reput: cannot publish progress %d: %s", physical_offset, err)
 
-    def _rows(self, name: str, batch: DataFrame) -> DataFrame:
-        if name == CONSUME_QUEUE:
-            return consume_queue_rows(batch, self.delay_levels_ms)
-        if name == MESSAGE_INDEX:
-            return message_index_rows(batch)
-        return messages_rows(batch)
+    def _range(self, batch: DataFrame, batch_id: int) -> tuple[int, int] | None:
+        """``(start, end)`` of the batch in the log; ``None``: the batch holds no message."""
+        if self.offset_log is not None:
+            logged = logged_batch_range(self.offset_log, batch_id)
+            if logged is not None:
+                start, end = logged
+                return (start, end) if end > start else None
+        messages, start, end = _batch_range(batch)  # no offset log (a direct call)
+        return (start, end) if messages else None
 
-    def _append(self, name: str, batch: DataFrame, version: int, metadata: dict[str, int]) -> int:
-        from pyspark.sql import functions as F
+    def _write_files(self, start: int, end: int, task: ReputFileTask) -> list[PartitionFiles]:
+        """Data files of every pending table for the log range ``[start, end)``."""
+        partitions = plan(
+            open_view(self.source_options), self.source_options, start, end, self.skipped_ranges
+        )
+        if not partitions:
+            return []
+        if end - start < self.config.small_batch_bytes:
+            return run_partitions(task, partitions)
+        rdd = self.spark.sparkContext.parallelize(partitions, len(partitions))
+        return rdd.mapPartitions(lambda parts: run_partitions(task, parts)).collect()
 
-        floor = self.floors[name]
-        rows = batch if floor == 0 else batch.where(F.col("physical_offset") >= F.lit(floor))
-        frame = self._rows(name, rows)
-        if metadata["end_offset"] - metadata["start_offset"] < self.config.small_batch_bytes:
-            frame = frame.coalesce(1)
-        written = append_idempotent(
-            frame,
-            self.config.tables_dir,
-            name,
+    def _commit(
+        self, name: str, adds: list[dict[str, Any]], version: int, metadata: dict[str, int]
+    ) -> int:
+        written = commit_files_once(
+            self.spark,
+            str(table_path(self.config.tables_dir, name)),
+            adds,
+            schema_json=file_schema_json(name),
             app_id=self.config.txn_app_id,
             version=version,
             metadata=metadata,
@@ -180,47 +196,41 @@ class ReputBatchWriter:
             self.consume_queue_visible_ms = self.clock.now_ms()
         return written or 0
 
-    def _range(self, batch: DataFrame, batch_id: int) -> tuple[int, int] | None:
-        """``(start, end)`` of the batch in the log; ``None``: the batch holds no message."""
-        if self.offset_log is not None:
-            logged = logged_batch_range(self.offset_log, batch_id)
-            if logged is not None:
-                start, end = logged
-                return (start, end) if end > start else None
-        stats = _batch_stats(batch)  # no offset log (a direct call): one Spark job
-        return (stats["start"], stats["end"]) if stats["messages"] else None
+    def write_range(self, start: int, version: int, batch_id: int) -> dict[str, int]:
+        """Write and commit ``[start, version)`` to every table that lacks it; rows per table."""
+        pending = {name: floor for name, floor in self.floors.items() if version > floor}
+        task = ReputFileTask(
+            self.source_options, str(self.config.tables_dir), pending, self.delay_levels_ms
+        )
+        try:
+            parts = self._write_files(start, version, task)
+        except Exception as err:
+            raise ReputError(f"batch {batch_id}: writing [{start}, {version}): {err}") from err
+        metadata = {"batch_id": batch_id, "start_offset": start, "end_offset": version}
+        self.consume_queue_visible_ms = None
+        # consume_queue first: its rows are the ones consumers wait for (put-to-visible).
+        order = [name for name in (CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES) if name in pending]
+        adds = {name: [add for part in parts for add in part.adds.get(name, [])] for name in order}
+        # Three independent Delta transactions, in parallel: a commit is driver-side work.
+        with ThreadPoolExecutor(max_workers=len(order), thread_name_prefix="reput") as pool:
+            futures = {
+                name: pool.submit(self._commit, name, adds[name], version, metadata)
+                for name in order
+            }
+            return {name: _committed(name, future) for name, future in futures.items()}
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
-        from pyspark import StorageLevel
-
         started_ms = self.clock.monotonic_ms()
-        batch = batch_df.persist(StorageLevel.MEMORY_AND_DISK)
-        try:
-            span = self._range(batch, batch_id)
-            if span is None:
-                return
-            start, version = span
-            metadata = {"batch_id": batch_id, "start_offset": start, "end_offset": version}
-            if version <= min(self.floors.values()):
-                self.publish_progress(version)
-                return  # every table holds the whole batch already (a replay)
-            stats_ms = self.clock.monotonic_ms() - started_ms
-            # consume_queue first: its rows are the ones consumers wait for (put-to-visible).
-            order = (CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES)
-            pending = [name for name in order if version > self.floors[name]]
-            self.consume_queue_visible_ms = None
-            # Three independent Delta transactions, in parallel: most of a small batch's time is
-            # driver-side commit work, so this cuts put-to-visible latency (bench_reput.py).
-            with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="reput") as pool:
-                futures = {
-                    name: pool.submit(self._append, name, batch, version, metadata)
-                    for name in pending
-                }
-                # The first failure fails the batch; a replay finishes it.
-                written = {name: future.result() for name, future in futures.items()}
-            write_ms = self.clock.monotonic_ms() - started_ms - stats_ms
-        finally:
-            batch.unpersist()
+        span = self._range(batch_df, batch_id)
+        if span is None:
+            return
+        start, version = span
+        if version <= min(self.floors.values()):
+            self.publish_progress(version)
+            return  # every table holds the whole batch already (a replay)
+        stats_ms = self.clock.monotonic_ms() - started_ms
+        written = self.write_range(start, version, batch_id)
+        write_ms = self.clock.monotonic_ms() - started_ms - stats_ms
         self.publish_progress(version)
         self.batches_written += 1
         self.messages_written += written.get(MESSAGES, 0)
@@ -229,6 +239,17 @@ class ReputBatchWriter:
             # Between two batches in this driver: nothing of ours is writing concurrently.
             removed = optimize_tables(self.spark, self.config.tables_dir)
             log.info("reput: OPTIMIZE removed %s small files", json.dumps(removed))
+        self._report(batch_id, start, version, written, stats_ms, write_ms)
+
+    def _report(
+        self,
+        batch_id: int,
+        start: int,
+        version: int,
+        written: dict[str, int],
+        stats_ms: float,
+        write_ms: float,
+    ) -> None:
         lag = reput_lag(
             self.store_dir,
             version,
@@ -264,6 +285,16 @@ class ReputBatchWriter:
         )
         if self.on_batch is not None:
             self.on_batch(report)
+
+
+def _committed(name: str, future: Future[int]) -> int:
+    """A table's commit result; the first failure fails the batch (a replay finishes it)."""
+    try:
+        return future.result()
+    except ReputError:
+        raise
+    except Exception as err:
+        raise ReputError(f"committing to {name} failed: {err}") from err
 
 
 def parse_offset_log_entry(text: str) -> int | None:
@@ -334,18 +365,20 @@ def fresh_start_offset(progress: Mapping[str, tuple[int, int | None]]) -> int | 
 
 def _starting_offsets(spark: SparkSession, config: ReputConfig) -> str:
     """Where a query with a fresh checkpoint starts: after what the tables already hold."""
-    from pyspark.sql import functions as F
-
     from rmq_spark.spark.delta_append import committed_txn_version
 
-    progress: dict[str, tuple[int, int | None]] = {}
+    versions: dict[str, int] = {}
     for name in TABLE_NAMES:
         path = table_path(config.tables_dir, name)
         if not (path / "_delta_log").is_dir():
             return "earliest"
-        top = spark.read.format("delta").load(str(path)).agg(F.max("physical_offset")).first()[0]
-        version = committed_txn_version(spark, str(path), config.txn_app_id)
-        progress[name] = (version, None if top is None else int(top))
+        versions[name] = committed_txn_version(spark, str(path), config.txn_app_id)
+        if versions[name] < 0:
+            return "earliest"  # fresh_start_offset's answer, without reading any table
+    progress = {
+        name: (version, max_physical_offset(spark, config.tables_dir, name))
+        for name, version in versions.items()
+    }
     start = fresh_start_offset(progress)
     return "earliest" if start is None else json.dumps({"physical_offset": start})
 

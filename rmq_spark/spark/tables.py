@@ -6,11 +6,10 @@ Owns the three tables under one ``tables_dir`` (docs/TABLES.md describes them):
 * ``message_index``  one row per UNIQ_KEY and per KEYS token (the IndexFile, RocketMQ IndexService),
 * ``messages``       every message, the ``rocketmq`` source's full schema,
 
-how a batch of source rows becomes rows of each (plain Spark SQL expressions: Java's
-``String.hashCode`` runs in the JVM through ``reflect('java.util.Objects', 'hashCode', s)``,
-which is exactly Java's, so no Python UDF touches a row), the idempotent append
-(a Delta ``SetTransaction`` per commit), registration in the catalog and compaction (OPTIMIZE).
-Does not own the stream (``reput.py``) nor queries (``query.py``).
+their creation, registration in the catalog, the reput's commit floors and compaction
+(OPTIMIZE). Does not own the rows (``reput_rows.py``), the data files and commits
+(``reput_files.py``, ``delta_files.py``, ``delta_append.py``), the stream (``reput.py``) nor
+queries (``query.py``).
 """
 
 from __future__ import annotations
@@ -20,19 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmq_spark.errors import TableError
-from rmq_spark.spark.delta_append import committed_txn_version, delta_append_once
-from rmq_spark.spark.schema import COLUMN_NAMES, SCHEMA_DDL
-from rmq_spark.store.layout import (
-    RMQ_SYS_SCHEDULE_TOPIC,
-    RMQ_SYS_WHEEL_TIMER_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-)
+from rmq_spark.spark.delta_append import committed_file_count, committed_txn_version
+from rmq_spark.spark.schema import SCHEMA_DDL
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 __all__ = [
     "CLUSTER_COLUMNS",
@@ -44,13 +35,9 @@ __all__ = [
     "MESSAGE_INDEX_DDL",
     "TABLE_DDL",
     "TABLE_NAMES",
-    "append_idempotent",
     "committed_floors",
-    "consume_queue_rows",
     "ensure_tables",
-    "java_string_hash_column",
-    "message_index_rows",
-    "messages_rows",
+    "max_physical_offset",
     "optimize_tables",
     "register_tables",
     "table_path",
@@ -87,12 +74,6 @@ CLUSTER_COLUMNS: Mapping[str, tuple[str, ...]] = {
     MESSAGE_INDEX: ("key_hash",),
     MESSAGES: ("topic", "store_timestamp"),
 }
-_COLUMNS: Mapping[str, tuple[str, ...]] = {
-    CONSUME_QUEUE: tuple(part.split()[0] for part in CONSUME_QUEUE_DDL.split(", ")),
-    MESSAGE_INDEX: tuple(part.split()[0] for part in MESSAGE_INDEX_DDL.split(", ")),
-    MESSAGES: COLUMN_NAMES,
-}
-_INT_MIN = -(1 << 31)
 # A micro-batch per second commits to each table every second; Delta's default of a checkpoint
 # every 10 commits would stall one batch in ten by seconds. Readers replay <= 100 small JSONs.
 _TABLE_PROPERTIES = "'delta.checkpointInterval' = '100'"
@@ -103,127 +84,6 @@ def table_path(tables_dir: str | Path, name: str) -> Path:
     if name not in TABLE_DDL:
         raise ValueError(f"unknown table {name!r}; tables: {sorted(TABLE_DDL)}")
     return Path(tables_dir).absolute() / name
-
-
-# --- rows ---------------------------------------------------------------------------------
-
-
-def java_string_hash_column(text: Column) -> Column:
-    """Java ``String.hashCode`` of a string column as an int (0 for null), computed in the JVM.
-
-    ``java.util.Objects.hashCode(s)`` is ``s.hashCode()`` (UTF-16 code units, int32 wrap) and
-    0 for null. This is *not* Spark's ``hash()`` (Murmur3).
-    """
-    from pyspark.sql import functions as F
-
-    return F.call_function("reflect", F.lit("java.util.Objects"), F.lit("hashCode"), text).cast(
-        "int"
-    )
-
-
-def _property(name: str) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.try_element_at(F.col("properties"), F.lit(name))
-
-
-def _transaction_bits() -> Column:
-    from pyspark.sql import functions as F
-
-    return F.col("sys_flag").bitwiseAND(F.lit(TRANSACTION_MASK))
-
-
-def consume_queue_rows(messages: DataFrame, delay_levels_ms: tuple[int, ...]) -> DataFrame:
-    """ConsumeQueue rows of source rows: messages of transaction type NOT or COMMIT only.
-
-    ``tags_code`` follows FORMAT.md 6: the Java hash of TAGS (0 when absent); for
-    ``SCHEDULE_TOPIC_XXXX`` with DELAY > 0 the delivery time ``store_timestamp + delay of
-    min(DELAY, levels)`` in ms; for ``rmq_sys_wheel_timer`` the delivery time TIMER_OUT_MS
-    (else TIMER_DELIVER_MS) so the delay job finds due timer messages the same way.
-
-    Parameters
-    ----------
-    messages
-        Rows with the ``rocketmq`` source's schema.
-    delay_levels_ms
-        ``parse_message_delay_level(store.message_delay_level)``: ms per level, level = i + 1.
-    """
-    from pyspark.sql import functions as F
-
-    tx = _transaction_bits()
-    dispatched = messages.where(tx.isin(TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE))
-    tags_hash = java_string_hash_column(F.col("tags")).cast("bigint")
-    topic = F.col("topic")
-    candidates = []
-    if delay_levels_ms:
-        delay = _property("DELAY").try_cast("int")
-        level = F.least(delay, F.lit(len(delay_levels_ms)))
-        level_ms = F.try_element_at(
-            F.array(*[F.lit(ms).cast("bigint") for ms in delay_levels_ms]), level
-        )
-        candidates.append(
-            F.when(
-                (topic == F.lit(RMQ_SYS_SCHEDULE_TOPIC)) & (level > 0),
-                F.unix_millis(F.col("store_timestamp")) + level_ms,
-            )
-        )
-    candidates.append(
-        F.when(
-            topic == F.lit(RMQ_SYS_WHEEL_TIMER_TOPIC),
-            F.coalesce(
-                _property("TIMER_OUT_MS").try_cast("bigint"),
-                _property("TIMER_DELIVER_MS").try_cast("bigint"),
-            ),
-        )
-    )
-    tags_code = F.coalesce(*candidates, tags_hash)
-    return dispatched.select(
-        "topic",
-        "queue_id",
-        "queue_offset",
-        "physical_offset",
-        "total_size",
-        tags_code.alias("tags_code"),
-        "store_timestamp",
-    )
-
-
-def message_index_rows(messages: DataFrame) -> DataFrame:
-    """IndexFile rows of source rows: one per UNIQ_KEY and per non-empty KEYS token
-    (RocketMQ IndexService).
-
-    ROLLBACK messages are skipped. ``key_hash`` is the IndexFile hash of ``topic#key``:
-    ``abs(hashCode)``, 0 when hashCode is Integer.MIN_VALUE (RocketMQ IndexService).
-    """
-    from pyspark.sql import functions as F
-
-    eligible = messages.where(_transaction_bits() != F.lit(TRANSACTION_ROLLBACK_TYPE))
-    uniq = eligible.select(
-        "topic",
-        _property("UNIQ_KEY").alias("key"),
-        F.lit("UNIQ_KEY").alias("key_type"),
-        "physical_offset",
-        "store_timestamp",
-    ).where(F.col("key").isNotNull())
-    tokens = F.filter(F.split(_property("KEYS"), " "), lambda token: token != F.lit(""))
-    keys = eligible.select(
-        "topic",
-        F.explode(tokens).alias("key"),
-        F.lit("KEYS").alias("key_type"),
-        "physical_offset",
-        "store_timestamp",
-    )
-    rows = uniq.unionByName(keys)
-    code = java_string_hash_column(F.concat(F.col("topic"), F.lit("#"), F.col("key")))
-    key_hash = F.when(code == F.lit(_INT_MIN), F.lit(0)).otherwise(F.abs(code))
-    return rows.select(
-        "topic", "key", "key_type", key_hash.alias("key_hash"), "physical_offset", "store_timestamp"
-    )
-
-
-def messages_rows(messages: DataFrame) -> DataFrame:
-    """The ``messages`` table rows: the source's columns, in its order."""
-    return messages.select(*COLUMN_NAMES)
 
 
 # --- tables -------------------------------------------------------------------------------
@@ -326,6 +186,18 @@ def _same_location(location: str, path: Path) -> bool:
     return location.removeprefix("file:").rstrip("/") == str(path).rstrip("/")
 
 
+def max_physical_offset(spark: SparkSession, tables_dir: str | Path, name: str) -> int | None:
+    """The largest ``physical_offset`` in table ``name`` (``None``: no rows). An empty table
+    is known from its version checksum without a Spark job."""
+    from pyspark.sql import functions as F
+
+    path = table_path(tables_dir, name)
+    if committed_file_count(spark, str(path)) == 0:
+        return None
+    top = spark.read.format("delta").load(str(path)).agg(F.max("physical_offset")).first()[0]
+    return None if top is None else int(top)
+
+
 def committed_floors(
     spark: SparkSession, tables_dir: str | Path, app_id: str = "rmq-reput"
 ) -> dict[str, int]:
@@ -334,10 +206,8 @@ def committed_floors(
     The table's last ``txnVersion`` of ``app_id``: the log position its newest reput commit
     ends at, written atomically with that commit's rows, so the table holds every message
     below it. A table without a reput commit (empty, or filled by something else) gets
-    ``max(physical_offset) + 1`` (0 when empty), answered from the commit statistics.
+    ``max(physical_offset) + 1`` (0 when empty).
     """
-    from pyspark.sql import functions as F
-
     floors: dict[str, int] = {}
     for name in TABLE_NAMES:
         path = table_path(tables_dir, name)
@@ -348,42 +218,9 @@ def committed_floors(
         if version >= 0:
             floors[name] = version
             continue
-        top = spark.read.format("delta").load(str(path)).agg(F.max("physical_offset")).first()[0]
-        floors[name] = 0 if top is None else int(top) + 1
+        top = max_physical_offset(spark, tables_dir, name)
+        floors[name] = 0 if top is None else top + 1
     return floors
-
-
-def append_idempotent(
-    rows: DataFrame,
-    tables_dir: str | Path,
-    name: str,
-    *,
-    app_id: str,
-    version: int,
-    metadata: Mapping[str, object],
-) -> int | None:
-    """Append ``rows`` to table ``name`` once: skipped if ``(app_id, version)`` or a later
-    version of ``app_id`` is already committed to that table (Delta ``SetTransaction``,
-    ``delta_append.py``). Returns the rows committed, ``None`` when skipped.
-
-    Raises
-    ------
-    TableError
-        The write failed (the message names the table and the version).
-    """
-    path = table_path(tables_dir, name)
-    try:
-        return delta_append_once(
-            rows.select(*_COLUMNS[name]),
-            str(path),
-            app_id=app_id,
-            version=version,
-            metadata=metadata,
-        )
-    except Exception as err:
-        raise TableError(
-            f"{name}: appending version {version} of {app_id!r} to {path} failed: {err}"
-        ) from err
 
 
 def optimize_tables(spark: SparkSession, tables_dir: str | Path) -> dict[str, int]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
@@ -169,3 +170,27 @@ def row_from_dump(obj: dict[str, Any]) -> dict[str, Any]:
     )
     row["tags"] = props.get("TAGS") or None
     return row
+
+
+def put_batches(store_dir: Path, batches: Sequence[Sequence[Any]]) -> list[list[dict[str, Any]]]:
+    """Put each batch of ``PutRequest`` into a real store at ``store_dir`` (created if new);
+    returns the stored messages of each batch in the shape ``message()`` builds."""
+    from rmq_spark.store.config import StoreConfig
+    from rmq_spark.store.message_store import MessageStore
+
+    stored: list[list[dict[str, Any]]] = []
+    with MessageStore.open(StoreConfig(root_dir=store_dir, segment_size_bytes=1 << 20)) as store:
+        for batch in batches:
+            results = [store.put(request) for request in batch]
+            stored.append(
+                [
+                    row_from_record(d.record, d.total_size)
+                    for d in map(store.read_decoded, (r.physical_offset for r in results))
+                ]
+            )
+    return stored
+
+
+def log_range(rows: Sequence[dict[str, Any]]) -> tuple[int, int]:
+    """``[start, end)`` of consecutive stored messages in the log."""
+    return rows[0]["physical_offset"], rows[-1]["physical_offset"] + rows[-1]["total_size"]

@@ -20,6 +20,7 @@ from reput_rows import (
 )
 
 from rmq_spark.spark.reput import (
+    ReputBatchWriter,
     fresh_start_offset,
     logged_batch_range,
     parse_offset_log_entry,
@@ -30,11 +31,7 @@ from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
     MESSAGES,
-    append_idempotent,
     committed_floors,
-    consume_queue_rows,
-    ensure_tables,
-    messages_rows,
     table_path,
 )
 from rmq_spark.store.config import StoreConfig
@@ -104,17 +101,13 @@ def test_table_missing_a_crashed_first_batch_gets_it_after_a_fresh_checkpoint_re
             for d in map(store.read_decoded, (r.physical_offset for r in results))
         ]
     end = rows[-1]["physical_offset"] + rows[-1]["total_size"]
-    ensure_tables(spark, tables)
-    batch = spark.read.format("rocketmq").load(str(store_dir))
-    for name, frame in (
-        (MESSAGES, messages_rows(batch)),
-        (CONSUME_QUEUE, consume_queue_rows(batch, LEVELS_MS)),
-    ):
-        append_idempotent(frame, tables, name, app_id="rmq-reput", version=end, metadata={})
+    reput = ReputConfig(tables_dir=tables, available_now=True, optimize_interval_batches=0)
+    crashed = ReputBatchWriter(spark, store_dir, reput, LEVELS_MS)
+    crashed.floors[MESSAGE_INDEX] = end  # the crash: message_index never got the batch
+    crashed.write_range(0, end, 0)
     floors = committed_floors(spark, tables)
     assert floors == {MESSAGES: end, CONSUME_QUEUE: end, MESSAGE_INDEX: 0}
 
-    reput = ReputConfig(tables_dir=tables, available_now=True, optimize_interval_batches=0)
     run_reput(spark, store_dir, reput, LEVELS_MS)  # a fresh checkpoint over these tables
 
     def table(name: str) -> list[tuple]:

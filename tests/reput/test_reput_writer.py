@@ -1,4 +1,8 @@
-"""The batch writer: three tables per micro-batch, each append idempotent under replay."""
+"""The batch writer: three tables per micro-batch, each commit idempotent under replay.
+
+The writer reads a batch's log range from a real store (as the stream gives it), so these
+tests put real messages, including transaction states and a delayed message.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +10,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from reput_rows import LEVELS_MS, expected_consume_queue, expected_index, message, plain_rows
+from reput_rows import (
+    LEVELS_MS,
+    expected_consume_queue,
+    expected_index,
+    log_range,
+    plain_rows,
+    put_batches,
+)
 
 from rmq_spark.spark.reput import ReputBatchWriter
 from rmq_spark.spark.reput_config import ReputConfig
@@ -14,27 +25,33 @@ from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
     MESSAGES,
-    append_idempotent,
-    message_index_rows,
     optimize_tables,
     register_tables,
     table_path,
 )
+from rmq_spark.store.put import PutRequest
 
 pytestmark = pytest.mark.spark
 
 
-def _batches() -> list[list[dict]]:
+def _requests() -> list[list[PutRequest]]:
     first = [
-        message(0, tags="A", keys="k1 k2", uniq_key="U0"),
-        message(100, queue_offset=1, tags="B", sys_flag=0x4, uniq_key="U1"),
-        message(200, topic="SCHEDULE_TOPIC_XXXX", queue_id=1, extra={"DELAY": "2"}),
+        PutRequest("TopicTest", b"a", tags="A", keys=("k1", "k2"), properties={"UNIQ_KEY": "U0"}),
+        PutRequest("TopicTest", b"b", tags="B", sys_flag=0x4, properties={"UNIQ_KEY": "U1"}),
+        PutRequest("TopicTest", b"c", properties={"DELAY": "2"}),  # -> SCHEDULE_TOPIC_XXXX
     ]
     second = [
-        message(300, queue_offset=2, keys="k3", sys_flag=0x8),
-        message(400, queue_offset=3, uniq_key="U4", sys_flag=0xC),
+        PutRequest("TopicTest", b"d", keys=("k3",), sys_flag=0x8),
+        PutRequest("TopicTest", b"e", sys_flag=0xC, properties={"UNIQ_KEY": "U4"}),
     ]
     return [first, second]
+
+
+def _batch(spark, store: Path, rows: list[dict]):  # noqa: ANN202
+    """The source's rows of these stored messages, as a micro-batch DataFrame."""
+    start, end = log_range(rows)
+    frame = spark.read.format("rocketmq").load(str(store))
+    return frame.where(f"physical_offset >= {start} AND physical_offset < {end}")
 
 
 def _table(spark, tables: Path, name: str) -> list[tuple]:
@@ -43,7 +60,6 @@ def _table(spark, tables: Path, name: str) -> list[tuple]:
 
 def _writer(spark, tmp_path: Path) -> ReputBatchWriter:
     store = tmp_path / "store"
-    store.mkdir(exist_ok=True)
     config = ReputConfig(tables_dir=tmp_path / "tables", optimize_interval_batches=0)
     return ReputBatchWriter(spark, store, config, LEVELS_MS)
 
@@ -55,54 +71,47 @@ def _assert_tables_hold_exactly(spark, tables: Path, rows: list[dict]) -> None:
     assert offsets == sorted(row["physical_offset"] for row in rows)
 
 
-def test_replayed_batches_add_nothing_twice(spark, tmp_path: Path, make_source_rows) -> None:
-    first, second = _batches()
+def test_replayed_batches_add_nothing_twice(spark, tmp_path: Path) -> None:
+    first, second = put_batches(tmp_path / "store", _requests())
+    assert first[2]["topic"] == "SCHEDULE_TOPIC_XXXX"
+    store = tmp_path / "store"
     writer = _writer(spark, tmp_path)
-    writer(make_source_rows(first), 0)
-    writer(make_source_rows(first), 0)  # the same batch again in the same driver
-    writer(make_source_rows(second), 1)
+    writer(_batch(spark, store, first), 0)
+    writer(_batch(spark, store, first), 0)  # the same batch again in the same driver
+    writer(_batch(spark, store, second), 1)
 
     restarted = _writer(spark, tmp_path)  # a new driver: floors come from the tables
-    restarted(make_source_rows(second), 1)
+    restarted(_batch(spark, store, second), 1)
     restarted.floors = dict.fromkeys(restarted.floors, 0)  # only Delta's txn check is left
-    restarted(make_source_rows(first), 0)
-    restarted(make_source_rows(second), 1)
+    restarted(_batch(spark, store, first), 0)
+    restarted(_batch(spark, store, second), 1)
 
     _assert_tables_hold_exactly(spark, tmp_path / "tables", first + second)
     assert writer.messages_written == 5
 
 
-def test_batch_interrupted_after_the_first_table_completes_on_replay(
-    spark, tmp_path: Path, make_source_rows
-) -> None:
-    first, _ = _batches()
+def test_batch_interrupted_after_the_first_table_completes_on_replay(spark, tmp_path: Path) -> None:
+    (first,) = put_batches(tmp_path / "store", _requests()[:1])
     tables = tmp_path / "tables"
+    start, end = log_range(first)
+    crashed = _writer(spark, tmp_path)
+    # The crash: only message_index of batch 0 was committed.
+    crashed.floors = {MESSAGES: end, CONSUME_QUEUE: end, MESSAGE_INDEX: 0}
+    assert crashed.write_range(start, end, 0) == {MESSAGE_INDEX: 5}  # U0 k1 k2, U1, a key
     writer = _writer(spark, tmp_path)
-    batch = make_source_rows(first)
-    # The crash: only message_index of batch 0 (log end 300) was committed.
-    append_idempotent(
-        message_index_rows(batch),
-        tables,
-        MESSAGE_INDEX,
-        app_id="rmq-reput",
-        version=300,
-        metadata={},
-    )
-    writer = _writer(spark, tmp_path)
+    assert writer.floors == {MESSAGES: 0, CONSUME_QUEUE: 0, MESSAGE_INDEX: end}
     writer.floors = dict.fromkeys(writer.floors, 0)
-    writer(batch, 0)
+    writer(_batch(spark, tmp_path / "store", first), 0)
 
     _assert_tables_hold_exactly(spark, tables, first)
 
 
-def test_register_tables_points_the_catalog_at_each_tables_dir(
-    spark, tmp_path: Path, make_source_rows
-) -> None:
-    first, second = _batches()
+def test_register_tables_points_the_catalog_at_each_tables_dir(spark, tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    first, second = put_batches(store, _requests())
     for name, rows in (("a", first), ("b", second)):
         config = ReputConfig(tables_dir=tmp_path / name, optimize_interval_batches=0)
-        (tmp_path / "store").mkdir(exist_ok=True)
-        ReputBatchWriter(spark, tmp_path / "store", config, LEVELS_MS)(make_source_rows(rows), 0)
+        ReputBatchWriter(spark, store, config, LEVELS_MS)(_batch(spark, store, rows), 0)
     register_tables(spark, tmp_path / "a", "rmq")
     assert spark.sql("SELECT count(*) FROM rmq.messages").first()[0] == len(first)
     register_tables(spark, tmp_path / "b", "rmq")
@@ -112,20 +121,19 @@ def test_register_tables_points_the_catalog_at_each_tables_dir(
 
 
 @pytest.mark.slow
-def test_optimize_commits_next_to_concurrent_appends(
-    spark, tmp_path: Path, make_source_rows
-) -> None:
-    tables = tmp_path / "tables"
+def test_optimize_commits_next_to_concurrent_appends(spark, tmp_path: Path) -> None:
+    tables, store = tmp_path / "tables", tmp_path / "store"
+    requests = [PutRequest("TopicTest", b"x", keys=(f"k{i}",)) for i in range(40)]
+    chunks = put_batches(store, [requests[i : i + 5] for i in range(0, len(requests), 5)])
+    rows = [row for chunk in chunks for row in chunk]
     writer = _writer(spark, tmp_path)
-    rows = [message(i * 100, queue_offset=i, keys=f"k{i}") for i in range(40)]
-    chunks = [rows[i : i + 5] for i in range(0, len(rows), 5)]
-    writer(make_source_rows(chunks[0]), 0)
+    writer(_batch(spark, store, chunks[0]), 0)
     errors: list[BaseException] = []
 
     def append_rest() -> None:
         try:
             for batch_id, chunk in enumerate(chunks[1:], start=1):
-                writer(make_source_rows(chunk), batch_id)
+                writer(_batch(spark, store, chunk), batch_id)
         except BaseException as err:  # reported below, in the test's thread
             errors.append(err)
 

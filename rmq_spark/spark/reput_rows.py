@@ -1,0 +1,228 @@
+"""PURE: the rows of the reput tables, derived from decoded source rows in Arrow.
+
+Owns how a batch of ``rocketmq`` source rows (``schema.ARROW_SCHEMA``) becomes rows of
+``consume_queue`` (RocketMQ ``CommitLogDispatcherBuildConsumeQueue``, docs/FORMAT.md 6) and
+``message_index`` (RocketMQ ``IndexService``), and the vectorised Java ``String.hashCode`` they
+need (``store/hashing.py`` is the one-string reference; a test checks they agree). Runs on
+executors next to the decoder, so no row ever becomes a Python object or a JVM row. Does not
+own table schemas or files (``tables.py``, ``delta_files.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmq_spark.store.hashing import java_string_hash
+from rmq_spark.store.layout import (
+    RMQ_SYS_SCHEDULE_TOPIC,
+    RMQ_SYS_WHEEL_TIMER_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_MASK,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from rmq_spark.store.properties import DELAY, TIMER_DELIVER_MS, TIMER_OUT_MS
+
+__all__ = [
+    "CONSUME_QUEUE_SCHEMA",
+    "MESSAGE_INDEX_SCHEMA",
+    "consume_queue_rows",
+    "java_hash_codes",
+    "map_value",
+    "message_index_rows",
+]
+
+_TIMESTAMP = pa.timestamp("us", tz="UTC")
+CONSUME_QUEUE_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), False),
+        pa.field("queue_id", pa.int32(), False),
+        pa.field("queue_offset", pa.int64(), False),
+        pa.field("physical_offset", pa.int64(), False),
+        pa.field("total_size", pa.int32(), False),
+        pa.field("tags_code", pa.int64(), False),
+        pa.field("store_timestamp", _TIMESTAMP, False),
+    ]
+)
+MESSAGE_INDEX_SCHEMA = pa.schema(
+    [
+        pa.field("topic", pa.string(), False),
+        pa.field("key", pa.string(), False),
+        pa.field("key_type", pa.string(), False),
+        pa.field("key_hash", pa.int32(), False),
+        pa.field("physical_offset", pa.int64(), False),
+        pa.field("store_timestamp", _TIMESTAMP, False),
+    ]
+)
+_INT_MIN = -(1 << 31)
+# What Spark's try_cast(string AS int/bigint) accepts: an optional sign and ASCII digits,
+# surrounding whitespace and control characters ignored (no fraction, no exponent).
+_INTEGRAL = re.compile(r"[\x00-\x20]*([+-]?[0-9]+)[\x00-\x20]*")
+
+
+def _string_parts(strings: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(UTF-8 bytes, start of each string, end of each string) of a string array."""
+    strings = strings.cast(pa.large_string()) if strings.type != pa.large_string() else strings
+    _, offsets_buf, data_buf = strings.buffers()
+    count = len(strings)
+    first = strings.offset
+    offsets = np.frombuffer(offsets_buf, dtype=np.int64)[first : first + count + 1]
+    if data_buf is None:
+        return np.zeros(0, np.uint8), offsets[:-1], offsets[1:]
+    data = np.frombuffer(data_buf, dtype=np.uint8)
+    return data, offsets[:-1], offsets[1:]
+
+
+def java_hash_codes(strings: pa.Array) -> np.ndarray:
+    """Java ``String.hashCode()`` of every string, as int32 (0 for null and for "").
+
+    ASCII strings, the usual case, are hashed in numpy, Horner's rule over the columns of a
+    matrix of the strings of each length (uint32 arithmetic wraps like Java's int); a string
+    with any other character goes through the reference (``java_string_hash``, UTF-16 units).
+    """
+    count = len(strings)
+    hashed = np.zeros(count, dtype=np.uint32)
+    data, starts, ends = _string_parts(strings)
+    lengths = ends - starts
+    wide = np.zeros(count, dtype=bool)
+    for length in np.unique(lengths[lengths > 0]):
+        rows = np.flatnonzero(lengths == length)
+        matrix = data[starts[rows, None] + np.arange(length)]
+        wide[rows] = (matrix >= 0x80).any(axis=1)
+        h = np.zeros(len(rows), dtype=np.uint32)
+        for column in matrix.T:
+            h = h * np.uint32(31) + column
+        hashed[rows] = h
+    result = hashed.view(np.int32)
+    for row in np.flatnonzero(wide):
+        result[row] = java_string_hash(strings[int(row)].as_py())
+    if strings.null_count:
+        result[np.asarray(strings.is_null())] = 0
+    return result
+
+
+def map_value(maps: pa.Array, key: str) -> pa.Array:
+    """Per row, the value of ``key`` in a ``map<string, string>`` array (its first entry;
+    null where absent)."""
+    count = len(maps)
+    if count == 0:
+        return pa.nulls(0, pa.string())
+    if maps.offset:  # .keys and .items are the unsliced children
+        maps = maps.take(pa.array(np.arange(count)))
+    keys, items = maps.keys, maps.items
+    hits = np.flatnonzero(np.asarray(pc.equal(keys, key).fill_null(False)))
+    if len(hits) == 0:
+        return pa.nulls(count, pa.string())
+    offsets = np.asarray(maps.offsets)  # (list_parent_indices aborts on a map array)
+    parents = np.repeat(np.arange(count), np.diff(offsets))[hits - offsets[0]]
+    rows, first = np.unique(parents, return_index=True)
+    take = np.full(count, -1, dtype=np.int64)
+    take[rows] = hits[first]
+    mask = take < 0
+    return items.take(pa.array(np.where(mask, 0, take), mask=mask))
+
+
+def _parse_integral(values: pa.Array, bits: int) -> np.ndarray:
+    """Integers of a string array as Spark's ``try_cast`` reads them; masked where it gives
+    null (absent, not a number, out of range)."""
+    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    parsed = np.ma.masked_all(len(values), dtype=np.int64)
+    for row in np.flatnonzero(np.asarray(values.is_valid())):
+        match = _INTEGRAL.fullmatch(values[int(row)].as_py())
+        if match and low <= (number := int(match.group(1))) <= high:
+            parsed[row] = number
+    return parsed
+
+
+def _transaction_bits(rows: pa.Table) -> np.ndarray:
+    return np.asarray(rows.column("sys_flag")) & TRANSACTION_MASK
+
+
+def _special_codes(
+    rows: pa.Table, codes: np.ndarray, store_ms: np.ndarray, delay_levels_ms: Sequence[int]
+) -> None:
+    """Delivery times in place of the TAGS hash, for the schedule and the timer topic."""
+    topic = rows.column("topic")
+    for name in (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC):
+        where = np.flatnonzero(np.asarray(pc.equal(topic, name)))
+        if len(where) == 0:
+            continue
+        props = rows.column("properties").take(pa.array(where))
+        props = props.combine_chunks() if isinstance(props, pa.ChunkedArray) else props
+        if name == RMQ_SYS_SCHEDULE_TOPIC:
+            if not delay_levels_ms:
+                continue
+            level = _parse_integral(map_value(props, DELAY), 32)
+            level = np.ma.minimum(level, len(delay_levels_ms))
+            due = ~np.ma.getmaskarray(level) & (np.ma.filled(level, 0) > 0)
+            levels = np.asarray(delay_levels_ms, dtype=np.int64)
+            picked = where[due]
+            codes[picked] = store_ms[picked] + levels[np.ma.filled(level, 1)[due] - 1]
+        else:
+            out = _parse_integral(map_value(props, TIMER_OUT_MS), 64)
+            deliver = _parse_integral(map_value(props, TIMER_DELIVER_MS), 64)
+            chosen = np.ma.where(np.ma.getmaskarray(out), deliver, out)
+            known = ~np.ma.getmaskarray(chosen)
+            codes[where[known]] = np.ma.filled(chosen, 0)[known]
+
+
+def consume_queue_rows(rows: pa.Table, delay_levels_ms: Sequence[int]) -> pa.Table:
+    """ConsumeQueue rows (``CONSUME_QUEUE_SCHEMA``) of source rows: transaction type NOT or
+    COMMIT only. ``tags_code`` is the Java hash of TAGS (0 when absent); for
+    ``SCHEDULE_TOPIC_XXXX`` with DELAY > 0 the delivery time ``store time + delay of level
+    min(DELAY, levels)`` in ms; for ``rmq_sys_wheel_timer`` TIMER_OUT_MS, else TIMER_DELIVER_MS
+    (docs/TABLES.md).
+    """
+    tx = _transaction_bits(rows)
+    dispatched = rows.filter(
+        pa.array((tx == TRANSACTION_NOT_TYPE) | (tx == TRANSACTION_COMMIT_TYPE))
+    )
+    tags = dispatched.column("tags").combine_chunks()
+    codes = java_hash_codes(tags).astype(np.int64)
+    stamps = dispatched.column("store_timestamp")
+    store_ms = np.asarray(stamps.cast(pa.int64())) // 1000 if len(stamps) else np.zeros(0, np.int64)
+    _special_codes(dispatched, codes, store_ms, delay_levels_ms)
+    columns = [
+        pa.array(codes, pa.int64()) if name == "tags_code" else dispatched.column(name)
+        for name in CONSUME_QUEUE_SCHEMA.names
+    ]
+    return pa.Table.from_arrays(columns, schema=CONSUME_QUEUE_SCHEMA)
+
+
+def message_index_rows(rows: pa.Table) -> pa.Table:
+    """IndexFile rows (``MESSAGE_INDEX_SCHEMA``): one per UNIQ_KEY and per KEYS token of each
+    message that is not a ROLLBACK. ``key_hash`` is ``abs(hashCode(topic + "#" + key))``, 0
+    when the hash is Integer.MIN_VALUE (RocketMQ ``IndexService``)."""
+    eligible = rows.filter(pa.array(_transaction_bits(rows) != TRANSACTION_ROLLBACK_TYPE))
+    uniq_rows = np.flatnonzero(np.asarray(eligible.column("uniq_key").is_valid()))
+    keys = eligible.column("keys").combine_chunks()
+    key_rows = np.asarray(pc.list_parent_indices(keys), dtype=np.int64)
+    source_rows = np.concatenate([uniq_rows, key_rows])
+    key = pa.concat_arrays(
+        [
+            eligible.column("uniq_key").combine_chunks().take(pa.array(uniq_rows)),
+            pc.list_flatten(keys),
+        ]
+    )
+    kinds = np.concatenate([np.zeros(len(uniq_rows), np.int8), np.ones(len(key_rows), np.int8)])
+    key_type = pa.DictionaryArray.from_arrays(pa.array(kinds), ["UNIQ_KEY", "KEYS"])
+    picked = pa.array(source_rows, pa.int64())
+    topic = eligible.column("topic").combine_chunks().take(picked)
+    code = java_hash_codes(pc.binary_join_element_wise(topic, key, "#")).astype(np.int64)
+    key_hash = np.where(code == _INT_MIN, 0, np.abs(code)).astype(np.int32)
+    columns = {
+        "topic": topic,
+        "key": key,
+        "key_type": key_type.cast(pa.string()),
+        "key_hash": pa.array(key_hash),
+        "physical_offset": eligible.column("physical_offset").combine_chunks().take(picked),
+        "store_timestamp": eligible.column("store_timestamp").combine_chunks().take(picked),
+    }
+    return pa.Table.from_arrays(
+        [columns[name] for name in MESSAGE_INDEX_SCHEMA.names], schema=MESSAGE_INDEX_SCHEMA
+    )

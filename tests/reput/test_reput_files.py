@@ -1,0 +1,148 @@
+"""The reput's data files: written from Arrow, committed once, and skipped by Delta's stats."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from rmq_spark.errors import SchemaMismatchError, TableError
+from rmq_spark.spark.delta_append import commit_files_once
+from rmq_spark.spark.delta_files import DataFileWriter
+from rmq_spark.spark.reput_files import FILE_SCHEMAS, file_schema_json
+from rmq_spark.spark.tables import (
+    CONSUME_QUEUE,
+    MESSAGE_INDEX,
+    TABLE_DDL,
+    ensure_tables,
+    table_path,
+)
+
+BASE_S = 1_700_000_000
+
+
+def _queue_rows(first: int, count: int) -> pa.Table:
+    rows = [
+        {
+            "topic": "T",
+            "queue_id": 0,
+            "queue_offset": offset,
+            "physical_offset": offset * 100,
+            "total_size": 100,
+            "tags_code": offset,
+            "store_timestamp": datetime.fromtimestamp(BASE_S + offset, UTC),
+        }
+        for offset in range(first, first + count)
+    ]
+    return pa.Table.from_pylist(rows, schema=FILE_SCHEMAS[CONSUME_QUEUE])
+
+
+def _file(directory: Path, rows: pa.Table, name: str = CONSUME_QUEUE) -> dict:
+    writer = DataFileWriter(directory, FILE_SCHEMAS[name])
+    writer.write(rows)
+    add = writer.close()
+    assert add is not None
+    return add
+
+
+def test_a_file_carries_delta_stats_and_long_strings_get_no_bounds(tmp_path: Path) -> None:
+    add = _file(tmp_path, _queue_rows(5, 10))
+    stats = json.loads(add["stats"])
+    assert stats["numRecords"] == 10
+    assert stats["minValues"]["queue_offset"] == 5 and stats["maxValues"]["queue_offset"] == 14
+    assert stats["minValues"]["store_timestamp"] == "2023-11-14T22:13:25.000Z"
+    assert stats["nullCount"] == dict.fromkeys(FILE_SCHEMAS[CONSUME_QUEUE].names, 0)
+    assert add["size"] == (tmp_path / add["path"]).stat().st_size
+
+    long_key = "k" * 33
+    index = pa.Table.from_pylist(
+        [
+            {
+                "topic": "T",
+                "key": key,
+                "key_type": "KEYS",
+                "key_hash": 1,
+                "physical_offset": 0,
+                "store_timestamp": datetime.fromtimestamp(BASE_S, UTC),
+            }
+            for key in ("a", long_key)
+        ],
+        schema=FILE_SCHEMAS[MESSAGE_INDEX],
+    )
+    stats = json.loads(_file(tmp_path, index, MESSAGE_INDEX)["stats"])
+    assert "key" not in stats["minValues"] and "key" not in stats["maxValues"]
+    assert stats["minValues"]["topic"] == "T"
+
+
+def test_an_empty_writer_leaves_no_file_and_abandon_removes_one(tmp_path: Path) -> None:
+    empty = DataFileWriter(tmp_path, FILE_SCHEMAS[CONSUME_QUEUE])
+    empty.write(_queue_rows(0, 0))
+    assert empty.close() is None and list(tmp_path.iterdir()) == []
+    failed = DataFileWriter(tmp_path, FILE_SCHEMAS[CONSUME_QUEUE])
+    failed.write(_queue_rows(0, 3))
+    failed.abandon()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_null_in_a_not_null_column_is_refused(tmp_path: Path) -> None:
+    rows = _queue_rows(0, 2).set_column(
+        0, pa.field("topic", pa.string()), pa.array(["T", None], pa.string())
+    )
+    with pytest.raises(TableError, match="topic is NOT NULL"):
+        DataFileWriter(tmp_path, FILE_SCHEMAS[CONSUME_QUEUE]).write(rows)
+
+
+def _files_read(frame) -> int:  # noqa: ANN001
+    """Rows of ``frame`` are collected; returns how many data files Delta's scan read."""
+    frame.collect()
+    plan = frame._jdf.queryExecution().executedPlan()
+    if plan.getClass().getSimpleName() == "AdaptiveSparkPlanExec":
+        plan = plan.executedPlan()
+    leaves = plan.collectLeaves().iterator()
+    read = 0
+    while leaves.hasNext():
+        metric = leaves.next().metrics().get("numFiles")
+        read += int(metric.get().value()) if metric.isDefined() else 0
+    return read
+
+
+@pytest.mark.spark
+def test_files_commit_once_and_delta_skips_by_their_stats(spark, tmp_path: Path) -> None:
+    ensure_tables(spark, tmp_path)
+    path = str(table_path(tmp_path, CONSUME_QUEUE))
+    adds = [_file(Path(path), _queue_rows(0, 10)), _file(Path(path), _queue_rows(10, 10))]
+    schema = file_schema_json(CONSUME_QUEUE)
+    commit = {"schema_json": schema, "app_id": "reput", "metadata": {"batch_id": 0}}
+    assert commit_files_once(spark, path, adds, version=2000, **commit) == 20
+    assert commit_files_once(spark, path, adds, version=2000, **commit) is None  # a replay
+    assert commit_files_once(spark, path, [], version=1000, **commit) is None  # older
+
+    table = spark.read.format("delta").load(path)
+    assert table.count() == 20
+    assert _files_read(table.where("queue_offset = 15")) == 1
+    assert _files_read(table.where(f"store_timestamp < timestamp_seconds({BASE_S + 3})")) == 1
+    assert _files_read(table.where("tags_code >= 0")) == 2
+
+
+@pytest.mark.spark
+def test_file_schemas_are_the_tables_schemas(spark, tmp_path: Path) -> None:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    for name, schema in FILE_SCHEMAS.items():
+        expected = spark.createDataFrame([], TABLE_DDL[name]).schema.simpleString()
+        assert from_arrow_schema(schema).simpleString() == expected, name
+    ensure_tables(spark, tmp_path)
+    path = str(table_path(tmp_path, CONSUME_QUEUE))
+    with pytest.raises(SchemaMismatchError, match="do not match its schema"):
+        commit_files_once(
+            spark,
+            path,
+            [],
+            schema_json=file_schema_json(MESSAGE_INDEX),
+            app_id="reput",
+            version=1,
+            metadata={},
+        )
