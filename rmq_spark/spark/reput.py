@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -287,6 +288,30 @@ class ReputBatchWriter:
             self.on_batch(report)
 
 
+def _import_writer_modules(_: object) -> None:
+    import rmq_spark.spark.reput_files  # noqa: F401  (the import is the point)
+
+
+def warm_python_workers(spark: SparkSession) -> threading.Thread:
+    """Start every core's Python worker and import the file writer there, in the background.
+
+    Spark reuses Python workers, so the first batch's tasks then skip a second or so of
+    process start and imports (pyarrow, numpy), while the stream itself is starting. A failure
+    here is only logged: the batch would start the workers anyway.
+    """
+
+    def run() -> None:
+        cores = spark.sparkContext.defaultParallelism
+        try:
+            spark.sparkContext.parallelize(range(cores), cores).foreach(_import_writer_modules)
+        except Exception as err:  # Py4J errors: the real batch reports real problems
+            log.debug("reput: warming the Python workers failed: %s", err)
+
+    thread = threading.Thread(target=run, name="reput-warm-up", daemon=True)
+    thread.start()
+    return thread
+
+
 def _committed(name: str, future: Future[int]) -> int:
     """A table's commit result; the first failure fails the batch (a replay finishes it)."""
     try:
@@ -424,6 +449,7 @@ def start_reput(
         on_batch=on_batch,
         offset_log=checkpoint / "offsets",
     )
+    warm_python_workers(spark)
     stream = (
         reader.load(str(Path(store_dir).absolute()))
         .writeStream.foreachBatch(writer)

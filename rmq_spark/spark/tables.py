@@ -14,7 +14,8 @@ queries (``query.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -109,10 +110,11 @@ def ensure_tables(spark: SparkSession, tables_dir: str | Path) -> None:
     TableError
         Delta refused to create a table (the message names it).
     """
-    for name in TABLE_NAMES:
+
+    def create(name: str) -> None:
         path = table_path(tables_dir, name)
         if _is_delta_table(path):
-            continue
+            return
         cluster = ", ".join(CLUSTER_COLUMNS[name])
         try:
             spark.sql(
@@ -121,8 +123,18 @@ def ensure_tables(spark: SparkSession, tables_dir: str | Path) -> None:
             )
         except Exception as err:  # Py4J/Delta errors: re-raised as ours
             if _is_delta_table(path):  # created concurrently by another session
-                continue
+                return
             raise TableError(f"{name}: cannot create the Delta table at {path}: {err}") from err
+
+    _for_each_table(create)
+
+
+def _for_each_table(action: Callable[[str], None]) -> None:
+    """``action`` on every table at once: each is a few driver-side round trips to Delta or
+    the catalog, about half a second, so in parallel a job starts that much sooner."""
+    with ThreadPoolExecutor(max_workers=len(TABLE_NAMES), thread_name_prefix="tables") as pool:
+        for future in [pool.submit(action, name) for name in TABLE_NAMES]:
+            future.result()
 
 
 def register_tables(spark: SparkSession, tables_dir: str | Path, database: str = "rmq") -> None:
@@ -138,20 +150,22 @@ def register_tables(spark: SparkSession, tables_dir: str | Path, database: str =
         A table cannot be created or registered.
     """
     ensure_tables(spark, tables_dir)
+
+    def register(name: str) -> None:
+        path = table_path(tables_dir, name)
+        qualified = f"{database}.{name}"
+        location = _registered_location(spark, qualified)
+        if location is not None:
+            if _same_location(location, path):
+                return
+            _drop_entry(spark, qualified)
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {qualified} USING delta LOCATION {_sql_string(str(path))}"
+        )
+
     try:
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
-        for name in TABLE_NAMES:
-            path = table_path(tables_dir, name)
-            qualified = f"{database}.{name}"
-            location = _registered_location(spark, qualified)
-            if location is not None:
-                if _same_location(location, path):
-                    continue
-                _drop_entry(spark, qualified)
-            spark.sql(
-                f"CREATE TABLE IF NOT EXISTS {qualified} USING delta "
-                f"LOCATION {_sql_string(str(path))}"
-            )
+        _for_each_table(register)
     except TableError:
         raise
     except Exception as err:
