@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import errno
 import logging
+import os
 import signal
 import socket
 import sys
@@ -233,6 +234,7 @@ def run_broker(
     """
     clock = clock or SystemClock()
     host, port = parse_listen(broker_config.listen)
+    take_own_cpu_share()
     stop_requested = threading.Event()
     received: list[str] = []
 
@@ -264,7 +266,7 @@ def run_broker(
     log.info(
         "broker started: listening on %s (pid %d), store %s, flush %s, topics %s, loop %s",
         endpoint.address,
-        _pid(),
+        os.getpid(),
         store_config.root_dir,
         store_config.flush_policy.name,
         f"auto-created with {broker_config.default_queue_count} queues"
@@ -292,15 +294,32 @@ def run_broker(
     return 0
 
 
+def take_own_cpu_share() -> bool:
+    """Make this process the leader of a new session, unless it has a terminal; True if it did.
+
+    Linux schedules by autogroup (``/proc/sys/kernel/sched_autogroup_enabled``): every session
+    gets an equal share of the CPU, split among all its processes. A broker started from the
+    same script or service session as Spark jobs shared one share with every Spark and Python
+    worker, and under load answered sends after the clients' deadline (``CANCELLED``). In a
+    session of its own it gets a share of its own, as a JVM broker started as a service does.
+    With a terminal on stdin it is run by hand: the terminal's session is its own already, and
+    Ctrl-C must still reach it. A process that leads its process group cannot start a session
+    (``EPERM``); it then stays where it is, which is logged.
+    """
+    if os.getsid(0) == os.getpid() or os.isatty(0):
+        return False
+    try:
+        os.setsid()
+    except OSError as err:
+        log.info("broker: stays in its parent's session (%s): it shares that CPU share", err)
+        return False
+    log.debug("broker: leads session %d (a CPU share of its own)", os.getsid(0))
+    return True
+
+
 def _restore(previous: dict[Any, Any]) -> None:
     for sig, handler in previous.items():
         signal.signal(sig, handler)
-
-
-def _pid() -> int:
-    import os
-
-    return os.getpid()
 
 
 def build_parser(prog: str = "python -m rmq_spark.broker.server") -> argparse.ArgumentParser:

@@ -39,6 +39,7 @@ from rmq_spark.spark.reput_files import (
     file_schema_json,
     run_partitions,
 )
+from rmq_spark.spark.reput_maintenance import BackgroundOptimizer
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
@@ -48,7 +49,6 @@ from rmq_spark.spark.tables import (
     committed_floors,
     ensure_tables,
     max_physical_offset,
-    optimize_tables,
     register_tables,
     table_path,
 )
@@ -143,6 +143,9 @@ class ReputBatchWriter:
         self.skipped_ranges: list[tuple[int, int]] = []
         self.last_report: BatchReport | None = None
         self.consume_queue_visible_ms: int | None = None
+        self.optimizer = BackgroundOptimizer(
+            spark, config.tables_dir, config.optimize_interval_batches
+        )
         self.publish_progress(min(self.floors.values()))
 
     def publish_progress(self, physical_offset: int) -> None:
@@ -235,11 +238,7 @@ class ReputBatchWriter:
         self.publish_progress(version)
         self.batches_written += 1
         self.messages_written += written.get(MESSAGES, 0)
-        interval = self.config.optimize_interval_batches
-        if interval and self.batches_written % interval == 0:
-            # Between two batches in this driver: nothing of ours is writing concurrently.
-            removed = optimize_tables(self.spark, self.config.tables_dir)
-            log.info("reput: OPTIMIZE removed %s small files", json.dumps(removed))
+        self.optimizer.batch_committed(self.batches_written)
         self._report(batch_id, start, version, written, stats_ms, write_ms)
 
     def _report(
@@ -499,6 +498,7 @@ def run_reput(
         query.stop()
     except StreamingQueryException as err:
         raise ReputError(f"the reput stream failed: {err}") from err
+    writer.optimizer.wait()
     error = query.exception()
     if error is not None:
         raise ReputError(f"the reput stream failed: {error}")

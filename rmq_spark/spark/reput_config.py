@@ -25,7 +25,7 @@ class ReputConfig:
     available_now: bool = False  # process what the log holds now, then stop
     max_bytes_per_trigger: int = 64 * _MIB  # log bytes per micro-batch at most; 0: unlimited
     optimize_interval_batches: int = 50  # OPTIMIZE (compact + cluster) every N batches; 0: never
-    small_batch_bytes: int = 32 * _MIB  # a batch with fewer log bytes is written as one file
+    small_batch_bytes: int = 4 * _MIB  # a batch with fewer log bytes is written by the driver
     txn_app_id: str = "rmq-reput"  # Delta txnAppId of the idempotent writes
     lag_scan_messages_max: int = 100_000  # progress counts at most this many unread messages
 

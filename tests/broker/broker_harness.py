@@ -91,7 +91,13 @@ def start_broker(
         extra += ["--set", item]
     args = broker_command(store_dir, listen, *extra)
     with log_path.open("wb") as log_file:
-        proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, cwd=REPO_ROOT)
+        proc = subprocess.Popen(
+            args,
+            stdin=subprocess.DEVNULL,  # as a service: no terminal (see take_own_cpu_share)
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            cwd=REPO_ROOT,
+        )
     broker = BrokerProcess(proc, store_dir, log_path, args=args)
 
     def ready_or_dead() -> bool:
