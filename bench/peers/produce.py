@@ -29,7 +29,9 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -66,6 +68,7 @@ def _load() -> str:
 def import_client() -> ModuleType:
     """The official client, imported with HOME in a temp dir (it logs under ``~/logs``)."""
     home = tempfile.mkdtemp(prefix="peers-client-home-")
+    atexit.register(shutil.rmtree, home, ignore_errors=True)
     saved = os.environ.get("HOME")
     os.environ["HOME"] = home
     try:
@@ -80,11 +83,17 @@ def import_client() -> ModuleType:
 
 @contextmanager
 def burners(count: int) -> Iterator[None]:
-    """``count`` CPU-bound processes (a Python busy loop each) for the duration of the block."""
+    """``count`` CPU-bound processes (a Python busy loop each) for the duration of the block,
+    each in its own session: under autogroup scheduling each is one more contender, as
+    independent programs (a Spark job) are, not a share of the harness's session."""
     import subprocess
 
     procs = [
-        subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+        subprocess.Popen(
+            [sys.executable, "-c", "while True: pass"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         for _ in range(count)
     ]
     try:
@@ -110,13 +119,15 @@ class ProduceOptions:
         self.burners: int = args.burners
         self.body: bytes = os.urandom(args.body_bytes)
         self.systems: tuple[str, ...] = tuple(args.systems.split(","))
+        self.logs: Path | None = args.logs
 
 
 @contextmanager
-def _system(name: str) -> Iterator[tuple[str, list[int]]]:
+def _system(name: str, logs: Path | None) -> Iterator[tuple[str, list[int]]]:
     """Start one system; yield its gRPC endpoint and the pids whose CPU is the broker's."""
     if name == "rmq-spark":
-        with RmqSparkBroker() as broker:
+        keep = logs / "rmq-spark-broker.log" if logs else None
+        with RmqSparkBroker(keep_log=keep) as broker:
             assert broker.process is not None
             yield broker.endpoint, [broker.process.pid]
     else:
@@ -139,7 +150,7 @@ def run_produce(rocketmq: ModuleType, options: ProduceOptions) -> dict[str, list
     results: dict[str, list[CaseResult]] = {}
     for name in options.systems:
         started = time.perf_counter()
-        with _system(name) as (endpoint, pids):
+        with _system(name, options.logs) as (endpoint, pids):
             progress(f"{name}: up on {endpoint} in {time.perf_counter() - started:.1f} s")
             producers = _producers(rocketmq, endpoint, options.threads)
             try:
@@ -224,6 +235,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--systems", default=",".join(SYSTEMS), help="comma-separated, in order (both)"
     )
+    parser.add_argument("--logs", type=Path, help="keep the rmq-spark broker's log in this dir")
     args = parser.parse_args(argv)
     for name in ("threads", "inflight", "rate", "body_bytes"):
         if getattr(args, name) < 1:

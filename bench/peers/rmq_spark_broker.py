@@ -5,8 +5,13 @@
 the OS picks (reported through ``--ready-file``), with ``store.flush_policy=SYNC`` (a send is
 answered once an fsync covers it); every other setting is the checkout's ``conf/rmq.toml``,
 i.e. the defaults.
-``stop()`` sends SIGTERM (the broker's clean shutdown), kills it after 60 s and removes the
-directory; it also runs on leaving the ``with`` block, however it is left.
+
+It runs in its own session, as the RocketMQ peer's JVMs do: with the kernel's autogroup
+scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) each session gets an equal share of
+the CPU, so a broker in the harness's session would split one share with the client and the
+CPU-bound processes while the peer had one to itself. ``stop()`` sends SIGTERM (the broker's
+clean shutdown), kills it after 60 s and removes the directory (``keep_log``: copy the broker's
+log there first); it also runs on leaving the ``with`` block, however it is left.
 """
 
 from __future__ import annotations
@@ -32,8 +37,14 @@ STOP_TIMEOUT_S = 60.0
 class RmqSparkBroker:
     """``rmq-spark broker`` on loopback over a temporary store; ``settings``: ``--set`` values."""
 
-    def __init__(self, *, settings: Sequence[str] = ("store.flush_policy=SYNC",)) -> None:
+    def __init__(
+        self,
+        *,
+        settings: Sequence[str] = ("store.flush_policy=SYNC",),
+        keep_log: Path | None = None,
+    ) -> None:
         self.settings = tuple(settings)
+        self.keep_log = keep_log
         self.endpoint = ""
         self.workdir: Path | None = None
         self.process: subprocess.Popen[bytes] | None = None
@@ -65,7 +76,12 @@ class RmqSparkBroker:
             command += ["--set", setting]
         with self._log_path.open("wb") as log:
             self.process = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=REPO
+                command,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                cwd=REPO,
+                start_new_session=True,
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (ready.exists() and ready.read_text().endswith("\n")):
@@ -89,6 +105,8 @@ class RmqSparkBroker:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+        if self.keep_log is not None and self._log_path is not None and self._log_path.exists():
+            shutil.copyfile(self._log_path, self.keep_log)
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
