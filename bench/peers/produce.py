@@ -50,7 +50,15 @@ from produce_cases import CaseResult, closed_loop, paced, warm_up  # noqa: E402
 from rmq_spark_broker import RmqSparkBroker  # noqa: E402
 from rocketmq_peer import ROCKETMQ_VERSION, RocketMQBroker  # noqa: E402
 
-__all__ = ["ProduceOptions", "import_client", "main", "produce_table", "run_produce"]
+__all__ = [
+    "TOPIC",
+    "ProduceOptions",
+    "import_client",
+    "main",
+    "make_producers",
+    "produce_table",
+    "run_produce",
+]
 
 TOPIC = "BenchTopic"
 WARM_UP = 200
@@ -135,7 +143,7 @@ def _system(name: str, logs: Path | None) -> Iterator[tuple[str, list[int]]]:
             yield peer.endpoint, [process.pid for process in peer.processes]
 
 
-def _producers(rocketmq: ModuleType, endpoint: str, count: int) -> list[Any]:
+def make_producers(rocketmq: ModuleType, endpoint: str, count: int) -> list[Any]:
     config = rocketmq.ClientConfiguration(endpoint, rocketmq.Credentials(), request_timeout=10)
     producers = []
     for _ in range(count):
@@ -152,7 +160,7 @@ def run_produce(rocketmq: ModuleType, options: ProduceOptions) -> dict[str, list
         started = time.perf_counter()
         with _system(name, options.logs) as (endpoint, pids):
             progress(f"{name}: up on {endpoint} in {time.perf_counter() - started:.1f} s")
-            producers = _producers(rocketmq, endpoint, options.threads)
+            producers = make_producers(rocketmq, endpoint, options.threads)
             try:
                 warm_up(rocketmq, producers, TOPIC, options.body, WARM_UP)
                 closed_loop(
