@@ -45,6 +45,7 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from java_client import java_case  # noqa: E402
 from peer_common import PeerError, interrupt_on_sigterm, progress  # noqa: E402
 from produce_cases import CaseResult, closed_loop, paced, warm_up  # noqa: E402
 from rmq_spark_broker import RmqSparkBroker  # noqa: E402
@@ -128,6 +129,9 @@ class ProduceOptions:
         self.body: bytes = os.urandom(args.body_bytes)
         self.systems: tuple[str, ...] = tuple(args.systems.split(","))
         self.logs: Path | None = args.logs
+        self.java_inflight: tuple[int, ...] = tuple(
+            int(item) for item in args.java.split(",") if item
+        )
 
 
 @contextmanager
@@ -179,6 +183,19 @@ def run_produce(rocketmq: ModuleType, options: ProduceOptions) -> dict[str, list
                         pids,
                     ),  # fmt: skip
                 ]
+                for inflight in options.java_inflight:
+                    cases.append(
+                        java_case(
+                            endpoint,
+                            TOPIC,
+                            options.threads,
+                            inflight,
+                            options.seconds,
+                            options.warm_up_seconds,
+                            len(options.body),
+                            pids,
+                        )  # fmt: skip
+                    )
                 with burners(options.burners):
                     cases.append(
                         paced(
@@ -205,7 +222,7 @@ def produce_table(results: dict[str, list[CaseResult]]) -> list[str]:
     """Markdown rows: one per case, rmq-spark vs RocketMQ, with ratios (rmq-spark / RocketMQ)."""
     ours, peer = results.get("rmq-spark"), results.get("rocketmq")
     lines = [
-        f"| produce, official Python client, SYNC flush | rmq-spark broker | RocketMQ "
+        f"| produce, official client (Python unless said), SYNC flush | rmq-spark | RocketMQ "
         f"{ROCKETMQ_VERSION} proxy+broker | rmq-spark / RocketMQ |",
         "|---|---|---|---|",
     ]
@@ -242,6 +259,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--body-bytes", type=int, default=100, help="body size (100)")
     parser.add_argument(
         "--systems", default=",".join(SYSTEMS), help="comma-separated, in order (both)"
+    )
+    parser.add_argument(
+        "--java",
+        default="",
+        metavar="K,K",
+        help="also the Java client (rocketmq-client-java), K async sends in flight per thread, "
+        "one case per K (e.g. 32,256; default none)",
     )
     parser.add_argument("--logs", type=Path, help="keep the rmq-spark broker's log in this dir")
     args = parser.parse_args(argv)

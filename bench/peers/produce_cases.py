@@ -49,6 +49,7 @@ class CaseResult:
     broker_cpu_s: float
     client_cpu_s: float
     first_error: str = ""
+    quantiles_ms: tuple[float, float] | None = None  # (p50, p99) when only those are known
 
     @property
     def rate(self) -> float:
@@ -62,11 +63,11 @@ class CaseResult:
 
     @property
     def p50_ms(self) -> float:
-        return self._pct(0.50)
+        return self.quantiles_ms[0] if self.quantiles_ms else self._pct(0.50)
 
     @property
     def p99_ms(self) -> float:
-        return self._pct(0.99)
+        return self.quantiles_ms[1] if self.quantiles_ms else self._pct(0.99)
 
     @property
     def broker_cpu_us_per_msg(self) -> float:
@@ -82,11 +83,16 @@ class CaseResult:
 
     def summary(self) -> str:
         error = f" (first error: {self.first_error})" if self.first_error else ""
+        client = (
+            ""
+            if self.client_cpu_s != self.client_cpu_s
+            else f", client CPU {self.client_cpu_s:.1f} s"
+        )
         return (
             f"{self.label}: {self.sent:,} sent in {self.seconds:.1f} s = {self.rate:,.0f} msgs/s, "
             f"p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, {self.failed} failed, broker "
-            f"CPU {self.broker_cpu_s:.1f} s ({self.broker_cpu_us_per_msg:,.0f} us/msg), client "
-            f"CPU {self.client_cpu_s:.1f} s{error}"
+            f"CPU {self.broker_cpu_s:.1f} s ({self.broker_cpu_us_per_msg:,.0f} us/msg){client}"
+            f"{error}"
         )
 
 
