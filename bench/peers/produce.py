@@ -91,7 +91,7 @@ def import_client() -> ModuleType:
 
 
 @contextmanager
-def burners(count: int) -> Iterator[None]:
+def burners(count: int, own_session: bool = True) -> Iterator[None]:
     """``count`` CPU-bound processes (a Python busy loop each) for the duration of the block,
     each in its own session: under autogroup scheduling each is one more contender, as
     independent programs (a Spark job) are, not a share of the harness's session."""
@@ -101,7 +101,7 @@ def burners(count: int) -> Iterator[None]:
         subprocess.Popen(
             [sys.executable, "-c", "while True: pass"],
             stdin=subprocess.DEVNULL,
-            start_new_session=True,
+            start_new_session=own_session,
         )
         for _ in range(count)
     ]
@@ -129,17 +129,18 @@ class ProduceOptions:
         self.body: bytes = os.urandom(args.body_bytes)
         self.systems: tuple[str, ...] = tuple(args.systems.split(","))
         self.logs: Path | None = args.logs
+        self.shared_session: bool = args.shared_session
         self.java_inflight: tuple[int, ...] = tuple(
             int(item) for item in args.java.split(",") if item
         )
 
 
 @contextmanager
-def _system(name: str, logs: Path | None) -> Iterator[tuple[str, list[int]]]:
+def _system(name: str, logs: Path | None, shared_session: bool) -> Iterator[tuple[str, list[int]]]:
     """Start one system; yield its gRPC endpoint and the pids whose CPU is the broker's."""
     if name == "rmq-spark":
         keep = logs / "rmq-spark-broker.log" if logs else None
-        with RmqSparkBroker(keep_log=keep) as broker:
+        with RmqSparkBroker(keep_log=keep, own_session=not shared_session) as broker:
             assert broker.process is not None
             yield broker.endpoint, [broker.process.pid]
     else:
@@ -162,7 +163,7 @@ def run_produce(rocketmq: ModuleType, options: ProduceOptions) -> dict[str, list
     results: dict[str, list[CaseResult]] = {}
     for name in options.systems:
         started = time.perf_counter()
-        with _system(name, options.logs) as (endpoint, pids):
+        with _system(name, options.logs, options.shared_session) as (endpoint, pids):
             progress(f"{name}: up on {endpoint} in {time.perf_counter() - started:.1f} s")
             producers = make_producers(rocketmq, endpoint, options.threads)
             try:
@@ -196,7 +197,7 @@ def run_produce(rocketmq: ModuleType, options: ProduceOptions) -> dict[str, list
                             pids,
                         )  # fmt: skip
                     )
-                with burners(options.burners):
+                with burners(options.burners, not options.shared_session):
                     cases.append(
                         paced(
                             rocketmq,
@@ -266,6 +267,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         metavar="K,K",
         help="also the Java client (rocketmq-client-java), K async sends in flight per thread, "
         "one case per K (e.g. 32,256; default none)",
+    )
+    parser.add_argument(
+        "--shared-session",
+        action="store_true",
+        help="run the rmq-spark broker and the CPU-bound processes in this process's session "
+        "(with autogroup scheduling they then split one CPU share; the RocketMQ JVMs keep "
+        "their own sessions): shows what that does, not a fair comparison",
     )
     parser.add_argument("--logs", type=Path, help="keep the rmq-spark broker's log in this dir")
     args = parser.parse_args(argv)

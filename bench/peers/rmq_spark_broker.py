@@ -9,7 +9,8 @@ i.e. the defaults.
 It runs in its own session, as the RocketMQ peer's JVMs do: with the kernel's autogroup
 scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) each session gets an equal share of
 the CPU, so a broker in the harness's session would split one share with the client and the
-CPU-bound processes while the peer had one to itself. ``stop()`` sends SIGTERM (the broker's
+CPU-bound processes while the peer had one to itself (``own_session=False`` does that, to
+show the difference). ``stop()`` sends SIGTERM (the broker's
 clean shutdown), kills it after 60 s and removes the directory (``keep_log``: copy the broker's
 log there first); it also runs on leaving the ``with`` block, however it is left.
 """
@@ -42,7 +43,9 @@ class RmqSparkBroker:
         *,
         settings: Sequence[str] = ("store.flush_policy=SYNC",),
         keep_log: Path | None = None,
+        own_session: bool = True,
     ) -> None:
+        self.own_session = own_session
         self.settings = tuple(settings)
         self.keep_log = keep_log
         self.endpoint = ""
@@ -81,7 +84,7 @@ class RmqSparkBroker:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 cwd=REPO,
-                start_new_session=True,
+                start_new_session=self.own_session,
             )
         deadline = time.monotonic() + START_TIMEOUT_S
         while not (ready.exists() and ready.read_text().endswith("\n")):

@@ -19,7 +19,8 @@ backlog of the same N messages into SQL-visible Delta tables:
 
 **produce** (``produce.py``, after the Spark session has stopped): the official Python client
 against ``rmq-spark broker`` and Apache RocketMQ 5.3.3 (``rocketmq_peer.py``), SYNC flush both:
-2 threads x 1 and x 32 sends in flight, and a paced 500 msgs/s with 3 CPU-bound processes beside
+2 threads x 1 and x 32 sends in flight, the Java client with 32 and 256 async sends in flight
+per thread, and a paced 500 msgs/s with 3 CPU-bound processes beside
 (``--short``: 5 s and 20 s cases instead of 10 s and 30 s).
 
 Before either reput timing, one small Delta append warms the session (class loading, the first Delta
@@ -346,7 +347,7 @@ def _run_produce(args: argparse.Namespace) -> int:
         argparse.Namespace(
             threads=2, inflight=32, seconds=seconds, warm_up_seconds=5.0, rate=500,
             rate_seconds=rate_seconds, burners=3, body_bytes=args.body_bytes,
-            systems="rmq-spark,rocketmq", logs=None,
+            systems="rmq-spark,rocketmq", logs=None, java="32,256", shared_session=False,
         )
     )  # fmt: skip
     results = run_produce(import_client(), options)
