@@ -108,8 +108,12 @@ class RmqSparkBroker:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-        if self.keep_log is not None and self._log_path is not None and self._log_path.exists():
-            shutil.copyfile(self._log_path, self.keep_log)
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        try:
+            if self.keep_log is not None and self._log_path is not None:
+                shutil.copyfile(self._log_path, self.keep_log)
+        except OSError as err:
+            print(f"peers: rmq-spark broker: log not kept: {err}", file=sys.stderr)
+        finally:
+            if self.workdir is not None:
+                shutil.rmtree(self.workdir, ignore_errors=True)
+                self.workdir = None

@@ -39,3 +39,13 @@ def test_bad_systems_is_a_usage_error() -> None:
 
     with pytest.raises(produce.UsageError, match=r"--systems: unknown \['kafka'\]"):
         produce.parse_args(["--systems", "rmq-spark,kafka"])
+
+
+def test_rmq_spark_broker_stops_completely_when_its_log_cannot_be_kept(tmp_path) -> None:  # noqa: ANN001
+    from rmq_spark_broker import RmqSparkBroker
+
+    with RmqSparkBroker(keep_log=tmp_path / "missing-dir" / "broker.log") as broker:
+        process, workdir = broker.process, broker.workdir
+        assert process is not None and workdir is not None
+    assert process.poll() is not None
+    assert not workdir.exists()
