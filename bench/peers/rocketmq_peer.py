@@ -249,14 +249,18 @@ class RocketMQBroker:
 
     def stop(self) -> None:
         """Stop the proxy, then the name server (SIGTERM, else kill); remove the work dir."""
-        for name in ("_proxy", "_namesrv"):
-            jvm = getattr(self, name)
-            setattr(self, name, None)
-            if jvm is not None:
-                jvm.stop()
-        if self.workdir is not None:
-            shutil.rmtree(self.workdir, ignore_errors=True)
-            self.workdir = None
+        proxy, namesrv, self._proxy, self._namesrv = self._proxy, self._namesrv, None, None
+        try:
+            if proxy is not None:
+                proxy.stop()
+        finally:
+            try:
+                if namesrv is not None:
+                    namesrv.stop()
+            finally:
+                if self.workdir is not None:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+                    self.workdir = None
 
 
 def main(argv: list[str] | None = None) -> int:
