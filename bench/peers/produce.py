@@ -13,6 +13,15 @@ in turn, both flushing synchronously (rmq-spark ``store.flush_policy=SYNC``, Roc
   sent on a fixed schedule with ``send_async`` (a slow send does not delay the next), for
   ``--rate-seconds`` (30), while ``--burners`` (3) CPU-bound processes run beside the broker.
 
+* with ``--java K,K``: the official Java client (``java_client.py``), ``--threads`` Producers
+  with K async sends in flight each, one case per K (the broker, not the client, is then the
+  bottleneck).
+
+The rmq-spark broker, the RocketMQ JVMs and each CPU-bound process run in their own sessions:
+with the kernel's autogroup scheduling, CPU is shared fairly between sessions first, so a broker
+left in the harness's session would split one share with the client and the burners
+(``--shared-session`` shows that).
+
 Each system first gets ``WARM_UP`` sends per thread and ``--warm-up-seconds`` (5) of the
 in-flight loop, not timed (the JVM's JIT, the first segment, the client's channels). The
 broker's CPU time (``/proc/<pid>/stat``, all its processes) and the client's are read around
@@ -167,49 +176,7 @@ def run_produce(rocketmq: ModuleType, options: ProduceOptions) -> dict[str, list
             progress(f"{name}: up on {endpoint} in {time.perf_counter() - started:.1f} s")
             producers = make_producers(rocketmq, endpoint, options.threads)
             try:
-                warm_up(rocketmq, producers, TOPIC, options.body, WARM_UP)
-                closed_loop(
-                    rocketmq, producers, TOPIC, options.body, options.inflight,
-                    options.warm_up_seconds, pids,
-                )  # fmt: skip
-                cases = [
-                    closed_loop(rocketmq, producers, TOPIC, options.body, 1, options.seconds, pids),
-                    closed_loop(
-                        rocketmq,
-                        producers,
-                        TOPIC,
-                        options.body,
-                        options.inflight,
-                        options.seconds,
-                        pids,
-                    ),  # fmt: skip
-                ]
-                for inflight in options.java_inflight:
-                    cases.append(
-                        java_case(
-                            endpoint,
-                            TOPIC,
-                            options.threads,
-                            inflight,
-                            options.seconds,
-                            options.warm_up_seconds,
-                            len(options.body),
-                            pids,
-                        )  # fmt: skip
-                    )
-                with burners(options.burners, not options.shared_session):
-                    cases.append(
-                        paced(
-                            rocketmq,
-                            producers,
-                            TOPIC,
-                            options.body,
-                            options.rate,
-                            options.rate_seconds,
-                            pids,
-                            options.burners,
-                        )  # fmt: skip
-                    )
+                cases = _cases(rocketmq, producers, endpoint, pids, options)
             finally:
                 for producer in producers:
                     producer.shutdown()
@@ -217,6 +184,35 @@ def run_produce(rocketmq: ModuleType, options: ProduceOptions) -> dict[str, list
             progress(f"{name}: {case.summary()}")
         results[name] = cases
     return results
+
+
+def _cases(
+    rocketmq: ModuleType,
+    producers: list[Any],
+    endpoint: str,
+    pids: list[int],
+    options: ProduceOptions,
+) -> list[CaseResult]:
+    """Warm up, then every case in table order on one system."""
+    body = options.body
+    warm_up(rocketmq, producers, TOPIC, body, WARM_UP)
+    closed_loop(rocketmq, producers, TOPIC, body, options.inflight, options.warm_up_seconds, pids)
+    cases = [
+        closed_loop(rocketmq, producers, TOPIC, body, inflight, options.seconds, pids)
+        for inflight in (1, options.inflight)
+    ]
+    for inflight in options.java_inflight:
+        java = java_case(
+            endpoint, TOPIC, options.threads, inflight, options.seconds,
+            options.warm_up_seconds, len(body), pids,
+        )  # fmt: skip
+        cases.append(java)
+    with burners(options.burners, not options.shared_session):
+        steady = paced(
+            rocketmq, producers, TOPIC, body, options.rate, options.rate_seconds, pids,
+            options.burners,
+        )  # fmt: skip
+    return [*cases, steady]
 
 
 def produce_table(results: dict[str, list[CaseResult]]) -> list[str]:
