@@ -12,7 +12,6 @@ in turn, both flushing synchronously (rmq-spark ``store.flush_policy=SYNC``, Roc
 * **paced under CPU contention**: ``--rate`` (500) msgs/s in all, spread over the threads and
   sent on a fixed schedule with ``send_async`` (a slow send does not delay the next), for
   ``--rate-seconds`` (30), while ``--burners`` (3) CPU-bound processes run beside the broker.
-
 * with ``--java K,K``: the official Java client (``java_client.py``), ``--threads`` Producers
   with K async sends in flight each, one case per K (the broker, not the client, is then the
   bottleneck).
