@@ -3,8 +3,8 @@
 This module owns two things and nothing else:
 
 * ``resolve_jars(kind)``: the jars of one of the two poms kept beside this file, fetched once
-  with ``mvn dependency:copy-dependencies`` into ``bench/peers/.cache/<kind>/`` (gitignored, with
-  its own Maven repository in ``bench/peers/.cache/m2``). A second call finds the manifest and
+  (``peer_common.fetch_jars``) with ``mvn dependency:copy-dependencies`` into
+  ``bench/peers/.cache/<kind>/`` (gitignored). A second call finds the manifest and
   downloads nothing. ``broker``: Apache Kafka's server (``kafka_2.13``); ``spark-kafka``:
   Spark's Kafka source for the project's Spark, only the jars the pyspark wheel lacks.
 * ``KafkaBroker``: a single-node Kafka in KRaft mode (broker and controller in one JVM) on
@@ -27,76 +27,40 @@ import base64
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from peer_common import (
+    JvmProcess,
+    PeerError,
+    fetch_jars,
+    free_port,
+    interrupt_on_sigterm,
+    java_command,
+    progress,
+    wait_for_port,
+)
+
+__all__ = ["KAFKA_VERSION", "KafkaBroker", "PeerError", "interrupt_on_sigterm", "resolve_jars"]
+
 HERE = Path(__file__).resolve().parent
-CACHE = HERE / ".cache"
 KAFKA_VERSION = "4.1.1"
 POMS = {"broker": HERE / "kafka-broker.pom.xml", "spark-kafka": HERE / "spark-kafka.pom.xml"}
 # Of spark-sql-kafka's dependencies, only these are missing from the pyspark wheel.
 SPARK_KAFKA_ARTIFACTS = (
     "spark-sql-kafka-0-10_2.13,spark-token-provider-kafka-0-10_2.13,kafka-clients,commons-pool2"
 )
-STOP_TIMEOUT_S = 30.0
-
-
-class PeerError(Exception):
-    """A peer could not be fetched, started or stopped; the message says which and why."""
-
-
-def _progress(message: str) -> None:
-    print(f"peers: {message}", file=sys.stderr, flush=True)
 
 
 def resolve_jars(kind: str) -> list[Path]:
     """The jars of ``kind`` (``broker`` or ``spark-kafka``), fetched on the first call only."""
     if kind not in POMS:
         raise PeerError(f"jars: unknown kind {kind!r}; one of {sorted(POMS)}")
-    pom = POMS[kind]
-    out = CACHE / kind
-    manifest = out / "manifest.txt"
-    if manifest.exists() and manifest.stat().st_mtime >= pom.stat().st_mtime:
-        jars = [out / name for name in manifest.read_text().split()]
-        if all(jar.exists() for jar in jars):
-            return jars
-    if shutil.which("mvn") is None:
-        raise PeerError(
-            "jars: Maven (mvn) is needed once to fetch the Kafka jars "
-            "(Debian: apt-get install maven)"
-        )
-    _progress(f"{kind}: resolving {pom.name} from Maven Central into {out} (first run only)")
-    tmp = CACHE / f"{kind}.tmp.{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    command = [
-        "mvn", "-q", "-B", "-Dstyle.color=never", "-f", str(pom),
-        "dependency:copy-dependencies", "-DincludeScope=runtime",
-        f"-DoutputDirectory={tmp}", f"-Dmaven.repo.local={CACHE / 'm2'}",
-    ]  # fmt: skip
-    if kind == "spark-kafka":
-        command.append(f"-DincludeArtifactIds={SPARK_KAFKA_ARTIFACTS}")
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        shutil.rmtree(tmp, ignore_errors=True)
-        tail = (done.stdout + done.stderr).strip().splitlines()[-1:] or ["no output"]
-        raise PeerError(f"jars: mvn failed for {pom.name} (exit {done.returncode}): {tail[0]}")
-    names = sorted(path.name for path in tmp.glob("*.jar"))
-    (tmp / "manifest.txt").write_text("".join(f"{name}\n" for name in names))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    _progress(f"{kind}: {len(names)} jars in {out}")
-    return [out / name for name in names]
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    include = SPARK_KAFKA_ARTIFACTS if kind == "spark-kafka" else None
+    return fetch_jars(kind, POMS[kind], include)
 
 
 def _cluster_id() -> str:
@@ -121,8 +85,7 @@ class KafkaBroker:
         self.partitions = partitions
         self.port = 0
         self.workdir: Path | None = None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log = None
+        self._jvm: JvmProcess | None = None
 
     @property
     def bootstrap_servers(self) -> str:
@@ -131,7 +94,7 @@ class KafkaBroker:
     @property
     def process(self) -> subprocess.Popen[bytes] | None:
         """The broker's JVM while it runs (None before ``start()`` and after ``stop()``)."""
-        return self._process
+        return None if self._jvm is None else self._jvm.process
 
     def __enter__(self) -> KafkaBroker:
         try:
@@ -145,10 +108,7 @@ class KafkaBroker:
         self.stop()
 
     def start(self, timeout_s: float = 60.0) -> None:
-        java = shutil.which("java")
-        if java is None:
-            raise PeerError("kafka: java is not on PATH (Java 17+ is needed)")
-        classpath = os.pathsep.join(str(jar) for jar in resolve_jars("broker"))
+        jvm = java_command(self.heap, resolve_jars("broker"))
         self.workdir = Path(tempfile.mkdtemp(prefix="peers-kafka-"))
         self.port, controller = free_port(), free_port()
         config = self.workdir / "server.properties"
@@ -178,8 +138,6 @@ class KafkaBroker:
                 ]
             )
         )
-        jvm = [java, f"-Xmx{self.heap}", f"-Xms{self.heap}", "-XX:+UseG1GC",
-               "-Djava.awt.headless=true", "-cp", classpath]  # fmt: skip
         fmt = subprocess.run(
             [
                 *jvm,
@@ -196,59 +154,19 @@ class KafkaBroker:
         if fmt.returncode != 0:
             last = (fmt.stdout + fmt.stderr).strip().splitlines()[-1:] or ["no output"]
             raise PeerError(f"kafka: storage format failed (exit {fmt.returncode}): {last[0]}")
-        log_path = self.workdir / "kafka.log"
-        self._log = open(log_path, "wb")  # noqa: SIM115 (closed in stop())
-        self._process = subprocess.Popen(
-            [*jvm, "kafka.Kafka", str(config)],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
+        self._jvm = JvmProcess(
+            "kafka", [*jvm, "kafka.Kafka", str(config)], self.workdir / "kafka.log"
         )
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise PeerError(
-                    f"kafka: the broker exited with {self._process.returncode} while starting "
-                    f"(log {log_path}: {_last_line(log_path)})"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return
-            except OSError:
-                time.sleep(0.2)
-        raise PeerError(f"kafka: not accepting connections on {self.port} after {timeout_s:.0f} s")
+        wait_for_port(self._jvm, self.port, timeout_s)
 
     def stop(self) -> None:
         """Stop the JVM (controlled shutdown, else kill) and remove the work dir. Idempotent."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        jvm, self._jvm = self._jvm, None
+        if jvm is not None:
+            jvm.stop()
         if self.workdir is not None:
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
-
-
-def interrupt_on_sigterm(signum: int, frame: object) -> None:
-    """SIGTERM handler: raise KeyboardInterrupt, so that ``finally`` blocks stop the peers (the
-    broker's JVM is in its own process group and would outlive a Python killed by the signal)."""
-    raise KeyboardInterrupt
-
-
-def _last_line(path: Path) -> str:
-    try:
-        lines = path.read_text(errors="replace").strip().splitlines()
-    except OSError as err:
-        return f"unreadable: {err}"
-    return lines[-1] if lines else "empty"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -262,17 +180,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         started = time.monotonic()
         with KafkaBroker() as broker:
-            _progress(
+            progress(
                 f"kafka {KAFKA_VERSION}: up on {broker.bootstrap_servers} in "
                 f"{time.monotonic() - started:.1f} s (pid group, work dir {broker.workdir})"
             )
             time.sleep(args.seconds)
-        _progress("kafka: stopped")
+        progress("kafka: stopped")
     except PeerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        _progress("kafka: interrupted; stopped")
+        progress("kafka: interrupted; stopped")
         return 130
     return 0
 

@@ -1,7 +1,9 @@
-"""Side-by-side benchmark of rmq-spark against its peers (issue 15); today: the Kafka peer.
+"""Side-by-side benchmark of rmq-spark against its peers (issue 15): Kafka and RocketMQ.
 
-One command measures, in one run and one SparkSession (``local[2]``, the same Delta), the
-catch-up of a backlog of the same N messages into SQL-visible Delta tables:
+Two workloads (``--workloads``, both by default), each printing one table with ratios.
+
+**reput**: in one run and one SparkSession (``local[2]``, the same Delta), the catch-up of a
+backlog of the same N messages into SQL-visible Delta tables:
 
 * **rmq-spark**: the messages are put into a fresh store with the embedded store
   (``MessageStore.put_batch``, batches of 256, ASYNC flush; not timed), then the reput job runs
@@ -15,7 +17,13 @@ catch-up of a backlog of the same N messages into SQL-visible Delta tables:
   twice: with Spark's default (the whole backlog in one batch) and with ``maxOffsetsPerTrigger``
   set to the messages per batch the reput had, so that the number of batches is not the difference.
 
-Before either timing, one small Delta append warms the session (class loading, the first Delta
+**produce** (``produce.py``, after the Spark session has stopped): the official Python client
+against ``rmq-spark broker`` and Apache RocketMQ 5.3.3 (``rocketmq_peer.py``), SYNC flush both:
+2 threads x 1 and x 32 sends in flight, the Java client with 32 and 256 async sends in flight
+per thread, and a paced 500 msgs/s with 3 CPU-bound processes beside
+(``--short``: 5 s and 20 s cases instead of 10 s and 30 s).
+
+Before either reput timing, one small Delta append warms the session (class loading, the first Delta
 snapshot), so neither side pays it. Row counts are checked on both sides afterwards. The
 table goes to stdout, progress to stderr, with the load average at the start and the end.
 Run it under ``flock /tmp/bench.lock`` (``make bench-peers`` does), alone on the machine.
@@ -25,6 +33,7 @@ Usage::
     python bench/peers/run.py                      # 1,000,000 x 100 B
     python bench/peers/run.py --short              # 200,000 x 100 B
     python bench/peers/run.py --messages 1000000 --body-bytes 1024
+    python bench/peers/run.py --workloads produce  # the produce comparison only
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ from kafka_peer import (  # noqa: E402
     interrupt_on_sigterm,
     resolve_jars,
 )
+from produce import ProduceOptions, import_client, produce_table, run_produce  # noqa: E402
 
 from rmq_spark.errors import RmqError  # noqa: E402
 
@@ -61,6 +71,7 @@ TOPIC = "BenchTopic"
 QUEUES = 4
 PUT_BATCH = 256
 SHORT_MESSAGES = 200_000
+WORKLOADS = ("reput", "produce")
 
 
 class UsageError(Exception):
@@ -211,7 +222,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--kafka-partitions", type=int, default=2, help="partitions of the Kafka topic (2)"
     )
     parser.add_argument("--keep", action="store_true", help="keep the work dir (store, tables)")
+    parser.add_argument(
+        "--workloads", default=",".join(WORKLOADS), help="comma-separated: reput, produce (both)"
+    )
     args = parser.parse_args(argv)
+    unknown = set(args.workloads.split(",")) - set(WORKLOADS)
+    if unknown:
+        raise UsageError(f"--workloads: unknown {sorted(unknown)}; known {list(WORKLOADS)}")
     if args.messages is None:
         args.messages = SHORT_MESSAGES if args.short else 1_000_000
     if args.messages < 1:
@@ -236,7 +253,12 @@ def main(argv: list[str] | None = None) -> int:
     load_start = _load()
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     try:
-        return _run(args, work, load_start)
+        status = 0
+        if "reput" in args.workloads.split(","):
+            status = _run(args, work, load_start)
+        if status == 0 and "produce" in args.workloads.split(","):
+            status = _run_produce(args)
+        return status
     except (PeerError, RmqError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
@@ -314,6 +336,25 @@ def _run(args: argparse.Namespace, work: Path, load_start: str) -> int:
             f"| {peer.rate / rmq.rate:.2f} |"
         )
     print(f"load average (1/5/15 min): start {load_start}, end {load_end}")
+    return 0
+
+
+def _run_produce(args: argparse.Namespace) -> int:
+    load_start = _load()
+    _progress(f"produce: load average at start {load_start}")
+    seconds, rate_seconds = (5.0, 20.0) if args.short else (10.0, 30.0)
+    options = ProduceOptions(
+        argparse.Namespace(
+            threads=2, inflight=32, seconds=seconds, warm_up_seconds=5.0, rate=500,
+            rate_seconds=rate_seconds, burners=3, body_bytes=args.body_bytes,
+            systems="rmq-spark,rocketmq", logs=None, java="32,256", shared_session=False,
+        )
+    )  # fmt: skip
+    results = run_produce(import_client(), options)
+    print()
+    for line in produce_table(results):
+        print(line)
+    print(f"load average (1/5/15 min): start {load_start}, end {_load()}")
     return 0
 
 

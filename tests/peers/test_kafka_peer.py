@@ -8,25 +8,17 @@ gone, also when the ``with`` block is left by an exception.
 
 from __future__ import annotations
 
-import importlib.util
 import socket
-import sys
-from pathlib import Path
 
 import pytest
-
-PEERS = Path(__file__).resolve().parents[2] / "bench" / "peers"
 
 pytestmark = pytest.mark.slow
 
 
 def _load_peer():  # noqa: ANN202
-    spec = importlib.util.spec_from_file_location("kafka_peer", PEERS / "kafka_peer.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("kafka_peer", module)
-    spec.loader.exec_module(module)
-    return module
+    import kafka_peer  # bench/peers is on sys.path (conftest.py)
+
+    return kafka_peer
 
 
 def _accepts(port: int) -> bool:

@@ -1,0 +1,301 @@
+"""The RocketMQ peer for bench/peers: Apache RocketMQ 5.3.3 from Maven Central, on loopback.
+
+``RocketMQBroker`` starts two JVMs from the jars of ``rocketmq-broker.pom.xml`` (fetched once by
+``peer_common.fetch_jars`` into ``bench/peers/.cache/rocketmq``, gitignored):
+
+* the name server (``NamesrvStartup``), and
+* the proxy in local mode (``ProxyStartup -pm local``): the gRPC endpoint that RocketMQ 5 clients
+  talk to, with the broker in the same JVM. The broker flushes with ``SYNC_FLUSH`` (a send is
+  answered once its bytes are on disk, as the rmq-spark broker's SYNC flush policy does).
+
+Every port is free and on 127.0.0.1, the heaps are small, and the config, store and logs
+(``user.home`` points there) live in one temporary directory. ``start()`` creates the topics
+asked for with the admin tool (``MQAdminStartup updateTopic``: 8 queues, message type NORMAL, as
+a 5.x producer needs; the proxy does not create topics on first use) and waits until the proxy's
+gRPC port answers. ``stop()`` (also on leaving the ``with`` block, however it is left) sends
+SIGTERM to both JVMs, proxy first, kills any that has not exited after 30 s, and removes the
+temporary directory. Each JVM runs in its own process group, so a Ctrl-C in the terminal reaches
+Python, whose ``finally`` stops them, and not the JVMs directly.
+
+Usage as a script (starts the peer, prints its gRPC address, stops it on Ctrl-C or SIGTERM)::
+
+    python bench/peers/rocketmq_peer.py [--seconds 10] [--topic BenchTopic]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from peer_common import (
+    JvmProcess,
+    PeerError,
+    fetch_jars,
+    free_port,
+    interrupt_on_sigterm,
+    java_command,
+    port_is_free,
+    progress,
+    wait_for_port,
+)
+
+__all__ = ["ROCKETMQ_VERSION", "RocketMQBroker", "resolve_rocketmq_jars"]
+
+HERE = Path(__file__).resolve().parent
+ROCKETMQ_VERSION = "5.3.3"
+POM = HERE / "rocketmq-broker.pom.xml"
+CLUSTER = "DefaultCluster"
+QUEUES = 8
+ADMIN_TIMEOUT_S = 60.0
+# RocketMQ's own scripts open these for Java 9+ (its mmap cleaner and Netty reach into them).
+OPENS = tuple(
+    f"--add-opens=java.base/{package}=ALL-UNNAMED"
+    for package in ("java.nio", "sun.nio.ch", "java.lang", "java.util", "jdk.internal.misc")
+)
+
+
+def resolve_rocketmq_jars() -> list[Path]:
+    """RocketMQ's namesrv, proxy (with the broker) and admin tools; fetched on the first call."""
+    return fetch_jars("rocketmq", POM)
+
+
+def _broker_ports() -> int:
+    """A free port p for the broker such that p - 2 (its 'fast' remoting server, which RocketMQ
+    always puts there) and p + 1 (its HA service) are free too."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20_000, 60_000)
+        if all(port_is_free(p) for p in (port - 2, port, port + 1)):
+            return port
+    raise PeerError("rocketmq: found no free broker port p with p - 2 and p + 1 free")
+
+
+def _properties(values: dict[str, object]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in values.items())
+
+
+class RocketMQBroker:
+    """Name server + proxy (broker in-process) on loopback; a context manager that always stops.
+
+    ``topics`` are created before ``start()`` returns; ``flush`` is the broker's flushDiskType.
+    """
+
+    def __init__(
+        self,
+        *,
+        topics: Sequence[str] = (),
+        heap: str = "512m",
+        namesrv_heap: str = "256m",
+        flush: str = "SYNC_FLUSH",
+    ) -> None:
+        if flush not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+            raise PeerError(f"rocketmq: flush must be SYNC_FLUSH or ASYNC_FLUSH, got {flush!r}")
+        self.topics = tuple(topics)
+        self.heap = heap
+        self.namesrv_heap = namesrv_heap
+        self.flush = flush
+        self.grpc_port = 0
+        self.namesrv_port = 0
+        self.workdir: Path | None = None
+        self._namesrv: JvmProcess | None = None
+        self._proxy: JvmProcess | None = None
+
+    @property
+    def endpoint(self) -> str:
+        """The proxy's gRPC address, for ``ClientConfiguration``."""
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def processes(self) -> list[subprocess.Popen[bytes]]:
+        """The JVMs that run now (name server, proxy)."""
+        jvms = (self._namesrv, self._proxy)
+        return [jvm.process for jvm in jvms if jvm is not None and jvm.process is not None]
+
+    def __enter__(self) -> RocketMQBroker:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self, timeout_s: float = 90.0) -> None:
+        jars = resolve_rocketmq_jars()
+        work = self.workdir = Path(tempfile.mkdtemp(prefix="peers-rocketmq-"))
+        # RocketMQ logs (and defaults its store) under user.home: keep all of it in ``work``.
+        options = (*OPENS, f"-Duser.home={work}", f"-Drocketmq.home.dir={work}")
+        env = {**os.environ, "ROCKETMQ_HOME": str(work), "RMQ_PROXY_HOME": str(work)}
+        self.namesrv_port, self.grpc_port = free_port(), free_port()
+        broker_port = _broker_ports()
+        (work / "namesrv.conf").write_text(
+            _properties({"listenPort": self.namesrv_port, "bindAddress": "127.0.0.1"})
+        )
+        (work / "broker.conf").write_text(self._broker_conf(broker_port))
+        (work / "conf").mkdir()
+        proxy_conf = work / "conf" / "rmq-proxy.json"
+        proxy_conf.write_text(
+            json.dumps(
+                {
+                    "rocketMQClusterName": CLUSTER,
+                    "namesrvAddr": self.namesrv_addr,
+                    "grpcServerPort": self.grpc_port,
+                    "remotingListenPort": free_port(),
+                    "proxyMode": "local",
+                    "grpcShutdownTimeSeconds": 3,
+                }
+            )
+        )
+        namesrv_cmd = java_command(self.namesrv_heap, jars, *options)
+        self._namesrv = JvmProcess(
+            "rocketmq namesrv",
+            [
+                *namesrv_cmd,
+                "org.apache.rocketmq.namesrv.NamesrvStartup",
+                "-c",
+                str(work / "namesrv.conf"),
+            ],  # fmt: skip
+            work / "namesrv.out",
+            env=env,
+            cwd=work,
+        )
+        wait_for_port(self._namesrv, self.namesrv_port, timeout_s)
+        proxy_cmd = java_command(self.heap, jars, *options)
+        self._proxy = JvmProcess(
+            "rocketmq proxy",
+            [
+                *proxy_cmd,
+                "org.apache.rocketmq.proxy.ProxyStartup",
+                "-pm",
+                "local",
+                "-pc",
+                str(proxy_conf),
+                "-bc",
+                str(work / "broker.conf"),
+                "-n",
+                self.namesrv_addr,
+            ],  # fmt: skip
+            work / "proxy.out",
+            env=env,
+            cwd=work,
+        )
+        wait_for_port(self._proxy, self.grpc_port, timeout_s)
+        for topic in self.topics:
+            self.create_topic(topic, jars, options, env)
+
+    def _broker_conf(self, port: int) -> str:
+        assert self.workdir is not None
+        store = self.workdir / "store"
+        return _properties(
+            {
+                "brokerClusterName": CLUSTER,
+                "brokerName": "broker-a",
+                "brokerId": 0,
+                "brokerRole": "ASYNC_MASTER",
+                "flushDiskType": self.flush,
+                "brokerIP1": "127.0.0.1",
+                "listenPort": port,
+                "bindAddress": "127.0.0.1",
+                "haListenPort": port + 1,
+                "namesrvAddr": self.namesrv_addr,
+                "storePathRootDir": store,
+                "storePathCommitLog": store / "commitlog",
+                "autoCreateTopicEnable": "true",
+                "deleteWhen": "04",
+                "fileReservedTime": 48,
+            }
+        )
+
+    def create_topic(
+        self,
+        topic: str,
+        jars: Sequence[Path],
+        options: Sequence[str],
+        env: dict[str, str],
+    ) -> None:
+        """``mqadmin updateTopic`` on the cluster, retried until the broker has registered."""
+        command = [
+            *java_command("128m", jars, *options),
+            "org.apache.rocketmq.tools.command.MQAdminStartup",
+            "updateTopic", "-n", self.namesrv_addr, "-c", CLUSTER, "-t", topic,
+            "-r", str(QUEUES), "-w", str(QUEUES), "-a", "+message.type=NORMAL",
+        ]  # fmt: skip
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while True:
+            done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+            output = (done.stdout + done.stderr).strip()
+            if done.returncode == 0 and "success" in output.lower():
+                return
+            if time.monotonic() > deadline:
+                tail = output.splitlines()[-1:] or ["no output"]
+                raise PeerError(f"rocketmq: updateTopic {topic} failed: {tail[0]}")
+            time.sleep(1.0)
+
+    def stop(self) -> None:
+        """Stop the proxy, then the name server (SIGTERM, else kill); remove the work dir."""
+        proxy, namesrv, self._proxy, self._namesrv = self._proxy, self._namesrv, None, None
+        try:
+            if proxy is not None:
+                proxy.stop()
+        finally:
+            try:
+                if namesrv is not None:
+                    namesrv.stop()
+            finally:
+                if self.workdir is not None:
+                    shutil.rmtree(self.workdir, ignore_errors=True)
+                    self.workdir = None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=f"Fetch Apache RocketMQ {ROCKETMQ_VERSION} if needed, start its name server "
+        "and proxy (broker in-process, SYNC_FLUSH) on 127.0.0.1, keep them up for --seconds (or "
+        "until Ctrl-C), then stop them."
+    )
+    parser.add_argument("--seconds", type=float, default=10.0, help="how long to keep it up")
+    parser.add_argument("--topic", action="append", default=[], help="a topic to create")
+    parser.add_argument("--keep-logs", type=Path, help="copy the work dir's logs here on stop")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, interrupt_on_sigterm)
+    try:
+        started = time.monotonic()
+        with RocketMQBroker(topics=args.topic) as broker:
+            progress(
+                f"rocketmq {ROCKETMQ_VERSION}: proxy up on {broker.endpoint} (namesrv "
+                f"{broker.namesrv_addr}) in {time.monotonic() - started:.1f} s, "
+                f"work dir {broker.workdir}"
+            )
+            try:
+                time.sleep(args.seconds)
+            finally:
+                if args.keep_logs and broker.workdir is not None:
+                    shutil.copytree(broker.workdir / "logs", args.keep_logs, dirs_exist_ok=True)
+        progress("rocketmq: stopped")
+    except PeerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        progress("rocketmq: interrupted; stopped")
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
