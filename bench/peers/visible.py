@@ -1,0 +1,189 @@
+"""Put -> visible in SQL through the broker: the official client at a steady rate, the reput
+job (1 s trigger) beside the broker, and how long each message took to reach its tables.
+
+One run: ``rmq-spark broker`` (SYNC flush, its own session), ``jobs/reput.py --trigger 1s``
+over the broker's store (its own session, as a ``spark-submit`` would be), then
+``--threads`` producers of the official Python client send ``--rate`` msgs/s in all on a
+fixed schedule (``send_async``) for ``--seconds``. When every send completed and the tables
+hold every message, the job stops and the latencies are read from the tables themselves:
+for every row of ``messages``, the Delta commit that made it visible (``commitInfo.timestamp``
+of the version that added its file) minus the message's ``born_timestamp`` (set by the
+client when it built the message; one clock, one machine), for the messages of the paced
+phase (not the warm-up sends). Reported: p50/p99/max
+put -> visible, failed sends, send p50/p99, the longest gap between two commits of
+``consume_queue`` (a stall, e.g. OPTIMIZE in the stream's path) and the reput's OPTIMIZE runs.
+
+Not here yet: the same through Kafka (its producer at the same rate -> Spark's Kafka source
+-> Delta). The official Python client tops out near 1,500 msgs/s against this broker
+(``produce.py``), so 5,000 msgs/s through the broker needs the Java client.
+
+Usage::
+
+    flock /tmp/bench.lock python bench/peers/visible.py --rate 500 --seconds 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(HERE))
+
+from peer_common import PeerError, progress  # noqa: E402
+from produce import import_client, make_producers  # noqa: E402
+from produce_cases import paced, warm_up  # noqa: E402
+from rmq_spark_broker import RmqSparkBroker  # noqa: E402
+
+TOPIC = "BenchTopic"
+START_TIMEOUT_S = 300.0
+CATCH_UP_TIMEOUT_S = 300.0
+
+
+def _delta_commits(table: Path) -> list[tuple[int, int, list[str]]]:
+    """(version, commit time in ms, files added) of every commit of the Delta table."""
+    commits = []
+    for path in sorted((table / "_delta_log").glob("*.json")):
+        actions = [json.loads(line) for line in path.read_text().splitlines() if line]
+        stamp = next(a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a)
+        files = [a["add"]["path"] for a in actions if "add" in a and a["add"]["dataChange"]]
+        commits.append((int(path.stem), int(stamp), files))
+    return commits
+
+
+def _rows_committed(table: Path) -> int:
+    total = 0
+    for path in (table / "_delta_log").glob("*.json"):
+        for line in path.read_text().splitlines():
+            action = json.loads(line) if line else {}
+            if "add" in action and action["add"]["dataChange"] and action["add"].get("stats"):
+                total += json.loads(action["add"]["stats"])["numRecords"]
+    return total
+
+
+def visible_latencies_ms(table: Path, since_ms: int) -> list[int]:
+    """Per row of the ``messages`` table born at ``since_ms`` or later: the commit time of
+    its file minus its born_timestamp."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    latencies: list[int] = []
+    for _, stamp_ms, files in _delta_commits(table):
+        for name in files:
+            born = pq.read_table(table / name, columns=["born_timestamp"])["born_timestamp"]
+            millis = pc.divide(born.cast("int64"), 1000).to_pylist()
+            latencies.extend(stamp_ms - value for value in millis if value >= since_ms)
+    return sorted(latencies)
+
+
+def longest_commit_gap_ms(table: Path, since_ms: int) -> int:
+    """The longest time between two commits that added files, from ``since_ms`` on."""
+    stamps = [stamp for _, stamp, files in _delta_commits(table) if files and stamp >= since_ms]
+    return max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0)
+
+
+def _wait(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise PeerError(f"timed out waiting for {what}")
+        time.sleep(0.5)
+
+
+def _start_reput(store: Path, tables: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    with log_path.open("wb") as log:
+        job = subprocess.Popen(
+            [sys.executable, str(REPO / "jobs" / "reput.py"), "--store", str(store),
+             "--tables", str(tables), "--trigger", "1s"],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+            start_new_session=True,
+        )  # fmt: skip
+    _wait(lambda: "every 1000 ms" in log_path.read_text(errors="replace"), START_TIMEOUT_S, "reput")
+    return job
+
+
+def _pct(values: list[int], fraction: float) -> int:
+    return values[min(len(values) - 1, int(len(values) * fraction))] if values else -1
+
+
+def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
+    rocketmq = import_client()
+    tables, log_path = work / "tables", work / "reput.log"
+    with RmqSparkBroker() as broker:
+        assert broker.workdir is not None and broker.process is not None
+        job = _start_reput(broker.workdir / "store", tables, log_path)
+        try:
+            producers = make_producers(rocketmq, broker.endpoint, args.threads)
+            body = os.urandom(args.body_bytes)
+            warm_up(rocketmq, producers, TOPIC, body, 10)
+            progress(f"visible: {args.rate} msgs/s for {args.seconds} s, reput beside ...")
+            since_ms = int(time.time() * 1000)
+            sends = paced(
+                rocketmq, producers, TOPIC, body, args.rate, args.seconds,
+                [broker.process.pid], 0,
+            )  # fmt: skip
+            for producer in producers:
+                producer.shutdown()
+            expected = sends.sent + 10 * args.threads
+            messages = tables / "messages"
+            _wait(lambda: _rows_committed(messages) >= expected, CATCH_UP_TIMEOUT_S, "catch-up")
+        finally:
+            os.killpg(job.pid, signal.SIGTERM)
+            job.wait(120)
+    latencies = visible_latencies_ms(tables / "messages", since_ms)
+    log_text = log_path.read_text(errors="replace")
+    return {
+        "rate": args.rate,
+        "seconds": args.seconds,
+        "sent": sends.sent,
+        "failed": sends.failed,
+        "send_p50_ms": round(sends.p50_ms, 1),
+        "send_p99_ms": round(sends.p99_ms, 1),
+        "visible_p50_ms": _pct(latencies, 0.5),
+        "visible_p99_ms": _pct(latencies, 0.99),
+        "visible_max_ms": latencies[-1] if latencies else -1,
+        "rows": len(latencies),
+        "longest_consume_queue_commit_gap_ms": longest_commit_gap_ms(
+            tables / "consume_queue", since_ms
+        ),
+        "optimize_runs": log_text.count("OPTIMIZE removed"),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=int, default=500, help="msgs/s in all (500)")
+    parser.add_argument("--seconds", type=float, default=60, help="how long to send (60)")
+    parser.add_argument("--threads", type=int, default=2, help="producers (2)")
+    parser.add_argument("--body-bytes", type=int, default=100, help="body size (100)")
+    parser.add_argument("--keep", action="store_true", help="keep the work dir")
+    args = parser.parse_args(argv)
+    load_start = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    work = Path(tempfile.mkdtemp(prefix="bench-visible-"))
+    try:
+        result = run(args, work)
+    except PeerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    result["load_start"] = load_start
+    result["load_end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
