@@ -27,10 +27,10 @@ third of a put). A batch takes the packed writer when all its requests can.
 from __future__ import annotations
 
 import logging
-import mmap
 import struct
 import zlib
 from collections.abc import Callable, Sequence
+from itertools import repeat
 from typing import cast
 
 from rmq_spark.clock import Clock
@@ -40,6 +40,13 @@ from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.layout import MESSAGE_MAGIC_CODE_V1
 from rmq_spark.store.message import HostAddress
+from rmq_spark.store.packed import (
+    PackedColumns,
+    encode_packed,
+    packed_results,
+    physical_offsets_of,
+    queue_offsets_of,
+)
 from rmq_spark.store.put import (
     PreparedMessage,
     PutContext,
@@ -52,10 +59,10 @@ from rmq_spark.store.put import (
     reject_batch,
 )
 from rmq_spark.store.put_lock import PutLock
-from rmq_spark.store.put_plan import Packed, Templates, UniqKeys
+from rmq_spark.store.put_plan import Templates, UniqKeys
 from rmq_spark.store.put_state import IdempotencyWindow, WindowEntry
 from rmq_spark.store.raw import RawParts
-from rmq_spark.store.record_crc import seal_record
+from rmq_spark.store.record_crc import record_crc_tail, seal_record
 from rmq_spark.store.recovery import RecoveredState
 from rmq_spark.store.segment import Segment
 
@@ -68,6 +75,7 @@ _PUT_OK = PutStatus.PUT_OK
 _MAGIC = MESSAGE_MAGIC_CODE_V1
 _crc32 = zlib.crc32
 _seal = seal_record
+_crc_tail = record_crc_tail
 
 
 class Appender:
@@ -112,7 +120,8 @@ class Appender:
             record_crc=self._crc,
         )
         store_ipv4 = ipv4_of(host)
-        self._store_ip, self._store_port = store_ipv4 or (b"", 0)
+        self._store_host = store_ipv4 or (b"", 0)
+        self._store_ip, self._store_port = self._store_host
         # Template and raw records are packed with IPv4 hosts only.
         self._templates = (
             Templates(config.max_message_size_bytes, self._uniq_keys.key_size, self._crc)
@@ -175,18 +184,16 @@ class Appender:
                 self._store_port, 0, 0, body_size, body, plan.topic, plan.props_size, plan.before,
                 uniq_key.encode("ascii"), plan.after,
             )  # fmt: skip
+            record = packer.pack(*values)
+            if self._crc:
+                record += _crc_tail(record)
             mapping = segment.mapping
             if mapping is not None and position + size <= segment.size_bytes:
-                packer.pack_into(mapping, position, *values)
-                if self._crc:
-                    _seal(mapping, position, size)
+                mapping[position : position + size] = record
                 segment.write_position = position + size
             else:
-                buf = bytearray(packer.pack(*values))
-                if self._crc:
-                    _seal(buf, 0, size)
                 try:
-                    segment.append(buf)
+                    segment.append(record)
                 except OSError as err:
                     self._undo_failed_write(segment, size, err)
                     return _failed(PutStatus.UNKNOWN_ERROR, "writing the record", err)
@@ -219,9 +226,9 @@ class Appender:
         if self.closed:
             return PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
         if request.raw_properties is not None and self._raw is not None:
-            packed = self._raw.parts(request)
-            if packed is not None:
-                return self._put_packed([packed])[0][0]
+            columns = self._raw.columns((request,))
+            if columns is not None:
+                return self._put_packed(columns)[0][0]
         prepared = prepare(request, self._ctx, self._clock.now_ms())
         if type(prepared) is PutResult:
             return prepared
@@ -287,11 +294,9 @@ class Appender:
             builder: Templates | RawParts | None = self._templates
         else:  # a template request in the batch: both builders decline it
             builder = self._raw
-        if builder is not None:
-            build = builder.parts
-            packed = [build(request) for request in requests]
-            if None not in packed:
-                return self._put_packed(cast("list[Packed]", packed))
+        columns = builder.columns(requests) if builder is not None else None
+        if columns is not None:
+            return self._put_packed(columns)
         now = self._clock.now_ms()
         ctx = self._ctx
         prepared = [prepare(request, ctx, now) for request in requests]
@@ -300,15 +305,14 @@ class Appender:
             return rejected, 0
         return self._write_prepared(cast("list[PreparedMessage]", prepared))
 
-    def _put_packed(self, parts: list[Packed]) -> tuple[list[PutResult], int]:
-        """Template and raw records, packed straight into the segment's memory map (or one
-        buffer) under one lock acquisition; returns the results and the end offset."""
-        count = len(parts)
-        total = sum(part[18] for part in parts)
+    def _put_packed(self, columns: PackedColumns) -> tuple[list[PutResult], int]:
+        """Template and raw records (``packed.py``), encoded and copied into the segment under
+        one lock acquisition; returns the results and the end offset."""
+        count = len(columns.sizes)
+        total = columns.total
         if total + 8 > self._segment_size:
             detail = f"batch of {total} bytes does not fit a segment"
             return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count, 0
-        placed: list[tuple[int, int, str | None]] = []  # (physical, queue offset, UNIQ_KEY)
         lock = self.lock
         if not lock.mutex.acquire(False):
             lock.acquire_contended()
@@ -318,82 +322,58 @@ class Appender:
             where = self._batch_target(total, count)
             if isinstance(where, list):
                 return where, 0
-            segment, position, target, offset, buffer = where
-            physical_offset = segment.base_offset + position
+            segment, position = where
+            offsets = physical_offsets_of(columns, segment.base_offset + position)
             now = self._now_ms()
-            queue_offsets = self.queue_offsets
-            pending: dict[tuple[str, int], int] = {}
-            key_at = self._uniq_keys.key_at
-            store_ip = self._store_ip
-            store_port = self._store_port
-            crc_on = self._crc
-            for (
-                topic, queue_id, body, born, born_host, flag, sys_flag, reconsume, prepared,
-                consumes, uniq_key, generate, topic_bytes, props_size, head, tail, packer, crc,
-                size,
-            ) in parts:  # fmt: skip
-                if consumes:
-                    key = (topic, queue_id)
-                    queue_offset = pending.get(key)
-                    if queue_offset is None:
-                        queue_offset = queue_offsets.get(key, 0)
-                    pending[key] = queue_offset + 1
-                else:
-                    queue_offset = 0
-                if generate:
-                    uniq_key = key_at(now)
-                    key_bytes = uniq_key.encode("ascii")
-                else:
-                    key_bytes = b""
-                packer.pack_into(
-                    target, offset, size, _MAGIC, crc, queue_id, flag, queue_offset,
-                    physical_offset, sys_flag, now if born is None else born, born_host[0],
-                    born_host[1], now, store_ip, store_port, reconsume, prepared, len(body),
-                    body, topic_bytes, props_size, head, key_bytes, tail,
-                )  # fmt: skip
-                if crc_on:
-                    _seal(target, offset, size)
-                placed.append((physical_offset, queue_offset, uniq_key))
-                offset += size
-                physical_offset += size
-            failed = self._finish_batch_write(segment, position, total, buffer, count)
+            queue_offsets, pending = queue_offsets_of(columns, self.queue_offsets)
+            uniq_keys = columns.uniq_keys
+            if uniq_keys is None:
+                uniq_keys = self._uniq_keys.keys_at(now, count)
+                key_bytes: Sequence[bytes] = list(map(str.encode, uniq_keys))
+            else:
+                key_bytes = [b""] * count
+            data = encode_packed(
+                columns, offsets, queue_offsets, key_bytes, now, self._store_host, self._crc
+            )
+            failed = self._write_batch(segment, position, data, count)
             if failed is not None:
                 return failed, 0
-            queue_offsets.update(pending)
+            self.queue_offsets.update(pending)
             if self._window_capacity:
-                add = self.window.add
-                for part, (offset, queue_offset, uniq_key) in zip(parts, placed, strict=True):
-                    if uniq_key is not None:
-                        add(part[0], uniq_key, (offset, part[18], queue_offset, part[1], now))
-            self.last_record_offset = placed[-1][0]
+                self._remember(columns, offsets, queue_offsets, uniq_keys, now)
+            self.last_record_offset = offsets[-1]
             self.last_store_ts = now
         finally:
             lock.mutex.release()
             if lock.parked:
                 lock.wake_one()
-        prefix = self.msg_id_prefix
-        results = [
-            PutResult(
-                _PUT_OK,
-                offset,
-                queue_offset,
-                f"{prefix}{offset:016X}",
-                part[0],
-                part[1],
-                now,
-                uniq_key,
-                part[18],
-            )  # fmt: skip
-            for part, (offset, queue_offset, uniq_key) in zip(parts, placed, strict=True)
-        ]
-        return results, physical_offset
+        results = packed_results(
+            columns, offsets, queue_offsets, uniq_keys, self.msg_id_prefix, now
+        )
+        return results, offsets[-1] + columns.sizes[-1]
 
-    def _batch_target(
-        self, total: int, count: int
-    ) -> tuple[Segment, int, mmap.mmap | bytearray, int, bytearray | None] | list[PutResult]:
-        """Lock held: the segment ``total`` bytes go to, its write position, and where to pack
-        them: straight into its mapping, or into a buffer (returned last, else ``None``)
-        appended by ``_finish_batch_write``. Failed results if no segment could be created."""
+    def _remember(
+        self,
+        columns: PackedColumns,
+        offsets: list[int],
+        queue_offsets: list[int],
+        uniq_keys: Sequence[str | None],
+        now: int,
+    ) -> None:
+        """Lock held: add the batch's records that carry a UNIQ_KEY to the window."""
+        entries = list(
+            zip(offsets, columns.sizes, queue_offsets, columns.queue_ids, repeat(now), strict=False)
+        )
+        keys = list(zip(columns.topics, uniq_keys, strict=True))
+        if None in uniq_keys:
+            kept = [i for i, key in enumerate(uniq_keys) if key is not None]
+            keys = [keys[i] for i in kept]
+            entries = [entries[i] for i in kept]
+        self.window.add_many(cast("list[tuple[str, str]]", keys), entries)
+
+    def _batch_target(self, total: int, count: int) -> tuple[Segment, int] | list[PutResult]:
+        """Lock held: the segment ``total`` bytes go to and its write position; failed
+        results if no segment could be created."""
         commitlog = self.commitlog
         assert commitlog is not None
         segment = commitlog.active
@@ -403,25 +383,23 @@ class Appender:
             except OSError as err:
                 failed = _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
                 return [failed] * count
-        position = segment.write_position
-        mapping = segment.mapping
-        if mapping is not None and position + total <= segment.size_bytes:
-            return segment, position, mapping, position, None
-        buffer = bytearray(total)
-        return segment, position, buffer, 0, buffer
+        return segment, segment.write_position
 
-    def _finish_batch_write(
-        self, segment: Segment, position: int, total: int, buffer: bytearray | None, count: int
+    def _write_batch(
+        self, segment: Segment, position: int, data: bytes, count: int
     ) -> list[PutResult] | None:
-        """Lock held: make the written bytes part of the segment; failed results if appending
-        the buffer failed (the segment is then restored by ``_undo_failed_write``)."""
-        if buffer is None:
-            segment.write_position = position + total
+        """Lock held: copy ``data`` into the segment's memory map, or append it; failed
+        results if appending failed (the segment is then restored by ``_undo_failed_write``)."""
+        size = len(data)
+        mapping = segment.mapping
+        if mapping is not None and position + size <= segment.size_bytes:
+            mapping[position : position + size] = data
+            segment.write_position = position + size
             return None
         try:
-            segment.append(buffer)
+            segment.append(data)
         except OSError as err:
-            self._undo_failed_write(segment, total, err)
+            self._undo_failed_write(segment, size, err)
             return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count
         return None
 

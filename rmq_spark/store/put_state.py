@@ -93,6 +93,37 @@ class IdempotencyWindow:
         position += 1
         self.position = 0 if position == self.capacity else position
 
+    def add_many(
+        self, keys: list[tuple[str, str]], entries: list[tuple[int, int, int, int, int]]
+    ) -> None:
+        """``add`` of each (key, entry) pair in order, with one dict update and one ring
+        splice when the keys are new and distinct (a batch's generated UNIQ_KEYs)."""
+        capacity = self.capacity
+        table = self.entries
+        count = len(keys)
+        if capacity <= 0 or not count:
+            return
+        if count > capacity or len(set(keys)) != count or not table.keys().isdisjoint(keys):
+            for key, entry in zip(keys, entries, strict=True):
+                self.add(*key, entry)
+            return
+        table.update(zip(keys, entries, strict=True))
+        ring = self.ring
+        room = capacity - len(ring)
+        if room > 0:
+            ring.extend(keys[:room])
+            keys = keys[room:]
+        position = self.position
+        while keys:  # evict the oldest, in ring order (the ring is full here)
+            take = keys[: capacity - position]
+            evicted = ring[position : position + len(take)]
+            for key in evicted:
+                del table[key]
+            ring[position : position + len(take)] = take
+            keys = keys[len(take) :]
+            position = (position + len(take)) % capacity
+        self.position = position
+
     def start_offset(self, default: int) -> int:
         """Physical offset of the oldest record in the window (``default`` if empty)."""
         if not self.ring:
