@@ -39,9 +39,10 @@ from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.layout import MESSAGE_MAGIC_CODE_V1
-from rmq_spark.store.message import HostAddress
+from rmq_spark.store.message import LOCALHOST, HostAddress
 from rmq_spark.store.packed import (
     PackedColumns,
+    Written,
     encode_packed,
     packed_results,
     physical_offsets_of,
@@ -58,6 +59,7 @@ from rmq_spark.store.put import (
     prepare,
     reject_batch,
 )
+from rmq_spark.store.put_columns import MessageColumns, PutBatchReceipt, requests_of
 from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.put_plan import Templates, UniqKeys
 from rmq_spark.store.put_state import IdempotencyWindow, WindowEntry
@@ -306,22 +308,55 @@ class Appender:
         return self._write_prepared(cast("list[PreparedMessage]", prepared))
 
     def _put_packed(self, columns: PackedColumns) -> tuple[list[PutResult], int]:
-        """Template and raw records (``packed.py``), encoded and copied into the segment under
-        one lock acquisition; returns the results and the end offset."""
+        """Template and raw records (``packed.py``) written by ``_write_packed``; returns
+        the results and the end offset."""
+        written = self._write_packed(columns)
+        if isinstance(written, list):
+            return written, 0
+        results = packed_results(columns, written, self.msg_id_prefix)
+        return results, written.physical_offsets[-1] + columns.sizes[-1]
+
+    def append_columns(self, columns: MessageColumns) -> PutBatchReceipt:
+        """``append_batch`` of messages given as columns, answered with one receipt; the
+        packed writer takes them when it can, else the general path (same checks)."""
+        n = len(columns.bodies)
+        if self.closed:
+            return PutBatchReceipt(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
+        if not n:
+            return PutBatchReceipt(_PUT_OK)
+        packed = None
+        if self._templates is not None and not columns.has_properties:
+            packed = self._templates.from_columns(
+                columns.topics, columns.queue_ids, columns.bodies, columns.tags,
+                columns.born_timestamps_ms, [LOCALHOST] * n,
+            )  # fmt: skip
+        if packed is None:
+            return PutBatchReceipt.of_results(self.append_batch(requests_of(columns))[0])
+        written = self._write_packed(packed)
+        if isinstance(written, list):
+            return PutBatchReceipt.of_results(written)
+        return PutBatchReceipt(
+            _PUT_OK, written.physical_offsets, written.queue_offsets, list(written.uniq_keys),
+            list(packed.sizes), written.now,
+        )  # fmt: skip
+
+    def _write_packed(self, columns: PackedColumns) -> Written | list[PutResult]:
+        """Encode and copy a batch into the segment under one lock acquisition: where it
+        went, or the failed results."""
         count = len(columns.sizes)
         total = columns.total
         if total + 8 > self._segment_size:
             detail = f"batch of {total} bytes does not fit a segment"
-            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count, 0
+            return [PutResult(PutStatus.MESSAGE_ILLEGAL, detail=detail)] * count
         lock = self.lock
         if not lock.mutex.acquire(False):
             lock.acquire_contended()
         try:
             if self.failure is not None or self.closed:
-                return [self.unavailable()] * count, 0
+                return [self.unavailable()] * count
             where = self._batch_target(total, count)
             if isinstance(where, list):
-                return where, 0
+                return where
             segment, position = where
             offsets = physical_offsets_of(columns, segment.base_offset + position)
             now = self._now_ms()
@@ -337,7 +372,7 @@ class Appender:
             )
             failed = self._write_batch(segment, position, data, count)
             if failed is not None:
-                return failed, 0
+                return failed
             self.queue_offsets.update(pending)
             if self._window_capacity:
                 self._remember(columns, offsets, queue_offsets, uniq_keys, now)
@@ -347,10 +382,7 @@ class Appender:
             lock.mutex.release()
             if lock.parked:
                 lock.wake_one()
-        results = packed_results(
-            columns, offsets, queue_offsets, uniq_keys, self.msg_id_prefix, now
-        )
-        return results, offsets[-1] + columns.sizes[-1]
+        return Written(offsets, queue_offsets, uniq_keys, now)
 
     def _remember(
         self,

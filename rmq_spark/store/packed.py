@@ -36,6 +36,7 @@ __all__ = [
     "physical_offsets_of",
     "queue_offsets_of",
     "without_crc_property",
+    "Written",
 ]
 
 _pack = struct.Struct.pack
@@ -75,6 +76,16 @@ class PackedColumns(NamedTuple):
     body_sizes: Sequence[int]
     sizes: Sequence[int]
     total: int
+
+
+class Written(NamedTuple):
+    """Where the packed writer put a batch: each record's physical and queue offset and
+    UNIQ_KEY, and the store timestamp they all carry."""
+
+    physical_offsets: list[int]
+    queue_offsets: list[int]
+    uniq_keys: Sequence[str | None]
+    now: int
 
 
 def queue_offsets_of(
@@ -151,21 +162,15 @@ def msg_ids(prefix: str, offsets: Sequence[int]) -> list[str]:
     return list(map(prefix.__add__, raw.tobytes().hex(" ", 8).upper().split()))
 
 
-def packed_results(
-    columns: PackedColumns,
-    physical_offsets: Sequence[int],
-    queue_offsets: Sequence[int],
-    uniq_keys: Sequence[str | None],
-    prefix: str,
-    now: int,
-) -> list[PutResult]:
+def packed_results(columns: PackedColumns, written: Written, prefix: str) -> list[PutResult]:
     """The ``PUT_OK`` result of every record of a written batch."""
-    n = len(physical_offsets)
+    offsets = written.physical_offsets
+    n = len(offsets)
     return list(
         map(
-            PutResult, repeat(PutStatus.PUT_OK, n), physical_offsets, queue_offsets,
-            msg_ids(prefix, physical_offsets), columns.topics, columns.queue_ids,
-            repeat(now, n), uniq_keys, columns.sizes,
+            PutResult, repeat(PutStatus.PUT_OK, n), offsets, written.queue_offsets,
+            msg_ids(prefix, offsets), columns.topics, columns.queue_ids,
+            repeat(written.now, n), written.uniq_keys, columns.sizes,
         )
     )  # fmt: skip
 

@@ -1,0 +1,181 @@
+"""Columnar puts (``MessageStore.put_columns``/``put_arrow``) store the bytes ``put_batch``
+stores for the same messages, with the same rules; the batch writer's bulk window update is
+``IdempotencyWindow.add`` of each entry."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from store_helpers import open_store
+
+from rmq_spark.clock import ManualClock
+from rmq_spark.errors import InvalidMessageError
+from rmq_spark.store.message_store import MessageStore
+from rmq_spark.store.put import PutRequest, PutStatus
+from rmq_spark.store.put_state import IdempotencyWindow
+
+_START = 1_700_000_000_000
+
+
+def _pair(tmp_path: Path, **overrides: object) -> tuple[ManualClock, MessageStore, MessageStore]:
+    """Two stores on one clock, opened at the same instant: the same UNIQ_KEYs in order."""
+    clock = ManualClock(_START)
+    overrides.setdefault("segment_size_bytes", 1 << 20)
+    first = open_store(tmp_path / "batch", clock=clock, **overrides)
+    second = open_store(tmp_path / "columns", clock=clock, **overrides)
+    return clock, first, second
+
+
+def _log(store: MessageStore) -> bytes:
+    return store.commitlog.read(store.min_offset, store.max_offset - store.min_offset)
+
+
+def _messages(seed: int, count: int) -> list[PutRequest]:
+    rng = random.Random(seed)
+    return [
+        PutRequest(
+            rng.choice(["TopicA", "B", "%RETRY%g"]),
+            rng.randbytes(rng.choice([0, 1, 100, 333])),
+            queue_id=rng.choice([0, 1, 7]),
+            tags=rng.choice([None, "TagA", "étiquette"]),
+            born_timestamp_ms=rng.choice([None, 0, 1_600_000_000_000, -5]),
+        )
+        for _ in range(count)
+    ]
+
+
+@pytest.mark.parametrize("uniform", [True, False])
+def test_put_columns_stores_the_bytes_put_batch_stores(tmp_path: Path, uniform: bool) -> None:
+    clock, batch_store, column_store = _pair(tmp_path)
+    general: list[object] = []
+    column_store._appender.append_batch = general.append  # type: ignore[method-assign,assignment]
+    messages = _messages(seed=5, count=300)
+    if uniform:
+        messages = [PutRequest("TopicA", m.body[:1].ljust(50), m.queue_id) for m in messages]
+    for start in range(0, len(messages), 37):
+        chunk = messages[start : start + 37]
+        clock.advance(1)
+        results = batch_store.put_batch(chunk)
+        receipt = column_store.put_columns(
+            [m.topic for m in chunk],
+            [m.body for m in chunk],
+            [m.queue_id for m in chunk],
+            tags=[m.tags for m in chunk],
+            born_timestamp_ms=[m.born_timestamp_ms for m in chunk],
+        )
+        assert receipt.ok, receipt.detail
+        assert receipt.physical_offsets == [r.physical_offset for r in results]
+        assert receipt.queue_offsets == [r.queue_offset for r in results]
+        assert receipt.uniq_keys == [r.uniq_key for r in results]
+        assert receipt.sizes == [r.total_size for r in results]
+        assert receipt.store_timestamp_ms == clock.now_ms()
+    assert _log(column_store) == _log(batch_store)
+    assert column_store.queue_offsets() == batch_store.queue_offsets()
+    assert general == []  # the packed writer took every batch
+
+
+def test_put_arrow_and_properties_store_what_put_batch_stores(tmp_path: Path) -> None:
+    """An Arrow table with a properties map column: properties take the general path."""
+    clock, batch_store, column_store = _pair(tmp_path)
+    bodies = [b"a", b"bb", b""]
+    props = [{"user": "1"}, None, {"k": "v", "TAGS": "T2"}]
+    table = pa.table(
+        {
+            "topic": ["TopicA", "TopicA", "TopicB"],
+            "body": pa.array(bodies, pa.binary()),
+            "queue_id": pa.array([0, 3, 1], pa.int32()),
+            "tags": ["TagA", None, None],
+            "properties": pa.array(
+                [None if p is None else list(p.items()) for p in props],
+                pa.map_(pa.string(), pa.string()),
+            ),
+        }
+    )
+    requests = [
+        PutRequest("TopicA", b"a", 0, properties={"user": "1"}, tags="TagA"),
+        PutRequest("TopicA", b"bb", 3),
+        PutRequest("TopicB", b"", 1, properties={"k": "v", "TAGS": "T2"}),
+    ]
+    assert all(r.ok for r in batch_store.put_batch(requests))
+    receipt = column_store.put_arrow(table)
+    assert receipt.ok, receipt.detail
+    clock.advance(1)
+    plain = table.drop_columns(["properties"])
+    assert column_store.put_arrow(plain).ok
+    assert all(r.ok for r in batch_store.put_batch([PutRequest(*r[:3], tags=r[3]) for r in [
+        ("TopicA", b"a", 0, "TagA"), ("TopicA", b"bb", 3, None), ("TopicB", b"", 1, None)]]))  # fmt: skip
+    assert _log(column_store) == _log(batch_store)
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "status", "reason"),
+    [
+        ("topic", "bad topic", PutStatus.MESSAGE_ILLEGAL, "characters"),
+        ("queue_id", -1, PutStatus.MESSAGE_ILLEGAL, "queue id"),
+        ("queue_id", True, PutStatus.MESSAGE_ILLEGAL, "queue id"),
+        ("body", "text", PutStatus.MESSAGE_ILLEGAL, "body must be bytes"),
+        ("body", b"x" * 5000, PutStatus.MESSAGE_ILLEGAL, "max_message_size_bytes"),
+        ("tags", "a\x02b", PutStatus.MESSAGE_ILLEGAL, "TAGS"),
+        ("born_timestamp_ms", 1.5, PutStatus.MESSAGE_ILLEGAL, "born_timestamp_ms"),
+        ("properties", {"k": "x" * 40_000}, PutStatus.PROPERTIES_SIZE_EXCEEDED, "properties"),
+    ],
+)
+def test_an_illegal_message_sinks_the_whole_columnar_batch(
+    tmp_path: Path, column: str, value: object, status: PutStatus, reason: str
+) -> None:
+    store = open_store(tmp_path, max_message_size_bytes=4096)
+    columns: dict[str, list[object]] = {
+        "topic": ["T"] * 4,
+        "body": [b"ok"] * 4,
+        "queue_id": [0] * 4,
+        "tags": [None] * 4,
+        "born_timestamp_ms": [None] * 4,
+        "properties": [None] * 4,
+    }
+    columns[column][2] = value
+    before = store.max_offset
+    receipt = store.put_columns(
+        columns["topic"],  # type: ignore[arg-type]
+        columns["body"],  # type: ignore[arg-type]
+        columns["queue_id"],  # type: ignore[arg-type]
+        tags=columns["tags"],  # type: ignore[arg-type]
+        born_timestamp_ms=columns["born_timestamp_ms"],  # type: ignore[arg-type]
+        properties=columns["properties"],  # type: ignore[arg-type]
+    )
+    assert receipt.status is status
+    assert "message #2" in receipt.detail and reason in receipt.detail
+    assert receipt.physical_offsets == [] and store.max_offset == before
+    assert store.queue_offset("T", 0) == 0
+
+
+def test_columns_of_different_lengths_are_refused_naming_the_column(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    with pytest.raises(InvalidMessageError, match="queue_id: 2 values for 3 bodies"):
+        store.put_columns("T", [b"a", b"b", b"c"], [0, 1])
+
+
+def test_columnar_puts_fill_the_idempotency_window(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    receipt = store.put_columns("T", [b"a", b"b"], 1)
+    key = receipt.uniq_keys[1]
+    assert key is not None
+    again = store.put(PutRequest("T", b"b", 1, properties={"UNIQ_KEY": key}, idempotent=True))
+    assert again.duplicate and again.physical_offset == receipt.physical_offsets[1]
+
+
+def test_window_add_many_is_add_of_each_entry_in_order() -> None:
+    rng = random.Random(9)
+    for capacity in (0, 1, 5, 64):
+        bulk, single = IdempotencyWindow(capacity), IdempotencyWindow(capacity)
+        for round_ in range(60):
+            count = rng.choice([1, 3, 7, 70])
+            keys = [("T", f"K{rng.randrange(150)}") for _ in range(count)]  # repeats, old keys
+            entries = [(round_, i, i, 0, round_) for i in range(count)]
+            bulk.add_many(keys, entries)
+            for key, entry in zip(keys, entries, strict=True):
+                single.add(*key, entry)
+            assert bulk.entries == single.entries
+            assert (bulk.ring, bulk.position) == (single.ring, single.position)
