@@ -105,8 +105,8 @@ def test_put_arrow_and_properties_store_what_put_batch_stores(tmp_path: Path) ->
     clock.advance(1)
     plain = table.drop_columns(["properties"])
     assert column_store.put_arrow(plain).ok
-    assert all(r.ok for r in batch_store.put_batch([PutRequest(*r[:3], tags=r[3]) for r in [
-        ("TopicA", b"a", 0, "TagA"), ("TopicA", b"bb", 3, None), ("TopicB", b"", 1, None)]]))  # fmt: skip
+    again = [PutRequest("TopicA", b"a", 0, tags="TagA"), requests[1], PutRequest("TopicB", b"", 1)]
+    assert all(r.ok for r in batch_store.put_batch(again))
     assert _log(column_store) == _log(batch_store)
 
 
