@@ -34,7 +34,7 @@ from itertools import repeat
 from typing import cast
 
 from rmq_spark.clock import Clock
-from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION
+from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION, RECORD_HOSTS
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.delay_levels import parse_message_delay_level
@@ -78,6 +78,7 @@ _MAGIC = MESSAGE_MAGIC_CODE_V1
 _crc32 = zlib.crc32
 _seal = seal_record
 _crc_tail = record_crc_tail
+_hosts = RECORD_HOSTS.pack
 
 
 class Appender:
@@ -159,7 +160,7 @@ class Appender:
         body_size = len(body)
         crc = _crc32(body) & 0x7FFFFFFF
         size = plan.fixed_size + body_size
-        packer = plan.packers.get(body_size) or plan.packer(body_size)
+        packer, head = plan.shapes.get(body_size) or plan.shape(body_size)
         key = (topic, queue_id)
         lock = self.lock
         if not lock.mutex.acquire(False):
@@ -180,11 +181,13 @@ class Appender:
             now = self._now_ms()
             uniq_key = self._uniq_keys.key_at(now)
             queue_offset = self.queue_offsets.get(key, 0)
+            hosts = _hosts(
+                born_host[0], born_host[1], now, self._store_ip, self._store_port, 0, 0, body_size
+            )
             values = (
-                size, _MAGIC, crc, queue_id, 0, queue_offset, physical_offset, 0,
-                now if born is None else born, born_host[0], born_host[1], now, self._store_ip,
-                self._store_port, 0, 0, body_size, body, plan.topic, plan.props_size, plan.before,
-                uniq_key.encode("ascii"), plan.after,
+                head, crc, queue_id, 0, queue_offset, physical_offset, 0,
+                now if born is None else born, hosts, body, plan.mid, uniq_key.encode("ascii"),
+                plan.after,
             )  # fmt: skip
             record = packer.pack(*values)
             if self._crc:
@@ -393,15 +396,17 @@ class Appender:
         now: int,
     ) -> None:
         """Lock held: add the batch's records that carry a UNIQ_KEY to the window."""
+        topics = columns.topics
         entries = list(
             zip(offsets, columns.sizes, queue_offsets, columns.queue_ids, repeat(now), strict=False)
         )
-        keys = list(zip(columns.topics, uniq_keys, strict=True))
-        if None in uniq_keys:
-            kept = [i for i, key in enumerate(uniq_keys) if key is not None]
-            keys = [keys[i] for i in kept]
-            entries = [entries[i] for i in kept]
-        self.window.add_many(cast("list[tuple[str, str]]", keys), entries)
+        if None not in uniq_keys and topics.count(topics[0]) == len(topics):
+            self.window.add_many(topics[0], cast("list[str]", list(uniq_keys)), entries)
+            return
+        add = self.window.add
+        for topic, uniq_key, entry in zip(topics, uniq_keys, entries, strict=True):
+            if uniq_key is not None:
+                add(topic, uniq_key, entry)
 
     def _batch_target(self, total: int, count: int) -> tuple[Segment, int] | list[PutResult]:
         """Lock held: the segment ``total`` bytes go to and its write position; failed

@@ -3,7 +3,7 @@
 Owns ``PackedColumns`` (a batch the appender's packed writer takes, one list per record
 field: built by ``put_plan.Templates`` from requests or from columns, and by
 ``raw.RawParts``), and the per-batch steps that run under the put lock: queue offsets,
-the records packed (``codec.record_packer``) and sealed (``record_crc.record_crc_tails``),
+the records packed (``codec.record_packer``) and sealed (``record_crc.record_crc_digit_runs``),
 then, after it, the message ids and results. Does not own which requests may take this
 path (``put_plan.py``, ``raw.py``), the lock, segments or the idempotency window
 (``appender.py``, ``put_state.py``).
@@ -19,14 +19,14 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from itertools import accumulate, chain, count, repeat
 from typing import NamedTuple
 
-from rmq_spark.store.codec import RecordPacker
+from rmq_spark.store.codec import RECORD_HEAD, RECORD_HOSTS, RecordPacker
 from rmq_spark.store.layout import MESSAGE_MAGIC_CODE_V1
 from rmq_spark.store.put import PutResult, PutStatus
-from rmq_spark.store.record_crc import RECORD_CRC_BYTES, record_crc_tails
+from rmq_spark.store.record_crc import RECORD_CRC_BYTES, RECORD_CRC_KEY, record_crc_digit_runs
 
 __all__ = [
     "PackedColumns",
@@ -40,19 +40,24 @@ __all__ = [
 ]
 
 _pack = struct.Struct.pack
+_head = RECORD_HEAD.pack
+_hosts = RECORD_HOSTS.pack
+_MAGIC = MESSAGE_MAGIC_CODE_V1
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
 class PackedColumns(NamedTuple):
     """One batch for the packed writer, one entry per record in every column.
 
-    A record is ``packer`` over (the 17 header fields, body, ``topic_bytes`` (length byte
-    and topic), ``props_size``, ``head``, UNIQ_KEY, ``tail``), then, when the store seals
-    records, the record CRC property (``sizes`` count it, ``tail`` does not hold it).
-    ``born_timestamps`` ``None``: every record is born at the store timestamp;
-    ``consumes`` ``None``: every record takes a queue offset; ``uniq_keys`` ``None``: each
-    record's UNIQ_KEY is generated under the lock (its properties ``head ‖ key ‖ tail``),
-    else the given keys (``None`` entries: none) are already inside ``head``.
+    A record is ``packer`` over the pieces of ``codec.RecordPacker`` (``mid``: topic
+    length, topic, properties length and the properties before the UNIQ_KEY; ``tail``: the
+    rest of them, without the record CRC property), then, when the store seals records, the
+    record CRC property (``sizes`` count it). ``born_timestamps`` ``None``: every record is
+    born at the store timestamp; ``consumes`` ``None``: every record takes a queue offset;
+    ``uniq_keys`` ``None``: each record's UNIQ_KEY is generated under the lock, between
+    ``mid`` and ``tail``; else the given keys (``None`` entries: none) are inside ``mid``.
+    ``uniform``: one size, born host, flag, SYSFLAG, RECONSUMETIMES and prepared offset for
+    all (the pieces they make are packed once per batch).
     """
 
     topics: Sequence[str]
@@ -67,15 +72,14 @@ class PackedColumns(NamedTuple):
     prepared_offsets: Sequence[int]
     consumes: Sequence[bool] | None
     uniq_keys: Sequence[str | None] | None
-    topic_bytes: Sequence[bytes]
-    props_sizes: Sequence[int]
-    heads: Sequence[bytes]
+    mids: Sequence[bytes]
     tails: Sequence[bytes]
     packers: Sequence[RecordPacker]
     body_crcs: Sequence[int]
     body_sizes: Sequence[int]
     sizes: Sequence[int]
     total: int
+    uniform: bool
 
 
 class Written(NamedTuple):
@@ -127,23 +131,38 @@ def encode_packed(
     n = len(physical_offsets)
     borns = columns.born_timestamps
     if borns is None:
-        born_column: Sequence[int | None] = [now] * n
+        born_column: Iterable[int | None] = repeat(now, n)
     else:
         born_column = [now if born is None else born for born in borns]
+    store_ip, store_port = store_host
+    if columns.uniform:  # every record's head and hosts pieces are the same
+        heads: Iterable[bytes] = repeat(_head(columns.sizes[0], _MAGIC), n)
+        hosts: Iterable[bytes] = repeat(
+            _hosts(
+                columns.born_ips[0], columns.born_ports[0], now, store_ip, store_port,
+                columns.reconsume_times[0], columns.prepared_offsets[0], columns.body_sizes[0],
+            ),
+            n,
+        )  # fmt: skip
+    else:
+        heads = map(_head, columns.sizes, repeat(_MAGIC))
+        hosts = map(
+            _hosts, columns.born_ips, columns.born_ports, repeat(now), repeat(store_ip),
+            repeat(store_port), columns.reconsume_times, columns.prepared_offsets,
+            columns.body_sizes,
+        )  # fmt: skip
     records = list(
         map(
-            _pack, columns.packers, columns.sizes, [MESSAGE_MAGIC_CODE_V1] * n,
-            columns.body_crcs, columns.queue_ids, columns.flags, queue_offsets,
-            physical_offsets, columns.sys_flags, born_column, columns.born_ips,
-            columns.born_ports, [now] * n, [store_host[0]] * n, [store_host[1]] * n,
-            columns.reconsume_times, columns.prepared_offsets, columns.body_sizes,
-            columns.bodies, columns.topic_bytes, columns.props_sizes, columns.heads,
-            key_bytes, columns.tails,
+            _pack, columns.packers, heads, columns.body_crcs, columns.queue_ids, columns.flags,
+            queue_offsets, physical_offsets, columns.sys_flags, born_column, hosts,
+            columns.bodies, columns.mids, key_bytes, columns.tails,
         )
     )  # fmt: skip
     if not seal:
         return b"".join(records)
-    return b"".join(chain.from_iterable(zip(records, record_crc_tails(records), strict=True)))
+    digits = record_crc_digit_runs(records)
+    pieces = zip(records, repeat(RECORD_CRC_KEY), digits, repeat(b"\x02"), strict=False)
+    return b"".join(chain.from_iterable(pieces))
 
 
 def physical_offsets_of(columns: PackedColumns, base: int) -> list[int]:

@@ -26,8 +26,18 @@ from itertools import islice, repeat
 from operator import and_, attrgetter
 from typing import cast
 
-from rmq_spark.store.codec import HEADER_SIZE_IPV4, RecordPacker, record_packer
-from rmq_spark.store.layout import MAX_PROPERTIES_SIZE_BYTES, MAX_TOPIC_LENGTH_V1
+from rmq_spark.store.codec import (
+    HEADER_SIZE_IPV4,
+    RECORD_HEAD,
+    RecordPacker,
+    record_mid,
+    record_packer,
+)
+from rmq_spark.store.layout import (
+    MAX_PROPERTIES_SIZE_BYTES,
+    MAX_TOPIC_LENGTH_V1,
+    MESSAGE_MAGIC_CODE_V1,
+)
 from rmq_spark.store.message import LOCALHOST, HostAddress
 from rmq_spark.store.msg_id import month_start_ms
 from rmq_spark.store.packed import PackedColumns
@@ -78,14 +88,15 @@ class RecordPlan:
     is a generated UNIQ_KEY of ``uniq_key_size`` characters (IPv4 hosts).
 
     The record is ``header ‖ body ‖ topic ‖ properties length ‖ before ‖ uniq key ‖ after``
-    (``codec.record_packer``): ``topic`` is the topic length byte and the topic, ``before``
-    the properties up to the UNIQ_KEY value, ``after`` the rest of them (Java ``HashMap(128)``
-    order, trailing ``\\x02``); with ``seal``, the record CRC property follows (20 bytes that
-    ``props_size`` and ``fixed_size`` count, written by ``record_crc.record_crc_tail``).
+    (``codec.record_packer``; ``mid`` is topic ‖ properties length ‖ before): ``topic`` is the topic
+    length byte and the topic, ``before`` the properties up to the UNIQ_KEY value, ``after`` the
+    rest of them (Java ``HashMap(128)`` order, trailing ``\\x02``); with ``seal``, the record CRC
+    property follows (20 bytes that ``props_size`` and ``fixed_size`` count, written by
+    ``record_crc.record_crc_tail``).
     """
 
     __slots__ = (
-        "topic", "props_size", "before", "after", "fixed_size", "uniq_key_size", "packers",
+        "topic", "props_size", "before", "after", "mid", "fixed_size", "uniq_key_size", "shapes",
     )  # fmt: skip
 
     def __init__(
@@ -97,22 +108,22 @@ class RecordPlan:
         self.uniq_key_size = uniq_key_size
         sealed = RECORD_CRC_BYTES if seal else 0
         self.props_size = len(before) + uniq_key_size + len(after) + sealed
+        self.mid = record_mid(topic, self.props_size, before)
         self.fixed_size = HEADER_SIZE_IPV4 + len(topic) + 2 + self.props_size
-        self.packers: dict[int, RecordPacker] = {}
+        self.shapes: dict[int, tuple[RecordPacker, bytes]] = {}
 
-    def packer(self, body_size: int) -> RecordPacker:
+    def shape(self, body_size: int) -> tuple[RecordPacker, bytes]:
         """The codec's packer of the record for a body of ``body_size`` bytes, up to its
-        record CRC property: the 17 header fields, then body, topic, properties length,
-        ``before``, UNIQ_KEY (ASCII bytes) and ``after``."""
-        packer = self.packers.get(body_size)
-        if packer is None:
-            packer = record_packer(
-                body_size, len(self.topic), len(self.before), self.uniq_key_size, len(self.after)
-            )
-            if len(self.packers) >= _PACKERS_MAX:
-                self.packers.clear()
-            self.packers[body_size] = packer
-        return packer
+        record CRC property (``mid`` holds the topic and ``before``, then the UNIQ_KEY as
+        ASCII bytes and ``after``), and the record's first piece (TOTALSIZE and MAGIC)."""
+        shape = self.shapes.get(body_size)
+        if shape is None:
+            packer = record_packer(body_size, len(self.mid), self.uniq_key_size, len(self.after))
+            shape = (packer, RECORD_HEAD.pack(self.fixed_size + body_size, MESSAGE_MAGIC_CODE_V1))
+            if len(self.shapes) >= _PACKERS_MAX:
+                self.shapes.clear()
+            self.shapes[body_size] = shape
+        return shape
 
 
 def record_plan(
@@ -237,9 +248,14 @@ class Templates:
         lengths; default flags, no properties but TAGS), or ``None`` when one of them needs
         another path: the same rules as ``check``, checked once per column, not per record."""
         n = len(topics)
+        first = (topics[0], tags[0])
         try:
-            pairs = list(zip(topics, tags, strict=True))
-            plans = {pair: self._plan_of(*pair) for pair in set(pairs)}
+            if topics.count(first[0]) == n and tags.count(first[1]) == n:  # one (topic, TAGS)
+                pairs = None
+                plans = {first: self._plan_of(*first)}
+            else:
+                pairs = list(zip(topics, tags, strict=True))
+                plans = {pair: self._plan_of(*pair) for pair in set(pairs)}
         except TypeError:  # an unhashable topic or TAGS value: the general path refuses it
             return None
         if None in plans.values() or set(map(type, bodies)) != {bytes}:
@@ -254,26 +270,28 @@ class Templates:
         hosts = _host_columns(born_hosts, n)
         if not legal or hosts is None:
             return None
-        if len(plans) == 1 and body_sizes.count(body_sizes[0]) == n:  # uniform: one value
+        if len(plans) == 1 and body_sizes.count(body_sizes[0]) == n:  # one value per column
             (plan,) = cast("list[RecordPlan]", list(plans.values()))
-            packers = [plan.packer(body_sizes[0])] * n
-            topic_bytes, props_sizes = [plan.topic] * n, [plan.props_size] * n
-            heads, tails = [plan.before] * n, [plan.after] * n
+            packer, _ = plan.shape(body_sizes[0])
+            packers, mids, tails = [packer] * n, [plan.mid] * n, [plan.after] * n
             sizes = [plan.fixed_size + body_sizes[0]] * n
+            uniform = hosts[2]
         else:
-            per_record = cast("list[RecordPlan]", list(map(plans.__getitem__, pairs)))
-            packers = list(map(RecordPlan.packer, per_record, body_sizes))
-            topic_bytes = [plan.topic for plan in per_record]
-            props_sizes = [plan.props_size for plan in per_record]
-            heads = [plan.before for plan in per_record]
+            keys = pairs if pairs is not None else [first] * n
+            per_record = cast("list[RecordPlan]", list(map(plans.__getitem__, keys)))
+            shapes = zip(per_record, body_sizes, strict=True)
+            packers = [plan.shape(size)[0] for plan, size in shapes]
+            mids = [plan.mid for plan in per_record]
             tails = [plan.after for plan in per_record]
             sizes = list(map(int.__add__, map(_FIXED_SIZE, per_record), body_sizes))
+            uniform = False
         data = cast("list[bytes]", bodies)
         zeros = [0] * n
         return PackedColumns(
             cast("list[str]", topics), qids, data, borns, hosts[0], hosts[1], zeros, zeros,
-            zeros, zeros, None, None, topic_bytes, props_sizes, heads, tails, packers,
+            zeros, zeros, None, None, mids, tails, packers,
             list(map(and_, map(_crc32, data), repeat(_MASK))), body_sizes, sizes, sum(sizes),
+            uniform,
         )  # fmt: skip
 
     def _plan_of(self, topic: object, tags: object) -> RecordPlan | None:
@@ -312,10 +330,11 @@ def _born_column(borns: Sequence[object], n: int) -> tuple[bool, Sequence[int | 
     return True, cast("Sequence[int | None]", borns)
 
 
-def _host_columns(hosts: Sequence[object], n: int) -> tuple[list[bytes], list[int]] | None:
-    """The born host (packed IPv4 address, port) columns, or ``None`` if one is not IPv4."""
+def _host_columns(hosts: Sequence[object], n: int) -> tuple[list[bytes], list[int], bool] | None:
+    """The born host (packed IPv4 address, port) columns and whether they hold one host,
+    or ``None`` if one is not IPv4."""
     if hosts.count(LOCALHOST) == n:
-        return [_LOCALHOST_IPV4[0]] * n, [_LOCALHOST_IPV4[1]] * n
+        return [_LOCALHOST_IPV4[0]] * n, [_LOCALHOST_IPV4[1]] * n, True
     distinct = {id(host): host for host in hosts}
     packed: dict[int, tuple[bytes, int]] = {}
     for key, host in distinct.items():
@@ -324,7 +343,7 @@ def _host_columns(hosts: Sequence[object], n: int) -> tuple[list[bytes], list[in
             return None
         packed[key] = entry
     pairs = list(map(packed.__getitem__, map(id, hosts)))
-    return [pair[0] for pair in pairs], [pair[1] for pair in pairs]
+    return [pair[0] for pair in pairs], [pair[1] for pair in pairs], len(set(pairs)) == 1
 
 
 class UniqKeys:

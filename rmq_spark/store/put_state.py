@@ -7,6 +7,7 @@ the log and the queue-offset snapshot. Neither knows how a record is encoded or 
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Mapping
 from typing import NamedTuple
 
@@ -54,78 +55,104 @@ class IdempotencyWindow:
     """The last ``capacity`` (stored topic, UNIQ_KEY) pairs and where they were stored.
 
     Entries are kept as plain tuples (cheaper on the put path) and handed out as
-    ``WindowEntry``. ``entries`` is a plain dict; ``ring`` holds its keys in the order they
-    were added (it grows to ``capacity``, then wraps), ``position`` is the slot of the oldest
-    once it is full. A dict plus a ring cost about a third less per put than the
-    ``OrderedDict`` evicting its first item that this replaced (bench_put.py).
+    ``WindowEntry``, in one dict per topic keyed by UNIQ_KEY (a batch of one topic is one
+    ``dict.update`` whose keys hash once, as strings; (topic, key) tuples would hash on every
+    lookup). ``ring_topics``/``ring_keys`` hold the pairs in the order they were added (they
+    grow to ``capacity``, then wrap), ``position`` is the slot of the oldest once full.
     """
 
-    __slots__ = ("capacity", "entries", "ring", "position")
+    __slots__ = ("capacity", "topics", "ring_topics", "ring_keys", "position")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self.entries: dict[tuple[str, str], tuple[int, int, int, int, int]] = {}
-        self.ring: list[tuple[str, str]] = []
+        self.topics: dict[str, dict[str, tuple[int, int, int, int, int]]] = {}
+        self.ring_topics: list[str] = []
+        self.ring_keys: list[str] = []
         self.position = 0
 
     def __len__(self) -> int:
-        return len(self.entries)
+        return len(self.ring_keys)
 
     def get(self, topic: str, uniq_key: str) -> WindowEntry | None:
-        entry = self.entries.get((topic, uniq_key))
+        keys = self.topics.get(topic)
+        entry = None if keys is None else keys.get(uniq_key)
         return None if entry is None else WindowEntry._make(entry)
 
     def add(self, topic: str, uniq_key: str, entry: tuple[int, int, int, int, int]) -> None:
         """Remember ``entry`` = (physical_offset, total_size, queue_offset, queue_id,
         store_timestamp_ms) unless the key is already known (the first copy stays)."""
-        entries = self.entries
-        key = (topic, uniq_key)
-        if key in entries or self.capacity <= 0:
+        if self.capacity <= 0:
             return
-        entries[key] = entry
-        ring = self.ring
-        if len(ring) < self.capacity:
-            ring.append(key)
+        keys = self.topics.get(topic)
+        if keys is None:
+            keys = self.topics[topic] = {}
+        elif uniq_key in keys:
+            return
+        keys[uniq_key] = entry
+        if len(self.ring_keys) < self.capacity:
+            self.ring_topics.append(topic)
+            self.ring_keys.append(uniq_key)
             return
         position = self.position
-        del entries[ring[position]]
-        ring[position] = key
+        self._evict(self.ring_topics[position : position + 1], [self.ring_keys[position]])
+        self.ring_topics[position] = topic
+        self.ring_keys[position] = uniq_key
         position += 1
         self.position = 0 if position == self.capacity else position
 
     def add_many(
-        self, keys: list[tuple[str, str]], entries: list[tuple[int, int, int, int, int]]
+        self, topic: str, uniq_keys: list[str], entries: list[tuple[int, int, int, int, int]]
     ) -> None:
-        """``add`` of each (key, entry) pair in order, with one dict update and one ring
+        """``add`` of each (``topic``, key, entry) in order, with one dict update and one ring
         splice when the keys are new and distinct (a batch's generated UNIQ_KEYs)."""
         capacity = self.capacity
-        table = self.entries
-        count = len(keys)
+        count = len(uniq_keys)
         if capacity <= 0 or not count:
             return
-        if count > capacity or len(set(keys)) != count or not table.keys().isdisjoint(keys):
-            for key, entry in zip(keys, entries, strict=True):
-                self.add(*key, entry)
+        keys = self.topics.get(topic)
+        if keys is None:
+            keys = self.topics[topic] = {}
+        if (
+            count > capacity
+            or len(set(uniq_keys)) != count
+            or not keys.keys().isdisjoint(uniq_keys)
+        ):
+            for uniq_key, entry in zip(uniq_keys, entries, strict=True):
+                self.add(topic, uniq_key, entry)
             return
-        table.update(zip(keys, entries, strict=True))
-        ring = self.ring
-        room = capacity - len(ring)
+        keys.update(zip(uniq_keys, entries, strict=True))
+        ring_topics, ring_keys = self.ring_topics, self.ring_keys
+        room = capacity - len(ring_keys)
         if room > 0:
-            ring.extend(keys[:room])
-            keys = keys[room:]
+            ring_keys.extend(uniq_keys[:room])
+            ring_topics.extend([topic] * min(room, count))
+            uniq_keys = uniq_keys[room:]
         position = self.position
-        while keys:  # evict the oldest, in ring order (the ring is full here)
-            take = keys[: capacity - position]
-            evicted = ring[position : position + len(take)]
-            for key in evicted:
-                del table[key]
-            ring[position : position + len(take)] = take
-            keys = keys[len(take) :]
-            position = (position + len(take)) % capacity
+        while uniq_keys:  # evict the oldest, in ring order (the ring is full here)
+            take = uniq_keys[: capacity - position]
+            end = position + len(take)
+            self._evict(ring_topics[position:end], ring_keys[position:end])
+            ring_keys[position:end] = take
+            ring_topics[position:end] = [topic] * len(take)
+            uniq_keys = uniq_keys[len(take) :]
+            position = end % capacity
         self.position = position
+
+    def _evict(self, topics: list[str], uniq_keys: list[str]) -> None:
+        """Forget these pairs (all in the window); drop a topic left with none."""
+        first = topics[0]
+        if topics.count(first) == len(topics):
+            keys = self.topics[first]
+            deque(map(keys.__delitem__, uniq_keys), maxlen=0)
+            if not keys:
+                del self.topics[first]
+            return
+        for topic, uniq_key in zip(topics, uniq_keys, strict=True):
+            self._evict([topic], [uniq_key])
 
     def start_offset(self, default: int) -> int:
         """Physical offset of the oldest record in the window (``default`` if empty)."""
-        if not self.ring:
+        if not self.ring_keys:
             return default
-        return self.entries[self.ring[self.position]][0]
+        position = self.position
+        return self.topics[self.ring_topics[position]][self.ring_keys[position]][0]

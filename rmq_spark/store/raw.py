@@ -22,7 +22,7 @@ import zlib
 from collections.abc import Sequence
 from typing import cast
 
-from rmq_spark.store.codec import HEADER_SIZE_IPV4, RecordPacker, record_packer
+from rmq_spark.store.codec import HEADER_SIZE_IPV4, RecordPacker, record_mid, record_packer
 from rmq_spark.store.layout import (
     MAX_PROPERTIES_SIZE_BYTES,
     MAX_TOPIC_LENGTH_V1,
@@ -46,14 +46,13 @@ __all__ = ["Packed", "RawParts"]
 
 Packed = tuple[
     str, int, bytes, "int | None", tuple[bytes, int], int, int, int, int, bool, "str | None",
-    bool, bytes, int, bytes, bytes, RecordPacker, int, int,
+    bytes, RecordPacker, int, int,
 ]  # fmt: skip
 """One record for the appender's packed writer: (topic, queue_id, body, born_timestamp_ms,
 born_host, flag, sys_flag, reconsume_times, prepared_transaction_offset, consumes a queue
-offset, UNIQ_KEY, generate the UNIQ_KEY under the lock, topic length and bytes, properties
-length, properties head and tail (around the key, without the record CRC property), packer,
-BODYCRC, size (with the record CRC property)). ``RawParts`` builds them; the writer
-takes their columns (``packed.PackedColumns``)."""
+offset, UNIQ_KEY, ``mid`` (the topic and the properties whole, without the record CRC
+property), packer, BODYCRC, size (with the record CRC property)). ``RawParts`` builds them;
+the writer takes their columns (``packed.PackedColumns``)."""
 
 _I32_MIN = -(1 << 31)
 _I32_MAX = (1 << 31) - 1
@@ -78,7 +77,7 @@ class RawParts:
         # topic -> length byte + ASCII bytes, or None: the topic needs the general path.
         self._topics: dict[object, bytes | None] = {}
         # (body, topic prefix, properties) lengths -> the codec's packer of such a record.
-        self._packers: dict[tuple[int, int, int], RecordPacker] = {}
+        self._packers: dict[tuple[int, int], RecordPacker] = {}
 
     def _topic(self, topic: object) -> bytes | None:
         """The topic length byte and bytes of a legal v1 ``topic``, else ``None`` (cached)."""
@@ -155,19 +154,18 @@ class RawParts:
             or size > self._max_body_bytes + MAX_RECORD_OVERHEAD_BYTES
         ):
             return None
-        head = without_crc_property(props_data, self._record_crc)
-        shape = (body_size, len(prefix), len(head))
+        mid = record_mid(prefix, props_size, without_crc_property(props_data, self._record_crc))
+        shape = (body_size, len(mid))
         packer = self._packers.get(shape)
         if packer is None:
-            packer = record_packer(body_size, len(prefix), len(head), 0, 0)
+            packer = record_packer(body_size, len(mid), 0, 0)
             if len(self._packers) >= _PACKERS_MAX:
                 self._packers.clear()
             self._packers[shape] = packer
         return (
             topic, queue_id, body, born, born_host, flag, sys_flag & ~_BORN_HOST_V6_BITS,
             reconsume, prepared_offset, (sys_flag & TRANSACTION_MASK) in _CONSUMING,
-            find_uniq_key(raw), False, prefix, props_size, head, b"", packer,
-            _crc32(body) & 0x7FFFFFFF, size,
+            find_uniq_key(raw), mid, packer, _crc32(body) & 0x7FFFFFFF, size,
         )  # fmt: skip
 
     def columns(self, requests: Sequence[PutRequest]) -> PackedColumns | None:
@@ -178,12 +176,11 @@ class RawParts:
             return None
         (
             topics, queue_ids, bodies, borns, born_hosts, flags, sys_flags, reconsume_times,
-            prepared_offsets, consumes, uniq_keys, _, topic_bytes, props_sizes, heads, tails,
-            packers, body_crcs, sizes,
+            prepared_offsets, consumes, uniq_keys, mids, packers, body_crcs, sizes,
         ) = zip(*cast("list[Packed]", parts), strict=True)  # fmt: skip
         return PackedColumns(
             topics, queue_ids, bodies, borns, [host[0] for host in born_hosts],
             [host[1] for host in born_hosts], flags, sys_flags, reconsume_times,
-            prepared_offsets, consumes, uniq_keys, topic_bytes, props_sizes, heads, tails,
-            packers, body_crcs, list(map(len, bodies)), sizes, sum(sizes),
+            prepared_offsets, consumes, uniq_keys, mids, [b""] * len(parts), packers,
+            body_crcs, list(map(len, bodies)), sizes, sum(sizes), False,
         )  # fmt: skip

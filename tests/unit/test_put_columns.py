@@ -166,16 +166,25 @@ def test_columnar_puts_fill_the_idempotency_window(tmp_path: Path) -> None:
     assert again.duplicate and again.physical_offset == receipt.physical_offsets[1]
 
 
+def _state(window: IdempotencyWindow) -> object:
+    pairs = list(zip(window.ring_topics, window.ring_keys, strict=True))
+    stored = {(t, k): e for t, keys in window.topics.items() for k, e in keys.items()}
+    return pairs, window.position, stored, all(window.topics.values())
+
+
 def test_window_add_many_is_add_of_each_entry_in_order() -> None:
     rng = random.Random(9)
     for capacity in (0, 1, 5, 64):
         bulk, single = IdempotencyWindow(capacity), IdempotencyWindow(capacity)
-        for round_ in range(60):
+        for round_ in range(80):
             count = rng.choice([1, 3, 7, 70])
-            keys = [("T", f"K{rng.randrange(150)}") for _ in range(count)]  # repeats, old keys
+            topic = rng.choice(["T", "U"])
+            keys = [f"K{rng.randrange(150)}" for _ in range(count)]  # repeats, old keys
             entries = [(round_, i, i, 0, round_) for i in range(count)]
-            bulk.add_many(keys, entries)
+            bulk.add_many(topic, keys, entries)
             for key, entry in zip(keys, entries, strict=True):
-                single.add(*key, entry)
-            assert bulk.entries == single.entries
-            assert (bulk.ring, bulk.position) == (single.ring, single.position)
+                single.add(topic, key, entry)
+            assert _state(bulk) == _state(single)
+            assert len(bulk) == len(single) == len(_state(single)[2])  # type: ignore[index]
+            if len(bulk):
+                assert bulk.start_offset(-1) == single.start_offset(-1)

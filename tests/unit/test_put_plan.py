@@ -89,9 +89,10 @@ def test_record_plan_declines_what_only_the_general_path_handles(
 def test_record_plan_packer_packs_the_record_up_to_its_crc_property_and_is_cached() -> None:
     plan = record_plan("T", None, 32)
     assert plan is not None
-    packer = plan.packer(3)
-    assert plan.packer(3) is packer
+    packer, head = plan.shape(3)
+    assert plan.shape(3) == (packer, head)
     assert packer.size + len(RECORD_CRC_PLACEHOLDER) == plan.fixed_size + 3
+    assert head == (plan.fixed_size + 3).to_bytes(4, "big") + bytes.fromhex("DAA320A7")
     unsealed = record_plan("T", None, 32, record_crc=False)
     assert unsealed is not None
-    assert unsealed.packer(3).size == unsealed.fixed_size + 3
+    assert unsealed.shape(3)[0].size == unsealed.fixed_size + 3
