@@ -16,12 +16,13 @@ Three ways in, the same bytes (tests check each against ``codec.encode_record``)
   delay redelivery, transaction commit), IPv4 hosts, a v1 topic, a ``bytes`` body, not
   ``idempotent`` (``raw.py`` checks it). Its stale record CRC is replaced.
 * *General*: anything else is validated and encoded outside the lock (``put.prepare``), then
-  given its offsets and store timestamp and written under it.
+  given its offsets and store timestamp and written under it (``prepared.py``).
 
-Template and raw records are ``codec.record_packer`` records (``header ‖ body ‖ topic ‖
-properties length ‖ head ‖ key ‖ tail``) and share one writer, ``_put_packed``; the single
-template put writes its one record itself (a list, a loop and the result tuples would cost a
-third of a put). A batch takes the packed writer when all its requests can.
+Template and raw records are ``codec.record_packer`` records and share one batch writer,
+``_write_packed``, which encodes a batch column by column (``packed.py``): ``put_batch``,
+``put_columns`` (``put_columns.py``) and a raw single put. The single template put packs its
+one record itself (the columns of one record would cost a third of a put). A batch takes the
+packed writer when all its requests can.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION, RECORD_HOSTS
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.delay_levels import parse_message_delay_level
-from rmq_spark.store.layout import MESSAGE_MAGIC_CODE_V1
 from rmq_spark.store.message import LOCALHOST, HostAddress
 from rmq_spark.store.packed import (
     PackedColumns,
@@ -48,18 +48,24 @@ from rmq_spark.store.packed import (
     physical_offsets_of,
     queue_offsets_of,
 )
+from rmq_spark.store.prepared import (
+    complete,
+    duplicate_result,
+    duplicates_in,
+    prepared_results,
+    reject_batch,
+    remember,
+)
 from rmq_spark.store.put import (
     PreparedMessage,
     PutContext,
     PutRequest,
     PutResult,
     PutStatus,
-    duplicates_in,
-    ipv4_of,
     prepare,
-    reject_batch,
 )
 from rmq_spark.store.put_columns import MessageColumns, PutBatchReceipt, requests_of
+from rmq_spark.store.put_encode import ipv4_of
 from rmq_spark.store.put_lock import PutLock
 from rmq_spark.store.put_plan import Templates, UniqKeys
 from rmq_spark.store.put_state import IdempotencyWindow, WindowEntry
@@ -74,7 +80,6 @@ _log = logging.getLogger(__name__)
 _pack_offsets = OFFSETS.pack_into
 _pack_i64 = struct.Struct(">q").pack_into
 _PUT_OK = PutStatus.PUT_OK
-_MAGIC = MESSAGE_MAGIC_CODE_V1
 _crc32 = zlib.crc32
 _seal = seal_record
 _crc_tail = record_crc_tail
@@ -456,42 +461,17 @@ class Appender:
             placed: dict[int, tuple[int, int]] = {}
             now = self._now_ms()
             if writes:
-                failed = self._place(writes, now, placed)
-                if failed is not None:
-                    return [failed] * count, 0
-        prefix = self.msg_id_prefix
-        results = []
-        end = 0
-        for message in messages:
-            copy_of = copies.get(id(message)) if copies else None
-            if isinstance(copy_of, WindowEntry):
-                results.append(self.duplicate(message, copy_of))
-                end = max(end, copy_of.physical_offset + copy_of.total_size)
-                continue
-            physical_offset, queue_offset = placed[id(copy_of or message)]
-            end = max(end, physical_offset + message.size)
-            results.append(
-                PutResult(
-                    PutStatus.PUT_OK,
-                    physical_offset,
-                    queue_offset,
-                    prefix + format(physical_offset, "016X"),
-                    message.topic,
-                    message.queue_id,
-                    now,
-                    message.uniq_key,
-                    message.size,
-                    duplicate=copy_of is not None,
-                )  # fmt: skip
-            )
-        return results, end
+                placed_or_failed = self._place(writes, now)
+                if isinstance(placed_or_failed, PutResult):
+                    return [placed_or_failed] * count, 0
+                placed = placed_or_failed
+        return prepared_results(messages, copies, placed, self.msg_id_prefix, now)
 
     def _place(
-        self, writes: list[PreparedMessage], now: int, placed: dict[int, tuple[int, int]]
-    ) -> PutResult | None:
-        """Lock held: complete and write ``writes``; fills ``placed``; a result on failure."""
+        self, writes: list[PreparedMessage], now: int
+    ) -> dict[int, tuple[int, int]] | PutResult:
+        """Lock held: complete and write ``writes``: where each went, or a failed result."""
         size = sum(message.size for message in writes)
-        buf = writes[0].buf if len(writes) == 1 else bytearray().join(m.buf for m in writes)
         commitlog = self.commitlog
         assert commitlog is not None
         try:
@@ -499,62 +479,23 @@ class Appender:
         except OSError as err:
             return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
         base = segment.base_offset + segment.write_position
-        pending: dict[tuple[str, int], int] = {}
-        offsets = self.queue_offsets
-        pack_i64 = _pack_i64
-        crc_on = self._crc
-        position = 0
-        for message in writes:
-            if message.consumes_queue_offset:
-                key = (message.topic, message.queue_id)
-                queue_offset = pending.get(key)
-                if queue_offset is None:
-                    queue_offset = offsets.get(key, 0)
-                pending[key] = queue_offset + 1
-            else:
-                queue_offset = 0
-            _pack_offsets(buf, position + QUEUE_OFFSET_POSITION, queue_offset, base + position)
-            pack_i64(buf, position + message.timestamp_position, now)
-            if crc_on:
-                _seal(buf, position, message.size)
-            placed[id(message)] = (base + position, queue_offset)
-            position += message.size
+        buf, placed, pending = complete(writes, base, now, self.queue_offsets, self._crc)
         try:
             segment.append(buf)
         except OSError as err:
-            placed.clear()
             self._undo_failed_write(segment, size, err)
             return _failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)
-        offsets.update(pending)
-        window = self.window
-        for message in writes:
-            if message.uniq_key is not None:
-                physical_offset, queue_offset = placed[id(message)]
-                window.add(
-                    message.topic,
-                    message.uniq_key,
-                    (physical_offset, message.size, queue_offset, message.queue_id, now),
-                )
-        self.last_record_offset = base + position - writes[-1].size
+        self.queue_offsets.update(pending)
+        remember(self.window, writes, placed, now)
+        self.last_record_offset = base + size - writes[-1].size
         self.last_store_ts = now
-        return None
+        return placed
 
     # --- outcomes -------------------------------------------------------------------------
 
     def duplicate(self, message: PreparedMessage, entry: WindowEntry) -> PutResult:
         """The result of an idempotent repeat: the first copy's (durable once it is)."""
-        return PutResult(
-            PutStatus.PUT_OK,
-            entry.physical_offset,
-            entry.queue_offset,
-            self.msg_id_prefix + format(entry.physical_offset, "016X"),
-            message.topic,
-            entry.queue_id,
-            entry.store_timestamp_ms,
-            message.uniq_key,
-            entry.total_size,
-            duplicate=True,
-        )
+        return duplicate_result(message, entry, self.msg_id_prefix)
 
     def unavailable(self) -> PutResult:
         if self.closed:

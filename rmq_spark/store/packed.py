@@ -30,13 +30,13 @@ from rmq_spark.store.record_crc import RECORD_CRC_BYTES, RECORD_CRC_KEY, record_
 
 __all__ = [
     "PackedColumns",
+    "Written",
     "encode_packed",
     "msg_ids",
     "packed_results",
     "physical_offsets_of",
     "queue_offsets_of",
     "without_crc_property",
-    "Written",
 ]
 
 _pack = struct.Struct.pack

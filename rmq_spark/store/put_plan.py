@@ -43,12 +43,11 @@ from rmq_spark.store.msg_id import month_start_ms
 from rmq_spark.store.packed import PackedColumns
 from rmq_spark.store.properties import TAGS, UNIQ_KEY
 from rmq_spark.store.put import (
-    LOCALHOST_IPV4,
     PutRequest,
     check_topic,
-    ipv4_of,
     order_properties,
 )
+from rmq_spark.store.put_encode import LOCALHOST_IPV4, ipv4_of
 from rmq_spark.store.record_crc import RECORD_CRC_BYTES
 
 __all__ = ["RecordPlan", "Templates", "UniqKeys", "record_plan"]

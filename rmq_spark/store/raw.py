@@ -33,13 +33,12 @@ from rmq_spark.store.layout import (
 from rmq_spark.store.message import LOCALHOST
 from rmq_spark.store.packed import PackedColumns, without_crc_property
 from rmq_spark.store.put import (
-    LOCALHOST_IPV4,
     MAX_RECORD_OVERHEAD_BYTES,
     PutRequest,
     check_topic,
     find_uniq_key,
-    ipv4_of,
 )
+from rmq_spark.store.put_encode import LOCALHOST_IPV4, ipv4_of
 from rmq_spark.store.record_crc import with_record_crc, without_record_crc
 
 __all__ = ["Packed", "RawParts"]
