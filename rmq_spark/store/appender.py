@@ -370,6 +370,7 @@ class Appender:
             now = self._now_ms()
             queue_offsets, pending = queue_offsets_of(columns, self.queue_offsets)
             uniq_keys = columns.uniq_keys
+            generated = uniq_keys is None
             if uniq_keys is None:
                 uniq_keys = self._uniq_keys.keys_at(now, count)
                 key_bytes: Sequence[bytes] = list(map(str.encode, uniq_keys))
@@ -383,7 +384,7 @@ class Appender:
                 return failed
             self.queue_offsets.update(pending)
             if self._window_capacity:
-                self._remember(columns, offsets, queue_offsets, uniq_keys, now)
+                self._remember(columns, offsets, queue_offsets, uniq_keys, now, generated)
             self.last_record_offset = offsets[-1]
             self.last_store_ts = now
         finally:
@@ -399,14 +400,18 @@ class Appender:
         queue_offsets: list[int],
         uniq_keys: Sequence[str | None],
         now: int,
+        generated: bool,
     ) -> None:
-        """Lock held: add the batch's records that carry a UNIQ_KEY to the window."""
+        """Lock held: add the batch's records that carry a UNIQ_KEY to the window;
+        ``generated``: the keys are ``UniqKeys.keys_at``'s (distinct within the batch)."""
         topics = columns.topics
         entries = list(
             zip(offsets, columns.sizes, queue_offsets, columns.queue_ids, repeat(now), strict=False)
         )
         if None not in uniq_keys and topics.count(topics[0]) == len(topics):
-            self.window.add_many(topics[0], cast("list[str]", list(uniq_keys)), entries)
+            distinct = generated and len(topics) <= UniqKeys.DISTINCT
+            keys = cast("list[str]", list(uniq_keys))
+            self.window.add_many(topics[0], keys, entries, distinct)
             return
         add = self.window.add
         for topic, uniq_key, entry in zip(topics, uniq_keys, entries, strict=True):

@@ -101,10 +101,15 @@ class IdempotencyWindow:
         self.position = 0 if position == self.capacity else position
 
     def add_many(
-        self, topic: str, uniq_keys: list[str], entries: list[tuple[int, int, int, int, int]]
+        self,
+        topic: str,
+        uniq_keys: list[str],
+        entries: list[tuple[int, int, int, int, int]],
+        distinct: bool = False,
     ) -> None:
         """``add`` of each (``topic``, key, entry) in order, with one dict update and one ring
-        splice when the keys are new and distinct (a batch's generated UNIQ_KEYs)."""
+        splice when the keys are new and distinct (a batch's generated UNIQ_KEYs);
+        ``distinct``: the caller knows ``uniq_keys`` holds no key twice."""
         capacity = self.capacity
         count = len(uniq_keys)
         if capacity <= 0 or not count:

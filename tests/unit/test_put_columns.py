@@ -181,7 +181,7 @@ def test_window_add_many_is_add_of_each_entry_in_order() -> None:
             topic = rng.choice(["T", "U"])
             keys = [f"K{rng.randrange(150)}" for _ in range(count)]  # repeats, old keys
             entries = [(round_, i, i, 0, round_) for i in range(count)]
-            bulk.add_many(topic, keys, entries)
+            bulk.add_many(topic, keys, entries, distinct=len(set(keys)) == len(keys))
             for key, entry in zip(keys, entries, strict=True):
                 single.add(topic, key, entry)
             assert _state(bulk) == _state(single)
