@@ -31,7 +31,6 @@ import logging
 import struct
 import zlib
 from collections.abc import Callable, Sequence
-from itertools import repeat
 from typing import cast
 
 from rmq_spark.clock import Clock
@@ -403,20 +402,19 @@ class Appender:
         generated: bool,
     ) -> None:
         """Lock held: add the batch's records that carry a UNIQ_KEY to the window;
-        ``generated``: the keys are ``UniqKeys.keys_at``'s (distinct within the batch)."""
+        ``generated``: the keys are one ``UniqKeys.keys_at`` call's."""
         topics = columns.topics
-        entries = list(
-            zip(offsets, columns.sizes, queue_offsets, columns.queue_ids, repeat(now), strict=False)
-        )
-        if None not in uniq_keys and topics.count(topics[0]) == len(topics):
-            distinct = generated and len(topics) <= UniqKeys.DISTINCT
-            keys = cast("list[str]", list(uniq_keys))
-            self.window.add_many(topics[0], keys, entries, distinct)
+        if generated and topics.count(topics[0]) == len(topics):
+            fields = (offsets, columns.sizes, queue_offsets, columns.queue_ids)
+            self.window.add_block(topics[0], cast("list[str]", uniq_keys), fields, now)
             return
         add = self.window.add
-        for topic, uniq_key, entry in zip(topics, uniq_keys, entries, strict=True):
+        for topic, uniq_key, offset, size, queue_offset, queue_id in zip(
+            topics, uniq_keys, offsets, columns.sizes, queue_offsets, columns.queue_ids,
+            strict=True,
+        ):  # fmt: skip
             if uniq_key is not None:
-                add(topic, uniq_key, entry)
+                add(topic, uniq_key, (offset, size, queue_offset, queue_id, now))
 
     def _batch_target(self, total: int, count: int) -> tuple[Segment, int] | list[PutResult]:
         """Lock held: the segment ``total`` bytes go to and its write position; failed

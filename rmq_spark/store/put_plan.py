@@ -361,10 +361,6 @@ class UniqKeys:
 
     __slots__ = ("_prefix", "_tz", "_counter", "_start_ms", "_next_start_ms", "_cached", "_hex4")
 
-    DISTINCT = 1 << 16
-    """``keys_at`` makes distinct keys when asked for at most this many (one millisecond's
-    head, consecutive 16-bit counters)."""
-
     def __init__(
         self, ip: str, pid: int, instance_hash: int, now_ms: int, tz: tzinfo | None = None
     ) -> None:

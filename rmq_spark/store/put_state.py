@@ -8,7 +8,7 @@ the log and the queue-offset snapshot. Neither knows how a record is encoded or 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 __all__ = ["IdempotencyWindow", "QueueOffsetTable", "WindowEntry"]
@@ -51,113 +51,168 @@ class WindowEntry(NamedTuple):
     store_timestamp_ms: int
 
 
+class _Block:
+    """One batch's generated UNIQ_KEYs (``head`` then 4 hex digits of consecutive 16-bit
+    counters from ``first``) and their entries as the writer's columns; ``start``: how many
+    of its oldest were evicted."""
+
+    __slots__ = ("topic", "head", "first", "keys", "offsets", "sizes", "queue_offsets",
+                 "queue_ids", "now", "start")  # fmt: skip
+
+    def __init__(
+        self, topic: str, head: str, keys: list[str], columns: Sequence[Sequence[int]], now: int
+    ) -> None:
+        self.topic, self.head, self.keys, self.now, self.start = topic, head, keys, now, 0
+        self.first = int(keys[0][-4:], 16)
+        self.offsets, self.sizes, self.queue_offsets, self.queue_ids = columns
+
+    def index(self, uniq_key: str) -> int:
+        """Where ``uniq_key`` is among the live keys, else -1."""
+        try:
+            index = (int(uniq_key[-4:], 16) - self.first) & 0xFFFF
+        except ValueError:
+            return -1
+        keys = self.keys
+        return index if self.start <= index < len(keys) and keys[index] == uniq_key else -1
+
+    def live(self) -> range:
+        """The 16-bit counters of the live keys, as (unwrapped) integers."""
+        return range(self.first + self.start, self.first + len(self.keys))
+
+    def entry(self, index: int) -> tuple[int, int, int, int, int]:
+        return (self.offsets[index], self.sizes[index], self.queue_offsets[index],
+                self.queue_ids[index], self.now)  # fmt: skip
+
+
 class IdempotencyWindow:
     """The last ``capacity`` (stored topic, UNIQ_KEY) pairs and where they were stored.
 
-    Entries are kept as plain tuples (cheaper on the put path) and handed out as
-    ``WindowEntry``, in one dict per topic keyed by UNIQ_KEY (a batch of one topic is one
-    ``dict.update`` whose keys hash once, as strings; (topic, key) tuples would hash on every
-    lookup). ``ring_topics``/``ring_keys`` hold the pairs in the order they were added (they
-    grow to ``capacity``, then wrap), ``position`` is the slot of the oldest once full.
+    A pair added alone (``add``: recovery, the general path, copies) is a plain tuple in one
+    dict per topic keyed by UNIQ_KEY; a batch of keys the store generated (``add_block``:
+    one head, consecutive counters) is one ``_Block`` holding the writer's columns, found by
+    (topic, head): no dict entry or tuple per message. ``runs`` keeps both in the order they
+    were added, oldest first, and eviction takes from its left, a block's keys one by one.
+    A key is never held twice (a block that could repeat a held key is added key by key), so
+    a lookup finds at most one entry, the first copy.
     """
 
-    __slots__ = ("capacity", "topics", "ring_topics", "ring_keys", "position")
+    __slots__ = ("capacity", "topics", "heads", "blocks", "runs", "size")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.topics: dict[str, dict[str, tuple[int, int, int, int, int]]] = {}
-        self.ring_topics: list[str] = []
-        self.ring_keys: list[str] = []
-        self.position = 0
+        self.heads: dict[tuple[str, str], int] = {}  # (topic, key[:-4]) of lone keys: count
+        self.blocks: dict[tuple[str, str], list[_Block]] = {}
+        self.runs: deque[_Block | tuple[str, str]] = deque()
+        self.size = 0
 
     def __len__(self) -> int:
-        return len(self.ring_keys)
+        return self.size
 
     def get(self, topic: str, uniq_key: str) -> WindowEntry | None:
+        entry = self._find(topic, uniq_key)
+        return None if entry is None else WindowEntry._make(entry)
+
+    def _find(self, topic: str, uniq_key: str) -> tuple[int, int, int, int, int] | None:
         keys = self.topics.get(topic)
         entry = None if keys is None else keys.get(uniq_key)
-        return None if entry is None else WindowEntry._make(entry)
+        if entry is None and self.blocks:
+            for block in self.blocks.get((topic, uniq_key[:-4]), ()):
+                index = block.index(uniq_key)
+                if index >= 0:
+                    return block.entry(index)
+        return entry
 
     def add(self, topic: str, uniq_key: str, entry: tuple[int, int, int, int, int]) -> None:
         """Remember ``entry`` = (physical_offset, total_size, queue_offset, queue_id,
         store_timestamp_ms) unless the key is already known (the first copy stays)."""
-        if self.capacity <= 0:
+        if self.capacity <= 0 or self._find(topic, uniq_key) is not None:
             return
         keys = self.topics.get(topic)
         if keys is None:
             keys = self.topics[topic] = {}
-        elif uniq_key in keys:
-            return
         keys[uniq_key] = entry
-        if len(self.ring_keys) < self.capacity:
-            self.ring_topics.append(topic)
-            self.ring_keys.append(uniq_key)
-            return
-        position = self.position
-        self._evict(self.ring_topics[position : position + 1], [self.ring_keys[position]])
-        self.ring_topics[position] = topic
-        self.ring_keys[position] = uniq_key
-        position += 1
-        self.position = 0 if position == self.capacity else position
+        head = (topic, uniq_key[:-4])
+        self.heads[head] = self.heads.get(head, 0) + 1
+        self.runs.append((topic, uniq_key))
+        self.size += 1
+        if self.size > self.capacity:
+            self._evict(self.size - self.capacity)
 
-    def add_many(
+    def add_block(
         self,
         topic: str,
         uniq_keys: list[str],
-        entries: list[tuple[int, int, int, int, int]],
-        distinct: bool = False,
+        columns: Sequence[Sequence[int]],
+        now: int,
     ) -> None:
-        """``add`` of each (``topic``, key, entry) in order, with one dict update and one ring
-        splice when the keys are new and distinct (a batch's generated UNIQ_KEYs);
-        ``distinct``: the caller knows ``uniq_keys`` holds no key twice."""
-        capacity = self.capacity
+        """``add`` of each key of a batch the store generated (``uniq_keys``: one head,
+        consecutive counters, at most 65536; ``columns``: their physical offsets, sizes,
+        queue offsets and queue ids, kept, not copied; store timestamp ``now``)."""
         count = len(uniq_keys)
-        if capacity <= 0 or not count:
+        if self.capacity <= 0 or not count:
             return
-        keys = self.topics.get(topic)
-        if keys is None:
-            keys = self.topics[topic] = {}
-        if (
-            count > capacity
-            or len(set(uniq_keys)) != count
-            or not keys.keys().isdisjoint(uniq_keys)
-        ):
-            for uniq_key, entry in zip(uniq_keys, entries, strict=True):
-                self.add(topic, uniq_key, entry)
+        head = uniq_keys[0][:-4]
+        block = _Block(topic, head, uniq_keys, columns, now)
+        if self._may_repeat(block):
+            for index in range(count):
+                self.add(topic, uniq_keys[index], block.entry(index))
             return
-        keys.update(zip(uniq_keys, entries, strict=True))
-        ring_topics, ring_keys = self.ring_topics, self.ring_keys
-        room = capacity - len(ring_keys)
-        if room > 0:
-            ring_keys.extend(uniq_keys[:room])
-            ring_topics.extend([topic] * min(room, count))
-            uniq_keys = uniq_keys[room:]
-        position = self.position
-        while uniq_keys:  # evict the oldest, in ring order (the ring is full here)
-            take = uniq_keys[: capacity - position]
-            end = position + len(take)
-            self._evict(ring_topics[position:end], ring_keys[position:end])
-            ring_keys[position:end] = take
-            ring_topics[position:end] = [topic] * len(take)
-            uniq_keys = uniq_keys[len(take) :]
-            position = end % capacity
-        self.position = position
+        self.blocks.setdefault((topic, head), []).append(block)
+        self.runs.append(block)
+        self.size += count
+        if self.size > self.capacity:
+            self._evict(self.size - self.capacity)
 
-    def _evict(self, topics: list[str], uniq_keys: list[str]) -> None:
-        """Forget these pairs (all in the window); drop a topic left with none."""
-        first = topics[0]
-        if topics.count(first) == len(topics):
-            keys = self.topics[first]
-            deque(map(keys.__delitem__, uniq_keys), maxlen=0)
-            if not keys:
-                del self.topics[first]
-            return
-        for topic, uniq_key in zip(topics, uniq_keys, strict=True):
-            self._evict([topic], [uniq_key])
+    def _may_repeat(self, block: _Block) -> bool:
+        """Whether ``block`` might hold a key already held (then it is added key by key)."""
+        keys = block.keys
+        last = f"{block.head}{(block.first + len(keys) - 1) & 0xFFFF:04X}"
+        if len(keys) > 1 << 16 or keys[-1] != last or (block.topic, block.head) in self.heads:
+            return True
+        span = block.live()
+        for other in self.blocks.get((block.topic, block.head), ()):
+            live = other.live()
+            for shift in (-(1 << 16), 0, 1 << 16):  # counters wrap at 16 bits
+                if live.start + shift < span.stop and span.start < live.stop + shift:
+                    return True
+        return False
+
+    def _evict(self, count: int) -> None:
+        """Forget the ``count`` oldest pairs."""
+        runs = self.runs
+        while count:
+            run = runs[0]
+            if isinstance(run, tuple):
+                topic, uniq_key = run
+                keys = self.topics[topic]
+                del keys[uniq_key]
+                if not keys:
+                    del self.topics[topic]
+                head = (topic, uniq_key[:-4])
+                if self.heads[head] == 1:
+                    del self.heads[head]
+                else:
+                    self.heads[head] -= 1
+                runs.popleft()
+                taken = 1
+            else:
+                taken = min(count, len(run.keys) - run.start)
+                run.start += taken
+                if run.start == len(run.keys):
+                    runs.popleft()
+                    same = self.blocks[(run.topic, run.head)]
+                    same.remove(run)
+                    if not same:
+                        del self.blocks[(run.topic, run.head)]
+            count -= taken
+            self.size -= taken
 
     def start_offset(self, default: int) -> int:
         """Physical offset of the oldest record in the window (``default`` if empty)."""
-        if not self.ring_keys:
+        if not self.runs:
             return default
-        position = self.position
-        return self.topics[self.ring_topics[position]][self.ring_keys[position]][0]
+        run = self.runs[0]
+        if isinstance(run, tuple):
+            return self.topics[run[0]][run[1]][0]
+        return run.offsets[run.start]

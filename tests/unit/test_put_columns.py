@@ -166,25 +166,63 @@ def test_columnar_puts_fill_the_idempotency_window(tmp_path: Path) -> None:
     assert again.duplicate and again.physical_offset == receipt.physical_offsets[1]
 
 
-def _state(window: IdempotencyWindow) -> object:
-    pairs = list(zip(window.ring_topics, window.ring_keys, strict=True))
-    stored = {(t, k): e for t, keys in window.topics.items() for k, e in keys.items()}
-    return pairs, window.position, stored, all(window.topics.values())
+class _ReferenceWindow:
+    """The window's rules, one pair at a time: the first copy stays, the oldest goes."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.entries: dict[tuple[str, str], tuple[int, int, int, int, int]] = {}
+        self.ring: list[tuple[str, str]] = []
+        self.position = 0
+
+    def add(self, topic: str, key: str, entry: tuple[int, int, int, int, int]) -> None:
+        if (topic, key) in self.entries or self.capacity <= 0:
+            return
+        self.entries[(topic, key)] = entry
+        if len(self.ring) < self.capacity:
+            self.ring.append((topic, key))
+            return
+        del self.entries[self.ring[self.position]]
+        self.ring[self.position] = (topic, key)
+        self.position = (self.position + 1) % self.capacity
+
+    def oldest(self) -> int | None:
+        return self.entries[self.ring[self.position]][0] if self.ring else None
 
 
-def test_window_add_many_is_add_of_each_entry_in_order() -> None:
+def test_window_blocks_follow_the_rules_of_one_pair_at_a_time() -> None:
+    """Blocks of generated keys (overlapping counters, wrapping at 16 bits, heads shared
+    with lone keys) and lone adds, against the reference, over many random rounds."""
     rng = random.Random(9)
-    for capacity in (0, 1, 5, 64):
-        bulk, single = IdempotencyWindow(capacity), IdempotencyWindow(capacity)
-        for round_ in range(80):
-            count = rng.choice([1, 3, 7, 70])
-            topic = rng.choice(["T", "U"])
-            keys = [f"K{rng.randrange(150)}" for _ in range(count)]  # repeats, old keys
-            entries = [(round_, i, i, 0, round_) for i in range(count)]
-            bulk.add_many(topic, keys, entries, distinct=len(set(keys)) == len(keys))
-            for key, entry in zip(keys, entries, strict=True):
-                single.add(topic, key, entry)
-            assert _state(bulk) == _state(single)
-            assert len(bulk) == len(single) == len(_state(single)[2])  # type: ignore[index]
-            if len(bulk):
-                assert bulk.start_offset(-1) == single.start_offset(-1)
+    heads = ["7F00000100002A9F1234ABCD0000000" + c for c in "AB"]
+    for capacity in (0, 1, 5, 64, 300):
+        window, reference = IdempotencyWindow(capacity), _ReferenceWindow(capacity)
+        seen: set[tuple[str, str]] = set()
+        for round_ in range(150):
+            topic, head = rng.choice(["T", "U"]), rng.choice(heads)
+            if rng.random() < 0.6:
+                count, first = (
+                    rng.choice([1, 3, 70, 400]),
+                    rng.choice([0, 65_530, rng.randrange(1 << 16)]),
+                )
+                keys = [f"{head}{(first + i) & 0xFFFF:04X}" for i in range(count)]
+                columns = [list(range(round_ * 1000, round_ * 1000 + count))] + [
+                    [rng.randrange(9) for _ in range(count)] for _ in range(3)
+                ]
+                window.add_block(topic, keys, columns, round_)
+                for i, key in enumerate(keys):
+                    reference.add(topic, key, tuple(c[i] for c in columns) + (round_,))  # type: ignore[arg-type]
+            else:
+                keys = [
+                    rng.choice([f"{head}{rng.randrange(1 << 16):04X}", f"k{rng.randrange(50)}"])
+                ]
+                entry = (round_ * 1000, 1, 2, 3, round_)
+                window.add(topic, keys[0], entry)
+                reference.add(topic, keys[0], entry)
+            seen.update((topic, key) for key in keys)
+            assert len(window) == len(reference.entries)
+            assert window.start_offset(-1) == (reference.oldest() if reference.ring else -1)
+            for pair in rng.sample(sorted(seen), min(len(seen), 200)):
+                expected = reference.entries.get(pair)
+                found = window.get(*pair)
+                assert (None if found is None else tuple(found)) == expected, pair
