@@ -28,6 +28,11 @@ ARROW_FIELDS = ("topic", "body", "queue_id", "tags", "born_timestamp_ms", "prope
 _PUT_OK = PutStatus.PUT_OK
 
 
+def _none_for_null(arrow_type: Any) -> bool:
+    """Whether numpy keeps a null of this Arrow type as ``None`` (strings and binaries)."""
+    return str(arrow_type) in {"string", "large_string", "binary", "large_binary"}
+
+
 @dataclass(frozen=True, slots=True)
 class MessageColumns:
     """One batch, column by column: entry ``i`` of every column is message ``i``.
@@ -122,9 +127,15 @@ def arrow_columns(table: Any) -> MessageColumns:
             raise InvalidMessageError(required, f"no {required!r} column in {sorted(names)}")
 
     def values(name: str) -> list[Any] | None:
-        return table.column(name).to_pylist() if name in names else None
+        if name not in names:
+            return None
+        column = table.column(name)
+        if column.null_count and not _none_for_null(column.type):
+            return list(column.to_pylist())  # numpy would turn an int column's nulls into NaN
+        # numpy's tolist makes the Python objects ~20x faster than Arrow's to_pylist.
+        return list(column.to_numpy(zero_copy_only=False).tolist())
 
-    properties = values("properties")
+    properties = table.column("properties").to_pylist() if "properties" in names else None
     if properties is not None:
         properties = [None if entry is None else dict(entry) for entry in properties]
     queue_ids = values("queue_id")

@@ -226,3 +226,14 @@ def test_window_blocks_follow_the_rules_of_one_pair_at_a_time() -> None:
                 expected = reference.entries.get(pair)
                 found = window.get(*pair)
                 assert (None if found is None else tuple(found)) == expected, pair
+
+
+def test_put_arrow_keeps_a_null_queue_id_a_null_not_a_nan(tmp_path: Path) -> None:
+    store = open_store(tmp_path)
+    table = pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "queue_id": [1, None]})
+    receipt = store.put_arrow(table)
+    assert receipt.status is PutStatus.MESSAGE_ILLEGAL
+    assert "message #1" in receipt.detail and "got None" in receipt.detail
+    missing = pa.table({"topic": ["T"]})
+    with pytest.raises(InvalidMessageError, match="body: no 'body' column"):
+        store.put_arrow(missing)
