@@ -93,15 +93,16 @@ class IdempotencyWindow:
     (topic, head): no dict entry or tuple per message. ``runs`` keeps both in the order they
     were added, oldest first, and eviction takes from its left, a block's keys one by one.
     A key is never held twice (a block that could repeat a held key is added key by key), so
-    a lookup finds at most one entry, the first copy.
+    a lookup finds at most one entry, the first copy. A block is checked against the lone
+    keys of its topic, if there are any: a batch writer that also takes single puts of the
+    same topic pays a dict lookup per key.
     """
 
-    __slots__ = ("capacity", "topics", "heads", "blocks", "runs", "size")
+    __slots__ = ("capacity", "topics", "blocks", "runs", "size")
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.topics: dict[str, dict[str, tuple[int, int, int, int, int]]] = {}
-        self.heads: dict[tuple[str, str], int] = {}  # (topic, key[:-4]) of lone keys: count
         self.blocks: dict[tuple[str, str], list[_Block]] = {}
         self.runs: deque[_Block | tuple[str, str]] = deque()
         self.size = 0
@@ -110,30 +111,32 @@ class IdempotencyWindow:
         return self.size
 
     def get(self, topic: str, uniq_key: str) -> WindowEntry | None:
-        entry = self._find(topic, uniq_key)
-        return None if entry is None else WindowEntry._make(entry)
-
-    def _find(self, topic: str, uniq_key: str) -> tuple[int, int, int, int, int] | None:
         keys = self.topics.get(topic)
         entry = None if keys is None else keys.get(uniq_key)
         if entry is None and self.blocks:
-            for block in self.blocks.get((topic, uniq_key[:-4]), ()):
-                index = block.index(uniq_key)
-                if index >= 0:
-                    return block.entry(index)
-        return entry
+            entry = self._in_blocks(topic, uniq_key)
+        return None if entry is None else WindowEntry._make(entry)
+
+    def _in_blocks(self, topic: str, uniq_key: str) -> tuple[int, int, int, int, int] | None:
+        for block in self.blocks.get((topic, uniq_key[:-4]), ()):
+            index = block.index(uniq_key)
+            if index >= 0:
+                return block.entry(index)
+        return None
 
     def add(self, topic: str, uniq_key: str, entry: tuple[int, int, int, int, int]) -> None:
         """Remember ``entry`` = (physical_offset, total_size, queue_offset, queue_id,
         store_timestamp_ms) unless the key is already known (the first copy stays)."""
-        if self.capacity <= 0 or self._find(topic, uniq_key) is not None:
+        if self.capacity <= 0:
             return
         keys = self.topics.get(topic)
         if keys is None:
             keys = self.topics[topic] = {}
+        elif uniq_key in keys:
+            return
+        if self.blocks and self._in_blocks(topic, uniq_key) is not None:
+            return
         keys[uniq_key] = entry
-        head = (topic, uniq_key[:-4])
-        self.heads[head] = self.heads.get(head, 0) + 1
         self.runs.append((topic, uniq_key))
         self.size += 1
         if self.size > self.capacity:
@@ -168,7 +171,10 @@ class IdempotencyWindow:
         """Whether ``block`` might hold a key already held (then it is added key by key)."""
         keys = block.keys
         last = f"{block.head}{(block.first + len(keys) - 1) & 0xFFFF:04X}"
-        if len(keys) > 1 << 16 or keys[-1] != last or (block.topic, block.head) in self.heads:
+        if len(keys) > 1 << 16 or keys[-1] != last:
+            return True
+        lone = self.topics.get(block.topic)
+        if lone and not lone.keys().isdisjoint(keys):
             return True
         span = block.live()
         for other in self.blocks.get((block.topic, block.head), ()):
@@ -181,32 +187,27 @@ class IdempotencyWindow:
     def _evict(self, count: int) -> None:
         """Forget the ``count`` oldest pairs."""
         runs = self.runs
+        self.size -= count
         while count:
             run = runs[0]
-            if isinstance(run, tuple):
-                topic, uniq_key = run
-                keys = self.topics[topic]
-                del keys[uniq_key]
+            if type(run) is tuple:
+                keys = self.topics[run[0]]
+                del keys[run[1]]
                 if not keys:
-                    del self.topics[topic]
-                head = (topic, uniq_key[:-4])
-                if self.heads[head] == 1:
-                    del self.heads[head]
-                else:
-                    self.heads[head] -= 1
+                    del self.topics[run[0]]
                 runs.popleft()
-                taken = 1
-            else:
-                taken = min(count, len(run.keys) - run.start)
-                run.start += taken
-                if run.start == len(run.keys):
-                    runs.popleft()
-                    same = self.blocks[(run.topic, run.head)]
-                    same.remove(run)
-                    if not same:
-                        del self.blocks[(run.topic, run.head)]
+                count -= 1
+                continue
+            assert isinstance(run, _Block)
+            taken = min(count, len(run.keys) - run.start)
+            run.start += taken
             count -= taken
-            self.size -= taken
+            if run.start == len(run.keys):
+                runs.popleft()
+                same = self.blocks[(run.topic, run.head)]
+                same.remove(run)
+                if not same:
+                    del self.blocks[(run.topic, run.head)]
 
     def start_offset(self, default: int) -> int:
         """Physical offset of the oldest record in the window (``default`` if empty)."""
