@@ -358,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         widths = [6, 19, 9, 11, 11, 8, 9, 9]
         emit(
             _row(
-                ["body", "case", "io", "msgs/s", "cpu msgs/s", "MB/s", "vs enc", "vs disk"], widths
+                ["body", "case", "io", "msgs/s", "cpu msgs/s", "MB/s", "vs yard", "vs disk"], widths
             )
         )
         async_single_100 = (0.0, 0.0)  # (msgs/s wall, msgs/s cpu)
