@@ -13,6 +13,8 @@ from store_helpers import open_store
 
 from rmq_spark.clock import ManualClock
 from rmq_spark.errors import InvalidMessageError
+from rmq_spark.store.config import IoMode
+from rmq_spark.store.fileio import FaultPlan, FaultyFile, FileKind, OsOpener, SegmentFile
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.put import PutRequest, PutStatus
 from rmq_spark.store.put_state import IdempotencyWindow
@@ -237,3 +239,47 @@ def test_put_arrow_keeps_a_null_queue_id_a_null_not_a_nan(tmp_path: Path) -> Non
     missing = pa.table({"topic": ["T"]})
     with pytest.raises(InvalidMessageError, match="body: no 'body' column"):
         store.put_arrow(missing)
+
+
+class _MappedFaultyFile(FaultyFile):
+    """A memory-mapped segment that fails its next ``write_through`` (a batch's pwrite)."""
+
+    @property
+    def mapping(self) -> object:
+        return self._inner.mapping  # type: ignore[attr-defined]
+
+
+class _MappedFaultyOpener:
+    def __init__(self) -> None:
+        self._inner = OsOpener(IoMode.MMAP)
+        self.plan = FaultPlan(fail_at="append", times=0)
+
+    def open(self, path: Path, kind: FileKind, *, read_only: bool = False) -> SegmentFile:
+        return self._wrap(self._inner.open(path, kind, read_only=read_only), kind)
+
+    def create(self, path: Path, size_bytes: int, kind: FileKind) -> SegmentFile:
+        return self._wrap(self._inner.create(path, size_bytes, kind), kind)
+
+    def _wrap(self, file: SegmentFile, kind: FileKind) -> SegmentFile:
+        return _MappedFaultyFile(file, self.plan) if kind is FileKind.SEGMENT else file
+
+
+def test_a_failed_batch_write_into_a_mapped_segment_stores_nothing(tmp_path: Path) -> None:
+    """A batch of 4 KiB or more goes through the descriptor of a memory-mapped segment: when
+    that write fails, no message of the batch is stored and the next batch goes where it
+    would have gone."""
+    opener = _MappedFaultyOpener()
+    store = open_store(tmp_path, opener=opener, segment_size_bytes=1 << 20)  # type: ignore[arg-type]
+    assert store.commitlog.active is None or store.commitlog.active.mapping is not None
+    first = store.put_batch([PutRequest("T", b"a" * 100) for _ in range(3)])  # under 4 KiB
+    assert all(r.ok for r in first) and opener.plan.failures == 0
+    end = store.max_offset
+    opener.plan.times = 1
+    failed = store.put_batch([PutRequest("T", b"b" * 100) for _ in range(64)])
+    assert opener.plan.failures == 1
+    assert {r.status for r in failed} == {PutStatus.UNKNOWN_ERROR}
+    assert store.max_offset == end and store.queue_offset("T", 0) == 3
+    again = store.put_batch([PutRequest("T", b"c" * 100) for _ in range(64)])
+    assert all(r.ok for r in again) and again[0].physical_offset == end
+    assert store.read(again[-1].physical_offset).body == b"c" * 100
+    store.close()
