@@ -97,8 +97,14 @@ def queue_offsets_of(
 ) -> tuple[list[int], dict[tuple[str, int], int]]:
     """The queue offset of each record (0 for one that takes none) and the next offset of
     each queue the batch wrote: consecutive per (topic, queue id), from ``table``."""
-    keys = list(zip(columns.topics, columns.queue_ids, strict=True))
+    topics = columns.topics
     consumes = columns.consumes
+    if consumes is None and topics.count(topics[0]) == len(topics):  # one topic: by queue id
+        topic = topics[0]
+        by_queue = {queue: count(table.get((topic, queue), 0)) for queue in set(columns.queue_ids)}
+        offsets = list(map(next, map(by_queue.__getitem__, columns.queue_ids)))
+        return offsets, {(topic, queue): next(counter) for queue, counter in by_queue.items()}
+    keys = list(zip(topics, columns.queue_ids, strict=True))
     if consumes is None:
         counters = {key: count(table.get(key, 0)) for key in set(keys)}
         offsets = list(map(next, map(counters.__getitem__, keys)))

@@ -214,6 +214,8 @@ class Templates:
         """The packed writer's columns of a batch of template requests, or ``None`` when
         one of them needs another path (see ``check``; the whole batch then takes it)."""
         zero = _ZERO
+        local = LOCALHOST
+        born_now = from_local = True
         for request in requests:
             if (
                 request.flag is not zero
@@ -225,13 +227,18 @@ class Templates:
                 or request.keys
             ):
                 return None
+            if request.born_timestamp_ms is not None:
+                born_now = False
+            if request.born_host is not local:
+                from_local = False
+        n = len(requests)
         return self.from_columns(
             list(map(_TOPIC, requests)),
             list(map(_QUEUE_ID, requests)),
             list(map(_BODY, requests)),
             list(map(_TAGS, requests)),
-            list(map(_BORN, requests)),
-            list(map(_BORN_HOST, requests)),
+            [None] * n if born_now else list(map(_BORN, requests)),
+            [local] * n if from_local else list(map(_BORN_HOST, requests)),
         )
 
     def from_columns(
