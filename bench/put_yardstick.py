@@ -22,8 +22,8 @@ import struct
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from itertools import chain, count, islice, repeat
-from operator import and_, getitem
+from itertools import count, islice, repeat
+from operator import and_
 from pathlib import Path
 
 from rmq_spark.store.codec import encode_record
@@ -37,9 +37,6 @@ __all__ = ["Yardstick", "profile_put_batch"]
 
 _MASK = 0x7FFFFFFF
 _MAGIC = 0xDAA320A7  # MESSAGE_MAGIC_CODE_V1
-_REVERSED = slice(None, None, -1)
-_CRC_PROPERTY = b"__CRC32#\x01%s\x02".__mod__
-_ZERO_PADDED = b"%010d".__mod__
 _HEX4 = tuple(b"%04X" % n for n in range(1 << 16))
 _CONST52 = struct.Struct(">iq4siq4siiqi")  # SYSFLAG .. BODYLENGTH
 
@@ -83,9 +80,14 @@ class Yardstick:
                 repeat(self.key_head), keys, repeat(b"\x02"),
             )
         )  # fmt: skip
-        crcs = map(and_, map(zlib.crc32, records), repeat(_MASK))
-        tails = map(_CRC_PROPERTY, map(getitem, map(_ZERO_PADDED, crcs), repeat(_REVERSED)))
-        return b"".join(chain.from_iterable(zip(records, tails, strict=True)))
+        # The CRC digits of all records in one format, reversed in one slice, then cut.
+        crcs = tuple(map(and_, map(zlib.crc32, records), repeat(_MASK)))
+        digits = ((b"%010d" * n) % crcs)[::-1]
+        pieces = [b"\x02"] * (4 * n)
+        pieces[0::4] = records
+        pieces[1::4] = [b"__CRC32#\x01"] * n
+        pieces[2::4] = [digits[10 * i : 10 * i + 10] for i in range(n - 1, -1, -1)]
+        return b"".join(pieces)
 
     def check(self) -> None:
         """Raise unless the records are ``codec.encode_record``'s (record CRC sealed)."""

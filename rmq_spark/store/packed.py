@@ -20,7 +20,7 @@ import struct
 import sys
 from array import array
 from collections.abc import Iterable, Sequence
-from itertools import accumulate, chain, count, repeat
+from itertools import accumulate, count, repeat
 from typing import NamedTuple
 
 from rmq_spark.store.codec import RECORD_HEAD, RECORD_HOSTS, RecordPacker
@@ -43,6 +43,7 @@ _pack = struct.Struct.pack
 _head = RECORD_HEAD.pack
 _hosts = RECORD_HOSTS.pack
 _MAGIC = MESSAGE_MAGIC_CODE_V1
+_CRC_END = b"\x02"
 _BIG_ENDIAN = sys.byteorder == "big"
 
 
@@ -166,9 +167,13 @@ def encode_packed(
     )  # fmt: skip
     if not seal:
         return b"".join(records)
-    digits = record_crc_digit_runs(records)
-    pieces = zip(records, repeat(RECORD_CRC_KEY), digits, repeat(b"\x02"), strict=False)
-    return b"".join(chain.from_iterable(pieces))
+    # record ‖ key ‖ digits ‖ \x02 for each record, laid out by slice assignment (no tuple
+    # per record as zip would make).
+    pieces: list[bytes] = [_CRC_END] * (4 * n)
+    pieces[0::4] = records
+    pieces[1::4] = [RECORD_CRC_KEY] * n
+    pieces[2::4] = record_crc_digit_runs(records)
+    return b"".join(pieces)
 
 
 def physical_offsets_of(columns: PackedColumns, base: int) -> list[int]:
