@@ -1,13 +1,18 @@
 """Benchmark: embedded ``MessageStore`` puts, with their baselines measured in the same run.
 
 Baselines: the disk's own sequential write rate (dd-like: 1 MiB ``os.write`` calls, one
-fsync at the end) and the pure-Python encode rate (``MessageRecord`` + ``codec.encode_record``
-for the same messages: the ceiling for any Python put path).
+fsync at the end) and the yardstick, the fastest pure-Python encoder of the same records we
+could write (``put_yardstick.Yardstick``: same bytes, record CRC sealed, offsets and UNIQ_KEYs
+assigned, in batches of 256, with no validation, results or window; checked against
+``codec.encode_record`` before it is timed): the ceiling for any Python put path.
 
 Cases:
 * ASYNC, 100 B and 1 KiB bodies: single ``put`` and ``put_batch`` (batches of 256), for both
-  segment I/O modes (MMAP and PWRITE): msgs/s, MB/s of records, ratio to the encode ceiling
-  and to the disk rate.
+  segment I/O modes (MMAP and PWRITE), and the columnar ``put_columns`` / ``put_arrow``
+  (batches of 256, MMAP): msgs/s, MB/s of records, ratio to the yardstick and to the disk
+  rate.
+* ``--profile``: the per-message cost of each step of ``put_batch`` (100 B, MMAP, record
+  CRC), each run alone on the same batches (``put_yardstick.profile_put_batch``).
 * Producer threads, 100 B bodies, each case bounded in time: ASYNC with 64 threads, and SYNC
   group commit with 1/8/64 threads: msgs/s (wall and CPU), p50/p99 put latency, fsyncs and
   messages per fsync, ratio to the ASYNC single-put rate of the same run (wall and CPU).
@@ -26,7 +31,7 @@ by. Requests are built (and ``gc.freeze()``-d) before
 timing; results are discarded. Segments are 1 GiB, preallocated (fallocate) like RocketMQ's.
 
 Usage: python bench/bench_put.py [--messages N] [--sync-seconds S] [--dir DIR] [--quick]
-    [--only-producers]
+    [--only-producers | --only-batch] [--profile]
 Default: 200 000 messages per ASYNC case, 4 s per producer case (about 3 minutes on 2 cores).
 """
 
@@ -47,15 +52,15 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
+sys.path.insert(0, str(REPO_ROOT / "bench"))
 
-from rmq_spark.clock import SystemClock  # noqa: E402
+from put_yardstick import Yardstick, profile_put_batch  # noqa: E402
+
 from rmq_spark.eventloop import new_event_loop, uvloop_available  # noqa: E402
 from rmq_spark.store.async_commit import AsyncGroupCommit  # noqa: E402
-from rmq_spark.store.codec import encode_record  # noqa: E402
 from rmq_spark.store.config import FlushPolicy, IoMode, StoreConfig  # noqa: E402
-from rmq_spark.store.message import HostAddress, MessageRecord  # noqa: E402
+from rmq_spark.store.message import HostAddress  # noqa: E402
 from rmq_spark.store.message_store import MessageStore  # noqa: E402
-from rmq_spark.store.msg_id import UniqKeyGenerator  # noqa: E402
 from rmq_spark.store.put import PutRequest  # noqa: E402
 
 BODY_SIZES = (100, 1024)
@@ -97,29 +102,65 @@ def disk_write_rate(directory: Path, total_bytes: int) -> float:
 
 
 def encode_rate(body_size: int, count: int) -> tuple[float, float, float]:
-    """(msgs/s wall, msgs/s cpu, record MB/s) of MessageRecord + codec.encode_record."""
-    body = b"x" * body_size
+    """(msgs/s wall, msgs/s cpu, record MB/s) of the yardstick, batches of ``BATCH_SIZE``."""
     host = HostAddress("127.0.0.1", 10911)
-    keys = UniqKeyGenerator(SystemClock(), "127.0.0.1", os.getpid())
+    yardstick = Yardstick(TOPIC, body_size, host, "7F00000100002A9F1234ABCD0001")
+    yardstick.check()
+    bodies = [b"x" * body_size for _ in range(count)]
+    queue_ids = [index & 3 for index in range(count)]
+    queue_offsets: dict[int, int] = {}
     size = 0
+    gc.collect()
+    gc.freeze()
     with Timer() as timer:
-        for index in range(count):
-            record = MessageRecord(
-                TOPIC,
-                body,
-                f"UNIQ_KEY\x01{keys.next_key()}\x02",
-                index & 3,
-                0,
-                index,
-                index * 200,
-                0,
-                1_700_000_000_000,
-                host,
-                1_700_000_000_000,
-                host,
-            )
-            size += len(encode_record(record))
+        encode = yardstick.encode
+        for index in range(0, count, BATCH_SIZE):
+            now = time.time_ns() // 1_000_000
+            end = index + BATCH_SIZE
+            size += len(encode(bodies[index:end], queue_ids[index:end], size, now, queue_offsets))
+    gc.unfreeze()
     return count / timer.wall, count / timer.cpu, size / timer.wall / MB
+
+
+def columns_case(root: Path, body_size: int, count: int, arrow: bool) -> tuple[float, float, float]:
+    """(msgs/s wall, msgs/s cpu, MB/s) of ASYNC ``put_columns`` (or ``put_arrow`` of Arrow
+    record batches), batches of ``BATCH_SIZE``, MMAP, record CRC on."""
+    import pyarrow as pa
+
+    shutil.rmtree(root, ignore_errors=True)
+    store = MessageStore.open(_config(root, FlushPolicy.ASYNC, IoMode.MMAP))
+    try:
+        batches = []
+        for index in range(0, count, BATCH_SIZE):
+            n = min(BATCH_SIZE, count - index)
+            bodies = [b"x" * body_size for _ in range(n)]
+            queue_ids = [(index + i) & 3 for i in range(n)]
+            if arrow:
+                batches.append(
+                    pa.record_batch(
+                        {"topic": pa.array([TOPIC] * n), "body": pa.array(bodies, pa.binary()),
+                         "queue_id": pa.array(queue_ids, pa.int32())}
+                    )
+                )  # fmt: skip
+            else:
+                batches.append((bodies, queue_ids))
+        gc.collect()
+        gc.freeze()
+        start_offset = store.max_offset
+        with Timer() as timer:
+            if arrow:
+                put_arrow = store.put_arrow
+                for batch in batches:
+                    put_arrow(batch)
+            else:
+                put_columns = store.put_columns
+                for bodies, queue_ids in batches:
+                    put_columns(TOPIC, bodies, queue_ids)
+        written = store.max_offset - start_offset
+        gc.unfreeze()
+    finally:
+        store.close()
+    return count / timer.wall, count / timer.cpu, written / timer.wall / MB
 
 
 def _config(
@@ -294,6 +335,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="only the single-put baseline and the producer (thread and asyncio) cases",
     )
+    parser.add_argument(
+        "--only-batch",
+        action="store_true",
+        help="only the 100 B yardstick, put_batch (MMAP, record CRC) and columnar cases",
+    )
+    parser.add_argument(
+        "--profile", action="store_true", help="the per-message cost of each put_batch step"
+    )
     args = parser.parse_args(argv)
     if args.quick:
         args.messages, args.sync_seconds, args.disk_mb = 20_000, 1.0, 128
@@ -309,25 +358,29 @@ def main(argv: list[str] | None = None) -> int:
         widths = [6, 19, 9, 11, 11, 8, 9, 9]
         emit(
             _row(
-                ["body", "case", "io", "msgs/s", "cpu msgs/s", "MB/s", "vs enc", "vs disk"], widths
+                ["body", "case", "io", "msgs/s", "cpu msgs/s", "MB/s", "vs yard", "vs disk"], widths
             )
         )
         async_single_100 = (0.0, 0.0)  # (msgs/s wall, msgs/s cpu)
         only = args.only_producers
-        for body_size in (100,) if only else BODY_SIZES:
+        batch_only = args.only_batch
+        for body_size in (100,) if only or batch_only else BODY_SIZES:
             enc_wall, enc_cpu, enc_mb = encode_rate(body_size, args.messages)
-            emit(_row([str(body_size), "encode only", "-", f"{enc_wall:,.0f}", f"{enc_cpu:,.0f}",
+            emit(_row([str(body_size), "yardstick", "-", f"{enc_wall:,.0f}", f"{enc_cpu:,.0f}",
                        f"{enc_mb:,.0f}", "1.00", f"{enc_mb / disk:.2f}"], widths))  # fmt: skip
             # "-crc": the same without the record CRC property (store.append_record_crc), to
             # show what writing it costs.
             variants = [(IoMode.MMAP, False, True)]
-            if not only:
+            if batch_only:
+                variants = [(IoMode.MMAP, True, True)]
+            elif not only:
                 variants = [
                     (io_mode, batch, crc)
                     for io_mode in (IoMode.MMAP, IoMode.PWRITE)
                     for batch in (False, True)
                     for crc in ((True, False) if io_mode is IoMode.MMAP else (True,))
                 ]
+            rows = []
             for io_mode, batch, crc in variants:
                 wall, cpu, mb = async_case(
                     base / "async", io_mode, body_size, args.messages, batch, crc
@@ -335,9 +388,30 @@ def main(argv: list[str] | None = None) -> int:
                 if body_size == 100 and io_mode is IoMode.MMAP and not batch and crc:
                     async_single_100 = (wall, cpu)
                 case = (f"put_batch({BATCH_SIZE})" if batch else "put") + ("" if crc else " -crc")
-                emit(_row([str(body_size), case, io_mode.name, f"{wall:,.0f}", f"{cpu:,.0f}",
+                rows.append((case, io_mode.name, wall, cpu, mb))
+            if not only:
+                for arrow in (False, True):
+                    wall, cpu, mb = columns_case(base / "columns", body_size, args.messages, arrow)
+                    case = f"put_{'arrow' if arrow else 'columns'}({BATCH_SIZE})"
+                    rows.append((case, "MMAP", wall, cpu, mb))
+            for case, io_name, wall, cpu, mb in rows:
+                emit(_row([str(body_size), case, io_name, f"{wall:,.0f}", f"{cpu:,.0f}",
                            f"{mb:,.0f}", f"{wall / enc_wall:.2f}", f"{mb / disk:.2f}"],
                           widths))  # fmt: skip
+        if args.profile:
+            emit("")
+            emit(f"put_batch({BATCH_SIZE}) steps, 100 B, MMAP, record CRC: ns per message")
+            root = base / "profile"
+            steps = profile_put_batch(
+                lambda: MessageStore.open(_config(root, FlushPolicy.ASYNC, IoMode.MMAP)),
+                root,
+                args.messages,
+                BATCH_SIZE,
+            )
+            for name, ns in steps:
+                emit(f"  {name:<52} {ns:8.0f}")
+        if batch_only:
+            return 0
         emit("")
         emit(
             "Producer threads, 100 B bodies, MMAP; SYNC is group commit. Ratios: vs ASYNC single "

@@ -1,12 +1,12 @@
 """PURE: one CommitLog message record <-> bytes (``docs/FORMAT.md`` section 2).
 
-Owns the record layout, the one definition every encoder uses: the header format and field
-positions by name, the length formula, BODYCRC, the v1/v2 magic choice, the record CRC
-property (``__CRC32#``, ``docs/FORMAT.md`` 2.3: reserved at the end of PROPERTIES, sealed
-once the offsets and store timestamp are final), the ``struct`` packers of the put path's
-fast encoders (``record_packer``) and the 8-byte BLANK end-of-file record. Decoding returns
-explicit outcomes (``DecodedRecord``, ``BlankPadding``, ``NeedMoreData``, ``Unwritten``,
-``SkippedRecord``) and raises ``CorruptRecordError`` only for bytes that cannot be a record.
+Owns the record layout, the one definition every encoder uses: the header format and field positions
+by name, the length formula, BODYCRC, the v1/v2 magic choice, the record CRC property (``__CRC32#``,
+``docs/FORMAT.md`` 2.3: reserved at the end of PROPERTIES, sealed once the offsets and store
+timestamp are final), the ``struct`` packers of the put path's fast encoders (``record_packer`` and
+its pieces) and the 8-byte BLANK end-of-file record. Decoding returns explicit outcomes
+(``DecodedRecord``, ``BlankPadding``, ``NeedMoreData``, ``Unwritten``, ``SkippedRecord``) and raises
+``CorruptRecordError`` only for bytes that cannot be a record.
 
 Does not own: files, segments, recovery policy (what a torn tail is), the properties string
 syntax (``properties.py``) or message ids (``msg_id.py``).
@@ -59,6 +59,8 @@ __all__ = [
     "NeedMoreData",
     "OFFSETS",
     "QUEUE_OFFSET_POSITION",
+    "RECORD_HEAD",
+    "RECORD_HOSTS",
     "RecordPacker",
     "SkippedRecord",
     "Unwritten",
@@ -68,6 +70,7 @@ __all__ = [
     "encode_record",
     "encode_record_mutable",
     "peek_header",
+    "record_mid",
     "record_packer",
     "record_size",
     "store_timestamp_position",
@@ -209,28 +212,41 @@ OFFSETS = struct.Struct(">qq")
 assert PHYSICAL_OFFSET_POSITION == QUEUE_OFFSET_POSITION + 8
 
 RecordPacker = struct.Struct
-"""Packs a whole IPv4/v1 record in one call: the 17 header fields, BODY, the topic length byte
-and TOPIC (one piece), PROPERTIESLENGTH, then PROPERTIES as three pieces (head, key, tail)."""
-_packers: dict[tuple[int, int, int, int, int], struct.Struct] = {}
+"""Packs an IPv4/v1 record up to its record CRC property in one call, from 13 pieces:
+TOTALSIZE and MAGIC (``RECORD_HEAD``), BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET,
+SYSFLAG, BORNTIMESTAMP, the 40 bytes from BORNHOST to BODYLENGTH (``RECORD_HOSTS``), BODY,
+``mid`` (TOPICLENGTH, TOPIC, PROPERTIESLENGTH and the properties up to a key), the key and the
+rest of the properties. The pieces that are the same for every record of a batch are packed
+once per batch: fewer ``Struct`` fields per record is most of what a put of a small body costs.
+"""
+RECORD_HEAD = struct.Struct(">iI")
+"""TOTALSIZE and MAGIC: a record packer's first piece."""
+RECORD_HOSTS = struct.Struct(">4siq4siiqi")
+"""BORNHOST (address, port), STORETIMESTAMP, STOREHOST (address, port), RECONSUMETIMES,
+PREPAREDTRANSACTIONOFFSET and BODYLENGTH of an IPv4 record: a record packer's ninth piece."""
+MID_HEAD = struct.Struct(">h")
+"""PROPERTIESLENGTH, between the topic and the properties in a record packer's ``mid``."""
+_packers: dict[tuple[int, int, int, int], struct.Struct] = {}
 
 
-def record_packer(
-    body_size: int, topic_size: int, head_size: int, key_size: int, tail_size: int
-) -> RecordPacker:
-    """The ``Struct`` packing an IPv4-host v1 record ``header ‖ body ‖ topic ‖ properties
-    length ‖ head ‖ key ‖ tail`` in one call (the put path's fast encoders): ``topic`` is the
-    length byte and the topic, ``head ‖ key ‖ tail`` the properties, ``key`` a value filled in
-    under the put lock (a generated UNIQ_KEY) or empty. Cached."""
-    shape = (body_size, topic_size, head_size, key_size, tail_size)
+def record_packer(body_size: int, mid_size: int, key_size: int, tail_size: int) -> RecordPacker:
+    """The ``Struct`` packing an IPv4-host v1 record (``RecordPacker``) for these sizes of
+    BODY, ``mid``, key (a value filled in under the put lock: a generated UNIQ_KEY, or empty)
+    and the properties after it. Cached."""
+    shape = (body_size, mid_size, key_size, tail_size)
     packer = _packers.get(shape)
     if packer is None:
-        packer = struct.Struct(
-            f"{HEADER_FORMAT_IPV4}{body_size}s{topic_size}sh{head_size}s{key_size}s{tail_size}s"
-        )
+        packer = struct.Struct(f">8siiiqqiq40s{body_size}s{mid_size}s{key_size}s{tail_size}s")
         if len(_packers) >= _CACHE_MAX:
             _packers.clear()
         _packers[shape] = packer
     return packer
+
+
+def record_mid(topic_bytes: bytes, props_size: int, head: bytes) -> bytes:
+    """A record packer's ``mid``: ``topic_bytes`` (TOPICLENGTH and TOPIC), PROPERTIESLENGTH
+    ``props_size`` (all of the properties) and ``head`` (the properties before the key)."""
+    return topic_bytes + MID_HEAD.pack(props_size) + head
 
 
 # Indexed by (sys_flag & 0x30) >> 4: bit 0 = born host IPv6, bit 1 = store host IPv6.

@@ -24,24 +24,18 @@ from __future__ import annotations
 
 import enum
 import re
-import struct
-import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from rmq_spark.errors import InvalidMessageError
 from rmq_spark.store.codec import (
-    HEADER_FORMAT_IPV4,
     encode_record_mutable,
-    record_size,
     store_timestamp_position,
 )
 from rmq_spark.store.hashing import java_string_hash
 from rmq_spark.store.layout import (
     MAX_PROPERTIES_SIZE_BYTES,
-    MAX_TOPIC_LENGTH_V1,
-    MESSAGE_MAGIC_CODE_V1,
     RMQ_SYS_SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
@@ -62,11 +56,10 @@ from rmq_spark.store.properties import (
     encode_properties,
     java_hashmap_order,
 )
-from rmq_spark.store.put_state import IdempotencyWindow, WindowEntry
+from rmq_spark.store.put_encode import encode_ipv4_v1
 from rmq_spark.store.record_crc import with_record_crc, without_record_crc
 
 __all__ = [
-    "LOCALHOST_IPV4",
     "MAX_RECORD_OVERHEAD_BYTES",
     "PreparedMessage",
     "PutContext",
@@ -74,13 +67,9 @@ __all__ = [
     "PutResult",
     "PutStatus",
     "check_topic",
-    "duplicates_in",
-    "encode_ipv4_v1",
     "find_uniq_key",
-    "ipv4_of",
     "order_properties",
     "prepare",
-    "reject_batch",
     "rewrite_delay",
 ]
 
@@ -389,91 +378,8 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
     )
 
 
-# --- the common-case encoder ------------------------------------------------------------------
-
-_V1_IPV4_HEADER = struct.Struct(HEADER_FORMAT_IPV4)
-_V1_IPV4_FIXED = record_size(0, 0, 0)  # codec's length formula: + topic, body, properties
 _STORE_TS_POSITIONS = {0: store_timestamp_position(0), 0x10: store_timestamp_position(0x10)}
-_PROPS_SIZE = struct.Struct(">h")
-_topic_prefixes: dict[str, bytes] = {}
-_ipv4_hosts: dict[int, tuple[HostAddress, tuple[bytes, int] | None]] = {}
 _simple_orders: dict[tuple[bool, bool], tuple[str, ...]] = {}
-LOCALHOST_IPV4 = (LOCALHOST.packed(), LOCALHOST.port)
-"""``ipv4_of(LOCALHOST)``, the default born host."""
-_LOCALHOST_IPV4 = LOCALHOST_IPV4
-
-
-def ipv4_of(host: HostAddress) -> tuple[bytes, int] | None:
-    """(packed address, port) of an IPv4 ``host``; ``None`` for IPv6 or a non-host (cached)."""
-    # Keyed by id() (hashing a frozen dataclass is slow); the host itself is kept in the
-    # entry so that a recycled id never matches another object.
-    cached = _ipv4_hosts.get(id(host))
-    if cached is not None and cached[0] is host:
-        return cached[1]
-    packed = host.packed() if isinstance(host, HostAddress) else b""
-    entry = (packed, host.port) if len(packed) == 4 else None
-    if len(_ipv4_hosts) > 4096:
-        _ipv4_hosts.clear()
-    _ipv4_hosts[id(host)] = (host, entry)
-    return entry
-
-
-def encode_ipv4_v1(
-    topic: str,
-    body: bytes | bytearray | memoryview,
-    props_data: bytes,
-    queue_id: int,
-    flag: int,
-    sys_flag: int,
-    born_timestamp_ms: int,
-    born_host: HostAddress,
-    store_timestamp_ms: int,
-    store_host: HostAddress,
-    reconsume_times: int,
-    prepared_transaction_offset: int,
-) -> bytearray | None:
-    """Encode a record with IPv4 hosts and a v1 topic (<= 127 ASCII characters), QUEUEOFFSET
-    and PHYSICALOFFSET 0; ``None`` when the record needs the codec's general path.
-
-    The same bytes as ``codec.encode_record`` (a property test checks it), without building
-    a ``MessageRecord``: the put path's hot loop.
-    """
-    prefix = _topic_prefixes.get(topic)
-    if prefix is None:
-        if not topic.isascii() or not 0 < len(topic) <= MAX_TOPIC_LENGTH_V1:
-            return None
-        prefix = bytes((len(topic),)) + topic.encode("ascii")
-        if len(_topic_prefixes) > 4096:
-            _topic_prefixes.clear()
-        _topic_prefixes[topic] = prefix
-    born = _LOCALHOST_IPV4 if born_host is LOCALHOST else ipv4_of(born_host)
-    store = ipv4_of(store_host)
-    if born is None or store is None:
-        return None
-    body_size = len(body)
-    try:
-        header = _V1_IPV4_HEADER.pack(
-            _V1_IPV4_FIXED + body_size + len(prefix) - 1 + len(props_data),
-            MESSAGE_MAGIC_CODE_V1,
-            zlib.crc32(body) & 0x7FFFFFFF,
-            queue_id,
-            flag,
-            0,
-            0,
-            sys_flag & ~0x30,
-            born_timestamp_ms,
-            born[0],
-            born[1],
-            store_timestamp_ms,
-            store[0],
-            store[1],
-            reconsume_times,
-            prepared_transaction_offset,
-            body_size,
-        )
-    except struct.error:
-        return None  # the codec names the field that is out of range
-    return bytearray().join((header, body, prefix, _PROPS_SIZE.pack(len(props_data)), props_data))
 
 
 def _simple_properties(uniq_key: str, tags: str | None, keys: tuple[str, ...]) -> str | None:
@@ -512,46 +418,3 @@ def find_uniq_key(props_text: str) -> str | None:
             value = props_text[at + len(marker) : end if end >= 0 else len(props_text)]
             return value or None
         start = at + 1
-
-
-# --- batches ----------------------------------------------------------------------------------
-
-
-def reject_batch(prepared: list[PreparedMessage | PutResult]) -> list[PutResult] | None:
-    """All or nothing: the results of a batch holding an illegal message, else ``None``.
-
-    The illegal messages keep their own result; the others say which message sank the batch.
-    """
-    bad = [(index, p) for index, p in enumerate(prepared) if type(p) is PutResult]
-    if not bad:
-        return None
-    first_index, first = bad[0]
-    assert isinstance(first, PutResult)
-    detail = f"batch rejected: message #{first_index} is illegal: {first.detail}"
-    return [
-        item if isinstance(item, PutResult) else PutResult(first.status, detail=detail)
-        for item in prepared
-    ]
-
-
-def duplicates_in(
-    messages: list[PreparedMessage], window: IdempotencyWindow
-) -> dict[int, WindowEntry | PreparedMessage]:
-    """Idempotent messages of a batch not to write, by ``id()``: the stored entry they
-    repeat, or the earlier message of the same batch with the same (topic, UNIQ_KEY)."""
-    found: dict[int, WindowEntry | PreparedMessage] = {}
-    first: dict[tuple[str, str], PreparedMessage] = {}
-    for message in messages:
-        if message.uniq_key is None:
-            continue
-        key = (message.topic, message.uniq_key)
-        if message.idempotent:
-            entry = window.get(*key)
-            if entry is not None:
-                found[id(message)] = entry
-                continue
-            if key in first:
-                found[id(message)] = first[key]
-                continue
-        first.setdefault(key, message)
-    return found

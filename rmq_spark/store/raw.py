@@ -1,7 +1,7 @@
 """The raw-properties requests of the packed put path: copies put back verbatim.
 
-Owns ``RawParts``: checking, outside the put lock, that a request carrying
-``raw_properties`` can be written by the appender's packed writer (``appender.py``), and
+Owns ``RawParts`` and its ``Packed`` records: checking, outside the put lock, that a request
+carrying ``raw_properties`` can be written by the appender's packed writer (``appender.py``), and
 building its parts: the codec's packer and the record's bytes around the header. This is how
 the delay redelivery job (``rmq_spark/delay/``), the transaction commit and the broker's
 redelivery requests put a copied message: its stored properties string kept verbatim, except
@@ -19,8 +19,10 @@ general path says why), and ``idempotent`` requests (the general path dedupes th
 from __future__ import annotations
 
 import zlib
+from collections.abc import Sequence
+from typing import cast
 
-from rmq_spark.store.codec import HEADER_SIZE_IPV4, RecordPacker, record_packer
+from rmq_spark.store.codec import HEADER_SIZE_IPV4, RecordPacker, record_mid, record_packer
 from rmq_spark.store.layout import (
     MAX_PROPERTIES_SIZE_BYTES,
     MAX_TOPIC_LENGTH_V1,
@@ -29,18 +31,27 @@ from rmq_spark.store.layout import (
     TRANSACTION_NOT_TYPE,
 )
 from rmq_spark.store.message import LOCALHOST
+from rmq_spark.store.packed import PackedColumns, without_crc_property
 from rmq_spark.store.put import (
-    LOCALHOST_IPV4,
     MAX_RECORD_OVERHEAD_BYTES,
     PutRequest,
     check_topic,
     find_uniq_key,
-    ipv4_of,
 )
-from rmq_spark.store.put_plan import Packed
+from rmq_spark.store.put_encode import LOCALHOST_IPV4, ipv4_of
 from rmq_spark.store.record_crc import with_record_crc, without_record_crc
 
-__all__ = ["RawParts"]
+__all__ = ["Packed", "RawParts"]
+
+Packed = tuple[
+    str, int, bytes, "int | None", tuple[bytes, int], int, int, int, int, bool, "str | None",
+    bytes, RecordPacker, int, int,
+]  # fmt: skip
+"""One record for the appender's packed writer: (topic, queue_id, body, born_timestamp_ms,
+born_host, flag, sys_flag, reconsume_times, prepared_transaction_offset, consumes a queue
+offset, UNIQ_KEY, ``mid`` (the topic and the properties whole, without the record CRC
+property), packer, BODYCRC, size (with the record CRC property)). ``RawParts`` builds them;
+the writer takes their columns (``packed.PackedColumns``)."""
 
 _I32_MIN = -(1 << 31)
 _I32_MAX = (1 << 31) - 1
@@ -65,7 +76,7 @@ class RawParts:
         # topic -> length byte + ASCII bytes, or None: the topic needs the general path.
         self._topics: dict[object, bytes | None] = {}
         # (body, topic prefix, properties) lengths -> the codec's packer of such a record.
-        self._packers: dict[tuple[int, int, int], RecordPacker] = {}
+        self._packers: dict[tuple[int, int], RecordPacker] = {}
 
     def _topic(self, topic: object) -> bytes | None:
         """The topic length byte and bytes of a legal v1 ``topic``, else ``None`` (cached)."""
@@ -142,16 +153,33 @@ class RawParts:
             or size > self._max_body_bytes + MAX_RECORD_OVERHEAD_BYTES
         ):
             return None
-        shape = (body_size, len(prefix), props_size)
+        mid = record_mid(prefix, props_size, without_crc_property(props_data, self._record_crc))
+        shape = (body_size, len(mid))
         packer = self._packers.get(shape)
         if packer is None:
-            packer = record_packer(body_size, len(prefix), props_size, 0, 0)
+            packer = record_packer(body_size, len(mid), 0, 0)
             if len(self._packers) >= _PACKERS_MAX:
                 self._packers.clear()
             self._packers[shape] = packer
         return (
             topic, queue_id, body, born, born_host, flag, sys_flag & ~_BORN_HOST_V6_BITS,
             reconsume, prepared_offset, (sys_flag & TRANSACTION_MASK) in _CONSUMING,
-            find_uniq_key(raw), False, prefix, props_size, props_data, b"", packer,
-            _crc32(body) & 0x7FFFFFFF, size,
+            find_uniq_key(raw), mid, packer, _crc32(body) & 0x7FFFFFFF, size,
+        )  # fmt: skip
+
+    def columns(self, requests: Sequence[PutRequest]) -> PackedColumns | None:
+        """The packed writer's columns of a batch of raw-properties requests, or ``None``
+        when one of them needs the general path (the whole batch then takes it)."""
+        parts = [self.parts(request) for request in requests]
+        if None in parts:
+            return None
+        (
+            topics, queue_ids, bodies, borns, born_hosts, flags, sys_flags, reconsume_times,
+            prepared_offsets, consumes, uniq_keys, mids, packers, body_crcs, sizes,
+        ) = zip(*cast("list[Packed]", parts), strict=True)  # fmt: skip
+        return PackedColumns(
+            topics, queue_ids, bodies, borns, [host[0] for host in born_hosts],
+            [host[1] for host in born_hosts], flags, sys_flags, reconsume_times,
+            prepared_offsets, consumes, uniq_keys, mids, [b""] * len(parts), packers,
+            body_crcs, list(map(len, bodies)), sizes, sum(sizes), False,
         )  # fmt: skip

@@ -4,7 +4,8 @@
 Owns the 20 bytes that close a record's PROPERTIES when the property is present: reserving
 them (``with_record_crc``), dropping a copied record's stale one (``without_record_crc``),
 filling in the digits once the record's offsets and store timestamp are final
-(``seal_record``, under the put lock) and reading them back (``record_crc_of``). The rest of
+(``seal_record`` in place; ``record_crc_tail`` and ``record_crc_digit_runs`` for records packed
+without it, under the put lock) and reading them back (``record_crc_of``). The rest of
 the record layout is ``codec.py``'s, which calls this module when it encodes and decodes.
 """
 
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 import mmap
 import zlib
+from collections.abc import Iterator, Sequence
+from itertools import repeat
+from operator import and_
 
 from rmq_spark.errors import CorruptRecordError
 
@@ -20,8 +24,10 @@ __all__ = [
     "RECORD_CRC_DIGITS_AT",
     "RECORD_CRC_KEY",
     "RECORD_CRC_PLACEHOLDER",
+    "record_crc_digit_runs",
     "record_crc_digits",
     "record_crc_of",
+    "record_crc_tail",
     "seal_record",
     "with_record_crc",
     "without_record_crc",
@@ -38,6 +44,12 @@ RECORD_CRC_DIGITS_AT = RECORD_CRC_BYTES - len(RECORD_CRC_KEY)  # 11: where the d
 _DIGITS = frozenset(b"0123456789")
 _SEAL_COPY_MAX = 16384
 _crc32 = zlib.crc32
+_MASK = 0x7FFFFFFF
+# The digits least significant first, right-padded with "0", are the zero-padded number
+# reversed: one format and one slice, both C calls ``map`` can chain.
+_ZERO_PADDED = b"%010d".__mod__
+_FORMATS: dict[int, tuple[bytes, list[slice]]] = {}  # batch size -> (format, cuts)
+_PROPERTY = (RECORD_CRC_KEY + b"%s\x02").__mod__
 
 
 def record_crc_digits(crc: int) -> bytes:
@@ -49,7 +61,29 @@ def record_crc_digits(crc: int) -> bytes:
     >>> record_crc_digits(891568578)
     b'8758651980'
     """
-    return (b"%d" % crc)[::-1].ljust(10, b"0")
+    return _ZERO_PADDED(crc)[::-1]
+
+
+def record_crc_tail(unsealed: bytes) -> bytes:
+    """The sealed record CRC property (20 bytes) that ends the record whose bytes before it
+    are ``unsealed`` (everything the CRC covers, offsets and store timestamp final)."""
+    return _PROPERTY(_ZERO_PADDED(_crc32(unsealed) & _MASK)[::-1])
+
+
+def record_crc_digit_runs(unsealed: Sequence[bytes]) -> Iterator[bytes]:
+    """The 10 digits of each record's CRC (``record_crc_digits``), for writers that join
+    ``RECORD_CRC_KEY``, the digits and ``\\x02`` themselves: all of them formatted in one
+    call, reversed in one slice (which also reverses their order), then cut."""
+    crcs = tuple(map(and_, map(_crc32, unsealed), repeat(_MASK)))
+    count = len(crcs)
+    formats = _FORMATS.get(count)
+    if formats is None:
+        if len(_FORMATS) >= 64:
+            _FORMATS.clear()
+        cuts = [slice(10 * i, 10 * i + 10) for i in range(count - 1, -1, -1)]
+        formats = _FORMATS[count] = (b"%010d" * count, cuts)
+    digits = (formats[0] % crcs)[::-1]
+    return map(digits.__getitem__, formats[1])
 
 
 def without_record_crc(props_data: bytes) -> bytes:
@@ -82,7 +116,7 @@ def seal_record(buf: bytearray | mmap.mmap, position: int, total: int) -> None:
     else:
         with memoryview(buf) as view:
             crc = _crc32(view[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
-    buf[end - RECORD_CRC_DIGITS_AT : end - 1] = (b"%d" % crc)[::-1].ljust(10, b"0")
+    buf[end - RECORD_CRC_DIGITS_AT : end - 1] = _ZERO_PADDED(crc)[::-1]
 
 
 def record_crc_of(buf: _Buffer, position: int, end: int, path: str) -> tuple[int, int] | None:

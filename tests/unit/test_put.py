@@ -20,7 +20,8 @@ from rmq_spark.store.layout import (
 from rmq_spark.store.message import LOCALHOST, HostAddress, MessageRecord
 from rmq_spark.store.msg_id import decode_offset_msg_id, offset_msg_id
 from rmq_spark.store.properties import java_hashmap_order, parse_properties
-from rmq_spark.store.put import PutRequest, PutStatus, check_topic, encode_ipv4_v1, order_properties
+from rmq_spark.store.put import PutRequest, PutStatus, check_topic, order_properties
+from rmq_spark.store.put_encode import encode_ipv4_v1
 from rmq_spark.store.put_state import IdempotencyWindow, WindowEntry
 
 

@@ -54,16 +54,17 @@ def test_record_plan_splits_the_properties_around_the_uniq_key(tags: str | None)
     plan = record_plan("TopicA", tags, 32)
     assert plan is not None
     key = "K" * 32
-    props = plan.before + key.encode() + plan.after
+    # The record CRC property follows ``after``: the writer appends it, sealed, under the lock.
+    props = plan.before + key.encode() + plan.after + RECORD_CRC_PLACEHOLDER
     assert plan.topic == b"\x06TopicA"
     assert plan.props_size == len(props)
-    assert props.endswith(RECORD_CRC_PLACEHOLDER)  # the record CRC, sealed under the lock
     expected = {"UNIQ_KEY": key} if tags is None else {"UNIQ_KEY": key, "TAGS": tags}
     assert parse_properties(props.decode()) == expected
     assert plan.fixed_size == HEADER_SIZE_IPV4 + len(plan.topic) + 2 + len(props)
     unsealed = record_plan("TopicA", tags, 32, record_crc=False)
     assert unsealed is not None
-    assert unsealed.before + unsealed.after + RECORD_CRC_PLACEHOLDER == plan.before + plan.after
+    assert (unsealed.before, unsealed.after) == (plan.before, plan.after)
+    assert unsealed.props_size == plan.props_size - len(RECORD_CRC_PLACEHOLDER)
 
 
 @pytest.mark.parametrize(
@@ -85,9 +86,13 @@ def test_record_plan_declines_what_only_the_general_path_handles(
     assert record_plan(topic, tags, 32) is None
 
 
-def test_record_plan_packer_packs_a_whole_record_and_is_cached() -> None:
+def test_record_plan_packer_packs_the_record_up_to_its_crc_property_and_is_cached() -> None:
     plan = record_plan("T", None, 32)
     assert plan is not None
-    packer = plan.packer(3)
-    assert plan.packer(3) is packer
-    assert packer.size == plan.fixed_size + 3
+    packer, head = plan.shape(3)
+    assert plan.shape(3) == (packer, head)
+    assert packer.size + len(RECORD_CRC_PLACEHOLDER) == plan.fixed_size + 3
+    assert head == (plan.fixed_size + 3).to_bytes(4, "big") + bytes.fromhex("DAA320A7")
+    unsealed = record_plan("T", None, 32, record_crc=False)
+    assert unsealed is not None
+    assert unsealed.shape(3)[0].size == unsealed.fixed_size + 3

@@ -140,3 +140,31 @@ def test_a_damaged_body_is_still_named_a_body_crc_mismatch(tmp_path: Path) -> No
     data[90] ^= 0x10  # inside the body
     with pytest.raises(CorruptRecordError, match="BODYCRC mismatch"):
         decode_record(data, 0, check_crc=True)
+
+
+def test_digit_runs_and_tails_are_the_sealed_property_of_each_record() -> None:
+    """The batch writer's digits (one format for the whole batch, reversed, then cut) and
+    the single put's tail are what ``seal_record`` writes into a reserved property."""
+    import random
+    import zlib
+
+    from rmq_spark.store.record_crc import (
+        RECORD_CRC_KEY,
+        RECORD_CRC_PLACEHOLDER,
+        record_crc_digit_runs,
+        record_crc_tail,
+        seal_record,
+    )
+
+    rng = random.Random(4)
+    for count in (1, 2, 7, 256):
+        records = [rng.randbytes(rng.randrange(0, 300)) for _ in range(count)]
+        records[0] = b""  # CRC 0: all ten digits are padding
+        sealed = []
+        for record in records:
+            buf = bytearray(record + RECORD_CRC_PLACEHOLDER)
+            seal_record(buf, 0, len(buf))
+            sealed.append(bytes(buf[len(record) :]))
+        runs = [RECORD_CRC_KEY + digits + b"\x02" for digits in record_crc_digit_runs(records)]
+        assert runs == sealed == [record_crc_tail(record) for record in records]
+        assert zlib.crc32(b"") == 0
