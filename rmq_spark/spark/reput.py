@@ -39,7 +39,7 @@ from rmq_spark.spark.reput_files import (
     file_schema_json,
     run_partitions,
 )
-from rmq_spark.spark.reput_maintenance import BackgroundOptimizer
+from rmq_spark.spark.reput_maintenance import TableMaintenance
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
@@ -143,8 +143,11 @@ class ReputBatchWriter:
         self.skipped_ranges: list[tuple[int, int]] = []
         self.last_report: BatchReport | None = None
         self.consume_queue_visible_ms: int | None = None
-        self.optimizer = BackgroundOptimizer(
-            spark, config.tables_dir, config.optimize_interval_batches
+        self.maintenance = TableMaintenance(
+            spark,
+            config.tables_dir,
+            optimize_interval=config.optimize_interval_batches,
+            checkpoint_interval=config.checkpoint_interval_batches,
         )
         self.publish_progress(min(self.floors.values()))
 
@@ -238,7 +241,7 @@ class ReputBatchWriter:
         self.publish_progress(version)
         self.batches_written += 1
         self.messages_written += written.get(MESSAGES, 0)
-        self.optimizer.batch_committed(self.batches_written)
+        self.maintenance.batch_committed(self.batches_written)
         self._report(batch_id, start, version, written, stats_ms, write_ms)
 
     def _report(
@@ -498,7 +501,7 @@ def run_reput(
         query.stop()
     except StreamingQueryException as err:
         raise ReputError(f"the reput stream failed: {err}") from err
-    writer.optimizer.wait()
+    writer.maintenance.wait()
     error = query.exception()
     if error is not None:
         raise ReputError(f"the reput stream failed: {error}")

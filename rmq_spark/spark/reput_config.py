@@ -25,6 +25,7 @@ class ReputConfig:
     available_now: bool = False  # process what the log holds now, then stop
     max_bytes_per_trigger: int = 64 * _MIB  # log bytes per micro-batch at most; 0: unlimited
     optimize_interval_batches: int = 50  # OPTIMIZE (compact + cluster) every N batches; 0: never
+    checkpoint_interval_batches: int = 100  # Delta checkpoint of the tables every N batches
     small_batch_bytes: int = 4 * _MIB  # a batch with fewer log bytes is written by the driver
     txn_app_id: str = "rmq-reput"  # Delta txnAppId of the idempotent writes
     lag_scan_messages_max: int = 100_000  # progress counts at most this many unread messages
@@ -36,6 +37,10 @@ class ReputConfig:
             raise ValueError(f"database: {self.database!r} is not a plain SQL identifier")
         if self.trigger_interval_ms <= 0:
             raise ValueError(f"trigger_interval_ms: must be > 0, got {self.trigger_interval_ms}")
+        if self.checkpoint_interval_batches <= 0:
+            raise ValueError(
+                f"checkpoint_interval_batches: must be > 0, got {self.checkpoint_interval_batches}"
+            )
         for name in (
             "max_bytes_per_trigger",
             "optimize_interval_batches",

@@ -1,11 +1,13 @@
-"""Compaction of the reput tables beside the stream: OPTIMIZE in a thread of its own.
+"""Maintenance of the reput tables beside the stream: checkpoints and OPTIMIZE in a thread.
 
-OPTIMIZE rewrites a table's small files into large clustered ones; run between two
-micro-batches it stalled the stream for as long as it took (seconds, every
-``optimize_interval_batches``), which set the job's worst put-to-visible latency. It only
-rewrites files and changes no data, so Delta lets it commit next to the reput's blind appends
-(tests/reput/test_reput_writer.py runs both at once): here it runs in the background, one run
-at a time, and a batch never waits for it. Does not own what OPTIMIZE does (``tables.py``).
+Two chores of a Delta table take seconds and used to sit in the stream's path: OPTIMIZE
+(rewrites small files into large clustered ones), run between two micro-batches, and the
+Delta checkpoint, written by the commit that reached the table's checkpoint interval. Either
+stalled the stream for as long as it took and set the job's worst put-to-visible latency.
+Neither changes data: OPTIMIZE commits next to the reput's blind appends (Delta's conflict
+detection allows it; tests/reput/test_reput_writer.py runs both at once) and a checkpoint only
+summarises committed versions. Here they run in a thread of their own, one run at a time, and
+a batch never waits for them. Does not own what they do (``tables.py``).
 """
 
 from __future__ import annotations
@@ -14,28 +16,38 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.errors import TableError
-from rmq_spark.spark.tables import optimize_tables
+from rmq_spark.spark.tables import checkpoint_tables, optimize_tables
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["BackgroundOptimizer"]
+__all__ = ["TableMaintenance"]
 
 log = logging.getLogger("rmq_spark.reput")
 
 
-class BackgroundOptimizer:
-    """Starts OPTIMIZE of the tables under ``tables_dir`` every ``interval_batches`` committed
-    batches (0: never), unless the previous run is still going (it is then skipped)."""
+class TableMaintenance:
+    """After every ``checkpoint_interval`` committed batches a Delta checkpoint of the tables
+    under ``tables_dir``, after every ``optimize_interval`` (0: never) an OPTIMIZE; a chore
+    due while the previous run still goes is skipped (the next interval does it)."""
 
-    def __init__(self, spark: SparkSession, tables_dir: Path, interval_batches: int) -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        tables_dir: Path,
+        *,
+        optimize_interval: int,
+        checkpoint_interval: int,
+    ) -> None:
         self.spark = spark
         self.tables_dir = tables_dir
-        self.interval_batches = interval_batches
+        self.optimize_interval = optimize_interval
+        self.checkpoint_interval = checkpoint_interval
         self.runs = 0
         self.failures = 0
         self._thread: threading.Thread | None = None
@@ -44,29 +56,42 @@ class BackgroundOptimizer:
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    def _due(self, batches: int) -> list[tuple[str, Callable[[], object]]]:
+        chores: list[tuple[str, Callable[[], object]]] = []
+        if self.checkpoint_interval and batches % self.checkpoint_interval == 0:
+            chores.append(("checkpoint", lambda: checkpoint_tables(self.spark, self.tables_dir)))
+        if self.optimize_interval and batches % self.optimize_interval == 0:
+            chores.append(("OPTIMIZE", self._optimize))
+        return chores
+
     def batch_committed(self, batches_written: int) -> bool:
         """Called after each committed batch; True when it started a run."""
-        interval = self.interval_batches
-        if not interval or batches_written % interval or self.running:
+        chores = self._due(batches_written)
+        if not chores or self.running:
             return False
-        self._thread = threading.Thread(target=self._run, name="reput-optimize", daemon=True)
+        self._thread = threading.Thread(
+            target=self._run, args=(chores,), name="reput-maintenance", daemon=True
+        )
         self._thread.start()
         return True
 
-    def _run(self) -> None:
-        started = time.monotonic()
-        try:
-            removed = optimize_tables(self.spark, self.tables_dir)
-        except TableError as err:
-            self.failures += 1
-            log.warning("reput: OPTIMIZE failed (the next interval tries again): %s", err)
-            return
-        self.runs += 1
-        log.info(
-            "reput: OPTIMIZE removed %s small files in %.1f s (beside the stream)",
-            json.dumps(removed),
-            time.monotonic() - started,
-        )
+    def _optimize(self) -> None:
+        # One rewrite task at a time: the other cores stay free for the batches.
+        self.spark.conf.set("spark.databricks.delta.optimize.maxThreads", "1")
+        removed = optimize_tables(self.spark, self.tables_dir)
+        log.info("reput: OPTIMIZE removed %s small files", json.dumps(removed))
+
+    def _run(self, chores: list[tuple[str, Callable[[], object]]]) -> None:
+        for name, chore in chores:
+            started = time.monotonic()
+            try:
+                chore()
+            except TableError as err:
+                self.failures += 1
+                log.warning("reput: %s failed (the next interval tries again): %s", name, err)
+                continue
+            self.runs += 1
+            log.info("reput: %s took %.1f s (beside the stream)", name, time.monotonic() - started)
 
     def wait(self, timeout_s: float | None = None) -> None:
         """Let a run in progress finish (the job is ending)."""

@@ -36,6 +36,7 @@ __all__ = [
     "MESSAGE_INDEX_DDL",
     "TABLE_DDL",
     "TABLE_NAMES",
+    "checkpoint_tables",
     "committed_floors",
     "ensure_tables",
     "max_physical_offset",
@@ -75,9 +76,11 @@ CLUSTER_COLUMNS: Mapping[str, tuple[str, ...]] = {
     MESSAGE_INDEX: ("key_hash",),
     MESSAGES: ("topic", "store_timestamp"),
 }
-# A micro-batch per second commits to each table every second; Delta's default of a checkpoint
-# every 10 commits would stall one batch in ten by seconds. Readers replay <= 100 small JSONs.
-_TABLE_PROPERTIES = "'delta.checkpointInterval' = '100'"
+# A checkpoint is a Spark job over the table's state, and Delta writes it inside the commit
+# that reaches the interval: a micro-batch per second would wait seconds for it. The reput's
+# maintenance thread checkpoints the tables itself, beside the stream (``checkpoint_tables``,
+# ``reput_maintenance.py``), so the interval Delta would use is set out of reach.
+_TABLE_PROPERTIES = "'delta.checkpointInterval' = '1000000'"
 
 
 def table_path(tables_dir: str | Path, name: str) -> Path:
@@ -235,6 +238,28 @@ def committed_floors(
         top = max_physical_offset(spark, tables_dir, name)
         floors[name] = 0 if top is None else top + 1
     return floors
+
+
+def checkpoint_tables(spark: SparkSession, tables_dir: str | Path) -> None:
+    """Write a Delta checkpoint of each table (readers then replay few commit files).
+
+    Raises
+    ------
+    TableError
+        Delta could not write a checkpoint (the message names the table).
+    """
+    for name in TABLE_NAMES:
+        path = table_path(tables_dir, name)
+        if not _is_delta_table(path):
+            continue
+        try:
+            jvm = spark._jvm  # type: ignore[attr-defined]
+            jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+                spark._jsparkSession,  # type: ignore[attr-defined]
+                str(path),
+            ).checkpoint()
+        except Exception as err:
+            raise TableError(f"{name}: checkpoint of {path} failed: {err}") from err
 
 
 def optimize_tables(spark: SparkSession, tables_dir: str | Path) -> dict[str, int]:

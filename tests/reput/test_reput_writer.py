@@ -120,6 +120,28 @@ def test_register_tables_points_the_catalog_at_each_tables_dir(spark, tmp_path: 
     assert list(detail["clusteringColumns"]) == ["topic", "queue_id", "queue_offset"]
 
 
+def test_checkpoints_are_written_beside_the_stream_not_by_the_commits(
+    spark, tmp_path: Path
+) -> None:
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    chunks = put_batches(store, [[PutRequest("TopicTest", b"x")] for _ in range(3)])
+    config = ReputConfig(
+        tables_dir=tables, optimize_interval_batches=0, checkpoint_interval_batches=2
+    )
+    writer = ReputBatchWriter(spark, store, config, LEVELS_MS)
+    writer(_batch(spark, store, chunks[0]), 0)
+    writer.maintenance.wait()
+    names = (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE)
+    assert not any((table_path(tables, n) / "_delta_log/_last_checkpoint").exists() for n in names)
+    writer(_batch(spark, store, chunks[1]), 1)  # the 2nd batch: the maintenance thread's turn
+    writer.maintenance.wait()
+    assert writer.maintenance.runs == 1 and writer.maintenance.failures == 0
+    for name in names:
+        assert (table_path(tables, name) / "_delta_log/_last_checkpoint").exists(), name
+    writer(_batch(spark, store, chunks[2]), 2)
+    _assert_tables_hold_exactly(spark, tables, [row for chunk in chunks for row in chunk])
+
+
 @pytest.mark.slow
 def test_optimize_commits_next_to_concurrent_appends(spark, tmp_path: Path) -> None:
     tables, store = tmp_path / "tables", tmp_path / "store"
