@@ -7,7 +7,7 @@ backlog of the same N messages into SQL-visible Delta tables:
 
 * **rmq-spark**: the messages are put into a fresh store with the embedded store
   (``MessageStore.put_batch``, batches of 256, ASYNC flush; not timed), then the reput job runs
-  with ``availableNow`` (``rmq_spark.spark.reput.run_reput``, the job's defaults: 64 MiB per
+  with ``availableNow`` (``rmq_spark.spark.reput.run_reput``, the job's defaults: 512 MiB per
   micro-batch, OPTIMIZE off as it would not fire in a run this short) into its three tables.
   Timed: from starting the query to its end, when every batch's commits have landed.
 * **Kafka** (``kafka_peer.py``): a one-node KRaft broker on loopback; the *same* messages, read back
@@ -215,8 +215,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--batch-mib",
         type=int,
-        default=64,
-        help="reput maxBytesPerTrigger in MiB (default 64, the reput job's; 0: one batch)",
+        default=512,
+        help="reput maxBytesPerTrigger in MiB (default 512, the reput job's; 0: one batch)",
     )
     parser.add_argument(
         "--kafka-partitions", type=int, default=2, help="partitions of the Kafka topic (2)"

@@ -23,7 +23,7 @@ class ReputConfig:
     database: str = "rmq"  # catalog database the tables are registered in
     trigger_interval_ms: int = 1000  # micro-batch interval of a continuous run
     available_now: bool = False  # process what the log holds now, then stop
-    max_bytes_per_trigger: int = 64 * _MIB  # log bytes per micro-batch at most; 0: unlimited
+    max_bytes_per_trigger: int = 512 * _MIB  # log bytes per micro-batch at most; 0: unlimited
     optimize_interval_batches: int = 50  # OPTIMIZE (compact + cluster) every N batches; 0: never
     checkpoint_interval_batches: int = 100  # Delta checkpoint of the tables every N batches
     small_batch_bytes: int = 4 * _MIB  # a batch with fewer log bytes is written by the driver

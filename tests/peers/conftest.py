@@ -7,7 +7,6 @@ directory goes on ``sys.path`` once, as ``python bench/peers/run.py`` has it. Th
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -20,16 +19,8 @@ if str(PEERS) not in sys.path:
 
 
 @pytest.fixture(scope="session")
-def rocketmq(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    """The official client package, imported with HOME in a temp dir."""
-    home = tmp_path_factory.mktemp("client-home")
-    saved = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
-    try:
-        import rocketmq as module
-    finally:
-        if saved is None:
-            del os.environ["HOME"]
-        else:
-            os.environ["HOME"] = saved
-    return module
+def rocketmq() -> ModuleType:
+    """The official client package, imported as the harness imports it (HOME in a temp dir)."""
+    from produce import import_client
+
+    return import_client()
