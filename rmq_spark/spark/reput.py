@@ -8,8 +8,10 @@ idempotent step: each commit carries Delta ``txnAppId`` =
 ``ReputConfig.txn_app_id`` and ``txnVersion`` = the log position the batch ends at, so a batch
 replayed after a crash adds nothing to a table that already has it, and rows below what a
 table already holds are filtered out when a job starts over a fresh checkpoint. A batch's
-log range comes from the stream's offset log (no Spark job). Progress (``reput_lag``,
-``tables_lag``) lives in ``reput_progress.py`` and is re-exported here. After each committed
+log range comes from the stream's offset log (``reput_start.py``, no Spark job); table
+checkpoints and OPTIMIZE run beside the stream (``reput_maintenance.py``). Progress
+(``reput_lag``, ``tables_lag``) lives in ``reput_progress.py``; both are re-exported here.
+After each committed
 batch (and at start) the job publishes the log position its tables are complete up to as
 reader ``ReputConfig.reader_name`` in the store (``store/reader_progress.py``), so that
 retention keeps what the tables do not hold yet; ``rmq-spark reput --unregister`` removes it.
@@ -18,10 +20,9 @@ Does not own table schemas (``tables.py``), the source (``source.py``) or argume
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,14 +42,19 @@ from rmq_spark.spark.reput_files import (
 )
 from rmq_spark.spark.reput_maintenance import TableMaintenance
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
+from rmq_spark.spark.reput_start import (
+    fresh_start_offset,
+    has_progress,
+    logged_batch_range,
+    parse_offset_log_entry,
+    starting_offsets,
+)
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
     MESSAGES,
-    TABLE_NAMES,
     committed_floors,
     ensure_tables,
-    max_physical_offset,
     register_tables,
     table_path,
 )
@@ -69,6 +75,7 @@ __all__ = [
     "run_reput",
     "start_reput",
     "tables_lag",
+    "warm_python_workers",
 ]
 
 log = logging.getLogger("rmq_spark.reput")
@@ -324,92 +331,6 @@ def _committed(name: str, future: Future[int]) -> int:
         raise ReputError(f"committing to {name} failed: {err}") from err
 
 
-def parse_offset_log_entry(text: str) -> int | None:
-    """The ``physical_offset`` of a Spark offset-log file of a one-source query (PURE).
-
-    The file is ``v1``, a metadata JSON line, then one JSON line per source; ``None`` when
-    the text is not that shape or the source's offset is not ``{"physical_offset": N}``.
-    """
-    lines = text.splitlines()
-    if len(lines) != 3 or not lines[0].startswith("v"):
-        return None
-    try:
-        offset = json.loads(lines[2])
-    except ValueError:
-        return None
-    if not isinstance(offset, dict) or not isinstance(offset.get("physical_offset"), int):
-        return None
-    return int(offset["physical_offset"])
-
-
-def logged_batch_range(offset_log: Path, batch_id: int) -> tuple[int, int] | None:
-    """``[start, end)`` of micro-batch ``batch_id`` from the stream's offset log.
-
-    Spark writes ``offsets/<id>`` before it runs batch ``id`` and a replay reads the same
-    file, so the range (hence the txn version) of a batch never changes. Batch 0 and a batch
-    whose predecessor's entry was purged start at 0 (rows below the tables' floors are
-    dropped anyway). ``None`` when the entry is missing or unreadable.
-    """
-    try:
-        end = parse_offset_log_entry((offset_log / str(batch_id)).read_text())
-    except OSError:
-        return None
-    if end is None:
-        return None
-    start: int | None = 0
-    if batch_id > 0:
-        try:
-            start = parse_offset_log_entry((offset_log / str(batch_id - 1)).read_text())
-        except OSError:
-            start = 0
-    return (start or 0, end)
-
-
-def _has_progress(checkpoint_dir: Path) -> bool:
-    offsets = checkpoint_dir / "offsets"
-    return offsets.is_dir() and any(entry.name.isdigit() for entry in offsets.iterdir())
-
-
-def fresh_start_offset(progress: Mapping[str, tuple[int, int | None]]) -> int | None:
-    """Where a stream with a fresh checkpoint starts over existing tables (PURE).
-
-    ``progress`` maps each table to ``(txn_version, max_physical_offset)``: its last reput
-    ``txnVersion`` (-1: none) and its largest ``physical_offset`` (``None``: no rows). Returns
-    a record start at or below the position every table is complete up to, or ``None`` for
-    the log's start: when a table has no reput commit (it may lack rows that the others have)
-    or has one but no rows (its completeness says nothing about a record start). Rows below
-    what each table holds are dropped by the floors, so starting early duplicates nothing.
-    """
-    if not progress:
-        return None
-    starts: list[int] = []
-    for txn_version, top in progress.values():
-        if txn_version < 0 or top is None:
-            return None
-        starts.append(top)  # a record start below the table's txn version (its end)
-    return min(starts)
-
-
-def _starting_offsets(spark: SparkSession, config: ReputConfig) -> str:
-    """Where a query with a fresh checkpoint starts: after what the tables already hold."""
-    from rmq_spark.spark.delta_append import committed_txn_version
-
-    versions: dict[str, int] = {}
-    for name in TABLE_NAMES:
-        path = table_path(config.tables_dir, name)
-        if not (path / "_delta_log").is_dir():
-            return "earliest"
-        versions[name] = committed_txn_version(spark, str(path), config.txn_app_id)
-        if versions[name] < 0:
-            return "earliest"  # fresh_start_offset's answer, without reading any table
-    progress = {
-        name: (version, max_physical_offset(spark, config.tables_dir, name))
-        for name, version in versions.items()
-    }
-    start = fresh_start_offset(progress)
-    return "earliest" if start is None else json.dumps({"physical_offset": start})
-
-
 def start_reput(
     spark: SparkSession,
     store_dir: str | Path,
@@ -438,8 +359,8 @@ def start_reput(
     register_tables(spark, config.tables_dir, config.database)
     checkpoint = config.resolved_checkpoint_dir
     reader = spark.readStream.format("rocketmq")
-    if not _has_progress(checkpoint):
-        reader = reader.option("startingOffsets", _starting_offsets(spark, config))
+    if not has_progress(checkpoint):
+        reader = reader.option("startingOffsets", starting_offsets(spark, config))
     if config.max_bytes_per_trigger:
         reader = reader.option("maxBytesPerTrigger", str(config.max_bytes_per_trigger))
     writer = ReputBatchWriter(

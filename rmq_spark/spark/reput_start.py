@@ -1,0 +1,112 @@
+"""Where a reput micro-batch lies in the log, and where a reput stream starts.
+
+Owns reading a batch's ``[start, end)`` from the stream's own offset log (no Spark job) and
+the start of a stream whose checkpoint is fresh over existing tables (``fresh_start_offset``,
+PURE, and ``starting_offsets``). Re-exported by ``reput.py``. Does not own the writes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rmq_spark.spark.delta_append import committed_txn_version
+from rmq_spark.spark.reput_config import ReputConfig
+from rmq_spark.spark.tables import TABLE_NAMES, max_physical_offset, table_path
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = [
+    "fresh_start_offset",
+    "has_progress",
+    "logged_batch_range",
+    "parse_offset_log_entry",
+    "starting_offsets",
+]
+
+
+def parse_offset_log_entry(text: str) -> int | None:
+    """The ``physical_offset`` of a Spark offset-log file of a one-source query (PURE).
+
+    The file is ``v1``, a metadata JSON line, then one JSON line per source; ``None`` when
+    the text is not that shape or the source's offset is not ``{"physical_offset": N}``.
+    """
+    lines = text.splitlines()
+    if len(lines) != 3 or not lines[0].startswith("v"):
+        return None
+    try:
+        offset = json.loads(lines[2])
+    except ValueError:
+        return None
+    if not isinstance(offset, dict) or not isinstance(offset.get("physical_offset"), int):
+        return None
+    return int(offset["physical_offset"])
+
+
+def logged_batch_range(offset_log: Path, batch_id: int) -> tuple[int, int] | None:
+    """``[start, end)`` of micro-batch ``batch_id`` from the stream's offset log.
+
+    Spark writes ``offsets/<id>`` before it runs batch ``id`` and a replay reads the same
+    file, so the range (hence the txn version) of a batch never changes. Batch 0 and a batch
+    whose predecessor's entry was purged start at 0 (rows below the tables' floors are
+    dropped anyway). ``None`` when the entry is missing or unreadable.
+    """
+    try:
+        end = parse_offset_log_entry((offset_log / str(batch_id)).read_text())
+    except OSError:
+        return None
+    if end is None:
+        return None
+    start: int | None = 0
+    if batch_id > 0:
+        try:
+            start = parse_offset_log_entry((offset_log / str(batch_id - 1)).read_text())
+        except OSError:
+            start = 0
+    return (start or 0, end)
+
+
+def has_progress(checkpoint_dir: Path) -> bool:
+    offsets = checkpoint_dir / "offsets"
+    return offsets.is_dir() and any(entry.name.isdigit() for entry in offsets.iterdir())
+
+
+def fresh_start_offset(progress: Mapping[str, tuple[int, int | None]]) -> int | None:
+    """Where a stream with a fresh checkpoint starts over existing tables (PURE).
+
+    ``progress`` maps each table to ``(txn_version, max_physical_offset)``: its last reput
+    ``txnVersion`` (-1: none) and its largest ``physical_offset`` (``None``: no rows). Returns
+    a record start at or below the position every table is complete up to, or ``None`` for
+    the log's start: when a table has no reput commit (it may lack rows that the others have)
+    or has one but no rows (its completeness says nothing about a record start). Rows below
+    what each table holds are dropped by the floors, so starting early duplicates nothing.
+    """
+    if not progress:
+        return None
+    starts: list[int] = []
+    for txn_version, top in progress.values():
+        if txn_version < 0 or top is None:
+            return None
+        starts.append(top)  # a record start below the table's txn version (its end)
+    return min(starts)
+
+
+def starting_offsets(spark: SparkSession, config: ReputConfig) -> str:
+    """Where a query with a fresh checkpoint starts: after what the tables already hold."""
+    versions: dict[str, int] = {}
+    for name in TABLE_NAMES:
+        path = table_path(config.tables_dir, name)
+        if not (path / "_delta_log").is_dir():
+            return "earliest"
+        versions[name] = committed_txn_version(spark, str(path), config.txn_app_id)
+        if versions[name] < 0:
+            return "earliest"  # fresh_start_offset's answer, without reading any table
+    progress = {
+        name: (version, max_physical_offset(spark, config.tables_dir, name))
+        for name, version in versions.items()
+    }
+    start = fresh_start_offset(progress)
+    return "earliest" if start is None else json.dumps({"physical_offset": start})
