@@ -7,9 +7,10 @@ over the broker's store (its own session, as a ``spark-submit`` would be), then
 fixed schedule (``send_async``) for ``--seconds``. When every send completed and the tables
 hold every message, the job stops and the latencies are read from the tables themselves:
 for every row of ``messages``, the Delta commit that made it visible (``commitInfo.timestamp``
-of the version that added its file) minus the message's ``born_timestamp`` (set by the
-client when it built the message; one clock, one machine), for the messages of the paced
-phase (not the warm-up sends). Reported: p50/p99/max
+of the version that added its file) minus the message's ``store_timestamp`` (when the broker
+stored it, ms; one clock, one machine), for the messages of the paced phase (not the warm-up
+sends). The client's send latency (reported too, p50 a few ms) comes before that; its
+``born_timestamp`` cannot be used: the Python client sets it in whole seconds. Reported: p50/p99/max
 put -> visible, failed sends, send p50/p99, the longest gap between two commits of
 ``consume_queue`` (a stall, e.g. OPTIMIZE in the stream's path) and the reput's OPTIMIZE runs.
 
@@ -72,16 +73,16 @@ def _rows_committed(table: Path) -> int:
 
 
 def visible_latencies_ms(table: Path, since_ms: int) -> list[int]:
-    """Per row of the ``messages`` table born at ``since_ms`` or later: the commit time of
-    its file minus its born_timestamp."""
+    """Per row of the ``messages`` table stored at ``since_ms`` or later: the commit time of
+    its file minus its store_timestamp."""
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     latencies: list[int] = []
     for _, stamp_ms, files in _delta_commits(table):
         for name in files:
-            born = pq.read_table(table / name, columns=["born_timestamp"])["born_timestamp"]
-            millis = pc.divide(born.cast("int64"), 1000).to_pylist()
+            stored = pq.read_table(table / name, columns=["store_timestamp"])["store_timestamp"]
+            millis = pc.divide(stored.cast("int64"), 1000).to_pylist()
             latencies.extend(stamp_ms - value for value in millis if value >= since_ms)
     return sorted(latencies)
 
