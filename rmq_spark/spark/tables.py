@@ -266,7 +266,7 @@ def optimize_tables(spark: SparkSession, tables_dir: str | Path) -> dict[str, in
     """Compact and cluster each table (Delta OPTIMIZE); returns files removed per table.
 
     OPTIMIZE only rewrites files and changes no data, so Delta lets it commit next to blind
-    appends from a running reput (docs/TABLES.md, tests/reput/test_maintenance.py).
+    appends from a running reput (docs/TABLES.md, tests/reput/test_reput_writer.py).
     """
     removed: dict[str, int] = {}
     for name in TABLE_NAMES:
