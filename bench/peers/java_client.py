@@ -17,28 +17,33 @@ from pathlib import Path
 from peer_common import CACHE, PeerError, fetch_jars, java_command
 from produce_cases import CaseResult, broker_cpu_s
 
-__all__ = ["build", "java_case"]
+__all__ = ["build", "compile_program", "java_case"]
 
 HERE = Path(__file__).resolve().parent
 POM = HERE / "java-client.pom.xml"
 SOURCE = HERE / "java" / "ProduceBench.java"
-CLASSES = CACHE / "java-client-classes"
 
 
-def build() -> list[Path]:
-    """The class path (client jars + compiled ProduceBench), compiling when the source changed."""
-    jars = fetch_jars("java-client", POM)
-    compiled = CLASSES / "ProduceBench.class"
-    if not compiled.exists() or compiled.stat().st_mtime < SOURCE.stat().st_mtime:
-        CLASSES.mkdir(parents=True, exist_ok=True)
+def compile_program(source: Path, jars: Sequence[Path]) -> list[Path]:
+    """The class path (``jars`` + ``source`` compiled into the cache), compiling when the
+    source is newer than its class."""
+    classes = CACHE / f"{source.stem}-classes"
+    compiled = classes / f"{source.stem}.class"
+    if not compiled.exists() or compiled.stat().st_mtime < source.stat().st_mtime:
+        classes.mkdir(parents=True, exist_ok=True)
         classpath = ":".join(str(jar) for jar in jars)
         done = subprocess.run(
-            ["javac", "-d", str(CLASSES), "-cp", classpath, str(SOURCE)],
+            ["javac", "-d", str(classes), "-cp", classpath, str(source)],
             capture_output=True, text=True, check=False,
         )  # fmt: skip
         if done.returncode != 0:
-            raise PeerError(f"java client: javac failed: {done.stderr.strip()[:300]}")
-    return [*jars, CLASSES]
+            raise PeerError(f"{source.name}: javac failed: {done.stderr.strip()[:300]}")
+    return [*jars, classes]
+
+
+def build() -> list[Path]:
+    """The class path of ProduceBench (rocketmq-client-java + the compiled program)."""
+    return compile_program(SOURCE, fetch_jars("java-client", POM))
 
 
 def java_case(

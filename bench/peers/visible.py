@@ -14,9 +14,12 @@ sends). The client's send latency (reported too, p50 a few ms) comes before that
 put -> visible, failed sends, send p50/p99, the longest gap between two commits of
 ``consume_queue`` (a stall, e.g. OPTIMIZE in the stream's path) and the reput's OPTIMIZE runs.
 
-Not here yet: the same through Kafka (its producer at the same rate -> Spark's Kafka source
--> Delta). The official Python client tops out near 1,500 msgs/s against this broker
-(``produce.py``), so 5,000 msgs/s through the broker needs the Java client.
+**Kafka** (``--systems``, both by default): Kafka 4.1.1 (``kafka_peer.py``), a Java producer
+(``java/KafkaPacedProducer.java``, kafka-clients, ``acks=all``) at the same rate, and Spark's
+Kafka source -> one Delta table with the same 1 s trigger in a process of its own
+(``kafka_to_delta.py``); latency = commit time minus the record's CreateTime (ms). One JSON
+line per system. The official Python client tops out near 1,500 msgs/s against the rmq-spark
+broker (``produce.py``), so 5,000 msgs/s through it needs the Java client.
 
 Usage::
 
@@ -41,12 +44,13 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
-from peer_common import PeerError, progress  # noqa: E402
+from peer_common import PeerError, interrupt_on_sigterm, java_command, progress  # noqa: E402
 from produce import import_client, make_producers  # noqa: E402
 from produce_cases import paced, warm_up  # noqa: E402
 from rmq_spark_broker import RmqSparkBroker  # noqa: E402
 
 TOPIC = "BenchTopic"
+JAVA_PRODUCER = HERE / "java" / "KafkaPacedProducer.java"
 START_TIMEOUT_S = 300.0
 CATCH_UP_TIMEOUT_S = 300.0
 
@@ -72,17 +76,17 @@ def _rows_committed(table: Path) -> int:
     return total
 
 
-def visible_latencies_ms(table: Path, since_ms: int) -> list[int]:
-    """Per row of the ``messages`` table stored at ``since_ms`` or later: the commit time of
-    its file minus its store_timestamp."""
-    import pyarrow.compute as pc
+def visible_latencies_ms(table: Path, column: str, since_ms: int) -> list[int]:
+    """Per row of the Delta table whose timestamp ``column`` is ``since_ms`` or later: the
+    commit time of its file minus that timestamp."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     latencies: list[int] = []
     for _, stamp_ms, files in _delta_commits(table):
         for name in files:
-            stored = pq.read_table(table / name, columns=["store_timestamp"])["store_timestamp"]
-            millis = pc.divide(stored.cast("int64"), 1000).to_pylist()
+            stamps = pq.read_table(table / name, columns=[column])[column]
+            millis = stamps.cast(pa.timestamp("ms")).cast(pa.int64()).to_pylist()
             latencies.extend(stamp_ms - value for value in millis if value >= since_ms)
     return sorted(latencies)
 
@@ -118,8 +122,9 @@ def _pct(values: list[int], fraction: float) -> int:
     return values[min(len(values) - 1, int(len(values) * fraction))] if values else -1
 
 
-def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
+def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, object]:
     rocketmq = import_client()
+    work.mkdir(parents=True, exist_ok=True)
     tables, log_path = work / "tables", work / "reput.log"
     with RmqSparkBroker() as broker:
         assert broker.workdir is not None and broker.process is not None
@@ -142,23 +147,71 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
         finally:
             os.killpg(job.pid, signal.SIGTERM)
             job.wait(120)
-    latencies = visible_latencies_ms(tables / "messages", since_ms)
+    latencies = visible_latencies_ms(tables / "messages", "store_timestamp", since_ms)
     log_text = log_path.read_text(errors="replace")
     return {
-        "rate": args.rate,
-        "seconds": args.seconds,
+        "system": "rmq-spark",
         "sent": sends.sent,
         "failed": sends.failed,
         "send_p50_ms": round(sends.p50_ms, 1),
         "send_p99_ms": round(sends.p99_ms, 1),
+        **_summary(latencies),
+        "longest_commit_gap_ms": longest_commit_gap_ms(tables / "consume_queue", since_ms),
+        "optimize_runs": log_text.count("OPTIMIZE took"),
+    }
+
+
+def _summary(latencies: list[int]) -> dict[str, int]:
+    return {
         "visible_p50_ms": _pct(latencies, 0.5),
         "visible_p99_ms": _pct(latencies, 0.99),
         "visible_max_ms": latencies[-1] if latencies else -1,
         "rows": len(latencies),
-        "longest_consume_queue_commit_gap_ms": longest_commit_gap_ms(
-            tables / "consume_queue", since_ms
-        ),
-        "optimize_runs": log_text.count("OPTIMIZE took"),
+    }
+
+
+def run_kafka(args: argparse.Namespace, work: Path) -> dict[str, object]:
+    """The same rate into Kafka (acks=all), Spark's Kafka source -> one Delta table."""
+    from java_client import compile_program
+    from kafka_peer import KafkaBroker, resolve_jars
+
+    classpath = compile_program(JAVA_PRODUCER, resolve_jars("broker"))
+    work.mkdir(parents=True, exist_ok=True)
+    table, log_path = work / "kafka-table", work / "kafka-query.log"
+    with KafkaBroker(partitions=2) as broker:
+        servers = broker.bootstrap_servers
+        with log_path.open("wb") as log:
+            query = subprocess.Popen(
+                [sys.executable, str(HERE / "kafka_to_delta.py"), servers, TOPIC, str(table)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )  # fmt: skip
+        try:
+            _wait(lambda: "started" in log_path.read_text(errors="replace"), START_TIMEOUT_S,
+                  "the Kafka query")  # fmt: skip
+            progress(f"visible: kafka, {args.rate} msgs/s for {args.seconds} s ...")
+            since_ms = int(time.time() * 1000)
+            produced = subprocess.run(
+                [*java_command("256m", classpath), "KafkaPacedProducer", servers, TOPIC,
+                 str(args.rate), str(args.seconds), str(args.body_bytes)],
+                capture_output=True, text=True, timeout=args.seconds + START_TIMEOUT_S,
+            )  # fmt: skip
+            counts = dict(p.split("=") for p in produced.stdout.split() if "=" in p)
+            if produced.returncode != 0 or "sent" not in counts:
+                raise PeerError(f"kafka producer failed: {produced.stderr.strip()[-300:]}")
+            sent, failed = int(counts["sent"]), int(counts["failed"])
+            _wait(lambda: _rows_committed(table) >= sent - failed, CATCH_UP_TIMEOUT_S,
+                  "Kafka catch-up")  # fmt: skip
+        finally:
+            os.killpg(query.pid, signal.SIGTERM)
+            query.wait(120)
+    latencies = visible_latencies_ms(table, "timestamp", since_ms)
+    return {
+        "system": "kafka",
+        "sent": sent,
+        "failed": failed,
+        **_summary(latencies),
+        "longest_commit_gap_ms": longest_commit_gap_ms(table, since_ms),
     }
 
 
@@ -168,21 +221,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=60, help="how long to send (60)")
     parser.add_argument("--threads", type=int, default=2, help="producers (2)")
     parser.add_argument("--body-bytes", type=int, default=100, help="body size (100)")
+    parser.add_argument(
+        "--systems", default="rmq-spark,kafka", help="comma-separated: rmq-spark, kafka (both)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     args = parser.parse_args(argv)
     load_start = " ".join(f"{v:.2f}" for v in os.getloadavg())
     work = Path(tempfile.mkdtemp(prefix="bench-visible-"))
+    runners = {"rmq-spark": run_rmq_spark, "kafka": run_kafka}
+    systems = [name.strip() for name in args.systems.split(",") if name.strip()]
+    unknown = sorted(set(systems) - set(runners))
+    if unknown:
+        print(f"error: --systems: unknown {unknown}; one of {sorted(runners)}", file=sys.stderr)
+        return 2
+    signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     try:
-        result = run(args, work)
+        for name in systems:
+            result = runners[name](args, work / name)
+            result.update(rate=args.rate, seconds=args.seconds, load_start=load_start)
+            result["load_end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
+            print(json.dumps(result), flush=True)
     except PeerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        progress("interrupted; everything started was stopped")
+        return 130
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
-    result["load_start"] = load_start
-    result["load_end"] = " ".join(f"{v:.2f}" for v in os.getloadavg())
-    print(json.dumps(result))
     return 0
 
 
