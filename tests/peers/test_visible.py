@@ -13,7 +13,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.spark]
 def test_every_message_sent_is_visible_and_timed(capsys: pytest.CaptureFixture[str]) -> None:
     import visible  # bench/peers is on sys.path (conftest.py)
 
-    assert visible.main(["--rate", "50", "--seconds", "2", "--threads", "1"]) == 0
+    args = ["--systems", "rmq-spark", "--rate", "50", "--seconds", "2", "--threads", "1"]
+    assert visible.main(args) == 0
     result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert result["failed"] == 0 and result["sent"] == 100
     assert result["rows"] == result["sent"], result
