@@ -20,6 +20,9 @@ decides when a wave closes and hands it here; without io_uring it uses its flush
   is the timer that finds an fsync ended, ``rescues`` counts it (logged the first time). The
   broker's load test stalled in about 4 of 16 runs on uvloop before this timer existed and
   in none of 14 since, with no rescue logged: see ``eventloop.py``.
+* A completion that has not come 1 s after its fdatasync was submitted is taken as lost:
+  the timer then fdatasyncs those descriptors in the loop's thread, finishes the fsyncs, and
+  the loop fsyncs that way from then on (``without_ring``), instead of waiting forever.
 * A failed fsync (or commit) fails the store closed and resolves every wave ``FAILED``.
 
 Not thread-safe: everything runs on the loop's thread, except ``stop`` once the loop no
@@ -31,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -45,6 +49,9 @@ __all__ = ["RingCommit"]
 
 _log = logging.getLogger(__name__)
 _TICK_S = 0.002  # how often the safety-net timer looks at the ring while fsyncs are in flight
+# An fdatasync's completion that has not come after this long is taken as lost (seen once in
+# CI: two submitted, none completed, the loop idle); the timer then fsyncs in the loop's thread.
+_LOST_AFTER_S = 1.0
 
 Start = Callable[[], "tuple[list[int], int, object]"]
 """Commit what is staged; returns (descriptors to fdatasync, the offset they make durable,
@@ -103,6 +110,8 @@ class RingCommit:
         self._tick_handle: asyncio.TimerHandle | None = None
         self.rescues = 0
         """How many times the safety-net timer, not the eventfd or a put, found an ended fsync."""
+        self.without_ring = False
+        """True once a completion never came: fsyncs are then plain fdatasyncs on the loop."""
         self.ready = ring.ready
         loop.add_reader(ring.eventfd, self._on_eventfd)
 
@@ -127,31 +136,38 @@ class RingCommit:
             for user_data, result in self.ring.reap():
                 fsync = self._by_id.get(user_data)
                 if fsync is None:
-                    continue
+                    continue  # finished already (``_rescue``), or unknown
                 fsync.remaining -= 1
                 if result < 0 and fsync.error is None:
                     fsync.error = OSError(-result, f"fdatasync (io_uring): {os.strerror(-result)}")
-            while in_flight and in_flight[0].remaining == 0:
-                fsync = in_flight.popleft()
-                del self._by_id[fsync.id]
-                error = fsync.error or self._error
-                if error is None:
-                    try:
-                        self._finish(fsync.token, fsync.covering)
-                    except OSError as err:
-                        error = err
-                if error is not None:
-                    self._failed(error, fsync.waves)
-                    return
-                self._resolve(fsync.waves, FlushWait.DURABLE)
-            if self.pending:
-                flushed = self._flushed()
-                covered = [wave for wave in self.pending if wave.end <= flushed]
-                if covered:
-                    self.pending = [wave for wave in self.pending if wave.end > flushed]
-                    self._resolve(covered, FlushWait.DURABLE)
+            if not self._finish_ended():
+                return
         if self.pending and len(in_flight) < self._max_in_flight and not self._stopped:
             self._submit()
+
+    def _finish_ended(self) -> bool:
+        """Publish and resolve the fsyncs that ended, oldest first; False: the store failed."""
+        in_flight = self.in_flight
+        while in_flight and in_flight[0].remaining == 0:
+            fsync = in_flight.popleft()
+            del self._by_id[fsync.id]
+            error = fsync.error or self._error
+            if error is None:
+                try:
+                    self._finish(fsync.token, fsync.covering)
+                except OSError as err:
+                    error = err
+            if error is not None:
+                self._failed(error, fsync.waves)
+                return False
+            self._resolve(fsync.waves, FlushWait.DURABLE)
+        if self.pending:
+            flushed = self._flushed()
+            covered = [wave for wave in self.pending if wave.end <= flushed]
+            if covered:
+                self.pending = [wave for wave in self.pending if wave.end > flushed]
+                self._resolve(covered, FlushWait.DURABLE)
+        return True
 
     def _submit(self) -> None:
         waves = self.pending
@@ -168,12 +184,18 @@ class RingCommit:
                 else:
                     self._resolve(waves, FlushWait.DURABLE)
                 return
+            if self.without_ring:
+                for fd in fds:
+                    os.fdatasync(fd)
+                self._finish(token, covering)
+                self._resolve(waves, FlushWait.DURABLE)
+                return
             self._sequence += 1
             self.ring.submit_fdatasync(fds, self._sequence)
         except OSError as err:
             self._failed(err, waves)
             return
-        fsync = _Fsync(self._sequence, len(fds), covering, waves, token)
+        fsync = _Fsync(self._sequence, fds, covering, waves, token)
         self.in_flight.append(fsync)
         self._by_id[fsync.id] = fsync
         if self._tick_handle is None:
@@ -189,8 +211,29 @@ class RingCommit:
             if self.rescues == 1:
                 _log.info("io_uring: an fsync's end was found by the timer, not the eventfd")
             self.pump()
+        elif time.monotonic() - self.in_flight[0].submitted_s > _LOST_AFTER_S:
+            self._rescue()
         if self.in_flight and self._tick_handle is None and not self._stopped:
             self._tick_handle = self.loop.call_later(_TICK_S, self._tick)
+
+    def _rescue(self) -> None:
+        """Completions that never came: fdatasync the fsyncs in flight in this thread, and
+        from now on fsync without the ring (its own count keeps the lost entries)."""
+        _log.warning(
+            "io_uring: an fdatasync submitted %.1f s ago never completed; fsyncs of this loop "
+            "are done by fdatasync in its thread from now on",
+            time.monotonic() - self.in_flight[0].submitted_s,
+        )
+        self.without_ring = True
+        for fsync in self.in_flight:
+            for fd in fsync.fds:
+                try:
+                    os.fdatasync(fd)
+                except OSError as err:
+                    fsync.error = fsync.error or err
+            fsync.remaining = 0
+        if self._finish_ended() and self.pending and not self._stopped:
+            self._submit()
 
     def _failed(self, error: OSError, waves: list[_Wave]) -> None:
         """The store fails closed: every wave waiting here gets ``FAILED`` now (the
@@ -212,7 +255,8 @@ class RingCommit:
         self._stopped = True
         ring = self.ring
         try:
-            results = ring.wait_all()
+            # Without the ring, what it still counts in flight are the lost completions.
+            results = [] if self.without_ring else ring.wait_all()
         except OSError as err:  # cannot wait: nothing more is known about that fsync
             _log.error("waiting for the io_uring fsync failed: %s", err)
             results = [(0, -(err.errno or 5))]
@@ -240,13 +284,15 @@ class _Fsync:
     """One submitted fsync: its fdatasyncs not completed yet, the offset it makes durable,
     the waves it covers, the store's token for ``finish``, the first error."""
 
-    __slots__ = ("id", "remaining", "covering", "waves", "token", "error")
+    __slots__ = ("id", "fds", "remaining", "covering", "waves", "token", "error", "submitted_s")
 
     def __init__(
-        self, id_: int, remaining: int, covering: int, waves: list[_Wave], token: object
+        self, id_: int, fds: list[int], covering: int, waves: list[_Wave], token: object
     ) -> None:
         self.id = id_
-        self.remaining = remaining
+        self.fds = fds
+        self.remaining = len(fds)
+        self.submitted_s = time.monotonic()
         self.covering = covering
         self.waves = waves
         self.token = token

@@ -205,3 +205,28 @@ def test_two_fsyncs_in_flight_finish_in_the_order_they_were_submitted(tmp_path: 
         (200, FlushWait.DURABLE),
         (300, FlushWait.DURABLE),
     ]
+
+
+def test_an_fsync_whose_completion_never_comes_is_finished_without_the_ring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Seen once in CI: two fdatasyncs submitted, no completion ever, the loop idle, every
+    # SYNC put after them timed out. The submission is dropped here to make that happen.
+    def lost(self: FsyncRing, fds: list[int], user_data: int) -> None:
+        self.in_flight += len(fds)
+
+    monkeypatch.setattr(FsyncRing, "submit_fdatasync", lost)
+    store = _sync_store(tmp_path, sync_flush_timeout_ms=4000)
+
+    async def main() -> list[PutResult]:
+        first = await store.put_async(PutRequest("A", b"first"))
+        rest = [await store.put_async(PutRequest("A", b"next-%d" % i)) for i in range(5)]
+        return [first, *rest]
+
+    results = asyncio.run(main())
+    assert [r.status for r in results] == [PutStatus.PUT_OK] * 6
+    last = results[-1]
+    assert store.flushed_offset >= last.physical_offset + last.total_size
+    ring = store._durability._async_commit._ring  # noqa: SLF001 - white-box: which path ran
+    assert ring is not None and ring.without_ring
+    store.close()
