@@ -4,7 +4,8 @@
 ``rmq-spark broker`` runs) over a fresh store in a temporary directory, on 127.0.0.1 with a port
 the OS picks (reported through ``--ready-file``), with ``store.flush_policy=SYNC`` (a send is
 answered once an fsync covers it); every other setting is the checkout's ``conf/rmq.toml``,
-i.e. the defaults.
+i.e. the defaults. ``entry`` replaces ``-m rmq_spark.cli.main`` (``grpc_ceiling.py`` runs a
+broker whose sends skip the store).
 
 It runs in its own session, as the RocketMQ peer's JVMs do: with the kernel's autogroup
 scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) each session gets an equal share of
@@ -44,8 +45,10 @@ class RmqSparkBroker:
         settings: Sequence[str] = ("store.flush_policy=SYNC",),
         keep_log: Path | None = None,
         own_session: bool = True,
+        entry: Sequence[str] = ("-m", "rmq_spark.cli.main"),
     ) -> None:
         self.own_session = own_session
+        self.entry = tuple(entry)
         self.settings = tuple(settings)
         self.keep_log = keep_log
         self.endpoint = ""
@@ -72,7 +75,7 @@ class RmqSparkBroker:
         work = self.workdir = Path(tempfile.mkdtemp(prefix="peers-rmq-spark-"))
         ready = work / "ready"
         self._log_path = work / "broker.log"
-        command = [sys.executable, "-m", "rmq_spark.cli.main", "broker",
+        command = [sys.executable, *self.entry, "broker",
                    "--store", str(work / "store"), "--listen", "127.0.0.1:0",
                    "--ready-file", str(ready)]  # fmt: skip
         for setting in self.settings:

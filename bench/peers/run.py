@@ -18,6 +18,9 @@ backlog of the same N messages into SQL-visible Delta tables:
   set to the messages per batch the reput had, so that the number of batches is not the difference.
   The reput then runs a second time (fresh tables): the table compares each side's first run
   (both pay their source's first-use costs in the session) and each side's second run.
+  Two reference rows follow (``read_cases.py``): each source alone, a batch read into
+  ``noop`` (best of 2), and each source -> one Delta table with ``availableNow`` (the
+  catch-up's plan without the reput's work). Their ratio column is Kafka's msgs/s over ours too.
 
 **produce** (``produce.py``, after the Spark session has stopped): the official Python client
 against ``rmq-spark broker`` and Apache RocketMQ 5.3.3 (``rocketmq_peer.py``), SYNC flush both:
@@ -66,6 +69,12 @@ from kafka_peer import (  # noqa: E402
     resolve_jars,
 )
 from produce import ProduceOptions, import_client, produce_table, run_produce  # noqa: E402
+from read_cases import (  # noqa: E402
+    kafka_reader,
+    rocketmq_reader,
+    time_noop_read,
+    time_stream_to_delta,
+)
 
 from rmq_spark.errors import RmqError  # noqa: E402
 
@@ -321,6 +330,7 @@ def _run(args: argparse.Namespace, work: Path, load_start: str) -> int:
             # warm, so the reput gets a second run too (fresh tables, the same backlog).
             rmq_warm = time_reput(spark, store_dir, work / "tables-2", args.batch_mib << 20)
             _progress(f"rmq-spark, second run: {rmq_warm.seconds:.1f} s")
+            references = _reference_rows(spark, store_dir, broker.bootstrap_servers, work, n)
             messages = table_path(work / "tables", MESSAGES)
             rmq_rows = spark.read.format("delta").load(str(messages)).count()
     finally:
@@ -345,8 +355,38 @@ def _run(args: argparse.Namespace, work: Path, load_start: str) -> int:
             f"| {peer.rate:,.0f} ({peer.seconds:.1f} s, {peer.batches} batches, 1 table) "
             f"| {peer.rate / ours.rate:.2f} |"
         )
+    for line in references:
+        print(line)
     print(f"load average (1/5/15 min): start {load_start}, end {load_end}")
     return 0
+
+
+def _reference_rows(spark, store_dir: Path, servers: str, work: Path, n: int) -> list[str]:  # noqa: ANN001
+    """Table rows for the sources alone: a batch read into ``noop`` and a stream into one
+    Delta table, ours and Kafka's (``read_cases.py``)."""
+    _progress("sources alone: batch read -> noop, stream -> one Delta table ...")
+    ours = time_noop_read(lambda: rocketmq_reader(spark, store_dir, streaming=False))
+    theirs = time_noop_read(lambda: kafka_reader(spark, servers, TOPIC, streaming=False))
+    rows = [
+        f"| batch read {n:,} messages -> noop (best of 2) | {n / ours:,.0f} ({ours:.1f} s) "
+        f"| {n / theirs:,.0f} ({theirs:.1f} s) | {ours / theirs:.2f} |"
+    ]
+    ours_s, ours_rows = time_stream_to_delta(
+        rocketmq_reader(spark, store_dir, streaming=True), work / "rocketmq-one-table"
+    )
+    theirs_s, theirs_rows = time_stream_to_delta(
+        kafka_reader(spark, servers, TOPIC, streaming=True), work / "kafka-one-table"
+    )
+    if ours_rows != n or theirs_rows != n:
+        raise PeerError(
+            f"one Delta table: expected {n:,} rows, got {ours_rows:,} / {theirs_rows:,}"
+        )
+    rows.append(
+        f'| format("rocketmq") / format("kafka") -> one Delta table, availableNow, '
+        f"third run of each source | {n / ours_s:,.0f} ({ours_s:.1f} s) "
+        f"| {n / theirs_s:,.0f} ({theirs_s:.1f} s) | {ours_s / theirs_s:.2f} |"
+    )
+    return rows
 
 
 def _run_produce(args: argparse.Namespace) -> int:

@@ -38,19 +38,28 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
-from peer_common import PeerError, interrupt_on_sigterm, java_command, progress  # noqa: E402
+from peer_common import (  # noqa: E402
+    PeerError,
+    fetch_jars,
+    interrupt_on_sigterm,
+    java_command,
+    progress,
+)  # noqa: E402
 from produce import import_client, make_producers  # noqa: E402
 from produce_cases import paced, warm_up  # noqa: E402
 from rmq_spark_broker import RmqSparkBroker  # noqa: E402
 
 TOPIC = "BenchTopic"
 JAVA_PRODUCER = HERE / "java" / "KafkaPacedProducer.java"
+RMQ_JAVA_PRODUCER = HERE / "java" / "RmqPacedProducer.java"
+JAVA_CLIENT_POM = HERE / "java-client.pom.xml"
 START_TIMEOUT_S = 300.0
 CATCH_UP_TIMEOUT_S = 300.0
 
@@ -122,39 +131,84 @@ def _pct(values: list[int], fraction: float) -> int:
     return values[min(len(values) - 1, int(len(values) * fraction))] if values else -1
 
 
-def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, object]:
+def _python_sends(args: argparse.Namespace, broker: RmqSparkBroker) -> dict[str, Any]:
+    """The official Python client, paced over ``--threads`` producers, after a warm-up."""
     rocketmq = import_client()
+    assert broker.process is not None
+    producers = make_producers(rocketmq, broker.endpoint, args.threads)
+    body = os.urandom(args.body_bytes)
+    warm_up(rocketmq, producers, TOPIC, body, 10)
+    since_ms = int(time.time() * 1000)
+    sends = paced(
+        rocketmq, producers, TOPIC, body, args.rate, args.seconds, [broker.process.pid], 0
+    )
+    for producer in producers:
+        producer.shutdown()
+    return {
+        "since_ms": since_ms, "sent": sends.sent, "failed": sends.failed,
+        "stored": sends.sent - sends.failed + 10 * args.threads,
+        "send_p50_ms": round(sends.p50_ms, 1), "send_p99_ms": round(sends.p99_ms, 1),
+    }  # fmt: skip
+
+
+def _java_sends(args: argparse.Namespace, broker: RmqSparkBroker) -> dict[str, Any]:
+    """The official Java client (``java/RmqPacedProducer.java``), paced over ``--threads``
+    producers: the Python client cannot send much over 1,500 msgs/s."""
+    from java_client import compile_program
+
+    classpath = compile_program(RMQ_JAVA_PRODUCER, fetch_jars("java-client", JAVA_CLIENT_POM))
+    since_ms = int(time.time() * 1000)
+    fields = _run_java(
+        [*java_command("512m", classpath), "RmqPacedProducer", broker.endpoint, TOPIC,
+         str(args.rate), str(args.seconds), str(args.body_bytes), str(args.threads)],
+        args.seconds,
+    )  # fmt: skip
+    sent, failed = int(fields["sent"]), int(fields["failed"])
+    if failed:
+        progress(f"visible: {failed} sends failed, the first: {fields.get('first_error', '')}")
+    return {
+        "since_ms": since_ms, "sent": sent, "failed": failed, "stored": sent - failed,
+        "send_p50_ms": float(fields["p50_ms"]), "send_p99_ms": float(fields["p99_ms"]),
+    }  # fmt: skip
+
+
+def _run_java(command: list[str], seconds: float) -> dict[str, str]:
+    """Run a paced Java producer; its last line's ``key=value`` fields."""
+    produced = subprocess.run(
+        command, capture_output=True, text=True, timeout=seconds + START_TIMEOUT_S
+    )
+    lines = produced.stdout.strip().splitlines()
+    head, _, first_error = (lines[-1] if lines else "").partition(" first_error=")
+    fields = dict(p.split("=", 1) for p in head.split(" ") if "=" in p)
+    fields["first_error"] = first_error
+    if produced.returncode != 0 or "sent" not in fields:
+        raise PeerError(f"{command[-7]}: no result: {produced.stderr.strip()[-300:]}")
+    return fields
+
+
+def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     tables, log_path = work / "tables", work / "reput.log"
     with RmqSparkBroker() as broker:
-        assert broker.workdir is not None and broker.process is not None
+        assert broker.workdir is not None
         job = _start_reput(broker.workdir / "store", tables, log_path)
         try:
-            producers = make_producers(rocketmq, broker.endpoint, args.threads)
-            body = os.urandom(args.body_bytes)
-            warm_up(rocketmq, producers, TOPIC, body, 10)
-            progress(f"visible: {args.rate} msgs/s for {args.seconds} s, reput beside ...")
-            since_ms = int(time.time() * 1000)
-            sends = paced(
-                rocketmq, producers, TOPIC, body, args.rate, args.seconds,
-                [broker.process.pid], 0,
-            )  # fmt: skip
-            for producer in producers:
-                producer.shutdown()
-            expected = sends.sent + 10 * args.threads
+            progress(f"visible: {args.rate} msgs/s for {args.seconds} s ({args.client} client)")
+            sends = (_java_sends if args.client == "java" else _python_sends)(args, broker)
+            expected = int(sends["stored"])
             messages = tables / "messages"
             _wait(lambda: _rows_committed(messages) >= expected, CATCH_UP_TIMEOUT_S, "catch-up")
         finally:
             os.killpg(job.pid, signal.SIGTERM)
             job.wait(120)
+    since_ms = int(sends.pop("since_ms"))
+    sends.pop("stored")
     latencies = visible_latencies_ms(tables / "messages", "store_timestamp", since_ms)
     log_text = log_path.read_text(errors="replace")
     return {
         "system": "rmq-spark",
-        "sent": sends.sent,
-        "failed": sends.failed,
-        "send_p50_ms": round(sends.p50_ms, 1),
-        "send_p99_ms": round(sends.p99_ms, 1),
+        "client": args.client,
+        **sends,
         **_summary(latencies),
         "longest_commit_gap_ms": longest_commit_gap_ms(tables / "consume_queue", since_ms),
         "optimize_runs": log_text.count("OPTIMIZE took"),
@@ -170,7 +224,7 @@ def _summary(latencies: list[int]) -> dict[str, int]:
     }
 
 
-def run_kafka(args: argparse.Namespace, work: Path) -> dict[str, object]:
+def run_kafka(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """The same rate into Kafka (acks=all), Spark's Kafka source -> one Delta table."""
     from java_client import compile_program
     from kafka_peer import KafkaBroker, resolve_jars
@@ -191,14 +245,11 @@ def run_kafka(args: argparse.Namespace, work: Path) -> dict[str, object]:
                   "the Kafka query")  # fmt: skip
             progress(f"visible: kafka, {args.rate} msgs/s for {args.seconds} s ...")
             since_ms = int(time.time() * 1000)
-            produced = subprocess.run(
+            counts = _run_java(
                 [*java_command("256m", classpath), "KafkaPacedProducer", servers, TOPIC,
                  str(args.rate), str(args.seconds), str(args.body_bytes)],
-                capture_output=True, text=True, timeout=args.seconds + START_TIMEOUT_S,
+                args.seconds,
             )  # fmt: skip
-            counts = dict(p.split("=") for p in produced.stdout.split() if "=" in p)
-            if produced.returncode != 0 or "sent" not in counts:
-                raise PeerError(f"kafka producer failed: {produced.stderr.strip()[-300:]}")
             sent, failed = int(counts["sent"]), int(counts["failed"])
             _wait(lambda: _rows_committed(table) >= sent - failed, CATCH_UP_TIMEOUT_S,
                   "Kafka catch-up")  # fmt: skip
@@ -224,6 +275,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--systems", default="rmq-spark,kafka", help="comma-separated: rmq-spark, kafka (both)"
     )
+    parser.add_argument(
+        "--client", choices=("python", "java"), default="python",
+        help="the official client that sends to the rmq-spark broker (python; java for rates "
+        "over ~1,500 msgs/s)",
+    )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     args = parser.parse_args(argv)
     load_start = " ".join(f"{v:.2f}" for v in os.getloadavg())
