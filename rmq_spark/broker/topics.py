@@ -2,7 +2,8 @@
 
 Owns topic-name validation (RocketMQ's rules: ``^[%|a-zA-Z0-9_-]+$``, at most 127 characters,
 no system topics), namespaces (``ns%topic``), auto-creation, and queue selection for a send
-(round robin, or a stable hash of the FIFO message group). Knows nothing of gRPC or the store.
+(round robin, or Guava's consistent hash of the FIFO message group, as RocketMQ's proxy).
+Knows nothing of gRPC or the store.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ __all__ = [
     "TopicLookup",
     "TopicStatus",
     "TopicTable",
+    "consistent_hash",
     "full_topic_name",
     "group_queue_id",
     "topic_name_problem",
@@ -48,6 +50,10 @@ _SYSTEM_TOPICS = frozenset(
     }
 )
 _SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%")
+_MASK64 = (1 << 64) - 1
+_LCG_MULTIPLIER = 2862933555777941757  # Guava Hashing.LinearCongruentialGenerator
+_TWO_POW_31 = float(1 << 31)
+_INT_MAX = (1 << 31) - 1
 
 
 class TopicStatus(enum.Enum):
@@ -69,9 +75,36 @@ class TopicLookup:
 
 
 def group_queue_id(message_group: str, queue_count: int) -> int:
-    """The queue a FIFO message group always lands in: ``|hash(group)| % queue_count``."""
-    assert queue_count > 0
-    return (java_string_hash(message_group) & 0x7FFFFFFF) % queue_count
+    """The queue of a FIFO message group, as RocketMQ 5.3.3's proxy picks it
+    (``SendMessageActivity``): Guava ``Hashing.consistentHash(group.hashCode(), queue_count)``.
+
+    A store that changes hands between rmq-spark and RocketMQ keeps each group in its queue.
+
+    Examples
+    --------
+    >>> group_queue_id("group-0", 8), group_queue_id("group-1", 8)
+    (1, 7)
+    """
+    return consistent_hash(java_string_hash(message_group), queue_count)
+
+
+def consistent_hash(key: int, buckets: int) -> int:
+    """Guava ``Hashing.consistentHash(long, int)`` (jump hash over Guava's own
+    ``LinearCongruentialGenerator``); ``key`` is a Java long (an int is sign-extended)."""
+    if buckets <= 0:
+        raise ValueError(f"buckets must be positive: {buckets}")
+    state = key & _MASK64
+    candidate = 0
+    while True:
+        state = (_LCG_MULTIPLIER * state + 1) & _MASK64
+        # ((double) ((int) (state >>> 33) + 1)) / 2^31, the int sum wrapping at 2^31
+        draw = (state >> 33) + 1
+        next_double = (draw if draw <= _INT_MAX else draw - (1 << 32)) / _TWO_POW_31
+        # Java's (int) cast truncates toward zero and saturates at the int range.
+        next_bucket = max(min(int((candidate + 1) / next_double), _INT_MAX), -_INT_MAX - 1)
+        if not 0 <= next_bucket < buckets:
+            return candidate
+        candidate = next_bucket
 
 
 def full_topic_name(name: str, namespace: str) -> str:
