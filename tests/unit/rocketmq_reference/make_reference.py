@@ -10,6 +10,11 @@ fetches from Maven Central into ``bench/peers/.cache/rocketmq``)::
   ``FILTER_CONTEXTS``: ``ERROR`` (does not parse), ``TRUE``/``FALSE``/``NULL``, ``EXCEPTION``.
 * ``consistent_hash.json``: Guava's ``Hashing.consistentHash(group.hashCode(), n)``, the
   queue RocketMQ 5.3.3's proxy picks for a FIFO message group (``SendMessageActivity``).
+* ``config/rocketmq/*.json``: topics.json, subscriptionGroup.json, consumerOffset.json and
+  delayOffset.json as the broker's own classes write them (``ConfigSamples.java``);
+  ``config/ours/*.json``: the same tables encoded by ``rmq_spark.broker.rocketmq_config``,
+  and ``config/rocketmq_read.txt``: what the broker's decoders read from each directory
+  (the script stops unless RocketMQ reads ours exactly as its own).
 
 The tests read the committed JSON; they never run Java.
 """
@@ -25,6 +30,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
+CONFIG_FILES = ("topics.json", "subscriptionGroup.json", "consumerOffset.json", "delayOffset.json")
 
 FILTER_CONTEXTS: list[dict[str, str]] = [
     {},
@@ -294,6 +300,54 @@ def make_consistent_hash(jars: Path) -> dict[str, object]:
     return {"bucket_counts": bucket_counts, "queues": table}
 
 
+def _java_classpath(jars: Path, program: str, out: str) -> str:
+    classpath = ":".join(str(path) for path in sorted(jars.glob("*.jar")))
+    subprocess.run(
+        ["javac", "-cp", classpath, "-d", out, str(HERE / f"{program}.java")], check=True
+    )
+    return f"{out}:{classpath}"
+
+
+def _encode_ours(source: Path, target: Path) -> None:
+    from rmq_spark.broker import rocketmq_config as rc
+
+    target.mkdir(parents=True, exist_ok=True)
+    text = {name: (source / name).read_text("utf-8") for name in CONFIG_FILES}
+    topics, version = rc.decode_topics(text["topics.json"])
+    out = {"topics.json": rc.encode_topics(topics, version)}
+    groups, version, forbidden = rc.decode_subscription_groups(text["subscriptionGroup.json"])
+    out["subscriptionGroup.json"] = rc.encode_subscription_groups(groups, version, forbidden)
+    offsets, version = rc.decode_consumer_offsets(text["consumerOffset.json"])
+    out["consumerOffset.json"] = rc.encode_consumer_offsets(offsets, version)
+    levels, version = rc.decode_delay_offsets(text["delayOffset.json"])
+    out["delayOffset.json"] = rc.encode_delay_offsets(levels, version)
+    for name, content in out.items():
+        (target / name).write_text(content, "utf-8")
+
+
+def make_config_samples(jars: Path) -> None:
+    base = HERE / "config"
+    with tempfile.TemporaryDirectory() as out:
+        classpath = _java_classpath(jars, "ConfigSamples", out)
+        java = ["java", "-Drocketmq.log.level=ERROR", "-cp", classpath, "ConfigSamples"]
+        subprocess.run([*java, "write", str(base / "rocketmq")], check=True, capture_output=True)
+        _encode_ours(base / "rocketmq", base / "ours")
+        reads = {}
+        for side in ("rocketmq", "ours"):
+            result = subprocess.run(
+                [*java, "read", str(base / side)], check=True, capture_output=True, text=True
+            )
+            reads[side] = [
+                line
+                for line in result.stdout.splitlines()
+                if line.startswith(("topics ", "groups ", "offsets ", "delay "))
+            ]
+    if reads["rocketmq"] != reads["ours"]:
+        raise SystemExit(f"RocketMQ reads our files differently:\n{reads}")
+    (base / "rocketmq_read.txt").write_text("\n".join(reads["ours"]) + "\n", "utf-8")
+    print(f"wrote {base}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jars", type=Path, default=ROOT / "bench/peers/.cache/rocketmq")
@@ -305,6 +359,7 @@ def main() -> None:
         text = json.dumps(data, ensure_ascii=False, indent=1) + "\n"
         (HERE / name).write_text(text, encoding="utf-8")
         print(f"wrote {HERE / name}")
+    make_config_samples(args.jars)
 
 
 if __name__ == "__main__":
