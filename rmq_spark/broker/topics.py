@@ -58,6 +58,9 @@ _SYSTEM_TOPICS = frozenset(
 )
 _SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%")
 log = logging.getLogger("rmq_spark.broker")
+# Our topics take NORMAL, FIFO and DELAY messages alike; RocketMQ 5's proxy accepts that on a
+# topic only with message.type MIXED (without the attribute a topic is NORMAL only).
+_MIXED = {"attributes": {"message.type": "MIXED"}}
 _MASK64 = (1 << 64) - 1
 _LCG_MULTIPLIER = 2862933555777941757  # Guava Hashing.LinearCongruentialGenerator
 _TWO_POW_31 = float(1 << 31)
@@ -113,6 +116,10 @@ def consistent_hash(key: int, buckets: int) -> int:
         if not 0 <= next_bucket < buckets:
             return candidate
         candidate = next_bucket
+
+
+def _user_topic(topic: str, queue_count: int) -> TopicConfig:
+    return TopicConfig(topic, queue_count, queue_count, extra=_MIXED)
 
 
 def full_topic_name(name: str, namespace: str) -> str:
@@ -179,7 +186,7 @@ class TopicTable:
                     )
                 queue_count = self._default_queue_count
                 self._queue_counts[topic] = queue_count
-                self._configs[topic] = TopicConfig(topic, queue_count, queue_count)
+                self._configs[topic] = _user_topic(topic, queue_count)
                 created = True
             else:
                 created = False
@@ -211,7 +218,7 @@ class TopicTable:
             for topic, queue_count in configured.items():
                 existing = self._configs.get(topic)
                 if existing is None:
-                    self._configs[topic] = TopicConfig(topic, queue_count, queue_count)
+                    self._configs[topic] = _user_topic(topic, queue_count)
                 elif existing.write_queue_nums != queue_count:
                     self._configs[topic] = dataclasses.replace(
                         existing, read_queue_nums=queue_count, write_queue_nums=queue_count

@@ -188,6 +188,10 @@ def test_topic_table_writes_configured_and_auto_created_topics(tmp_path: Path) -
         "%RETRY%g": rc.TopicConfig("%RETRY%g", 1, 1),
     }
     assert table.lookup("%RETRY%g").status is TopicStatus.ILLEGAL  # still not for producers
+    # NORMAL, FIFO and DELAY sends all stay legal on a RocketMQ 5 proxy: message.type MIXED
+    mixed = {"attributes": {"message.type": "MIXED"}}
+    assert read_topics(tmp_path)["Fresh"].extra == read_topics(tmp_path)["Orders"].extra == mixed
+    assert read_topics(tmp_path)["%RETRY%g"].extra == {"attributes": {}}
 
 
 def test_topic_table_loads_topics_json_and_keeps_rocketmq_fields(tmp_path: Path) -> None:
