@@ -35,7 +35,9 @@ __all__ = [
     "compile_filter",
 ]
 
-EXPRESSION_TYPES = ("TAG", "SQL92")
+EXPRESSION_TYPES = ("TAG", "SQL", "SQL92", "FILTER_TYPE_UNSPECIFIED", "")
+_TAG_TYPES = frozenset({"TAG", "FILTER_TYPE_UNSPECIFIED", ""})  # GrpcConverter: default TAG
+_SQL_TYPES = frozenset({"SQL", "SQL92"})
 SUB_ALL = "*"
 TAGS_PROPERTY = "TAGS"
 
@@ -109,13 +111,16 @@ class Sql92Filter:
 
 
 def compile_filter(expression_type: str, expression: str) -> MessageFilter:
-    """Compile a gRPC ``FilterExpression`` (type ``"TAG"`` or ``"SQL92"``).
+    """Compile a gRPC ``FilterExpression``.
 
-    Raises ``FilterExpressionError`` for an unknown type or an expression that does not parse.
+    ``expression_type`` is the gRPC ``FilterType`` name (``"TAG"``, ``"SQL"``, or
+    ``"FILTER_TYPE_UNSPECIFIED"``, which the proxy treats as TAG) or RocketMQ's
+    ``ExpressionType`` (``"TAG"``, ``"SQL92"``). Raises ``FilterExpressionError`` for another
+    type or an expression that does not parse.
     """
-    if expression_type == "TAG":
+    if expression_type in _TAG_TYPES:
         return TagFilter.parse(expression)
-    if expression_type == "SQL92":
+    if expression_type in _SQL_TYPES:
         return Sql92Filter(expression, compile_sql92(expression))
     raise FilterExpressionError(
         expression_type,

@@ -171,5 +171,17 @@ def test_tag_star_inside_a_list_is_a_literal_tag() -> None:
     assert not f.matches("TagA", {}) and f.matches("*", {})
 
 
+@pytest.mark.parametrize(
+    ("expression_type", "kind"),
+    [("TAG", TagFilter), ("FILTER_TYPE_UNSPECIFIED", TagFilter), ("", TagFilter)]
+    + [("SQL", Sql92Filter), ("SQL92", Sql92Filter)],
+)
+def test_grpc_filter_type_names_map_as_the_proxy_maps_them(expression_type: str, kind) -> None:
+    # GrpcConverter.buildExpressionType: SQL -> SQL92, anything else -> TAG
+    f = compile_filter(expression_type, "TagA")
+    assert isinstance(f, kind)
+    assert f.expression_type == ("TAG" if kind is TagFilter else "SQL92")
+
+
 def test_sql92_filter_never_reads_the_tags_code() -> None:
     assert compile_filter("SQL92", "TRUE").matches_tags_code(-1)
