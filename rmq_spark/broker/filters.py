@@ -53,7 +53,9 @@ class MessageFilter(Protocol):
         ...
 
     def matches(self, tags: str | None, properties: Mapping[str, str]) -> bool:
-        """Whether the message (its ``TAGS`` and user properties) matches."""
+        """Whether the message matches: ``tags`` is its ``TAGS``; ``properties`` its user
+        properties (RocketMQ's broker evaluates SQL92 over all the record's properties, so
+        passing the system ones too is closest to it)."""
         ...
 
 
