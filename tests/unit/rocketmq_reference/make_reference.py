@@ -246,6 +246,25 @@ FILTER_EXPRESSIONS: list[str] = [
 ]
 
 
+def _json_lines(data: dict[str, object]) -> str:
+    """JSON with one line per element of each top-level list or object (diffs stay small)."""
+
+    def dump(value: object) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    parts = []
+    for key, value in data.items():
+        if isinstance(value, list):
+            inner = ",\n  ".join(dump(item) for item in value)
+            parts.append(f"{dump(key)}: [\n  {inner}\n ]")
+        elif isinstance(value, dict):
+            inner = ",\n  ".join(f"{dump(k)}: {dump(v)}" for k, v in value.items())
+            parts.append(f"{dump(key)}: {{\n  {inner}\n }}")
+        else:
+            parts.append(f"{dump(key)}: {dump(value)}")
+    return "{\n " + ",\n ".join(parts) + "\n}\n"
+
+
 def _b64(text: str) -> str:
     return base64.b64encode(text.encode("utf-8")).decode("ascii")
 
@@ -356,7 +375,7 @@ def main() -> None:
         ("filter_cases.json", make_filter_cases(args.jars)),
         ("consistent_hash.json", make_consistent_hash(args.jars)),
     ):
-        text = json.dumps(data, ensure_ascii=False, indent=1) + "\n"
+        text = _json_lines(data)
         (HERE / name).write_text(text, encoding="utf-8")
         print(f"wrote {HERE / name}")
     make_config_samples(args.jars)
