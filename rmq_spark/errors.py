@@ -34,6 +34,7 @@ they happen::
     │   └── SchemaMismatchError    rows whose columns or types differ from the table's
     ├── ReputError                 the reput stream failed (Spark's reason)
     ├── MessageNotFoundError       no message where a lookup pointed (deleted, never written)
+    ├── FilterExpressionError      a consumer's TAG / SQL92 filter that does not compile: column
     └── BrokerError                broker lifecycle: port taken, broker down, shutting down
         ├── SendRejectedError      the broker refused a message (RocketMQ status code)
         └── RedeliveryFailedError  a --once delay run could not finish
@@ -60,6 +61,7 @@ __all__ = [
     "EntryMismatchError",
     "EntrySourceError",
     "EnvironmentCheckError",
+    "FilterExpressionError",
     "InteropError",
     "InvalidMessageError",
     "InvalidMessageIdError",
@@ -341,3 +343,27 @@ class InvalidMessageIdError(InvalidMessageError):
     def __init__(self, text: str, reason: str) -> None:
         super().__init__("msg_id", f"{text!r}: {reason}")
         self.text = text
+
+
+class FilterExpressionError(RmqError):
+    """A consumer's filter expression that does not compile (the gRPC layer answers
+    ``ILLEGAL_FILTER_EXPRESSION``). ``position`` is the 0-based character offset of the
+    offending token, ``None`` when the whole expression is at fault."""
+
+    def __init__(
+        self, expression_type: str, expression: str, position: int | None, reason: str
+    ) -> None:
+        where = ""
+        if position is not None:
+            line = expression.count("\n", 0, position) + 1
+            column = position - (expression.rfind("\n", 0, position) + 1) + 1
+            where = (
+                f" at line {line}, column {column}"
+                if "\n" in expression
+                else f" at column {column}"
+            )
+        super().__init__(f"{expression_type} filter {expression!r}{where}: {reason}")
+        self.expression_type = expression_type
+        self.expression = expression
+        self.position = position
+        self.reason = reason

@@ -72,6 +72,11 @@ class Broker:
             clock=self._clock,
             max_message_size_bytes=store_config.max_message_size_bytes,
         )
+        try:
+            self.service.topics.use_config_file(store_config.root_dir, clock=self._clock)
+        except BaseException:
+            self.store.close()
+            raise
         self._ids = MessageIdGenerator(self._clock)
         self._endpoint: GrpcEndpoint | None = None
         self._closed = False

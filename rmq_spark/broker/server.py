@@ -257,6 +257,7 @@ def run_broker(
             clock=clock,
             max_message_size_bytes=store_config.max_message_size_bytes,
         )
+        service.topics.use_config_file(store_config.root_dir, clock=clock)  # topics.json
         endpoint = GrpcEndpoint(service, broker_config).start()
     except BaseException:
         store.close()
