@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import (
     StoreClosedError,
+    StoreError,
     StoreIOError,
 )
 from rmq_spark.store.appender import Appender
@@ -41,6 +42,10 @@ from rmq_spark.store.checkpoint import (
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import FlushPolicy, StoreConfig
+from rmq_spark.store.consume_queues import ConsumeQueues
+from rmq_spark.store.cq_dispatch import CqDispatcher
+from rmq_spark.store.cq_recovery import CqRecovery, recover_consume_queues
+from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.durability import Durability
 from rmq_spark.store.fileio import FileOpener, OsOpener
 from rmq_spark.store.flush import Housekeeper, PeriodicTask
@@ -83,6 +88,9 @@ class MessageStore:
         self._put_lock = self._appender.lock
         self._durability: Durability | None = None
         self._retention = Retention(config, clock, lambda: self._commitlog, self._put_lock)
+        self._consume_queues: ConsumeQueues | None = None
+        self._dispatcher: CqDispatcher | None = None
+        self._after_write: Callable[[], None] | None = None  # ASYNC: wakes the dispatcher
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -181,6 +189,11 @@ class MessageStore:
             PeriodicTask("snapshot", config.snapshot_interval_ms, self.snapshot),
             PeriodicTask("retention", config.clean_resource_interval_ms, self._retention_task),
         ]
+        if config.consume_queue:
+            self._start_consume_queues(state, end)
+            tasks.append(
+                PeriodicTask("cq-flush", config.consume_queue_flush_interval_ms, self._cq_flush)
+            )
         if not self._sync:
             durability = self._durability
             tasks.append(PeriodicTask("flush", config.flush_interval_ms, durability.flush_task))
@@ -195,6 +208,51 @@ class MessageStore:
             self._warmer = SegmentWarmer(self._commitlog, config.warm_ahead_bytes)
             self._warmer.start()
 
+    def _start_consume_queues(self, state: RecoveredState, end: int) -> None:
+        """Load and recover ``consumequeue/`` against the recovered log, start dispatching."""
+        config = self.config
+        levels = parse_message_delay_level(config.message_delay_level)
+        queues = ConsumeQueues.load(self._root, config.consume_queue_file_units)
+        try:
+            self.consume_queue_recovery: CqRecovery = recover_consume_queues(
+                queues,
+                self._commitlog.segments,
+                min_offset=self._commitlog.min_offset,
+                end_offset=end,
+                next_queue_offsets=state.queue_offsets.copy(),
+                delay_levels_ms=levels,
+            )
+        except BaseException:
+            queues.close()
+            raise
+        self._consume_queues = queues
+        self._dispatcher = CqDispatcher(
+            queues, self._commitlog, lambda: self.confirmed_offset, levels, end
+        )
+        if self._sync:
+            self._durable.group.on_advance = self._dispatcher.wake
+        else:
+            self._after_write = self._dispatcher.wake
+        self._dispatcher.start()
+
+    @property
+    def consume_queues(self) -> ConsumeQueues:
+        """The store's ConsumeQueues (``consume_queues.py``), fed by the dispatch thread.
+
+        Raises
+        ------
+        StoreError
+            ``store.consume_queue`` is off.
+        """
+        queues = self._consume_queues
+        if queues is None:
+            raise StoreError(f"store {self._root}: store.consume_queue is off")
+        return queues
+
+    def _cq_flush(self) -> None:
+        if self._consume_queues is not None and not self._closed:
+            self._consume_queues.flush()
+
     # --- put ------------------------------------------------------------------------------
 
     def put(self, request: PutRequest) -> PutResult:
@@ -204,6 +262,8 @@ class MessageStore:
         result = self._appender.append(request)
         if self._sync and result.status is _PUT_OK:
             return self._durable.wait(result)
+        if self._after_write is not None:
+            self._after_write()
         return result
 
     def put_batch(self, requests: Sequence[PutRequest]) -> list[PutResult]:
@@ -218,6 +278,8 @@ class MessageStore:
         results, end = self._appender.append_batch(requests)
         if self._sync and end:
             self._durable.wait_batch(results, end)
+        elif self._after_write is not None:
+            self._after_write()
         return results
 
     def put_columns(
@@ -244,6 +306,8 @@ class MessageStore:
 
     def _put_columns(self, columns: MessageColumns) -> PutBatchReceipt:
         receipt = self._appender.append_columns(columns)
+        if self._after_write is not None:
+            self._after_write()
         if self._sync and receipt.ok and receipt.physical_offsets:
             probe = [PutResult(_PUT_OK)]
             self._durable.wait_batch(probe, receipt.end_offset)
@@ -258,6 +322,8 @@ class MessageStore:
         if self._sync and result.status is _PUT_OK:
             end = result.physical_offset + result.total_size
             await self._durable.wait_async([result], end)
+        elif self._after_write is not None:
+            self._after_write()
         return result
 
     async def put_batch_async(self, requests: Sequence[PutRequest]) -> list[PutResult]:
@@ -265,6 +331,8 @@ class MessageStore:
         results, end = self._appender.append_batch(requests)
         if self._sync and end:
             await self._durable.wait_async(results, end)
+        elif self._after_write is not None:
+            self._after_write()
         return results
 
     # --- offsets --------------------------------------------------------------------------------
@@ -396,11 +464,14 @@ class MessageStore:
         """One retention round (``retention.py``): delete expired segments, or processed ones
         when the disk is full, or any when it is past the emergency ratio; never the last."""
         self._check_open()
-        return self._retention.delete_expired()
+        deleted = self._retention.delete_expired()
+        if deleted and self._consume_queues is not None:
+            self._consume_queues.delete_below(self._commitlog.min_offset)
+        return deleted
 
     def _retention_task(self) -> None:
         if not self._closed:
-            self._retention.delete_expired()
+            self.delete_expired()
 
     # --- close --------------------------------------------------------------------------------
 
@@ -438,18 +509,36 @@ class MessageStore:
                     self._checkpoint.publish_confirmed(self._commitlog.max_offset)
                     self._checkpoint.fsync()
                     self._write_snapshot_locked()
+                    self._stop_consume_queues(flush=True)
                     remove_abort(self._root)
                 except OSError as err:
                     _log.error(
                         "clean shutdown of %s failed, it will recover on open: %s", self._root, err
                     )
         finally:
+            self._stop_consume_queues(flush=False)
             # Answer the asyncio puts still waiting (from what was flushed), end their thread.
             self._durable.stop()
             self._checkpoint.close()
             self._commitlog.close()
             if self._lock is not None:
                 self._lock.release()
+
+    def _stop_consume_queues(self, flush: bool) -> None:
+        """End the dispatch thread (after a last round), then flush or just close the files
+        (raises ``OSError`` when ``flush``)."""
+        if self._dispatcher is not None:
+            self._durable.group.on_advance = None
+            self._after_write = None
+            self._dispatcher.stop()
+            self._dispatcher = None
+        queues = self._consume_queues
+        if queues is not None:
+            if flush:
+                queues.flush()
+                return
+            self._consume_queues = None
+            queues.close()
 
     def __enter__(self) -> MessageStore:
         return self
