@@ -49,6 +49,7 @@ _UNIT = struct.Struct(">qiq")
 _UNIT_BYTES = CQ_UNIT_SIZE_BYTES
 _PRE_BLANK_SIZE = PRE_BLANK_UNIT.size
 _ZERO_CHUNK_BYTES = 1 << 20
+_READ_BLOCK_UNITS = 4096
 _RECORD_VERSION = 1
 _log = logging.getLogger(__name__)
 
@@ -212,11 +213,12 @@ class CqQueueFiles:
         return [CqUnit(*fields) for fields in _UNIT.iter_unpack(self.read(start, count))]
 
     def iter_units(self, start: int, end: int) -> Iterator[tuple[int, int, int]]:
-        """``(physical_offset, size, tags_code)`` of units ``[start, end)``, read a file's
-        worth at a time."""
+        """``(physical_offset, size, tags_code)`` of units ``[start, end)``, read in blocks."""
         index = start
         while index < end:
-            take = min(end, self.base_of(index) + self.file_units) - index
+            take = (
+                min(end, self.base_of(index) + self.file_units, index + _READ_BLOCK_UNITS) - index
+            )
             yield from _UNIT.iter_unpack(self.read(index, take))
             index += take
 

@@ -5,17 +5,19 @@ recovery, docs/FORMAT.md 6.6, 8.4-8.6; the rules are in docs/STORE.md).
 Owns the order of the steps and what each one may change:
 
 1. Each queue's valid prefix was found when its files were loaded (``CqQueueFiles.load``).
-2. Units pointing at or past the CommitLog's recovered end are cut (the records they named
-   are gone), with the non-zero bytes after the prefix (a torn or lost tail).
-3. Every record from ``S`` to the end is dispatched again, where ``S`` is the flushed record
+2. Every record from ``S`` to the end is dispatched again, where ``S`` is the flushed record
    (``consumequeue/.flushed``: units of records below it were fsynced) or, without one, the
    CommitLog's first offset (a full rebuild). A unit already at its queue offset must name
-   the same record (kept); one naming another record, or a hole below the first re-dispatched
-   unit of a queue, is ``ConsumeQueueCorruptError`` (file and position), and nothing is
-   deleted. A rebuild from the first offset fills holes with pre-blank units instead (a
-   queue whose first records retention deleted).
-4. Units past a queue's next queue offset (the CommitLog's queue-offset table) name no
-   record: cut when above the flushed record, corruption below it.
+   the same record (kept); one naming another record, or a hole before a queue's first
+   re-dispatched unit, is ``ConsumeQueueCorruptError`` (file and position). A rebuild from
+   the first offset fills holes with pre-blank units instead (a queue whose first records
+   retention deleted).
+3. A queue whose valid units still end before the CommitLog's next queue offset for it lost
+   flushed units (a damaged unit inside a file ends the valid prefix early): corruption.
+   Checks 2 and 3 run before anything is cut, so a refused open leaves the files as found.
+4. Units pointing at or past the CommitLog's recovered end are cut (the records they named
+   are gone), with the non-zero bytes after the prefix (a torn or lost tail); units past a
+   queue's next queue offset name no record: cut when above ``S``, corruption below it.
 5. ``min_offset`` moves to the first unit at or above the CommitLog's first offset; every
    file is fsynced and the flushed record says the end.
 
@@ -75,14 +77,17 @@ def recover_consume_queues(
     flushed = _flushed_record(queues)
     rebuilt = flushed is None or flushed <= min_offset
     start = min_offset if flushed is None else max(min_offset, min(flushed, end_offset))
-    truncated = 0
-    for key, queue in queues.items():
-        truncated += _cut_past(queues, key, queue, end_offset)
+    # Nothing is cut before every check has passed: a failed check leaves the files as found.
     collected = collect_units(segments, start, end_offset, delay_levels_ms)
     if collected.problem is not None:
         raise collected.problem
     queues.place(collected.batch, fill_gaps=rebuilt)
+    if not rebuilt:
+        for key, queue in queues.items():
+            _check_complete(key, queue, next_queue_offsets.get(key, 0), start)
+    truncated = 0
     for key, queue in queues.items():
+        truncated += _cut_past(queues, key, queue, end_offset)
         truncated += _cut_unnamed(queues, key, queue, next_queue_offsets.get(key, 0), start)
         correct_min_offset(queue, min_offset)
     queues.set_dispatched(end_offset, set())
@@ -92,6 +97,18 @@ def recover_consume_queues(
     if truncated or rebuilt or start < end_offset:
         _log.info("ConsumeQueue recovery: %s", report)
     return report
+
+
+def _check_complete(key: QueueKey, queue: CqQueueFiles, next_offset: int, flushed: int) -> None:
+    """Raise if the queue lacks units of records below the flushed offset (its valid units
+    end before the CommitLog's next queue offset, and re-dispatch did not fill them)."""
+    if queue.max_offset < next_offset:
+        path, position = queue.where(queue.max_offset)
+        raise ConsumeQueueCorruptError(
+            path, position,
+            f"{key[0]}/{key[1]}: units {queue.max_offset}..{next_offset - 1} are missing or "
+            f"damaged below the flushed offset {flushed} (delete consumequeue/ to rebuild it)",
+        )  # fmt: skip
 
 
 def _flushed_record(queues: ConsumeQueues) -> int | None:
