@@ -31,8 +31,8 @@ from rmq_spark.store.layout import CQ_UNIT_SIZE_BYTES, is_segment_name, segment_
 __all__ = [
     "CONSUME_QUEUE_DIR",
     "CQ_FILE_UNITS",
-    "FLUSHED_RECORD_FILE",
     "CqQueueFiles",
+    "FLUSHED_RECORD_FILE",
     "read_flushed_record",
     "write_flushed_record",
 ]
