@@ -1,5 +1,5 @@
 """Dispatch: CommitLog records -> ConsumeQueue units (RocketMQ ``ReputMessageService`` with
-``CommitLogDispatcherBuildConsumeQueue``, docs/FORMAT.md 6.3, 6.4, 8.6).
+``CommitLogDispatcherBuildConsumeQueue``, docs/FORMAT.md 6, 6.1).
 
 Owns which records get a unit (transaction type NOT or COMMIT), what the unit holds (the
 record's physical offset, TOTALSIZE and tagsCode: the Java hash of TAGS; the delivery time
@@ -57,7 +57,7 @@ Batch = dict[QueueKey, list[UnitEntry]]
 
 
 def unit_tags_code(record: MessageRecord, delay_levels_ms: tuple[int, ...]) -> int:
-    """The tagsCode of ``record``'s unit (docs/FORMAT.md 6.3)."""
+    """The tagsCode of ``record``'s unit (docs/FORMAT.md 6)."""
     text = record.properties
     topic = record.topic
     if topic not in _SPECIAL_TOPICS:

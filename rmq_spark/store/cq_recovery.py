@@ -1,6 +1,6 @@
 """ConsumeQueue recovery at open: make every queue agree with the recovered CommitLog
 (RocketMQ ``ConsumeQueue.recover``, ``truncateDirtyLogicFiles`` and the reput after
-recovery, docs/FORMAT.md 6.6, 8.4-8.6; the rules are in docs/STORE.md).
+recovery; the rules are in docs/FORMAT.md 6.2).
 
 Owns the order of the steps and what each one may change:
 
