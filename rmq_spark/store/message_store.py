@@ -5,7 +5,9 @@ the queue-offset snapshot, failing closed after an I/O error, and the two collab
 goes through: ``Appender`` (``appender.py``: the put lock's critical section, the record
 written) and ``Durability`` (``durability.py``: the fsync a SYNC put waits for). Validation
 and encoding are ``put.py``, ``put_plan.py`` and ``codec.py``, files ``commitlog.py``, the
-scan ``recovery.py`` and retention decisions ``retention.py``.
+scan ``recovery.py`` and retention decisions ``retention.py``. The broker's ConsumeQueues
+(``consumequeue/``, ``consume_queues``) are ``cq_service.py``'s: the store starts, wakes and
+stops them.
 
 Acknowledged means durable under the configured policy: SYNC returns ``PUT_OK`` only after an
 fsync covered the record (``put`` blocks the calling thread until then; ``put_async`` lets a
@@ -43,9 +45,8 @@ from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.consume_queues import ConsumeQueues
-from rmq_spark.store.cq_dispatch import CqDispatcher
-from rmq_spark.store.cq_recovery import CqRecovery, recover_consume_queues
-from rmq_spark.store.delay_levels import parse_message_delay_level
+from rmq_spark.store.cq_recovery import CqRecovery
+from rmq_spark.store.cq_service import ConsumeQueueService
 from rmq_spark.store.durability import Durability
 from rmq_spark.store.fileio import FileOpener, OsOpener
 from rmq_spark.store.flush import Housekeeper, PeriodicTask
@@ -88,9 +89,8 @@ class MessageStore:
         self._put_lock = self._appender.lock
         self._durability: Durability | None = None
         self._retention = Retention(config, clock, lambda: self._commitlog, self._put_lock)
-        self._consume_queues: ConsumeQueues | None = None
-        self._dispatcher: CqDispatcher | None = None
-        self._after_write: Callable[[], None] | None = None  # ASYNC: wakes the dispatcher
+        self._cq: ConsumeQueueService | None = None
+        self._after_write: Callable[[], None] | None = None  # ASYNC: wakes the CQ dispatcher
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -190,16 +190,15 @@ class MessageStore:
             PeriodicTask("retention", config.clean_resource_interval_ms, self._retention_task),
         ]
         if config.consume_queue:
-            self._start_consume_queues(state, end)
-            tasks.append(
-                PeriodicTask("cq-flush", config.consume_queue_flush_interval_ms, self._cq_flush)
+            self._cq = cq = ConsumeQueueService.start(
+                config, self._commitlog, end, state.queue_offsets.copy(), self._confirmed
             )
-        if not self._sync:
-            durability = self._durability
-            tasks.append(PeriodicTask("flush", config.flush_interval_ms, durability.flush_task))
-            tasks.append(
-                PeriodicTask("publish", config.confirm_publish_interval_ms, durability.publish_task)
-            )
+            self.consume_queue_recovery: CqRecovery = cq.recovery
+            if self._sync:  # the acknowledged end moves with the group commit's fsyncs
+                self._durable.group.on_advance = cq.wake
+            else:  # with each write
+                self._after_write = cq.wake
+            tasks.append(PeriodicTask("cq-flush", config.consume_queue_flush_interval_ms, cq.flush))
         self._housekeeper = Housekeeper(tasks)
         self._housekeeper.start()
         if self._sync and config.stage_writes:  # like RocketMQ's transientStorePoolEnable
@@ -208,50 +207,24 @@ class MessageStore:
             self._warmer = SegmentWarmer(self._commitlog, config.warm_ahead_bytes)
             self._warmer.start()
 
-    def _start_consume_queues(self, state: RecoveredState, end: int) -> None:
-        """Load and recover ``consumequeue/`` against the recovered log, start dispatching."""
-        config = self.config
-        levels = parse_message_delay_level(config.message_delay_level)
-        queues = ConsumeQueues.load(self._root, config.consume_queue_file_units)
-        try:
-            self.consume_queue_recovery: CqRecovery = recover_consume_queues(
-                queues,
-                self._commitlog.segments,
-                min_offset=self._commitlog.min_offset,
-                end_offset=end,
-                next_queue_offsets=state.queue_offsets.copy(),
-                delay_levels_ms=levels,
-            )
-        except BaseException:
-            queues.close()
-            raise
-        self._consume_queues = queues
-        self._dispatcher = CqDispatcher(
-            queues, self._commitlog, lambda: self.confirmed_offset, levels, end
-        )
-        if self._sync:
-            self._durable.group.on_advance = self._dispatcher.wake
-        else:
-            self._after_write = self._dispatcher.wake
-        self._dispatcher.start()
-
     @property
     def consume_queues(self) -> ConsumeQueues:
         """The store's ConsumeQueues (``consume_queues.py``), fed by the dispatch thread.
 
         Raises
         ------
+        StoreClosedError
+            The store is closed.
         StoreError
             ``store.consume_queue`` is off.
         """
-        queues = self._consume_queues
-        if queues is None:
+        self._check_open()
+        if self._cq is None:
             raise StoreError(f"store {self._root}: store.consume_queue is off")
-        return queues
+        return self._cq.queues
 
-    def _cq_flush(self) -> None:
-        if self._consume_queues is not None and not self._closed:
-            self._consume_queues.flush()
+    def _confirmed(self) -> int:
+        return self.confirmed_offset
 
     # --- put ------------------------------------------------------------------------------
 
@@ -465,8 +438,8 @@ class MessageStore:
         when the disk is full, or any when it is past the emergency ratio; never the last."""
         self._check_open()
         deleted = self._retention.delete_expired()
-        if deleted and self._consume_queues is not None:
-            self._consume_queues.delete_below(self._commitlog.min_offset)
+        if deleted and self._cq is not None:
+            self._cq.delete_below(self._commitlog.min_offset)
         return deleted
 
     def _retention_task(self) -> None:
@@ -525,20 +498,14 @@ class MessageStore:
                 self._lock.release()
 
     def _stop_consume_queues(self, flush: bool) -> None:
-        """End the dispatch thread (after a last round), then flush or just close the files
+        """Stop dispatching (after a last round) and flush or just close ``consumequeue/``
         (raises ``OSError`` when ``flush``)."""
-        if self._dispatcher is not None:
-            self._durable.group.on_advance = None
+        cq = self._cq
+        if cq is not None:
+            self._cq = None
             self._after_write = None
-            self._dispatcher.stop()
-            self._dispatcher = None
-        queues = self._consume_queues
-        if queues is not None:
-            if flush:
-                queues.flush()
-                return
-            self._consume_queues = None
-            queues.close()
+            self._durable.group.on_advance = None
+            cq.stop(flush=flush)
 
     def __enter__(self) -> MessageStore:
         return self
