@@ -28,6 +28,7 @@ from rmq_spark.store.cq_files import (
     CqQueueFiles,
     write_flushed_record,
 )
+from rmq_spark.store.fileio import make_dirs_durably
 
 __all__ = ["ConsumeQueues", "QueueKey", "UnitEntry"]
 
@@ -121,7 +122,9 @@ class ConsumeQueues:
     def queues(self) -> dict[str, list[int]]:
         """Every topic with a ConsumeQueue and its queue ids, ascending."""
         result: dict[str, list[int]] = {}
-        for topic, queue_id in sorted(self._queues):
+        with self._lock:
+            keys = sorted(self._queues)
+        for topic, queue_id in keys:
             result.setdefault(topic, []).append(queue_id)
         return result
 
@@ -178,9 +181,14 @@ class ConsumeQueues:
     ) -> None:
         end = queue.max_offset
         _check_existing(queue, [entry for entry in entries if entry[0] < end])
+        empty = end == 0 and not queue.bases
+        if empty and entries and entries[0][0] > 0:
+            # A queue that starts past offset 0: its first file is the one holding the first
+            # unit, pre-blank up to it (RocketMQ's firstCreateInQueue).
+            end = queue.base_of(entries[0][0])
+            queue.min_offset = entries[0][0]
         run = bytearray()
         run_start = end
-        empty = end == 0 and not queue.bases
         for index, physical_offset, size, tags_code in entries:
             if index < end:
                 continue
@@ -196,12 +204,9 @@ class ConsumeQueues:
                     _log.error("ConsumeQueue %s/%d: queue offsets %d..%d never dispatched",
                                key[0], key[1], end, index - 1)  # fmt: skip
                 run += _PRE_BLANK * (index - end)
-                if empty:
-                    queue.min_offset = index
             run += _UNIT.pack(physical_offset, size, tags_code)
             end = index + 1
             empty = False
-            queue.max_physical_end = physical_offset + size
         if run:
             queue.write(run_start, bytes(run))
             queue.max_offset = end
@@ -245,7 +250,7 @@ class ConsumeQueues:
             queues = list(self._queues.values())
             for queue in queues:
                 queue.flush()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        make_dirs_durably(self.directory)
         write_flushed_record(self.directory, dispatched)
         self.flushed_offset = dispatched
 

@@ -197,12 +197,22 @@ class CqDispatcher:
             stopping = self._stopping
             try:
                 self.dispatch_round()
+            except (OSError, ValueError) as err:
+                if self._offset < self._commitlog.min_offset:  # read a segment being deleted
+                    _log.warning("ConsumeQueue dispatch raced retention (%s); skipping on", err)
+                    self._wake.set()
+                    continue
+                self._fail(err)
+                return
             except Exception as err:  # noqa: BLE001 - logged, recorded, readers are woken
-                _log.exception("ConsumeQueue dispatch stopped at %d", self._offset)
-                self._queues.fail(err)
+                self._fail(err)
                 return
             if stopping:
                 return
+
+    def _fail(self, error: Exception) -> None:
+        _log.error("ConsumeQueue dispatch stopped at %d: %s", self._offset, error, exc_info=error)
+        self._queues.fail(error)
 
     def dispatch_round(self) -> None:
         """Dispatch every acknowledged record not dispatched yet (raises what ``place`` and

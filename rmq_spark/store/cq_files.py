@@ -95,7 +95,6 @@ class CqQueueFiles:
         self.bases: list[int] = []  # first unit index of each file, ascending
         self.min_offset = 0
         self.max_offset = 0
-        self.max_physical_end = 0  # end (offset + size) of the last unit's record
         self.tail_units = 0  # units past max_offset that held non-zero bytes at load
         self._dirty: set[int] = set()
 
@@ -182,7 +181,6 @@ class CqQueueFiles:
                     break
                 if not blank:
                     previous = physical_offset
-                    self.max_physical_end = physical_offset + size
                 count += 1
             self.max_offset = base + count
             if count < self.file_units:

@@ -123,7 +123,8 @@ def _cut_past(queues: ConsumeQueues, key: QueueKey, queue: CqQueueFiles, end: in
     """Cut the units naming records at or past ``end``, and any tail bytes; returns how
     many units were cut."""
     cut = queue.max_offset
-    if queue.max_physical_end > end:
+    last = queue.units(cut - 1, 1) if cut > queue.min_offset else []
+    if last and last[0].physical_offset >= end:
         while cut > queue.min_offset:
             low = max(queue.min_offset, cut - _BACKWARD_STEP_UNITS)
             units = queue.units(low, cut - low)

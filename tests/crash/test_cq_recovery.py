@@ -15,6 +15,7 @@ import pytest
 from cq_helpers import actual_units, expected_units
 from store_helpers import open_store, zero_from
 
+from rmq_spark.clock import ManualClock
 from rmq_spark.errors import ConsumeQueueCorruptError
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.consume_queue import CqUnit, encode_cq_unit
@@ -214,5 +215,27 @@ def test_after_kill_9_every_acknowledged_message_has_its_unit(tmp_path: Path, mo
         assert actual_units(store) == expected_units(store)
         for (topic, queue_id), units in expected_units(store).items():
             assert queues.max_offset(topic, queue_id) == max(units) + 1
+    finally:
+        store.close()
+
+
+def test_a_rebuild_after_retention_starts_each_queue_at_its_first_record(tmp_path: Path) -> None:
+    clock = ManualClock(1_700_000_000_000)
+    store = open_store(tmp_path, clock=clock, file_reserved_time_hours=1)
+    _fill(store, 60)
+    clock.advance(2 * 3_600_000)
+    _fill(store, 4, start=60)
+    assert store.delete_expired()
+    expected = expected_units(store)
+    store.close()
+    shutil.rmtree(tmp_path / CONSUME_QUEUE_DIR)
+    store = open_store(tmp_path, clock=clock, file_reserved_time_hours=1)
+    try:
+        assert store.consume_queue_recovery.rebuilt
+        assert actual_units(store) == expected
+        first = min(expected[("T", 0)])
+        assert first > 0 and store.consume_queues.min_offset("T", 0) == first
+        raw = _cq_file(tmp_path).read_bytes()[: first * 20]
+        assert raw == encode_cq_unit(0, 0x7FFFFFFF, 0) * first  # pre-blank units
     finally:
         store.close()
