@@ -105,8 +105,9 @@ class ConsumeQueues:
     def units(self, topic: str, queue_id: int, start: int, max_count: int) -> list[CqUnit]:
         """Up to ``max_count`` units from queue offset ``start``: item ``i`` is queue offset
         ``start + i``. Empty when ``start`` is outside ``[min_offset, max_offset)``; only
-        valid units (the list ends before a unit that is not). Raises ``OSError`` if the
-        read fails.
+        valid units (the list ends before a unit that is not). A ``PRE_BLANK_UNIT`` names no
+        record: skip it (only a queue offset the CommitLog never had, logged at ERROR when
+        filled, is one above ``min_offset``). Raises ``OSError`` if the read fails.
         """
         with self._lock:
             queue = self._queues.get((topic, queue_id))
@@ -115,7 +116,7 @@ class ConsumeQueues:
             count = min(max_count, queue.max_offset - start)
             units = queue.units(start, count)
         for i, unit in enumerate(units):
-            if not unit.is_valid or unit == PRE_BLANK_UNIT:
+            if not unit.is_valid:
                 return units[:i]
         return units
 

@@ -11,9 +11,10 @@ from cq_helpers import actual_units, expected_units
 from store_helpers import open_store, put_many, segment_paths
 
 from rmq_spark.clock import ManualClock
-from rmq_spark.errors import StoreError
+from rmq_spark.errors import ConsumeQueueCorruptError, StoreError
 from rmq_spark.store.config import FlushPolicy
-from rmq_spark.store.consume_queue import CqUnit
+from rmq_spark.store.consume_queue import PRE_BLANK_UNIT, CqUnit
+from rmq_spark.store.consume_queues import ConsumeQueues
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR, CQ_FILE_UNITS, CqQueueFiles
 from rmq_spark.store.hashing import tags_code
 from rmq_spark.store.layout import (
@@ -245,3 +246,38 @@ def test_retention_deletes_the_files_whose_units_all_point_below_the_log(tmp_pat
     finally:
         store.close()
     assert len(segment_paths(tmp_path)) >= 1
+
+
+def test_placing_is_idempotent_and_refuses_a_unit_naming_another_record(tmp_path: Path) -> None:
+    queues = ConsumeQueues(tmp_path, 4)
+    try:
+        first = {("T", 0): [(0, 100, 50, 1), (1, 150, 60, 2)]}
+        queues.place(first, fill_gaps=False)
+        queues.place(first, fill_gaps=False)  # a re-dispatch: kept
+        assert queues.units("T", 0, 0, 10) == [CqUnit(100, 50, 1), CqUnit(150, 60, 2)]
+        with pytest.raises(ConsumeQueueCorruptError) as caught:
+            queues.place({("T", 0): [(1, 151, 60, 2)]}, fill_gaps=False)
+        assert caught.value.path == str(tmp_path / "consumequeue/T/0/00000000000000000000")
+        assert caught.value.position == 20
+    finally:
+        queues.close()
+
+
+def test_a_hole_is_refused_or_filled_with_pre_blank_units(tmp_path: Path) -> None:
+    queues = ConsumeQueues(tmp_path, 4)
+    try:
+        queues.place({("T", 0): [(0, 100, 50, 1)]}, fill_gaps=False)
+        with pytest.raises(ConsumeQueueCorruptError, match="units 1..2 of T/0 are missing"):
+            queues.place({("T", 0): [(3, 200, 50, 2)]}, fill_gaps=False)
+        queues.place({("T", 0): [(3, 200, 50, 2)]}, fill_gaps=True)
+        units = queues.units("T", 0, 0, 10)
+        assert units == [CqUnit(100, 50, 1), PRE_BLANK_UNIT, PRE_BLANK_UNIT, CqUnit(200, 50, 2)]
+        # A queue whose first record is past 0: pre-blank only in the file holding it.
+        queues.place({("U", 1): [(9, 300, 50, 3)]}, fill_gaps=True)
+        assert (queues.min_offset("U", 1), queues.max_offset("U", 1)) == (9, 10)
+        assert queues.units("U", 1, 8, 5) == []
+        assert queues.units("U", 1, 9, 5) == [CqUnit(300, 50, 3)]
+        files = sorted(p.name for p in (tmp_path / "consumequeue/U/1").iterdir())
+        assert files == ["00000000000000000160"]  # units 8..11
+    finally:
+        queues.close()
