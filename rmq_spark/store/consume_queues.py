@@ -247,10 +247,21 @@ class ConsumeQueues:
         dispatched = self._dispatched
         if dispatched <= self.flushed_offset:
             return
-        with self._lock:
-            queues = list(self._queues.values())
-            for queue in queues:
-                queue.flush()
+        with self._lock:  # fsyncs run outside it: readers and the dispatcher do not wait
+            taken = [(queue, queue.take_dirty()) for queue in self._queues.values()]
+        try:
+            for _queue, files in taken:
+                for _base, fd in files:
+                    os.fsync(fd)
+        except OSError:
+            with self._lock:
+                for queue, files in taken:
+                    queue.mark_dirty([base for base, _fd in files])
+            raise
+        finally:
+            for _queue, files in taken:
+                for _base, fd in files:
+                    os.close(fd)
         make_dirs_durably(self.directory)
         write_flushed_record(self.directory, dispatched)
         self.flushed_offset = dispatched

@@ -260,13 +260,16 @@ class CqQueueFiles:
             self.min_offset = max(self.min_offset, base)
         return fd
 
-    def flush(self) -> None:
-        """fsync every file written since the last flush (raises ``OSError``)."""
-        for base in sorted(self._dirty):
-            fd = self._fds.get(base)
-            if fd is not None:
-                os.fsync(fd)
-            self._dirty.discard(base)
+    def take_dirty(self) -> list[tuple[int, int]]:
+        """``(first unit, duplicated descriptor)`` of every file written since the last
+        call, to fsync without holding the caller's lock (close the descriptors; raises
+        ``OSError``). ``mark_dirty`` puts them back after a failed fsync."""
+        taken = [(base, os.dup(self._fds[base])) for base in sorted(self._dirty)]
+        self._dirty.clear()
+        return taken
+
+    def mark_dirty(self, bases: list[int]) -> None:
+        self._dirty.update(base for base in bases if base in self._fds)
 
     # --- truncating and deleting ------------------------------------------------------------
 
