@@ -3,7 +3,7 @@
 Owns the ``(topic, queue_id) -> CqQueueFiles`` table, the rule for placing units (a unit goes
 at its record's QUEUEOFFSET; one already there pointing at the same record is kept; one
 pointing elsewhere is corruption), the dispatched offset and who waits for it, flushing
-(and the ``consumequeue/.flushed`` record), and deleting files retention made useless
+(and the ``config/consume_queue.json`` record), and deleting files retention made useless
 (RocketMQ ``CleanConsumeQueueService``). Does not read the CommitLog (``cq_dispatch.py``)
 nor reconcile with it at open (``cq_recovery.py``).
 
@@ -28,7 +28,6 @@ from rmq_spark.store.cq_files import (
     CqQueueFiles,
     write_flushed_record,
 )
-from rmq_spark.store.fileio import make_dirs_durably
 
 __all__ = ["ConsumeQueues", "QueueKey", "UnitEntry"]
 
@@ -51,6 +50,7 @@ class ConsumeQueues:
     """
 
     def __init__(self, root_dir: Path, file_units: int) -> None:
+        self.root_dir = root_dir
         self.directory = root_dir / CONSUME_QUEUE_DIR
         self.file_units = file_units
         self._queues: dict[QueueKey, CqQueueFiles] = {}
@@ -242,7 +242,7 @@ class ConsumeQueues:
             self._queues[key].truncate_to(index)
 
     def flush(self) -> None:
-        """fsync what was dispatched so far, then record it in ``consumequeue/.flushed``
+        """fsync what was dispatched so far, then record it in ``config/consume_queue.json``
         (raises ``OSError``). The offset is read first: the fsyncs cover its units."""
         dispatched = self._dispatched
         if dispatched <= self.flushed_offset:
@@ -262,8 +262,7 @@ class ConsumeQueues:
             for _queue, files in taken:
                 for _base, fd in files:
                     os.close(fd)
-        make_dirs_durably(self.directory)
-        write_flushed_record(self.directory, dispatched)
+        write_flushed_record(self.root_dir, dispatched)
         self.flushed_offset = dispatched
 
     def delete_below(self, min_physical_offset: int) -> list[Path]:

@@ -5,7 +5,7 @@ Owns one queue's fixed-size files of 20-byte units (RocketMQ ``ConsumeQueue`` ov
 queue, 20 digits), creating them at full size (sparse, as RocketMQ's mapped files are, so
 that RocketMQ's loader accepts them), writing and reading units by queue offset, truncating,
 deleting the oldest file, fsyncing, and the load-time checks (file sizes, gaps, the valid
-prefix). Also owns the ``consumequeue/.flushed`` record. Does not decide which units to
+prefix). Also owns the ``config/consume_queue.json`` record. Does not decide which units to
 write (``cq_dispatch.py``) nor how the queue is reconciled with the CommitLog
 (``cq_recovery.py``).
 
@@ -40,10 +40,11 @@ __all__ = [
 CONSUME_QUEUE_DIR = "consumequeue"
 CQ_FILE_UNITS = 300_000
 """Units per file: RocketMQ's ``mappedFileSizeConsumeQueue`` is 300,000 x 20 = 6,000,000."""
-FLUSHED_RECORD_FILE = ".flushed"
-"""In ``consumequeue/``: every unit of a record below ``flushed_offset`` is fsynced. A plain
-file there is skipped by RocketMQ's loader (it lists only directories), and no topic name
-contains a dot."""
+FLUSHED_RECORD_FILE = "config/consume_queue.json"
+"""Under the store root: every unit of a record below ``flushed_offset`` is fsynced. Beside
+``consumequeue/``, not in it, so that deleting ``consumequeue/`` (to rebuild it) leaves no
+record that claims units it no longer has, and tools that size CQ files by the first file
+they find there see only CQ files."""
 
 _UNIT = struct.Struct(">qiq")
 _UNIT_BYTES = CQ_UNIT_SIZE_BYTES
@@ -54,15 +55,15 @@ _RECORD_VERSION = 1
 _log = logging.getLogger(__name__)
 
 
-def read_flushed_record(cq_dir: Path) -> int | None:
-    """``flushed_offset`` of ``consumequeue/.flushed``; ``None`` when there is no record.
+def read_flushed_record(root_dir: Path) -> int | None:
+    """``flushed_offset`` of ``config/consume_queue.json``; ``None`` when there is none.
 
     Raises
     ------
     StoreMetadataError
         The file exists but is not a version 1 record.
     """
-    path = cq_dir / FLUSHED_RECORD_FILE
+    path = root_dir / FLUSHED_RECORD_FILE
     try:
         body = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -75,10 +76,12 @@ def read_flushed_record(cq_dir: Path) -> int | None:
     return value
 
 
-def write_flushed_record(cq_dir: Path, flushed_offset: int) -> None:
-    """Durably replace ``consumequeue/.flushed`` (raises ``OSError``)."""
+def write_flushed_record(root_dir: Path, flushed_offset: int) -> None:
+    """Durably replace ``config/consume_queue.json`` (raises ``OSError``)."""
+    path = root_dir / FLUSHED_RECORD_FILE
+    make_dirs_durably(path.parent)
     body = {"version": _RECORD_VERSION, "flushed_offset": flushed_offset}
-    write_file_atomically(cq_dir / FLUSHED_RECORD_FILE, (json.dumps(body) + "\n").encode())
+    write_file_atomically(path, (json.dumps(body) + "\n").encode())
 
 
 class CqQueueFiles:
@@ -152,8 +155,14 @@ class CqQueueFiles:
                 queue.bases.append(base)
                 size = os.fstat(fd).st_size
                 if size != queue.file_bytes:
+                    hint = (
+                        f" (written with another file size? open the store with "
+                        f"store.consume_queue_file_units = {size // _UNIT_BYTES})"
+                        if size and size % _UNIT_BYTES == 0
+                        else ""
+                    )
                     raise ConsumeQueueCorruptError(
-                        str(path), size, f"file is {size} bytes, expected {queue.file_bytes}"
+                        str(path), size, f"file is {size} bytes, expected {queue.file_bytes}{hint}"
                     )
             queue._find_end()
         except BaseException:

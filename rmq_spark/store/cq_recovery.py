@@ -6,12 +6,12 @@ Owns the order of the steps and what each one may change:
 
 1. Each queue's valid prefix was found when its files were loaded (``CqQueueFiles.load``).
 2. Every record from ``S`` to the end is dispatched again, where ``S`` is the flushed record
-   (``consumequeue/.flushed``: units of records below it were fsynced) or, without one, the
-   CommitLog's first offset (a full rebuild). A unit already at its queue offset must name
-   the same record (kept); one naming another record, or a hole before a queue's first
-   re-dispatched unit, is ``ConsumeQueueCorruptError`` (file and position). A rebuild from
-   the first offset fills holes with pre-blank units instead (a queue whose first records
-   retention deleted).
+   (``config/consume_queue.json``: units of records below it were fsynced) or, without one
+   or without ``consumequeue/``, the CommitLog's first offset (a full rebuild). A unit
+   already at its queue offset must name the same record (kept); one naming another record,
+   or a hole before a queue's first re-dispatched unit, is ``ConsumeQueueCorruptError``
+   (file and position). A rebuild from the first offset fills holes with pre-blank units
+   instead (a queue whose first records retention deleted).
 3. A queue whose valid units still end before the CommitLog's next queue offset for it lost
    flushed units (a damaged unit inside a file ends the valid prefix early): corruption.
    Checks 2 and 3 run before anything is cut, so a refused open leaves the files as found.
@@ -112,8 +112,10 @@ def _check_complete(key: QueueKey, queue: CqQueueFiles, next_offset: int, flushe
 
 
 def _flushed_record(queues: ConsumeQueues) -> int | None:
+    if not queues.directory.is_dir():
+        return None  # deleted to be rebuilt, or never written
     try:
-        return read_flushed_record(queues.directory)
+        return read_flushed_record(queues.root_dir)
     except StoreMetadataError as err:
         _log.warning("%s: rebuilding every ConsumeQueue from the CommitLog", err)
         return None

@@ -50,7 +50,7 @@ def test_units_the_cq_had_not_flushed_are_dispatched_again(tmp_path: Path) -> No
     store = open_store(tmp_path)
     _fill(store, 20)
     store.consume_queues.flush()
-    flushed = read_flushed_record(tmp_path / CONSUME_QUEUE_DIR)
+    flushed = read_flushed_record(tmp_path)
     assert flushed == store.max_offset
     _fill(store, 20, start=20)
     store.flush()
@@ -79,7 +79,7 @@ def test_a_deleted_consumequeue_directory_is_rebuilt(tmp_path: Path) -> None:
 
 def test_a_rebuild_keeps_the_units_already_there(tmp_path: Path) -> None:
     before = _closed_store(tmp_path)
-    (tmp_path / CONSUME_QUEUE_DIR / FLUSHED_RECORD_FILE).unlink()
+    (tmp_path / FLUSHED_RECORD_FILE).unlink()
     store = open_store(tmp_path)
     try:
         report = store.consume_queue_recovery
@@ -150,7 +150,7 @@ def test_a_damaged_unit_below_the_flushed_offset_is_reported_and_kept(tmp_path: 
 
 def test_a_unit_naming_another_record_is_reported_with_file_and_position(tmp_path: Path) -> None:
     before = _closed_store(tmp_path)
-    (tmp_path / CONSUME_QUEUE_DIR / FLUSHED_RECORD_FILE).unlink()  # verify every unit
+    (tmp_path / FLUSHED_RECORD_FILE).unlink()  # verify every unit
     path = _cq_file(tmp_path, queue_id=1)
     unit = before[("T", 1)][5]
     with path.open("r+b") as handle:
@@ -169,6 +169,15 @@ def test_a_file_of_the_wrong_size_is_reported(tmp_path: Path) -> None:
     with pytest.raises(ConsumeQueueCorruptError, match="expected 6000000") as caught:
         open_store(tmp_path)
     assert caught.value.path == str(path)
+    for each in (tmp_path / CONSUME_QUEUE_DIR).glob("*/*/*"):
+        os.truncate(each, 20_000)  # as a RocketMQ broker configured with 1000 units writes
+    with pytest.raises(ConsumeQueueCorruptError, match="consume_queue_file_units = 1000"):
+        open_store(tmp_path)
+    store = open_store(tmp_path, consume_queue_file_units=1000)
+    try:
+        assert actual_units(store) == expected_units(store)
+    finally:
+        store.close()
 
 
 def _kill_worker(root: Path, mode: str, acks_wanted: int) -> list[tuple[int, str]]:
