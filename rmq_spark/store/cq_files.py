@@ -178,12 +178,12 @@ class CqQueueFiles:
         self.min_offset = self.bases[0]
         start = max(0, len(self.bases) - 2)
         self.max_offset = self.bases[start]
+        previous = -1
         for base in self.bases[start:]:
             data = os.pread(self._fds[base], self.file_bytes, 0)
             used = len(data.rstrip(b"\0"))
             used += -used % _UNIT_BYTES
             count = 0
-            previous = -1
             for physical_offset, size, _tags in _UNIT.iter_unpack(data[:used]):
                 blank = physical_offset == 0 and size == _PRE_BLANK_SIZE
                 if physical_offset < 0 or size <= 0 or (physical_offset < previous and not blank):
