@@ -120,6 +120,26 @@ class ConsumeQueues:
                 return units[:i]
         return units
 
+    def offset_for_time(
+        self, topic: str, queue_id: int, timestamp_ms: int, store_timestamp_of: Callable[[int], int]
+    ) -> int:
+        """The first queue offset whose record was stored at or after ``timestamp_ms``
+        (``max_offset`` if none; RocketMQ ``getOffsetInQueueByTime``), by binary search;
+        ``store_timestamp_of(physical_offset)`` reads a record's store time (for example
+        ``lambda offset: store.read(offset).store_timestamp_ms``)."""
+        low, high = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
+        while low < high:
+            middle = (low + high) // 2
+            found = self.units(topic, queue_id, middle, 1)
+            if not found or found[0] == PRE_BLANK_UNIT:
+                low = middle + 1  # names no record: look later
+                continue
+            if store_timestamp_of(found[0].physical_offset) >= timestamp_ms:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
     def queues(self) -> dict[str, list[int]]:
         """Every topic with a ConsumeQueue and its queue ids, ascending."""
         result: dict[str, list[int]] = {}

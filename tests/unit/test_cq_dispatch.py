@@ -281,3 +281,23 @@ def test_a_hole_is_refused_or_filled_with_pre_blank_units(tmp_path: Path) -> Non
         assert files == ["00000000000000000160"]  # units 8..11
     finally:
         queues.close()
+
+
+def test_offset_for_time_finds_the_first_message_stored_at_or_after_it(tmp_path: Path) -> None:
+    clock = ManualClock(1_700_000_000_000)
+    store = open_store(tmp_path, clock=clock)
+    try:
+        for _ in range(10):
+            put_many(store, 1)
+            clock.advance(1000)
+        _settle(store)
+        queues = store.consume_queues
+
+        def stamp(offset: int) -> int:
+            return store.read(offset).store_timestamp_ms
+
+        at = [queues.offset_for_time("TopicTest", 0, 1_700_000_000_000 + d, stamp) for d in
+              (-5, 0, 1, 1000, 4500, 9000, 9001)]  # fmt: skip
+        assert at == [0, 0, 1, 1, 5, 9, 10]
+    finally:
+        store.close()
