@@ -238,9 +238,9 @@ class GroupCommit:
                     for waiter in self._waiters:
                         (self._ready if waiter.end_offset <= durable else pending).append(waiter)
                     self._waiters = pending
-            if advanced and self.on_advance is not None:
-                self.on_advance()
             self._wake_next()  # the first of the chain, or (no chain) the next leader
+            if advanced and self.on_advance is not None:
+                self.on_advance()  # after the puts' wake-up: they need not wait for it
             return FlushWait.FAILED if failed else FlushWait.DURABLE
 
     def flush_now(self) -> int:

@@ -3,6 +3,7 @@ its files, its read API, retention of its files and a clean reopen."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 
@@ -12,6 +13,7 @@ from store_helpers import open_store, put_many, segment_paths
 
 from rmq_spark.clock import ManualClock
 from rmq_spark.errors import ConsumeQueueCorruptError, StoreError
+from rmq_spark.store import cq_dispatch
 from rmq_spark.store.config import FlushPolicy
 from rmq_spark.store.consume_queue import PRE_BLANK_UNIT, CqUnit
 from rmq_spark.store.consume_queues import ConsumeQueues
@@ -299,5 +301,29 @@ def test_offset_for_time_finds_the_first_message_stored_at_or_after_it(tmp_path:
         at = [queues.offset_for_time("TopicTest", 0, 1_700_000_000_000 + d, stamp) for d in
               (-5, 0, 1, 1000, 4500, 9000, 9001)]  # fmt: skip
         assert at == [0, 0, 1, 1, 5, 9, 10]
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("how", ["put", "put_batch", "put_columns", "put_async"])
+def test_the_put_path_wakes_the_dispatcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, policy: FlushPolicy, how: str
+) -> None:
+    # With the safety-net wake-up an hour away, only the put path can wake the dispatcher.
+    monkeypatch.setattr(cq_dispatch, "_IDLE_WAIT_S", 3600.0)
+    store = open_store(tmp_path, flush_policy=policy)
+    try:
+        request = PutRequest("W", b"x", queue_id=1)
+        if how == "put":
+            store.put(request)
+        elif how == "put_batch":
+            store.put_batch([request, request])
+        elif how == "put_columns":
+            store.put_columns("W", [b"x"], queue_id=1)
+        else:
+            asyncio.run(store.put_async(request))
+        assert store.consume_queues.wait_dispatched(store.max_offset, 30)
+        assert store.consume_queues.max_offset("W", 1) >= 1
     finally:
         store.close()
