@@ -43,7 +43,7 @@ from rmq_spark.store.properties import (
 )
 from rmq_spark.store.scan import LogScan, SegmentSource, StopKind
 
-__all__ = ["Collected", "CqDispatcher", "collect_units", "unit_tags_code"]
+__all__ = ["Collected", "CqDispatcher", "collect_units", "tags_of", "unit_tags_code"]
 
 _SPECIAL_TOPICS = frozenset({RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC})
 _TAGS_MARK = TAGS + "\x01"
@@ -61,7 +61,7 @@ def unit_tags_code(record: MessageRecord, delay_levels_ms: tuple[int, ...]) -> i
     text = record.properties
     topic = record.topic
     if topic not in _SPECIAL_TOPICS:
-        return tags_code(parse_properties(text).get(TAGS)) if _TAGS_MARK in text else 0
+        return tags_code(tags_of(text))
     properties = parse_properties(text)
     code = tags_code(properties.get(TAGS))
     if topic == RMQ_SYS_SCHEDULE_TOPIC:
@@ -76,6 +76,21 @@ def unit_tags_code(record: MessageRecord, delay_levels_ms: tuple[int, ...]) -> i
         if value is not None:
             return value
     return code
+
+
+def tags_of(text: str) -> str | None:
+    """The TAGS of a stored properties string, as ``parse_properties(text).get("TAGS")``
+    reads it (the last non-empty TAGS entry), without splitting the whole string."""
+    at = text.rfind(_TAGS_MARK)
+    while at >= 0:
+        if at == 0 or text[at - 1] == "\x02":
+            start = at + len(_TAGS_MARK)
+            end = text.find("\x02", start)
+            value = text[start:] if end < 0 else text[start:end]
+            if value:
+                return value
+        at = text.rfind(_TAGS_MARK, 0, at)
+    return None
 
 
 def _int64(text: str | None) -> int | None:

@@ -17,6 +17,7 @@ from rmq_spark.store import cq_dispatch
 from rmq_spark.store.config import FlushPolicy
 from rmq_spark.store.consume_queue import PRE_BLANK_UNIT, CqUnit
 from rmq_spark.store.consume_queues import ConsumeQueues
+from rmq_spark.store.cq_dispatch import tags_of
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR, CQ_FILE_UNITS, CqQueueFiles
 from rmq_spark.store.hashing import tags_code
 from rmq_spark.store.layout import (
@@ -27,6 +28,7 @@ from rmq_spark.store.layout import (
     TRANSACTION_ROLLBACK_TYPE,
 )
 from rmq_spark.store.message_store import MessageStore
+from rmq_spark.store.properties import parse_properties
 from rmq_spark.store.put import PutRequest
 
 POLICIES = [FlushPolicy.ASYNC, FlushPolicy.SYNC]
@@ -327,3 +329,22 @@ def test_the_put_path_wakes_the_dispatcher(
         assert store.consume_queues.max_offset("W", 1) >= 1
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "TAGS\x01A",
+        "TAGS\x01A\x02",
+        "UNIQ_KEY\x01u\x02TAGS\x01TagA || TagB\x02KEYS\x01k",
+        "TAGS\x01first\x02TAGS\x01second\x02",
+        "TAGS\x01first\x02TAGS\x01\x02",
+        "X\x01fooTAGS\x01bar\x02",
+        "TAGS\x01a\x01b\x02",
+        "NOTTAGS\x01x\x02",
+        "TAGS\x01",
+    ],
+)
+def test_tags_of_reads_tags_as_parse_properties_does(text: str) -> None:
+    assert tags_of(text) == parse_properties(text).get("TAGS")
