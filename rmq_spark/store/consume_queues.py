@@ -28,6 +28,7 @@ from rmq_spark.store.cq_files import (
     CqQueueFiles,
     write_flushed_record,
 )
+from rmq_spark.store.fileio import make_dirs_durably
 
 __all__ = ["ConsumeQueues", "QueueKey", "UnitEntry"]
 
@@ -282,6 +283,7 @@ class ConsumeQueues:
             for _queue, files in taken:
                 for _base, fd in files:
                     os.close(fd)
+        make_dirs_durably(self.directory)  # a record implies the directory (see recovery)
         write_flushed_record(self.root_dir, dispatched)
         self.flushed_offset = dispatched
 

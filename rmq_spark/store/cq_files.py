@@ -194,8 +194,9 @@ class CqQueueFiles:
             self.max_offset = base + count
             if count < self.file_units:
                 self.tail_units = used // _UNIT_BYTES - count
-                later = self.bases[self.bases.index(base) + 1 :]
-                self.tail_units += sum(self.file_units for _ in later)
+                for later in self.bases[self.bases.index(base) + 1 :]:
+                    if os.pread(self._fds[later], self.file_bytes, 0).strip(b"\0"):
+                        self.tail_units += self.file_units  # truncate_to deletes the file
                 return
 
     # --- reading and writing ----------------------------------------------------------------
