@@ -8,7 +8,8 @@ pointing elsewhere is corruption), the dispatched offset and who waits for it, f
 nor reconcile with it at open (``cq_recovery.py``).
 
 Thread model: one lock guards the table and every file; the dispatch thread writes under
-it, consumers' threads read under it (a read is one ``pread``).
+it, consumers' threads read under it (a read is one ``pread``); the periodic fsyncs run on
+duplicated descriptors outside it, so no reader waits for the disk.
 """
 
 from __future__ import annotations
