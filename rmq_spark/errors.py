@@ -10,7 +10,8 @@ they happen::
     ├── StoreError                 the CommitLog store
     │   ├── CorruptRecordError     bad bytes on disk: path, position, reason (and CRCs)
     │   │   ├── RecoveryRefusedError  more than one torn write to cut: `rmq-spark recover`
-    │   │   └── DataMissingError      acknowledged (durable) data is missing: file, position
+    │   │   ├── DataMissingError      acknowledged (durable) data is missing: file, position
+    │   │   └── ConsumeQueueCorruptError  a ConsumeQueue file that contradicts the CommitLog
     │   ├── CheckpointDamagedError the checkpoint holds offsets no log can have
     │   ├── InvalidMessageError    a message that cannot be encoded (before any write)
     │   │   └── InvalidMessageIdError  not an offset message id (32 or 56 hex characters)
@@ -55,6 +56,7 @@ __all__ = [
     "BrokerError",
     "CheckpointDamagedError",
     "ConfigError",
+    "ConsumeQueueCorruptError",
     "CorruptRecordError",
     "DataLossError",
     "DataMissingError",
@@ -148,6 +150,11 @@ class RecoveryRefusedError(CorruptRecordError):
 class DataMissingError(CorruptRecordError):
     """Data the checkpoint (or the segment layout) says was acknowledged is not on disk: a
     truncated or deleted segment file. ``path``/``position`` say where it should be."""
+
+
+class ConsumeQueueCorruptError(CorruptRecordError):
+    """A ConsumeQueue file (``path``, byte ``position``) that is misnamed, of the wrong size,
+    or whose units contradict the CommitLog below what was flushed; nothing is deleted."""
 
 
 class CheckpointDamagedError(StoreError):

@@ -61,6 +61,9 @@ class StoreConfig:
     warm_ahead_bytes: int = 16 << 20  # SYNC: zero-fill the active segment this far ahead; 0: off
     stage_writes: bool = True  # SYNC: append to memory, write to the file just before each fsync
     io_uring: bool = True  # SYNC put_async: fsync through io_uring when the kernel allows it
+    consume_queue: bool = True  # dispatch acknowledged records into consumequeue/ (RocketMQ's)
+    consume_queue_file_units: int = 300_000  # units per consumequeue/ file (RocketMQ: 300,000)
+    consume_queue_flush_interval_ms: int = 1000  # how often consumequeue/ files are fsynced
 
     def __post_init__(self) -> None:
         if not str(self.root_dir):
@@ -76,6 +79,8 @@ class StoreConfig:
         _positive("snapshot_interval_ms", self.snapshot_interval_ms)
         _positive("file_reserved_time_hours", self.file_reserved_time_hours)
         _positive("delete_file_batch_max", self.delete_file_batch_max)
+        _positive("consume_queue_file_units", self.consume_queue_file_units)
+        _positive("consume_queue_flush_interval_ms", self.consume_queue_flush_interval_ms)
         if self.idempotency_window_messages < 0:
             raise ValueError(
                 f"idempotency_window_messages: must be >= 0, got {self.idempotency_window_messages}"

@@ -115,6 +115,9 @@ class GroupCommit:
         self._flushed_offset = flushed_offset
         self.error: OSError | None = None
         self.fsync_count = 0
+        self.on_advance: Callable[[], None] | None = None
+        """Called (outside the lock) after ``flushed_offset`` moved: the ConsumeQueue
+        dispatcher's wake-up. Must be quick and must not raise."""
 
     @property
     def flushed_offset(self) -> int:
@@ -214,12 +217,14 @@ class GroupCommit:
                 flushed = self._flush()
             except OSError as err:
                 error = err
+            advanced = False
             with self._lock:
                 self.fsync_count += 1
                 if error is not None and self.error is None:
                     self.error = error
                 if flushed > self._flushed_offset:
                     self._flushed_offset = flushed
+                    advanced = True
                 durable = self._flushed_offset
                 failed = self.error is not None
                 if not failed and durable < end_offset:
@@ -234,6 +239,8 @@ class GroupCommit:
                         (self._ready if waiter.end_offset <= durable else pending).append(waiter)
                     self._waiters = pending
             self._wake_next()  # the first of the chain, or (no chain) the next leader
+            if advanced and self.on_advance is not None:
+                self.on_advance()  # after the puts' wake-up: they need not wait for it
             return FlushWait.FAILED if failed else FlushWait.DURABLE
 
     def flush_now(self) -> int:
@@ -249,8 +256,11 @@ class GroupCommit:
         below ``flushed_offset`` durable (and published)."""
         with self._lock:
             self.fsync_count += 1
-            if flushed_offset > self._flushed_offset:
+            advanced = flushed_offset > self._flushed_offset
+            if advanced:
                 self._flushed_offset = flushed_offset
+        if advanced and self.on_advance is not None:
+            self.on_advance()
 
     def fail(self, error: OSError) -> None:
         """Make every current and future wait fail (the store failed closed)."""

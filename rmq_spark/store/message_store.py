@@ -5,7 +5,9 @@ the queue-offset snapshot, failing closed after an I/O error, and the two collab
 goes through: ``Appender`` (``appender.py``: the put lock's critical section, the record
 written) and ``Durability`` (``durability.py``: the fsync a SYNC put waits for). Validation
 and encoding are ``put.py``, ``put_plan.py`` and ``codec.py``, files ``commitlog.py``, the
-scan ``recovery.py`` and retention decisions ``retention.py``.
+scan ``recovery.py`` and retention decisions ``retention.py``. The broker's ConsumeQueues
+(``consumequeue/``, ``consume_queues``) are ``cq_service.py``'s: the store starts, wakes and
+stops them.
 
 Acknowledged means durable under the configured policy: SYNC returns ``PUT_OK`` only after an
 fsync covered the record (``put`` blocks the calling thread until then; ``put_async`` lets a
@@ -22,13 +24,14 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import (
     StoreClosedError,
+    StoreError,
     StoreIOError,
 )
 from rmq_spark.store.appender import Appender
@@ -41,6 +44,9 @@ from rmq_spark.store.checkpoint import (
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import FlushPolicy, StoreConfig
+from rmq_spark.store.consume_queues import ConsumeQueues
+from rmq_spark.store.cq_recovery import CqRecovery
+from rmq_spark.store.cq_service import ConsumeQueueService
 from rmq_spark.store.durability import Durability
 from rmq_spark.store.fileio import FileOpener, OsOpener
 from rmq_spark.store.flush import Housekeeper, PeriodicTask
@@ -83,6 +89,8 @@ class MessageStore:
         self._put_lock = self._appender.lock
         self._durability: Durability | None = None
         self._retention = Retention(config, clock, lambda: self._commitlog, self._put_lock)
+        self._cq: ConsumeQueueService | None = None
+        self._after_write: Callable[[], None] | None = None  # ASYNC: wakes the CQ dispatcher
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -181,12 +189,16 @@ class MessageStore:
             PeriodicTask("snapshot", config.snapshot_interval_ms, self.snapshot),
             PeriodicTask("retention", config.clean_resource_interval_ms, self._retention_task),
         ]
-        if not self._sync:
-            durability = self._durability
-            tasks.append(PeriodicTask("flush", config.flush_interval_ms, durability.flush_task))
-            tasks.append(
-                PeriodicTask("publish", config.confirm_publish_interval_ms, durability.publish_task)
+        if config.consume_queue:
+            self._cq = cq = ConsumeQueueService.start(
+                config, self._commitlog, end, state.queue_offsets.copy(), self._confirmed
             )
+            self.consume_queue_recovery: CqRecovery = cq.recovery
+            if self._sync:  # the acknowledged end moves with the group commit's fsyncs
+                self._durable.group.on_advance = cq.wake
+            else:  # with each write
+                self._after_write = cq.wake
+            tasks.append(PeriodicTask("cq-flush", config.consume_queue_flush_interval_ms, cq.flush))
         self._housekeeper = Housekeeper(tasks)
         self._housekeeper.start()
         if self._sync and config.stage_writes:  # like RocketMQ's transientStorePoolEnable
@@ -194,6 +206,25 @@ class MessageStore:
         if self._sync and config.warm_ahead_bytes:  # fdatasync is cheaper over written blocks
             self._warmer = SegmentWarmer(self._commitlog, config.warm_ahead_bytes)
             self._warmer.start()
+
+    @property
+    def consume_queues(self) -> ConsumeQueues:
+        """The store's ConsumeQueues (``consume_queues.py``), fed by the dispatch thread.
+
+        Raises
+        ------
+        StoreClosedError
+            The store is closed.
+        StoreError
+            ``store.consume_queue`` is off.
+        """
+        self._check_open()
+        if self._cq is None:
+            raise StoreError(f"store {self._root}: store.consume_queue is off")
+        return self._cq.queues
+
+    def _confirmed(self) -> int:
+        return self.confirmed_offset
 
     # --- put ------------------------------------------------------------------------------
 
@@ -204,6 +235,8 @@ class MessageStore:
         result = self._appender.append(request)
         if self._sync and result.status is _PUT_OK:
             return self._durable.wait(result)
+        if self._after_write is not None:
+            self._after_write()
         return result
 
     def put_batch(self, requests: Sequence[PutRequest]) -> list[PutResult]:
@@ -218,6 +251,8 @@ class MessageStore:
         results, end = self._appender.append_batch(requests)
         if self._sync and end:
             self._durable.wait_batch(results, end)
+        elif self._after_write is not None:
+            self._after_write()
         return results
 
     def put_columns(
@@ -244,6 +279,8 @@ class MessageStore:
 
     def _put_columns(self, columns: MessageColumns) -> PutBatchReceipt:
         receipt = self._appender.append_columns(columns)
+        if self._after_write is not None:
+            self._after_write()
         if self._sync and receipt.ok and receipt.physical_offsets:
             probe = [PutResult(_PUT_OK)]
             self._durable.wait_batch(probe, receipt.end_offset)
@@ -258,6 +295,8 @@ class MessageStore:
         if self._sync and result.status is _PUT_OK:
             end = result.physical_offset + result.total_size
             await self._durable.wait_async([result], end)
+        elif self._after_write is not None:
+            self._after_write()
         return result
 
     async def put_batch_async(self, requests: Sequence[PutRequest]) -> list[PutResult]:
@@ -265,6 +304,8 @@ class MessageStore:
         results, end = self._appender.append_batch(requests)
         if self._sync and end:
             await self._durable.wait_async(results, end)
+        elif self._after_write is not None:
+            self._after_write()
         return results
 
     # --- offsets --------------------------------------------------------------------------------
@@ -396,11 +437,14 @@ class MessageStore:
         """One retention round (``retention.py``): delete expired segments, or processed ones
         when the disk is full, or any when it is past the emergency ratio; never the last."""
         self._check_open()
-        return self._retention.delete_expired()
+        deleted = self._retention.delete_expired()
+        if deleted and self._cq is not None:
+            self._cq.delete_below(self._commitlog.min_offset)
+        return deleted
 
     def _retention_task(self) -> None:
         if not self._closed:
-            self._retention.delete_expired()
+            self.delete_expired()
 
     # --- close --------------------------------------------------------------------------------
 
@@ -438,18 +482,30 @@ class MessageStore:
                     self._checkpoint.publish_confirmed(self._commitlog.max_offset)
                     self._checkpoint.fsync()
                     self._write_snapshot_locked()
+                    self._stop_consume_queues(flush=True)
                     remove_abort(self._root)
                 except OSError as err:
                     _log.error(
                         "clean shutdown of %s failed, it will recover on open: %s", self._root, err
                     )
         finally:
+            self._stop_consume_queues(flush=False)
             # Answer the asyncio puts still waiting (from what was flushed), end their thread.
             self._durable.stop()
             self._checkpoint.close()
             self._commitlog.close()
             if self._lock is not None:
                 self._lock.release()
+
+    def _stop_consume_queues(self, flush: bool) -> None:
+        """Stop dispatching (after a last round) and flush or just close ``consumequeue/``
+        (raises ``OSError`` when ``flush``)."""
+        cq = self._cq
+        if cq is not None:
+            self._cq = None
+            self._after_write = None
+            self._durable.group.on_advance = None
+            cq.stop(flush=flush)
 
     def __enter__(self) -> MessageStore:
         return self

@@ -214,8 +214,10 @@ class LogScan:
         topics: Collection[str] | None = None,
         durable_offset: int | None = 0,
         walk: Walk | None = None,
+        chunk_bytes: int = _CHUNK_BYTES,
     ) -> None:
         self.segments = segments
+        self.chunk_bytes = chunk_bytes  # read-ahead: small for a reader that follows the tail
         first = segments[0].base_offset if segments else 0
         self.from_offset = first if from_offset is None else max(from_offset, first)
         self.end_offset = end_offset
@@ -275,7 +277,7 @@ class LogScan:
             position = max(position, self.walk(path, base, position))
             if self.end_offset is not None:
                 position = min(position, max(0, self.end_offset - base))
-        cursor = SegmentCursor(segment)
+        cursor = SegmentCursor(segment, self.chunk_bytes)
         decode = cursor.decode
         name = path.name
         check_crc, with_body, topics = self.check_crc, self.with_body, self.topics

@@ -15,6 +15,7 @@ from store_helpers import tags_of
 from rmq_spark.interop import Harness
 from rmq_spark.store.codec import BlankPadding, DecodedRecord, Unwritten, decode_record
 from rmq_spark.store.config import FlushPolicy, StoreConfig
+from rmq_spark.store.cq_files import CQ_FILE_UNITS
 from rmq_spark.store.delay_levels import (
     DEFAULT_MESSAGE_DELAY_LEVEL,
     parse_message_delay_level,
@@ -166,11 +167,20 @@ def requests(include_v2: bool = True) -> list[PutRequest]:
 
 
 def write_our_store(
-    root: Path, flush_policy: FlushPolicy, close: bool, include_v2: bool = True
+    root: Path,
+    flush_policy: FlushPolicy,
+    close: bool,
+    include_v2: bool = True,
+    cq_file_units: int = CQ_FILE_UNITS,
 ) -> dict[str, Any]:
-    """Our MessageStore writes ``requests()``; returns results, records read back, max offset."""
+    """Our MessageStore writes ``requests()``; returns results, records read back, max offset.
+    ``cq_file_units``: the size of its ConsumeQueue files (a broker refuses files of another
+    size than it is configured with; the 5.x harness takes the size from the files)."""
     config = StoreConfig(
-        root_dir=root, segment_size_bytes=SEGMENT_SIZE_BYTES, flush_policy=flush_policy
+        root_dir=root,
+        segment_size_bytes=SEGMENT_SIZE_BYTES,
+        flush_policy=flush_policy,
+        consume_queue_file_units=cq_file_units,
     )
     store = MessageStore.open(config)
     results: list[PutResult] = [store.put(r) for r in requests(include_v2)]

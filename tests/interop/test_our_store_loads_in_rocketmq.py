@@ -75,6 +75,9 @@ def test_a_flipped_body_byte_rocketmq_truncates_silently_and_we_refuse_to_open(
     segment.write_bytes(bytes(data))
     ours_copy = tmp_path / "flipped-for-us"
     shutil.copytree(copy, ours_copy)
+    # Without ConsumeQueues RocketMQ 5.3 recovers from the first file on (with ours, from
+    # the file of their largest offset on, and would never read the flipped record).
+    shutil.rmtree(copy / "consumequeue")
 
     lines = harness.read_store(copy)
     (load,) = [line for line in lines if line["event"] == "load"]
@@ -107,6 +110,7 @@ def test_rocketmq_verifies_our_record_crc_and_so_catches_a_flipped_header_byte(
     segment.write_bytes(bytes(data))
     ours_copy = tmp_path / "flipped-for-us"
     shutil.copytree(copy, ours_copy)
+    shutil.rmtree(copy / "consumequeue")  # as above: RocketMQ recovers from the first file
 
     seen = rocketmq_reads(harness, copy, tmp_path)
     (load,) = seen["load"]

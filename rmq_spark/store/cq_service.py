@@ -1,0 +1,92 @@
+"""``ConsumeQueueService``: a store's ConsumeQueues from open to close.
+
+Owns the life cycle the store drives: load ``consumequeue/``, recover it against the
+recovered CommitLog (``cq_recovery.py``), run the dispatch thread (``cq_dispatch.py``),
+flush periodically, delete what retention made useless, and stop (a last dispatch round,
+then a flush on a clean close). ``MessageStore`` holds one when ``store.consume_queue`` is on
+and calls ``wake`` when its acknowledged end moves. Does not own the files or the rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from rmq_spark.store.commitlog import CommitLog
+from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.consume_queues import ConsumeQueues, QueueKey
+from rmq_spark.store.cq_dispatch import CqDispatcher
+from rmq_spark.store.cq_recovery import CqRecovery, recover_consume_queues
+from rmq_spark.store.delay_levels import parse_message_delay_level
+
+__all__ = ["ConsumeQueueService"]
+
+
+class ConsumeQueueService:
+    """The ConsumeQueues of an open store and their dispatch thread (use ``start``).
+
+    ``wake`` is the dispatcher's wake-up, for the store's put path; ``recovery`` says what
+    opening did."""
+
+    def __init__(
+        self, queues: ConsumeQueues, dispatcher: CqDispatcher, recovery: CqRecovery
+    ) -> None:
+        self.queues = queues
+        self.recovery = recovery
+        self._dispatcher = dispatcher
+        self.wake: Callable[[], None] = dispatcher.wake
+
+    @classmethod
+    def start(
+        cls,
+        config: StoreConfig,
+        commitlog: CommitLog,
+        end_offset: int,
+        next_queue_offsets: Mapping[QueueKey, int],
+        acknowledged_end: Callable[[], int],
+    ) -> ConsumeQueueService:
+        """Load and recover ``<root>/consumequeue`` against the CommitLog recovered up to
+        ``end_offset``, and start dispatching from there.
+
+        Raises
+        ------
+        ConsumeQueueCorruptError
+            ``cq_recovery.recover_consume_queues`` found damage it must not repair.
+        OSError
+            A file operation failed.
+        """
+        levels = parse_message_delay_level(config.message_delay_level)
+        queues = ConsumeQueues.load(config.root_dir, config.consume_queue_file_units)
+        try:
+            recovery = recover_consume_queues(
+                queues,
+                commitlog.segments,
+                min_offset=commitlog.min_offset,
+                end_offset=end_offset,
+                next_queue_offsets=next_queue_offsets,
+                delay_levels_ms=levels,
+            )
+        except BaseException:
+            queues.close()
+            raise
+        dispatcher = CqDispatcher(queues, commitlog, acknowledged_end, levels, end_offset)
+        dispatcher.start()
+        return cls(queues, dispatcher, recovery)
+
+    def flush(self) -> None:
+        """fsync what was dispatched and record it (the housekeeper's task; raises
+        ``OSError``)."""
+        self.queues.flush()
+
+    def delete_below(self, min_physical_offset: int) -> None:
+        """After retention: delete the files whose units all point below the log."""
+        self.queues.delete_below(min_physical_offset)
+
+    def stop(self, *, flush: bool) -> None:
+        """End the dispatch thread after a last round; then flush (a clean close, raises
+        ``OSError``) or not (a crash-like stop), and close the files."""
+        self._dispatcher.stop()
+        try:
+            if flush:
+                self.queues.flush()
+        finally:
+            self.queues.close()
