@@ -169,6 +169,7 @@ def _java_sends(args: argparse.Namespace, broker: RmqSparkBroker) -> dict[str, A
     return {
         "since_ms": since_ms, "sent": sent, "failed": failed, "stored": sent - failed,
         "send_p50_ms": float(fields["p50_ms"]), "send_p99_ms": float(fields["p99_ms"]),
+        "behind_schedule_ms": int(fields["behind_ms"]), "send_seconds": float(fields["seconds"]),
     }  # fmt: skip
 
 

@@ -1,7 +1,10 @@
 // rmq-spark's side of visible.py with the official Java client (rocketmq-client-java, gRPC):
 // RATE messages/s of BODY bytes in all for SECONDS over PRODUCERS Producers, on a fixed
-// schedule (async sends, nothing waits for a receipt before the next send is due). Prints
-// "sent=N failed=M p50_ms=X p99_ms=Y first_error=..." (send latency: call -> receipt).
+// schedule (async sends, nothing waits for a receipt before the next send is due), with at most
+// MAX_IN_FLIGHT sends unanswered: past that the schedule waits, as an application's would
+// (the client queues every async send in memory otherwise). Prints "sent=N failed=M
+// p50_ms=X p99_ms=Y behind_ms=Z seconds=S first_error=..." (send latency: call -> receipt;
+// behind: how far the last send was behind its due time; seconds: first send to last receipt).
 //
 // Usage: java -cp <client jars>:<classes> RmqPacedProducer ENDPOINT TOPIC RATE SECONDS BODY_BYTES PRODUCERS
 
@@ -10,6 +13,7 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.CountDownLatch;
+import java.util.concurrent.Semaphore;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicReference;
@@ -19,6 +23,8 @@ import org.apache.rocketmq.client.apis.message.Message;
 import org.apache.rocketmq.client.apis.producer.Producer;
 
 public final class RmqPacedProducer {
+    private static final int MAX_IN_FLIGHT = 4096;
+
     public static void main(String[] args) throws Exception {
         String endpoint = args[0];
         String topic = args[1];
@@ -43,6 +49,8 @@ public final class RmqPacedProducer {
         AtomicLong failed = new AtomicLong();
         AtomicReference<String> firstError = new AtomicReference<>("");
         CountDownLatch done = new CountDownLatch(count);
+        Semaphore slots = new Semaphore(MAX_IN_FLIGHT);
+        long behind = 0;
         long start = System.nanoTime();
         for (int i = 0; i < count; i++) {
             long due = start + (long) i * 1_000_000_000L / rate;
@@ -50,8 +58,10 @@ public final class RmqPacedProducer {
             if (wait > 0) {
                 Thread.sleep(wait / 1_000_000L, (int) (wait % 1_000_000L));
             }
+            slots.acquire();
             final int index = i;
             long sentAt = System.nanoTime();
+            behind = Math.max(0, sentAt - due);
             producers.get(i % producerCount).sendAsync(message).whenComplete((receipt, error) -> {
                 if (error == null) {
                     latencies[index] = System.nanoTime() - sentAt;
@@ -60,18 +70,22 @@ public final class RmqPacedProducer {
                     failed.incrementAndGet();
                     firstError.compareAndSet("", String.valueOf(error).replace('\n', ' '));
                 }
+                slots.release();
                 done.countDown();
             });
         }
         if (!done.await(120, TimeUnit.SECONDS)) {
             firstError.compareAndSet("", "sends pending 120 s after the last was due");
         }
+        double elapsedSeconds = (System.nanoTime() - start) / 1e9;
         for (Producer producer : producers) {
             producer.close();
         }
         long[] ok = Arrays.stream(latencies).filter(v -> v > 0).sorted().toArray();
-        System.out.printf("sent=%d failed=%d p50_ms=%.3f p99_ms=%.3f first_error=%s%n",
-            count, failed.get(), percentile(ok, 0.50), percentile(ok, 0.99), firstError.get());
+        System.out.printf(
+            "sent=%d failed=%d p50_ms=%.3f p99_ms=%.3f behind_ms=%d seconds=%.1f first_error=%s%n",
+            count, failed.get(), percentile(ok, 0.50), percentile(ok, 0.99), behind / 1_000_000,
+            elapsedSeconds, firstError.get());
     }
 
     private static double percentile(long[] sorted, double fraction) {
