@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import message_factory
 
+from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
@@ -229,6 +230,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         The address advertised in routes; clients send every RPC but QueryRoute there.
     shutdown
         Set when the broker stops: Telemetry streams end, new sends are refused.
+    consumers
+        The consumer RPCs (``consume_grpc.py``); ``None``: they answer NOT_IMPLEMENTED.
     """
 
     def __init__(
@@ -239,8 +242,10 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         route_host: str,
         route_port: int,
         shutdown: asyncio.Event,
+        consumers: ConsumerRpcs | None = None,
     ) -> None:
         self._service = service
+        self._consumers = consumers
         self._executor = executor
         self._endpoints = endpoints_of(route_host, route_port)
         self._shutdown = shutdown
@@ -295,10 +300,22 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         return await self._guard("QueryRoute", request, spb.QueryRouteResponse, work)
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.HeartbeatResponse(status=_status(pb.OK))
+        consumers = self._consumers
+        if consumers is None or isinstance(request, Malformed):
+            return spb.HeartbeatResponse(status=_status(pb.OK))
+        return await self._guard(
+            "Heartbeat", request, spb.HeartbeatResponse,
+            lambda: consumers.heartbeat(request, context),
+        )  # fmt: skip
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.NotifyClientTerminationResponse(status=_status(pb.OK))
+        consumers = self._consumers
+        if consumers is None or isinstance(request, Malformed):
+            return spb.NotifyClientTerminationResponse(status=_status(pb.OK))
+        return await self._guard(
+            "NotifyClientTermination", request, spb.NotifyClientTerminationResponse,
+            lambda: consumers.notify_client_termination(request, context),
+        )  # fmt: skip
 
     async def SendMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:
@@ -421,7 +438,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
                     log.warning("broker error: Telemetry of %r: %s", client_id, command.error)
                     continue
                 if command.WhichOneof("command") == "settings":
-                    await context.write(self._settings_reply(command.settings))
+                    await context.write(self._settings_reply(command.settings, client_id))
                 # thread_stack_trace / verify_message_result: we never ask for them.
         except asyncio.CancelledError:
             raise  # the client cancelling its stream is the normal end of it
@@ -432,7 +449,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             stop_wait.cancel()
             self.telemetry_streams -= 1
 
-    def _settings_reply(self, settings: Any) -> Any:
+    def _settings_reply(self, settings: Any, client_id: str = "") -> Any:
         """What the Java proxy answers: the client's settings merged with the broker's."""
         reply = pb.Settings()
         reply.CopyFrom(settings)
@@ -446,25 +463,76 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             backoff.initial.FromMilliseconds(10)
             backoff.max.FromMilliseconds(1000)
             backoff.multiplier = 2.0
+        elif self._consumers is not None and settings.HasField("subscription"):
+            self._consumers.settings_reply(reply, client_id)
         elif settings.HasField("subscription"):
             reply.subscription.long_polling_timeout.FromSeconds(20)
         return spb.TelemetryCommand(status=_status(pb.OK), settings=reply)
 
-    # --- everything else: a proper status, never a crash ---------------------------------
+    # --- consumer RPCs: delegated to consume_grpc.ConsumerRpcs ----------------------------
 
     async def QueryAssignment(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.QueryAssignmentResponse(status=_not_implemented("QueryAssignment"))
+        consumers = self._consumers
+        if consumers is None:
+            return spb.QueryAssignmentResponse(status=_not_implemented("QueryAssignment"))
+        return await self._guard(
+            "QueryAssignment", request, spb.QueryAssignmentResponse,
+            lambda: consumers.query_assignment(request, context),
+        )  # fmt: skip
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
-        yield spb.ReceiveMessageResponse(status=_not_implemented("ReceiveMessage"))
+        if self._consumers is None:
+            yield spb.ReceiveMessageResponse(status=_not_implemented("ReceiveMessage"))
+            return
+        if isinstance(request, Malformed):
+            log.warning("broker error: ReceiveMessage: malformed request: %s", request.error)
+            yield spb.ReceiveMessageResponse(status=_status(pb.BAD_REQUEST, request.error))
+            return
+        try:
+            async for response in self._consumers.receive_message(request, context):
+                yield response
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the boundary, as _guard for unary calls
+            log.error("broker error: ReceiveMessage failed: %s: %s", type(err).__name__, err)
+            log.debug("details", exc_info=True)
+            yield spb.ReceiveMessageResponse(
+                status=_status(pb.INTERNAL_SERVER_ERROR, f"ReceiveMessage: {err}")
+            )
 
     async def AckMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.AckMessageResponse(status=_not_implemented("AckMessage"))
+        consumers = self._consumers
+        if consumers is None:
+            return spb.AckMessageResponse(status=_not_implemented("AckMessage"))
+        return await self._guard(
+            "AckMessage", request, spb.AckMessageResponse,
+            lambda: consumers.ack_message(request, context),
+        )  # fmt: skip
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.ForwardMessageToDeadLetterQueueResponse(
-            status=_not_implemented("ForwardMessageToDeadLetterQueue")
-        )
+        consumers = self._consumers
+        if consumers is None:
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=_not_implemented("ForwardMessageToDeadLetterQueue")
+            )
+        return await self._guard(
+            "ForwardMessageToDeadLetterQueue", request,
+            spb.ForwardMessageToDeadLetterQueueResponse,
+            lambda: consumers.forward_to_dlq(request, context),
+        )  # fmt: skip
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:  # noqa: N802
+        consumers = self._consumers
+        if consumers is None:
+            return spb.ChangeInvisibleDurationResponse(
+                status=_not_implemented("ChangeInvisibleDuration")
+            )
+        return await self._guard(
+            "ChangeInvisibleDuration", request, spb.ChangeInvisibleDurationResponse,
+            lambda: consumers.change_invisible_duration(request, context),
+        )  # fmt: skip
+
+    # --- everything else: a proper status, never a crash ---------------------------------
 
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         yield spb.PullMessageResponse(status=_not_implemented("PullMessage"))
@@ -481,11 +549,6 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
     async def EndTransaction(self, request: Any, context: Any) -> Any:  # noqa: N802
         return spb.EndTransactionResponse(
             status=_status(pb.UNSUPPORTED, "transactional messages are not supported")
-        )
-
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.ChangeInvisibleDurationResponse(
-            status=_not_implemented("ChangeInvisibleDuration")
         )
 
     async def RecallMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
