@@ -36,7 +36,8 @@ they happen::
     ├── MessageNotFoundError       no message where a lookup pointed (deleted, never written)
     └── BrokerError                broker lifecycle: port taken, broker down, shutting down
         ├── SendRejectedError      the broker refused a message (RocketMQ status code)
-        └── RedeliveryFailedError  a --once delay run could not finish
+        ├── RedeliveryFailedError  a --once delay run could not finish
+        └── ConsumeRejectedError   the broker refused a receive/ack (RocketMQ status code)
 
 Expected outcomes of a put (message too large, flush timeout, ...) are *values*
 (``PutStatus``), not exceptions. Foreign errors (OSError, Py4J, Delta) are caught at the
@@ -54,6 +55,7 @@ __all__ = [
     "BrokerError",
     "CheckpointDamagedError",
     "ConfigError",
+    "ConsumeRejectedError",
     "CorruptRecordError",
     "DataLossError",
     "DataMissingError",
@@ -341,3 +343,14 @@ class InvalidMessageIdError(InvalidMessageError):
     def __init__(self, text: str, reason: str) -> None:
         super().__init__("msg_id", f"{text!r}: {reason}")
         self.text = text
+
+
+class ConsumeRejectedError(BrokerError):
+    """The broker refused a receive, ack or invisible-time change; ``code`` is the RocketMQ
+    status code (``code_name``), e.g. 40013 INVALID_RECEIPT_HANDLE for a stale handle."""
+
+    def __init__(self, code: int, code_name: str, reason: str) -> None:
+        self.code = code
+        self.code_name = code_name
+        self.reason = reason
+        super().__init__(f"{code_name} ({code}): {reason}")
