@@ -7,9 +7,11 @@ failure), groups sharing and not sharing a topic, and progress across a broker r
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -236,3 +238,50 @@ def test_a_restarted_broker_redelivers_only_what_was_not_acknowledged(
     consumer.await_duration = 1
     assert consumer.receive(32, _INVISIBLE_S) == []
     assert len(sent) == 10
+
+
+def _acknowledged_on_disk(store_dir: Path, topic: str, group: str) -> int:
+    """How many messages of (topic, group) the broker's saved progress counts as done."""
+    config = store_dir / "config"
+    try:
+        offsets = json.loads((config / "consumerOffset.json").read_text())["offsetTable"]
+        extra = json.loads((config / "consumerInflight.json").read_text())["inflightTable"]
+    except (FileNotFoundError, json.JSONDecodeError):
+        return 0
+    key = f"{topic}@{group}"
+    committed = sum(offsets.get(key, {}).values())
+    return committed + sum(len(q["done"]) for q in extra.get(key, {}).values())
+
+
+def test_acknowledgements_saved_before_a_kill_9_are_kept_and_the_rest_comes_back(
+    broker_factory: Callable[..., BrokerProcess],
+    official_producer: Callable[..., Any],
+    clients: Callable[..., Any],
+    rocketmq: ModuleType,
+) -> None:
+    broker = broker_factory("broker.default_queue_count=2")
+    producer = official_producer(broker.address, ("audit",))
+    for i in range(8):
+        _send(rocketmq, producer, "audit", f"line {i}")
+    consumer = clients("simple", broker.address, "auditors", {"audit": "*"}, await_duration=2)
+    received = _receive(consumer, 8)
+    unacked = {m.message_id for m in received if m.body in (b"line 2", b"line 5")}
+    for message in received:
+        if message.message_id not in unacked:
+            consumer.ack(message)
+    # Progress is saved every second: wait for the save that has the six acks, then kill.
+    wait_for(
+        lambda: _acknowledged_on_disk(broker.store_dir, "audit", "auditors") == 6,
+        10,
+        "the acknowledgements to be saved",
+    )
+    broker.kill()
+    consumer.shutdown()
+    producer.shutdown()
+
+    again = broker_factory("broker.default_queue_count=2", store_dir=broker.store_dir)
+    consumer = clients("simple", again.address, "auditors", {"audit": "*"}, await_duration=2)
+    redelivered = _receive(consumer, 2)
+    assert {m.message_id for m in redelivered} == unacked
+    consumer.await_duration = 1
+    assert consumer.receive(32, _INVISIBLE_S) == []
