@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
-from broker_harness import props, read_records
+from broker_harness import props, read_records, wait_for
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.consumer.stand_ins import STAND_IN_WIRING, GroupSettings
@@ -96,6 +96,7 @@ def test_a_fifo_group_gets_a_message_group_in_order_one_delivery_at_a_time(
     with _broker(tmp_path, clock, "fifo:1", fifo=GroupSettings(fifo=True)) as broker:
         for body, group in (("a1", "A"), ("b1", "B"), ("a2", "A"), ("a3", "A")):
             broker.send("fifo", body.encode(), message_group=group)
+        wait_for(lambda: broker.consume.source.max_offset("fifo", 0) == 4, 10, "the index")
         consumer = broker.consumer("fifo", "fifo")
         [a1] = consumer.receive(1, _INVISIBLE_MS, wait_ms=_WAIT_MS)
         assert a1.body == b"a1" and a1.message_group == "A"

@@ -279,8 +279,8 @@ class ConsumeService:
         changed = self.groups.change_invisible(group, topic, handle, invisible_ms)
         if changed is HandleCode.INVALID or not isinstance(changed, ReceiptHandle):
             return _stale(receipt_handle)
-        if invisible_ms == 0:
-            self.waiters.wake({(topic, handle.queue_id)})
+        # Waiting receives recompute when the earliest invisible message comes back.
+        self.waiters.wake({(topic, handle.queue_id)})
         return changed.encode()
 
     def forward_to_dlq(
