@@ -155,3 +155,20 @@ def test_progress_survives_a_restart_and_old_handles_are_stale(tmp_path: Path) -
         for message in again:
             consumer.ack(message)
         assert consumer.receive(wait_ms=0) == []
+
+
+def test_a_forwarded_message_is_in_the_dlq_and_consumed(tmp_path: Path) -> None:
+    clock = ManualClock()
+    with _broker(tmp_path, clock) as broker:
+        message_id = broker.send("orders", b"give up").message_id
+        consumer = broker.consumer("fifo-app", "orders")
+        [message] = consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=_WAIT_MS)
+        assert (
+            broker.consume.forward_to_dlq("fifo-app", "orders", message.receipt_handle, 3) is None
+        )
+        again = broker.consume.forward_to_dlq("fifo-app", "orders", message.receipt_handle, 3)
+        assert again is not None and again.code.name == "INVALID_RECEIPT_HANDLE"
+        clock.advance(10 * _INVISIBLE_MS)
+        assert consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0) == []
+    [dlq] = [r for r in read_records(tmp_path / "store") if r.topic == "%DLQ%fifo-app"]
+    assert props(dlq)["UNIQ_KEY"] == message_id and props(dlq)["RECONSUME_TIME"] == "3"

@@ -244,6 +244,11 @@ class ConsumerGroups:
         entry = progress.matches(handle.queue_offset, handle.attempt)
         return None if entry is None else (progress, entry)
 
+    def is_current(self, group: str, topic: str, handle: ReceiptHandle) -> bool:
+        """Whether ``handle`` names the latest delivery of a message still unacknowledged."""
+        with self._lock:
+            return self._current(group, topic, handle) is not None
+
     def ack(self, group: str, topic: str, handle: ReceiptHandle) -> HandleCode:
         """Acknowledge one delivery; a stale handle (acknowledged, redelivered since, or from
         another broker run) is ``INVALID``."""

@@ -154,7 +154,10 @@ class ConsumeService:
     def terminated(self, client_id: str) -> int:
         """A client shut down: its auto-renewed messages come back; returns how many."""
         self._clients.pop(client_id, None)
-        return self.groups.release_client(client_id)
+        released = self.groups.release_client(client_id)
+        if released:
+            self.waiters.wake_all()  # waiting receives recompute when those come back
+        return released
 
     def route(self, topic: str, namespace: str = "") -> RouteOutcome:
         return self._broker.route(topic, namespace)
@@ -295,11 +298,14 @@ class ConsumeService:
             record = self._store.read_decoded(handle.physical_offset)
         except (OffsetOutOfRangeError, CorruptRecordError) as err:
             return Rejected(ConsumeCode.INVALID_RECEIPT_HANDLE, f"no message there: {err}")
-        properties = parse_properties(record.record.properties)
-        if self.groups.ack(group, topic, handle) is HandleCode.INVALID:
+        if not self.groups.is_current(group, topic, handle):
             return _stale(receipt_handle)
+        properties = parse_properties(record.record.properties)
         if not self._to_dlq(group, record, properties, max(attempts, handle.attempt)):
             return Rejected(ConsumeCode.STORE_ERROR, "the DLQ copy could not be stored")
+        # Consumed only now that the copy is stored; if the message was delivered again in
+        # between, that delivery stands (at least once).
+        self.groups.ack(group, topic, handle)
         return None
 
     def _to_dlq(

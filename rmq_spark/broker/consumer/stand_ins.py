@@ -149,8 +149,9 @@ class _Queue:
 
 
 class LogTailIndex:
-    """A ConsumeQueue in memory, built by reading the CommitLog: the whole readable log when
-    created, then each new record a thread sees (it looks every ``poll_s``).
+    """A ConsumeQueue in memory, built by reading the CommitLog: the whole readable log on
+    first use (in the caller's thread), then each new record a thread sees (it looks every
+    ``poll_s``).
 
     Reads stop at the store's ``confirmed_offset``, so a listed message is durable under
     the store's flush policy.
@@ -164,21 +165,34 @@ class LogTailIndex:
         self._position = int(store.min_offset)
         self._listeners: list[QueueListener] = []
         self._stop = threading.Event()
-        self._catch_up()
-        self._thread = threading.Thread(target=self._run, name="consume-index", daemon=True)
-        self._thread.start()
+        self._start_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def _begin(self) -> None:
+        """Build the index on first use: a broker nobody consumes from pays nothing."""
+        if self._thread is not None:
+            return
+        with self._start_lock:
+            if self._thread is None:
+                self._catch_up()
+                thread = threading.Thread(target=self._run, name="consume-index", daemon=True)
+                thread.start()
+                self._thread = thread
 
     def min_offset(self, topic: str, queue_id: int) -> int:
+        self._begin()
         with self._lock:
             queue = self._queues.get((topic, queue_id))
             return queue.base if queue is not None else 0
 
     def max_offset(self, topic: str, queue_id: int) -> int:
+        self._begin()
         with self._lock:
             queue = self._queues.get((topic, queue_id))
             return queue.base + len(queue.units) if queue is not None else 0
 
     def units(self, topic: str, queue_id: int, start: int, max_count: int) -> list[CqUnit]:
+        self._begin()
         with self._lock:
             queue = self._queues.get((topic, queue_id))
             if queue is None or start < queue.base:
@@ -192,7 +206,8 @@ class LogTailIndex:
 
     def close(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=10)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
 
     def _run(self) -> None:
         while not self._stop.wait(self._poll_s):
