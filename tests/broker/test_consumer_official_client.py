@@ -7,6 +7,7 @@ failure), groups sharing and not sharing a topic, and progress across a broker r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
@@ -17,6 +18,10 @@ from typing import Any
 
 import pytest
 from broker_harness import BrokerProcess, wait_for
+
+from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.consumer.stand_ins import STAND_IN_WIRING, GroupSettings
+from rmq_spark.broker.embedded import Broker
 
 _INVISIBLE_S = 10  # the smallest invisible time a receive may ask for (as the Java proxy)
 
@@ -285,3 +290,47 @@ def test_acknowledgements_saved_before_a_kill_9_are_kept_and_the_rest_comes_back
     assert {m.message_id for m in redelivered} == unacked
     consumer.await_duration = 1
     assert consumer.receive(32, _INVISIBLE_S) == []
+
+
+def test_a_fifo_push_consumer_keeps_each_message_groups_order_across_a_failure(
+    tmp_path: Path, clients: Callable[..., Any], rocketmq: ModuleType
+) -> None:
+    class Settings:  # the group is FIFO (subscriptionGroup.json's consumeMessageOrderly)
+        def get(self, group: str) -> GroupSettings:
+            return GroupSettings(fifo=group == "ordered")
+
+    wiring = dataclasses.replace(STAND_IN_WIRING, group_settings=Settings())
+    config = BrokerConfig(default_queue_count=2)
+    with Broker(
+        tmp_path / "store", broker_config=config, listen="127.0.0.1:0", consumer_wiring=wiring
+    ) as broker:
+        for seq in range(4):
+            for group in ("A", "B", "C"):
+                outcome = broker.send("fifo-orders", f"{group}{seq}".encode(), message_group=group)
+                assert outcome.ok
+
+        failed: set[str] = set()
+        bodies: dict[str, bytes] = {}
+
+        def fail_seq_1_once(message: Any) -> bool:
+            # A FIFO PushConsumer retries locally with the same message (same attempt).
+            bodies[message.message_id] = message.body
+            if message.body.endswith(b"1") and message.message_id not in failed:
+                failed.add(message.message_id)
+                return False
+            return True
+
+        listener = type("L", (_Listener, rocketmq.MessageListener), {})(rocketmq, fail_seq_1_once)
+        push = clients("push", broker.address, "ordered", {"fifo-orders": "*"}, listener=listener)
+
+        def consumed() -> list[bytes]:
+            with listener.lock:
+                return [bodies[mid] for mid, _attempt in listener.calls]
+
+        try:
+            wait_for(lambda: len(consumed()) >= 15, 30, "12 messages and 3 retries consumed")
+        finally:
+            push.shutdown()  # before the broker stops
+        for group in (b"A", b"B", b"C"):
+            mine = [body for body in consumed() if body.startswith(group)]
+            assert mine == [group + b"0", group + b"1", group + b"1", group + b"2", group + b"3"]
