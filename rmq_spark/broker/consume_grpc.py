@@ -87,6 +87,27 @@ class ConsumerRpcs:
 
     # --- ReceiveMessage ------------------------------------------------------------------
 
+    async def receive_message_guarded(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        """``receive_message`` behind the boundary: an undecodable request (the servicer's
+        ``Malformed``) is BAD_REQUEST, an unexpected error INTERNAL_SERVER_ERROR, one log
+        line each."""
+        if not isinstance(request, spb.ReceiveMessageRequest):
+            reason = str(getattr(request, "error", "not a ReceiveMessageRequest"))
+            log.warning("broker error: ReceiveMessage: malformed request: %s", reason)
+            yield spb.ReceiveMessageResponse(status=_status(pb.BAD_REQUEST, reason))
+            return
+        try:
+            async for response in self.receive_message(request, context):
+                yield response
+        except asyncio.CancelledError:
+            raise
+        except Exception as err:  # the boundary: a bad request must never take us down
+            log.error("broker error: ReceiveMessage failed: %s: %s", type(err).__name__, err)
+            log.debug("details", exc_info=True)
+            yield spb.ReceiveMessageResponse(
+                status=_status(pb.INTERNAL_SERVER_ERROR, f"ReceiveMessage: {err}")
+            )
+
     async def receive_message(self, request: Any, context: Any) -> AsyncIterator[Any]:
         receive = self._prepare(request, context)
         if isinstance(receive, Rejected):

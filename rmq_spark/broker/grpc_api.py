@@ -300,22 +300,20 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         return await self._guard("QueryRoute", request, spb.QueryRouteResponse, work)
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
-        consumers = self._consumers
-        if consumers is None or isinstance(request, Malformed):
+        if self._consumers is None:
             return spb.HeartbeatResponse(status=_status(pb.OK))
-        return await self._guard(
-            "Heartbeat", request, spb.HeartbeatResponse,
-            lambda: consumers.heartbeat(request, context),
-        )  # fmt: skip
+        return await self._consumer_call(
+            "Heartbeat", request, context, spb.HeartbeatResponse, ConsumerRpcs.heartbeat
+        )
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:  # noqa: N802
-        consumers = self._consumers
-        if consumers is None or isinstance(request, Malformed):
-            return spb.NotifyClientTerminationResponse(status=_status(pb.OK))
-        return await self._guard(
-            "NotifyClientTermination", request, spb.NotifyClientTerminationResponse,
-            lambda: consumers.notify_client_termination(request, context),
-        )  # fmt: skip
+        response_cls = spb.NotifyClientTerminationResponse
+        if self._consumers is None:
+            return response_cls(status=_status(pb.OK))
+        handler = ConsumerRpcs.notify_client_termination
+        return await self._consumer_call(
+            "NotifyClientTermination", request, context, response_cls, handler
+        )
 
     async def SendMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:
@@ -471,66 +469,41 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
 
     # --- consumer RPCs: delegated to consume_grpc.ConsumerRpcs ----------------------------
 
-    async def QueryAssignment(self, request: Any, context: Any) -> Any:  # noqa: N802
+    async def _consumer_call(
+        self, method: str, request: Any, context: Any, response_cls: type, handler: Any
+    ) -> Any:
+        """Run the ``ConsumerRpcs`` method ``handler`` under ``_guard``."""
         consumers = self._consumers
         if consumers is None:
-            return spb.QueryAssignmentResponse(status=_not_implemented("QueryAssignment"))
-        return await self._guard(
-            "QueryAssignment", request, spb.QueryAssignmentResponse,
-            lambda: consumers.query_assignment(request, context),
-        )  # fmt: skip
+            return response_cls(status=_not_implemented(method))
+        work = lambda: handler(consumers, request, context)  # noqa: E731
+        return await self._guard(method, request, response_cls, work)
+
+    async def QueryAssignment(self, request: Any, context: Any) -> Any:  # noqa: N802
+        response_cls = spb.QueryAssignmentResponse
+        handler = ConsumerRpcs.query_assignment
+        return await self._consumer_call("QueryAssignment", request, context, response_cls, handler)
+
+    async def AckMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
+        response_cls, handler = spb.AckMessageResponse, ConsumerRpcs.ack_message
+        return await self._consumer_call("AckMessage", request, context, response_cls, handler)
+
+    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
+        response_cls = spb.ForwardMessageToDeadLetterQueueResponse
+        method, handler = "ForwardMessageToDeadLetterQueue", ConsumerRpcs.forward_to_dlq
+        return await self._consumer_call(method, request, context, response_cls, handler)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:  # noqa: N802
+        response_cls = spb.ChangeInvisibleDurationResponse
+        method, handler = "ChangeInvisibleDuration", ConsumerRpcs.change_invisible_duration
+        return await self._consumer_call(method, request, context, response_cls, handler)
 
     async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         if self._consumers is None:
             yield spb.ReceiveMessageResponse(status=_not_implemented("ReceiveMessage"))
             return
-        if isinstance(request, Malformed):
-            log.warning("broker error: ReceiveMessage: malformed request: %s", request.error)
-            yield spb.ReceiveMessageResponse(status=_status(pb.BAD_REQUEST, request.error))
-            return
-        try:
-            async for response in self._consumers.receive_message(request, context):
-                yield response
-        except asyncio.CancelledError:
-            raise
-        except Exception as err:  # the boundary, as _guard for unary calls
-            log.error("broker error: ReceiveMessage failed: %s: %s", type(err).__name__, err)
-            log.debug("details", exc_info=True)
-            yield spb.ReceiveMessageResponse(
-                status=_status(pb.INTERNAL_SERVER_ERROR, f"ReceiveMessage: {err}")
-            )
-
-    async def AckMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
-        consumers = self._consumers
-        if consumers is None:
-            return spb.AckMessageResponse(status=_not_implemented("AckMessage"))
-        return await self._guard(
-            "AckMessage", request, spb.AckMessageResponse,
-            lambda: consumers.ack_message(request, context),
-        )  # fmt: skip
-
-    async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
-        consumers = self._consumers
-        if consumers is None:
-            return spb.ForwardMessageToDeadLetterQueueResponse(
-                status=_not_implemented("ForwardMessageToDeadLetterQueue")
-            )
-        return await self._guard(
-            "ForwardMessageToDeadLetterQueue", request,
-            spb.ForwardMessageToDeadLetterQueueResponse,
-            lambda: consumers.forward_to_dlq(request, context),
-        )  # fmt: skip
-
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:  # noqa: N802
-        consumers = self._consumers
-        if consumers is None:
-            return spb.ChangeInvisibleDurationResponse(
-                status=_not_implemented("ChangeInvisibleDuration")
-            )
-        return await self._guard(
-            "ChangeInvisibleDuration", request, spb.ChangeInvisibleDurationResponse,
-            lambda: consumers.change_invisible_duration(request, context),
-        )  # fmt: skip
+        async for response in self._consumers.receive_message_guarded(request, context):
+            yield response
 
     # --- everything else: a proper status, never a crash ---------------------------------
 

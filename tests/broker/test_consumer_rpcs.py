@@ -135,3 +135,26 @@ def test_the_thin_consumer_reads_what_the_thin_producer_sent(broker: BrokerProce
             consumer.ack(message)
         with pytest.raises(ConsumeRejectedError, match="ILLEGAL_INVISIBLE_TIME"):
             consumer.receive(invisible_ms=5)
+
+
+@pytest.mark.parametrize(
+    ("method", "response_cls", "stream"),
+    [
+        ("ReceiveMessage", spb.ReceiveMessageResponse, True),
+        ("AckMessage", spb.AckMessageResponse, False),
+        ("ChangeInvisibleDuration", spb.ChangeInvisibleDurationResponse, False),
+    ],
+)
+def test_bytes_that_are_not_protobuf_are_answered_bad_request(
+    broker: BrokerProcess, method: str, response_cls: Any, stream: bool
+) -> None:
+    with grpc.insecure_channel(broker.address) as channel:
+        kind = channel.unary_stream if stream else channel.unary_unary
+        call = kind(
+            f"/apache.rocketmq.v2.MessagingService/{method}",
+            request_serializer=lambda data: data,
+            response_deserializer=response_cls.FromString,
+        )
+        answer = call(b"\xff\xff\xff\xff garbage", timeout=10)
+        first = next(iter(answer)) if stream else answer
+    assert first.status.code == pb.BAD_REQUEST

@@ -43,7 +43,16 @@ from rmq_spark.store.properties import (
 )
 from rmq_spark.store.put import PutRequest, PutStatus
 
-__all__ = ["ConsumeCode", "ConsumeService", "Rejected", "dlq_topic"]
+__all__ = [
+    "BATCH_MAX",
+    "POLL_MS_MAX",
+    "ConsumeCode",
+    "ConsumeService",
+    "Receive",
+    "Rejected",
+    "dlq_topic",
+    "full_group_name",
+]
 
 INVISIBLE_MS_MIN = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv (receive only)
 INVISIBLE_MS_MAX = 12 * 3_600_000  # ProxyConfig.maxInvisibleTimeMills

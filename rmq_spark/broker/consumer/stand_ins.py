@@ -223,6 +223,8 @@ class LogTailIndex:
                     listener(grown)
 
     def _catch_up(self) -> set[tuple[str, int]]:
+        # Retention may have deleted the segment we were reading: go on from the oldest one.
+        self._position = max(self._position, int(self._store.min_offset))
         end = int(self._store.confirmed_offset)
         if end <= self._position:
             return set()
