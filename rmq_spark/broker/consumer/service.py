@@ -16,6 +16,7 @@ import re
 import secrets
 import threading
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -146,6 +147,7 @@ class ConsumeService:
             files, self.groups.snapshot, lambda: self.groups.changes, save_interval_s
         )
         self._close_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="consume-pop")
 
     # --- clients -----------------------------------------------------------------------------
 
@@ -231,7 +233,7 @@ class ConsumeService:
         topic = receive.request.topic
         while True:
             with self.waiters.watch_async(topic) as woken:
-                found = self.receive_now(receive)
+                found = await self._pop_off_loop(receive)
                 remaining = end - loop.time()
                 if found or remaining <= 0 or self._stopping:
                     return found
@@ -239,6 +241,24 @@ class ConsumeService:
                     await asyncio.wait_for(woken.wait(), self._pause_s(receive, remaining))
                 except TimeoutError:
                     pass
+
+    async def _pop_off_loop(self, receive: Receive) -> list[Delivery]:
+        """``receive_now`` in a worker thread: a pop reads records, may build the index and
+        may put a DLQ copy (a SYNC put waits for its fsync). If the caller is cancelled
+        meanwhile, what the pop took comes back at once instead of after its invisible time."""
+        work = self._pool.submit(self.receive_now, receive)
+        try:
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(lambda done: self._release_taken(receive, done))
+            raise
+
+    def _release_taken(self, receive: Receive, done: Future[list[Delivery]]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        request = receive.request
+        for delivery in done.result():
+            self.change_invisible(request.group, request.topic, delivery.handle.encode(), 0)
 
     def receive_blocking(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """``receive`` for a thread without an event loop (the embedded consumer)."""
@@ -357,6 +377,7 @@ class ConsumeService:
                 return
             self._closed = True
         self.begin_shutdown()
+        self._pool.shutdown(wait=True)
         try:
             self._saver.close()
         finally:
