@@ -46,9 +46,9 @@ from rmq_spark.store.put import PutRequest, PutStatus
 
 __all__ = [
     "BATCH_MAX",
-    "POLL_MS_MAX",
     "ConsumeCode",
     "ConsumeService",
+    "POLL_MS_MAX",
     "Receive",
     "Rejected",
     "dlq_topic",
