@@ -38,7 +38,8 @@ they happen::
     ├── FilterExpressionError      a consumer's TAG / SQL92 filter that does not compile: column
     └── BrokerError                broker lifecycle: port taken, broker down, shutting down
         ├── SendRejectedError      the broker refused a message (RocketMQ status code)
-        └── RedeliveryFailedError  a --once delay run could not finish
+        ├── RedeliveryFailedError  a --once delay run could not finish
+        └── ConsumeRejectedError   the broker refused a receive/ack (RocketMQ status code)
 
 Expected outcomes of a put (message too large, flush timeout, ...) are *values*
 (``PutStatus``), not exceptions. Foreign errors (OSError, Py4J, Delta) are caught at the
@@ -57,6 +58,7 @@ __all__ = [
     "CheckpointDamagedError",
     "ConfigError",
     "ConsumeQueueCorruptError",
+    "ConsumeRejectedError",
     "CorruptRecordError",
     "DataLossError",
     "DataMissingError",
@@ -374,3 +376,14 @@ class FilterExpressionError(RmqError):
         self.expression = expression
         self.position = position
         self.reason = reason
+
+
+class ConsumeRejectedError(BrokerError):
+    """The broker refused a receive, ack or invisible-time change; ``code`` is the RocketMQ
+    status code (``code_name``), e.g. 40013 INVALID_RECEIPT_HANDLE for a stale handle."""
+
+    def __init__(self, code: int, code_name: str, reason: str) -> None:
+        self.code = code
+        self.code_name = code_name
+        self.reason = reason
+        super().__init__(f"{code_name} ({code}): {reason}")

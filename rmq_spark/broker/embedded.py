@@ -1,14 +1,18 @@
 """The broker in-process: ``Broker(store_dir)`` puts messages into a store with broker rules.
 
-Owns opening/closing the store and the service for code that runs next to the store (jobs,
-notebooks, tests), and optionally serving gRPC from the same process (``listen=``) so the
-official client can produce to it too. Does not own the rules of a send (``service.py``).
+Owns opening/closing the store, the put service and the consume service for code that runs
+next to the store (jobs, notebooks, tests), and optionally serving gRPC from the same process
+(``listen=``) so the official clients can produce and consume too. Does not own the rules of a
+send (``service.py``) or of a receive (``consumer/service.py``).
 
 Examples
 --------
 >>> with Broker(tmp_path / "store") as broker:            # doctest: +SKIP
 ...     outcome = broker.send("orders", b"hello", tag="TagA", keys=("order-1",))
 ...     assert outcome.ok
+...     with broker.consumer("billing", "orders") as consumer:
+...         for message in consumer.receive(wait_ms=1000):
+...             consumer.ack(message)
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ from types import TracebackType
 from typing import Any
 
 from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.consumer.ports import ConsumerWiring
+from rmq_spark.broker.consumer.service import ConsumeService
+from rmq_spark.broker.consumer_client import Consumer
 from rmq_spark.broker.message_id import MessageIdGenerator
 from rmq_spark.broker.server import GrpcEndpoint, open_store
 from rmq_spark.broker.service import BrokerService, MessageKind, SendCommand, SendOutcome
@@ -44,6 +51,9 @@ class Broker:
     listen
         ``host:port`` to also serve gRPC on (``127.0.0.1:0`` picks a free port; see
         ``address``). ``None`` (default): no network at all.
+    consumer_wiring
+        The consume path's ConsumeQueue, filters, group settings and offsets file
+        (``consumer/ports.py``; default: the store's own, ``consumer/wiring.py``).
 
     Raises
     ------
@@ -59,6 +69,7 @@ class Broker:
         store_config: StoreConfig | None = None,
         clock: Clock | None = None,
         listen: str | None = None,
+        consumer_wiring: ConsumerWiring | None = None,
     ) -> None:
         self._clock = clock or SystemClock()
         self._broker_config = broker_config or BrokerConfig()
@@ -80,10 +91,20 @@ class Broker:
         self._ids = MessageIdGenerator(self._clock)
         self._endpoint: GrpcEndpoint | None = None
         self._closed = False
+        try:
+            self.consume = ConsumeService(
+                self.service, self.store, clock=self._clock, wiring=consumer_wiring
+            )
+        except BaseException:
+            self.store.close()
+            raise
         if listen is not None:
             try:
-                self._endpoint = GrpcEndpoint(self.service, self._broker_config).start()
+                self._endpoint = GrpcEndpoint(
+                    self.service, self._broker_config, self.consume
+                ).start()
             except BaseException:
+                self.consume.close()
                 self.store.close()
                 raise
 
@@ -138,16 +159,27 @@ class Broker:
         )
         return self.service.send(command)
 
+    def consumer(
+        self, group: str, topic: str, expression: str = "*", *, filter_kind: str = "TAG"
+    ) -> Consumer:
+        """A consumer of ``topic`` in ``group`` over this broker, in-process (no gRPC)."""
+        if self._closed:
+            raise BrokerError("the embedded broker is closed")
+        return Consumer(self, group, topic, expression, filter_kind=filter_kind)
+
     def close(self) -> None:
-        """Refuse new sends, stop serving, let in-flight sends finish, close the store."""
+        """Refuse new sends and receives, stop serving, let in-flight sends finish, save the
+        consumer groups' progress, close the store."""
         if self._closed:
             return
         self._closed = True
         self.service.begin_shutdown()
+        self.consume.begin_shutdown()
         try:
             if self._endpoint is not None:
                 self._endpoint.stop()
             self.service.wait_idle(self._broker_config.shutdown_grace_ms / 1000)
+            self.consume.close()
         finally:
             self.store.close()
 

@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 import grpc
 from google.protobuf import message_factory
 
+from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
@@ -229,6 +230,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         The address advertised in routes; clients send every RPC but QueryRoute there.
     shutdown
         Set when the broker stops: Telemetry streams end, new sends are refused.
+    consumers
+        The consumer RPCs (``consume_grpc.py``); ``None``: they answer NOT_IMPLEMENTED.
     """
 
     def __init__(
@@ -239,8 +242,10 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         route_host: str,
         route_port: int,
         shutdown: asyncio.Event,
+        consumers: ConsumerRpcs | None = None,
     ) -> None:
         self._service = service
+        self._consumers = consumers
         self._executor = executor
         self._endpoints = endpoints_of(route_host, route_port)
         self._shutdown = shutdown
@@ -295,10 +300,20 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         return await self._guard("QueryRoute", request, spb.QueryRouteResponse, work)
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.HeartbeatResponse(status=_status(pb.OK))
+        if self._consumers is None:
+            return spb.HeartbeatResponse(status=_status(pb.OK))
+        return await self._consumer_call(
+            "Heartbeat", request, context, spb.HeartbeatResponse, ConsumerRpcs.heartbeat
+        )
 
     async def NotifyClientTermination(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.NotifyClientTerminationResponse(status=_status(pb.OK))
+        response_cls = spb.NotifyClientTerminationResponse
+        if self._consumers is None:
+            return response_cls(status=_status(pb.OK))
+        handler = ConsumerRpcs.notify_client_termination
+        return await self._consumer_call(
+            "NotifyClientTermination", request, context, response_cls, handler
+        )
 
     async def SendMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
         async def work() -> Any:
@@ -421,7 +436,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
                     log.warning("broker error: Telemetry of %r: %s", client_id, command.error)
                     continue
                 if command.WhichOneof("command") == "settings":
-                    await context.write(self._settings_reply(command.settings))
+                    await context.write(self._settings_reply(command.settings, client_id))
                 # thread_stack_trace / verify_message_result: we never ask for them.
         except asyncio.CancelledError:
             raise  # the client cancelling its stream is the normal end of it
@@ -432,7 +447,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             stop_wait.cancel()
             self.telemetry_streams -= 1
 
-    def _settings_reply(self, settings: Any) -> Any:
+    def _settings_reply(self, settings: Any, client_id: str = "") -> Any:
         """What the Java proxy answers: the client's settings merged with the broker's."""
         reply = pb.Settings()
         reply.CopyFrom(settings)
@@ -446,25 +461,51 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             backoff.initial.FromMilliseconds(10)
             backoff.max.FromMilliseconds(1000)
             backoff.multiplier = 2.0
+        elif self._consumers is not None and settings.HasField("subscription"):
+            self._consumers.settings_reply(reply, client_id)
         elif settings.HasField("subscription"):
             reply.subscription.long_polling_timeout.FromSeconds(20)
         return spb.TelemetryCommand(status=_status(pb.OK), settings=reply)
 
-    # --- everything else: a proper status, never a crash ---------------------------------
+    # --- consumer RPCs: delegated to consume_grpc.ConsumerRpcs ----------------------------
+
+    async def _consumer_call(
+        self, method: str, request: Any, context: Any, response_cls: type, handler: Any
+    ) -> Any:
+        """Run the ``ConsumerRpcs`` method ``handler`` under ``_guard``."""
+        consumers = self._consumers
+        if consumers is None:
+            return response_cls(status=_not_implemented(method))
+        work = lambda: handler(consumers, request, context)  # noqa: E731
+        return await self._guard(method, request, response_cls, work)
 
     async def QueryAssignment(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.QueryAssignmentResponse(status=_not_implemented("QueryAssignment"))
-
-    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
-        yield spb.ReceiveMessageResponse(status=_not_implemented("ReceiveMessage"))
+        response_cls = spb.QueryAssignmentResponse
+        handler = ConsumerRpcs.query_assignment
+        return await self._consumer_call("QueryAssignment", request, context, response_cls, handler)
 
     async def AckMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.AckMessageResponse(status=_not_implemented("AckMessage"))
+        response_cls, handler = spb.AckMessageResponse, ConsumerRpcs.ack_message
+        return await self._consumer_call("AckMessage", request, context, response_cls, handler)
 
     async def ForwardMessageToDeadLetterQueue(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.ForwardMessageToDeadLetterQueueResponse(
-            status=_not_implemented("ForwardMessageToDeadLetterQueue")
-        )
+        response_cls = spb.ForwardMessageToDeadLetterQueueResponse
+        method, handler = "ForwardMessageToDeadLetterQueue", ConsumerRpcs.forward_to_dlq
+        return await self._consumer_call(method, request, context, response_cls, handler)
+
+    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:  # noqa: N802
+        response_cls = spb.ChangeInvisibleDurationResponse
+        method, handler = "ChangeInvisibleDuration", ConsumerRpcs.change_invisible_duration
+        return await self._consumer_call(method, request, context, response_cls, handler)
+
+    async def ReceiveMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
+        if self._consumers is None:
+            yield spb.ReceiveMessageResponse(status=_not_implemented("ReceiveMessage"))
+            return
+        async for response in self._consumers.receive_message_guarded(request, context):
+            yield response
+
+    # --- everything else: a proper status, never a crash ---------------------------------
 
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         yield spb.PullMessageResponse(status=_not_implemented("PullMessage"))
@@ -481,11 +522,6 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
     async def EndTransaction(self, request: Any, context: Any) -> Any:  # noqa: N802
         return spb.EndTransactionResponse(
             status=_status(pb.UNSUPPORTED, "transactional messages are not supported")
-        )
-
-    async def ChangeInvisibleDuration(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.ChangeInvisibleDurationResponse(
-            status=_not_implemented("ChangeInvisibleDuration")
         )
 
     async def RecallMessage(self, request: Any, context: Any) -> Any:  # noqa: N802

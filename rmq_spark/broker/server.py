@@ -30,9 +30,12 @@ from typing import Any
 import grpc
 
 from rmq_spark.broker.config import BrokerConfig, parse_listen
+from rmq_spark.broker.consume_grpc import ConsumerRpcs
+from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.grpc_api import (
     MessagingServicer,
     add_servicer_to_server,
+    endpoints_of,
     grpc_server_options,
 )
 from rmq_spark.broker.service import BrokerService
@@ -105,8 +108,11 @@ class GrpcEndpoint:
     waits up to ``grace_s`` for in-flight calls and joins the thread.
     """
 
-    def __init__(self, service: BrokerService, config: BrokerConfig) -> None:
+    def __init__(
+        self, service: BrokerService, config: BrokerConfig, consume: ConsumeService | None = None
+    ) -> None:
         self._service = service
+        self._consume = consume
         self._config = config
         self._host, self._requested_port = parse_listen(config.listen)
         self.port = 0
@@ -177,12 +183,20 @@ class GrpcEndpoint:
                 self.port = server.add_insecure_port(f"{bind_host}:{self._requested_port}")
             except RuntimeError as err:
                 raise BrokerError(f"cannot listen on {self._config.listen}: {err}") from err
+            consumers = None
+            if self._consume is not None:
+                consumers = ConsumerRpcs(
+                    self._consume,
+                    endpoints=endpoints_of(self._config.route_host, self.port),
+                    broker_name=self._config.broker_name,
+                )
             servicer = MessagingServicer(
                 self._service,
                 self._executor,
                 route_host=self._config.route_host,
                 route_port=self.port,
                 shutdown=self._shutdown,
+                consumers=consumers,
             )
             add_servicer_to_server(servicer, server)
             await server.start()
@@ -258,8 +272,15 @@ def run_broker(
             max_message_size_bytes=store_config.max_message_size_bytes,
         )
         service.topics.use_config_file(store_config.root_dir, clock=clock)  # topics.json
-        endpoint = GrpcEndpoint(service, broker_config).start()
+        consume = ConsumeService(service, store, clock=clock)
     except BaseException:
+        store.close()
+        _restore(previous)
+        raise
+    try:
+        endpoint = GrpcEndpoint(service, broker_config, consume).start()
+    except BaseException:
+        consume.close()
         store.close()
         _restore(previous)
         raise
@@ -282,10 +303,14 @@ def run_broker(
             pass
     finally:
         service.begin_shutdown()
+        consume.begin_shutdown()
         endpoint.stop()
         idle = service.wait_idle(broker_config.shutdown_grace_ms / 1000)
-        store.close()
-        _restore(previous)
+        try:
+            consume.close()  # saves consumer offsets
+        finally:
+            store.close()
+            _restore(previous)
     log.info(
         "broker stopped: %s after %.1f s; store closed cleanly%s",
         received[0] if received else "stop",

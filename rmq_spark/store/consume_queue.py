@@ -38,6 +38,11 @@ class CqUnit:
         """RocketMQ's test for a written unit: offset >= 0 and size > 0 (FORMAT.md 6)."""
         return self.physical_offset >= 0 and self.size > 0
 
+    @property
+    def names_record(self) -> bool:
+        """Valid and not the pre-blank filler (6.2): a unit a consumer may read a record by."""
+        return self.is_valid and self.size != PRE_BLANK_UNIT.size
+
 
 PRE_BLANK_UNIT = CqUnit(0, 0x7FFFFFFF, 0)
 """Filler RocketMQ writes before the first unit of a queue that starts past offset 0."""

@@ -135,15 +135,14 @@ def test_a_request_of_another_type_is_read_leniently_and_refused(channel: grpc.C
 
 
 def test_rpcs_the_broker_does_not_serve_answer_a_status(stub: Any) -> None:
-    assert stub.AckMessage(spb.AckMessageRequest(), timeout=10).status.code == pb.NOT_IMPLEMENTED
     assert (
-        stub.QueryAssignment(spb.QueryAssignmentRequest(), timeout=10).status.code
-        == pb.NOT_IMPLEMENTED
+        stub.UpdateOffset(spb.UpdateOffsetRequest(), timeout=10).status.code == pb.NOT_IMPLEMENTED
     )
+    assert stub.GetOffset(spb.GetOffsetRequest(), timeout=10).status.code == pb.NOT_IMPLEMENTED
     assert (
         stub.EndTransaction(spb.EndTransactionRequest(), timeout=10).status.code == pb.UNSUPPORTED
     )
-    [reply] = list(stub.ReceiveMessage(spb.ReceiveMessageRequest(), timeout=10))
+    [reply] = list(stub.PullMessage(spb.PullMessageRequest(), timeout=10))
     assert reply.status.code == pb.NOT_IMPLEMENTED
     assert stub.Heartbeat(spb.HeartbeatRequest(), timeout=10).status.code == pb.OK
 

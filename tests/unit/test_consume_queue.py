@@ -51,3 +51,12 @@ def test_pre_blank_unit_bytes():
 def test_encode_rejects_out_of_range_fields(offset, size, tags):
     with pytest.raises(ValueError):
         encode_cq_unit(offset, size, tags)
+
+
+def test_a_consumer_reads_records_only_by_units_that_name_one() -> None:
+    # The pre-blank filler passes RocketMQ's validity rule (offset >= 0, size > 0) but points
+    # at no record: read by, it would deliver whatever record sits at offset 0.
+    assert PRE_BLANK_UNIT.is_valid
+    assert not PRE_BLANK_UNIT.names_record
+    assert CqUnit(0, 200, 7).names_record
+    assert not CqUnit(-1, 200, 7).names_record

@@ -1,0 +1,399 @@
+"""The consume path of a broker: receive (with long polling), ack, change invisible time, DLQ.
+
+Owns ``ConsumeService``: request validation (group and topic names, invisible time, filter
+expressions) with the status each failure gets, long polling (a receive waits until the queue
+source reports new messages or an invisible message comes back, within its deadline), the
+DLQ copy of a message out of attempts (through the store's put path, with RocketMQ's
+properties), client liveness for auto-renewed deliveries, and saving progress. Used by the
+gRPC handlers (``consume_grpc.py``) and the embedded broker. Knows nothing of protobuf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import re
+import secrets
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmq_spark.broker.consumer.groups import ConsumerGroups, Delivery, HandleCode, PopRequest
+from rmq_spark.broker.consumer.persist import ProgressFiles, ProgressSaver
+from rmq_spark.broker.consumer.ports import ConsumerStore, ConsumerWiring, GroupSettingsLike
+from rmq_spark.broker.consumer.receipt import ReceiptHandle, decode_receipt_handle
+from rmq_spark.broker.consumer.waiters import Waiters
+from rmq_spark.broker.consumer.wiring import broker_wiring
+from rmq_spark.broker.service import BrokerService, RouteOutcome, SendCode
+from rmq_spark.clock import Clock, SystemClock
+from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError
+from rmq_spark.store.codec import DecodedRecord
+from rmq_spark.store.msg_id import offset_msg_id
+from rmq_spark.store.properties import (
+    DELAY,
+    DLQ_ORIGIN_MESSAGE_ID,
+    DLQ_ORIGIN_TOPIC,
+    MAX_RECONSUME_TIMES,
+    ORIGIN_MESSAGE_ID,
+    RECONSUME_TIME,
+    RETRY_TOPIC,
+    UNIQ_KEY,
+    parse_properties,
+)
+from rmq_spark.store.put import PutRequest, PutStatus
+
+__all__ = [
+    "BATCH_MAX",
+    "ConsumeCode",
+    "ConsumeService",
+    "POLL_MS_MAX",
+    "Receive",
+    "Rejected",
+    "dlq_topic",
+    "full_group_name",
+]
+
+INVISIBLE_MS_MIN = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv (receive only)
+INVISIBLE_MS_MAX = 12 * 3_600_000  # ProxyConfig.maxInvisibleTimeMills
+POLL_MS_MIN = 5_000  # grpcClientConsumerMinLongPollingTimeoutMillis
+POLL_MS_MAX = 20_000  # grpcClientConsumerMaxLongPollingTimeoutMillis
+BATCH_MAX = 32  # grpcClientConsumerLongPollingBatchSize
+CLIENT_ALIVE_MS = 30_000  # a client unheard of for this long no longer renews its messages
+_GROUP_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
+_DLQ_PREFIX = "%DLQ%"
+
+
+def dlq_topic(group: str) -> str:
+    return f"{_DLQ_PREFIX}{group}"
+
+
+class ConsumeCode(enum.Enum):
+    """Why a consumer request was refused; ``consume_grpc`` maps each to the v2 code."""
+
+    ILLEGAL_CONSUMER_GROUP = "ILLEGAL_CONSUMER_GROUP"
+    ILLEGAL_TOPIC = "ILLEGAL_TOPIC"
+    TOPIC_NOT_FOUND = "TOPIC_NOT_FOUND"
+    ILLEGAL_FILTER_EXPRESSION = "ILLEGAL_FILTER_EXPRESSION"
+    ILLEGAL_INVISIBLE_TIME = "ILLEGAL_INVISIBLE_TIME"
+    INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"
+    SHUTTING_DOWN = "SHUTTING_DOWN"
+    STORE_ERROR = "STORE_ERROR"
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    code: ConsumeCode
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Receive:
+    """A validated receive: what to pop, from which queues."""
+
+    request: PopRequest
+    queue_ids: tuple[int, ...]
+
+
+class ConsumeService:
+    """Consumer groups over one broker's store. ``close()`` saves progress a last time.
+
+    Parameters
+    ----------
+    broker
+        The broker service: its topic table and broker name.
+    store
+        The open store (reads, DLQ puts, ``root_dir`` for the progress files).
+    wiring
+        ConsumeQueue, filters, group settings, offsets file (default: ``wiring.broker_wiring``
+        over the store's directory).
+    save_interval_s
+        How often progress is saved while it changes: the at-least-once window after a kill.
+    """
+
+    def __init__(
+        self,
+        broker: BrokerService,
+        store: ConsumerStore,
+        *,
+        clock: Clock | None = None,
+        wiring: ConsumerWiring | None = None,
+        save_interval_s: float = 1.0,
+    ) -> None:
+        self._broker = broker
+        self._store = store
+        self._clock = clock or SystemClock()
+        self._wiring = wiring = wiring or broker_wiring(Path(store.root_dir), self._clock)
+        self._clients: dict[str, int] = {}
+        self._closed = False
+        self._stopping = False
+        self.source = wiring.queue_source(store)
+        files = ProgressFiles(Path(store.root_dir), wiring)
+        offsets, extra = files.load()
+        self.groups = ConsumerGroups(
+            store,
+            self.source,
+            self._clock,
+            broker_name=broker.config.broker_name,
+            nonce=secrets.token_hex(4),
+            committed=offsets,
+            extra=extra,
+            on_exhausted=self._to_dlq,
+            client_alive=self._alive,
+        )
+        self.waiters = Waiters()
+        self.source.add_listener(self.waiters.wake)
+        self._saver = ProgressSaver(
+            files, self.groups.snapshot, lambda: self.groups.changes, save_interval_s
+        )
+        self._close_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="consume-pop")
+
+    # --- clients -----------------------------------------------------------------------------
+
+    def settings_of(self, group: str) -> GroupSettingsLike:
+        return self._wiring.group_settings.get(group)
+
+    def seen(self, client_id: str) -> None:
+        if client_id:
+            self._clients[client_id] = self._clock.now_ms()
+
+    def _alive(self, client_id: str) -> bool:
+        last = self._clients.get(client_id)
+        return last is not None and self._clock.now_ms() - last < CLIENT_ALIVE_MS
+
+    def terminated(self, client_id: str) -> int:
+        """A client shut down: its auto-renewed messages come back; returns how many."""
+        self._clients.pop(client_id, None)
+        released = self.groups.release_client(client_id)
+        if released:
+            self.waiters.wake_all()  # waiting receives recompute when those come back
+        return released
+
+    def route(self, topic: str, namespace: str = "") -> RouteOutcome:
+        return self._broker.route(topic, namespace)
+
+    # --- receive -----------------------------------------------------------------------------
+
+    def prepare(
+        self,
+        group: str,
+        topic: str,
+        namespace: str = "",
+        *,
+        filter_kind: str = "TAG",
+        expression: str = "*",
+        batch_size: int = BATCH_MAX,
+        invisible_ms: int = 0,
+        auto_renew: bool = False,
+        client_id: str = "",
+    ) -> Receive | Rejected:
+        """Check a receive and resolve its topic, filter and group settings."""
+        if self._stopping or self._broker.shutting_down:
+            return Rejected(ConsumeCode.SHUTTING_DOWN, "broker is shutting down")
+        if not _GROUP_RE.match(group):
+            return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group!r}")
+        route = self._broker.route(topic, namespace)
+        if route.code is not SendCode.OK:
+            code = ConsumeCode.ILLEGAL_TOPIC
+            if route.code is SendCode.TOPIC_NOT_FOUND:
+                code = ConsumeCode.TOPIC_NOT_FOUND
+            return Rejected(code, route.reason)
+        if not auto_renew and not INVISIBLE_MS_MIN <= invisible_ms <= INVISIBLE_MS_MAX:
+            return Rejected(
+                ConsumeCode.ILLEGAL_INVISIBLE_TIME,
+                f"invisible time {invisible_ms} ms is outside "
+                f"[{INVISIBLE_MS_MIN}, {INVISIBLE_MS_MAX}] ms",
+            )
+        try:
+            message_filter = self._wiring.compile_filter(filter_kind, expression)
+        except self._wiring.filter_errors as err:
+            return Rejected(ConsumeCode.ILLEGAL_FILTER_EXPRESSION, str(err))
+        self.seen(client_id)
+        request = PopRequest(
+            group=full_group_name(group, namespace),
+            topic=route.topic,
+            filter=message_filter,
+            batch_size=max(1, min(batch_size, BATCH_MAX)),
+            invisible_ms=invisible_ms,
+            settings=self.settings_of(full_group_name(group, namespace)),
+            client_id=client_id,
+            auto_renew=auto_renew,
+        )
+        return Receive(request, tuple(range(route.queue_count)))
+
+    def receive_now(self, receive: Receive) -> list[Delivery]:
+        return self.groups.pop(receive.request, receive.queue_ids)
+
+    async def receive(self, receive: Receive, wait_s: float) -> list[Delivery]:
+        """Pop; when nothing is deliverable, wait (at most ``wait_s``) for new messages or
+        for an invisible one to come back, then pop again."""
+        loop = asyncio.get_running_loop()
+        end = loop.time() + wait_s
+        topic = receive.request.topic
+        while True:
+            with self.waiters.watch_async(topic) as woken:
+                found = await self._pop_off_loop(receive)
+                remaining = end - loop.time()
+                if found or remaining <= 0 or self._stopping:
+                    return found
+                try:
+                    await asyncio.wait_for(woken.wait(), self._pause_s(receive, remaining))
+                except TimeoutError:
+                    pass
+
+    async def _pop_off_loop(self, receive: Receive) -> list[Delivery]:
+        """``receive_now`` in a worker thread: a pop reads records, may build the index and
+        may put a DLQ copy (a SYNC put waits for its fsync). If the caller is cancelled
+        meanwhile, what the pop took comes back at once instead of after its invisible time."""
+        work = self._pool.submit(self.receive_now, receive)
+        try:
+            return await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(lambda done: self._release_taken(receive, done))
+            raise
+
+    def _release_taken(self, receive: Receive, done: Future[list[Delivery]]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        request = receive.request
+        for delivery in done.result():
+            self.change_invisible(request.group, request.topic, delivery.handle.encode(), 0)
+
+    def receive_blocking(self, receive: Receive, wait_s: float) -> list[Delivery]:
+        """``receive`` for a thread without an event loop (the embedded consumer)."""
+        end = time.monotonic() + wait_s
+        topic = receive.request.topic
+        while True:
+            with self.waiters.watch_thread(topic) as woken:
+                found = self.receive_now(receive)
+                remaining = end - time.monotonic()
+                if found or remaining <= 0 or self._stopping:
+                    return found
+                woken.wait(self._pause_s(receive, remaining))
+
+    def _pause_s(self, receive: Receive, remaining_s: float) -> float:
+        """Until the earliest invisible message comes back, at most ``remaining_s``."""
+        deadline = self.groups.next_deadline_ms(receive.request.group, receive.request.topic)
+        if deadline is None:
+            return remaining_s
+        return max(0.001, min(remaining_s, (deadline - self._clock.now_ms()) / 1000 + 0.001))
+
+    # --- ack, invisible time, DLQ ------------------------------------------------------------
+
+    def _handle(self, text: str) -> ReceiptHandle | Rejected:
+        handle = decode_receipt_handle(text)
+        if isinstance(handle, str):
+            return Rejected(ConsumeCode.INVALID_RECEIPT_HANDLE, handle)
+        return handle
+
+    def ack(self, group: str, topic: str, receipt_handle: str) -> Rejected | None:
+        """Acknowledge one delivery; None when done."""
+        handle = self._handle(receipt_handle)
+        if isinstance(handle, Rejected):
+            return handle
+        if self.groups.ack(group, topic, handle) is HandleCode.INVALID:
+            return _stale(receipt_handle)
+        return None
+
+    def change_invisible(
+        self, group: str, topic: str, receipt_handle: str, invisible_ms: int
+    ) -> str | Rejected:
+        """The delivery's new handle, visible again ``invisible_ms`` from now."""
+        if not 0 <= invisible_ms <= INVISIBLE_MS_MAX:
+            return Rejected(
+                ConsumeCode.ILLEGAL_INVISIBLE_TIME,
+                f"invisible time {invisible_ms} ms is outside [0, {INVISIBLE_MS_MAX}] ms",
+            )
+        handle = self._handle(receipt_handle)
+        if isinstance(handle, Rejected):
+            return handle
+        changed = self.groups.change_invisible(group, topic, handle, invisible_ms)
+        if changed is HandleCode.INVALID or not isinstance(changed, ReceiptHandle):
+            return _stale(receipt_handle)
+        # Waiting receives recompute when the earliest invisible message comes back.
+        self.waiters.wake({(topic, handle.queue_id)})
+        return changed.encode()
+
+    def forward_to_dlq(
+        self, group: str, topic: str, receipt_handle: str, attempts: int
+    ) -> Rejected | None:
+        """The client gave up on this delivery (FIFO): copy it to ``%DLQ%<group>``, then
+        count it consumed. Nothing changes if the copy could not be stored."""
+        handle = self._handle(receipt_handle)
+        if isinstance(handle, Rejected):
+            return handle
+        try:
+            record = self._store.read_decoded(handle.physical_offset)
+        except (OffsetOutOfRangeError, CorruptRecordError) as err:
+            return Rejected(ConsumeCode.INVALID_RECEIPT_HANDLE, f"no message there: {err}")
+        if not self.groups.is_current(group, topic, handle):
+            return _stale(receipt_handle)
+        properties = parse_properties(record.record.properties)
+        if not self._to_dlq(group, record, properties, max(attempts, handle.attempt)):
+            return Rejected(ConsumeCode.STORE_ERROR, "the DLQ copy could not be stored")
+        # Consumed only now that the copy is stored; if the message was delivered again in
+        # between, that delivery stands (at least once).
+        self.groups.ack(group, topic, handle)
+        return None
+
+    def _to_dlq(
+        self, group: str, record: DecodedRecord, properties: dict[str, str], attempts: int
+    ) -> bool:
+        """Store a copy in ``%DLQ%<group>`` queue 0 as RocketMQ's send-back does (spec 11)."""
+        original = record.record
+        copy = {k: v for k, v in properties.items() if k != DELAY and not k.startswith("TIMER_")}
+        copy.setdefault(RETRY_TOPIC, original.topic)
+        copy.setdefault(ORIGIN_MESSAGE_ID, offset_msg_id(original.store_host, record.position))
+        copy[RECONSUME_TIME] = str(attempts)
+        copy[MAX_RECONSUME_TIMES] = str(self.settings_of(group).retry_max_times)
+        copy[DLQ_ORIGIN_TOPIC] = copy[RETRY_TOPIC]
+        copy[DLQ_ORIGIN_MESSAGE_ID] = properties.get(UNIQ_KEY, copy[ORIGIN_MESSAGE_ID])
+        request = PutRequest(
+            topic=dlq_topic(group),
+            queue_id=0,
+            body=original.body,
+            properties=copy,
+            flag=original.flag,
+            sys_flag=original.sys_flag,
+            born_timestamp_ms=original.born_timestamp_ms,
+            born_host=original.born_host,
+            reconsume_times=attempts,
+            idempotent=True,
+        )
+        return self._store.put(request).status is PutStatus.PUT_OK
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def begin_shutdown(self) -> None:
+        """End every long poll now (each answers with what it has); refuse new receives."""
+        self._stopping = True
+        self.waiters.wake_all()
+
+    def close(self) -> None:
+        """Stop long polls, save progress a last time, stop the queue source's thread."""
+        with self._close_lock:
+            if self._closed:
+                return
+            self._closed = True
+        self.begin_shutdown()
+        self._pool.shutdown(wait=True)
+        try:
+            self._saver.close()
+        finally:
+            close = getattr(self.source, "close", None)
+            if close is not None:
+                close()
+
+
+def full_group_name(group: str, namespace: str) -> str:
+    return f"{namespace}%{group}" if namespace else group
+
+
+def _stale(receipt_handle: str) -> Rejected:
+    return Rejected(
+        ConsumeCode.INVALID_RECEIPT_HANDLE,
+        f"receipt handle {receipt_handle[:120]!r} is stale: acknowledged, delivered again "
+        "since, or from an earlier broker run",
+    )

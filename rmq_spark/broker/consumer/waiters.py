@@ -1,0 +1,92 @@
+"""Long-polling receives waiting for their topic to grow, woken from any thread.
+
+A receive registers before it looks (so a message stored between its look and its wait still
+wakes it), then waits on an ``asyncio.Event`` (gRPC handlers, woken through
+``loop.call_soon_threadsafe``) or a ``threading.Event`` (the embedded consumer). ``wake`` is
+the queue source's listener: it runs on the source's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+__all__ = ["Waiters"]
+
+
+class _AsyncWaiter:
+    __slots__ = ("event", "loop")
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.event = asyncio.Event()
+
+    def wake(self) -> None:
+        try:
+            self.loop.call_soon_threadsafe(self.event.set)
+        except RuntimeError:
+            pass  # the loop closed: nobody waits any more
+
+
+class _ThreadWaiter:
+    __slots__ = ("event",)
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def wake(self) -> None:
+        self.event.set()
+
+
+class Waiters:
+    """Topic -> the receives waiting on it."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_topic: dict[str, set[_AsyncWaiter | _ThreadWaiter]] = {}
+
+    @contextmanager
+    def watch_async(self, topic: str) -> Iterator[asyncio.Event]:
+        waiter = _AsyncWaiter()
+        self._add(topic, waiter)
+        try:
+            yield waiter.event
+        finally:
+            self._remove(topic, waiter)
+
+    @contextmanager
+    def watch_thread(self, topic: str) -> Iterator[threading.Event]:
+        waiter = _ThreadWaiter()
+        self._add(topic, waiter)
+        try:
+            yield waiter.event
+        finally:
+            self._remove(topic, waiter)
+
+    def wake(self, grown: set[tuple[str, int]]) -> None:
+        """Wake every receive waiting on a topic in ``grown`` ((topic, queue id) pairs)."""
+        topics = {topic for topic, _queue in grown}
+        with self._lock:
+            woken = [w for t in topics for w in self._by_topic.get(t, ())]
+        for waiter in woken:
+            waiter.wake()
+
+    def wake_all(self) -> None:
+        with self._lock:
+            woken = [w for waiters in self._by_topic.values() for w in waiters]
+        for waiter in woken:
+            waiter.wake()
+
+    def _add(self, topic: str, waiter: _AsyncWaiter | _ThreadWaiter) -> None:
+        with self._lock:
+            self._by_topic.setdefault(topic, set()).add(waiter)
+
+    def _remove(self, topic: str, waiter: _AsyncWaiter | _ThreadWaiter) -> None:
+        with self._lock:
+            waiters = self._by_topic.get(topic)
+            if waiters is not None:
+                waiters.discard(waiter)
+                if not waiters:
+                    del self._by_topic[topic]
