@@ -168,9 +168,12 @@ def closed_loop(
     inflight: int,
     seconds: float,
     pids: Sequence[int],
+    count: int | None = None,
 ) -> CaseResult:
-    """Each producer on its own thread keeps ``inflight`` sends going for ``seconds``; the case
-    ends when the last one has completed. ``inflight == 1`` uses the blocking ``send``."""
+    """Each producer on its own thread keeps ``inflight`` sends going for ``seconds`` (or
+    until the producers sent ``count`` in all); the case ends when the last one has completed.
+    ``inflight == 1`` uses the blocking ``send``."""
+    share = -(-count // len(producers)) if count is not None else None
 
     def sync_worker(producer: Any) -> Callable[[_Recorder], None]:
         def work(recorder: _Recorder) -> None:
@@ -190,7 +193,9 @@ def closed_loop(
         def work(recorder: _Recorder) -> None:
             slots = threading.BoundedSemaphore(inflight)
             deadline = time.perf_counter() + seconds
-            while time.perf_counter() < deadline:
+            sent = 0
+            while (sent < share) if share is not None else (time.perf_counter() < deadline):
+                sent += 1
                 slots.acquire()
                 _submit(producer, _message(rocketmq, topic, body), recorder, slots.release)
             _drain(slots, inflight)
@@ -211,9 +216,11 @@ def paced(
     seconds: float,
     pids: Sequence[int],
     burners: int,
+    stamp: Callable[[bytes], bytes] | None = None,
 ) -> CaseResult:
     """``rate`` msgs/s in all, each producer's share on a fixed schedule (send_async, so a slow
-    send does not hold the next one back), for ``seconds``; ends when every send completed."""
+    send does not hold the next one back), for ``seconds``; ends when every send completed.
+    ``stamp(body)``: each message's body, made when it is sent (e.g. with the send time)."""
     interval = len(producers) / rate
 
     def worker(producer: Any, offset: float) -> Callable[[_Recorder], None]:
@@ -225,7 +232,8 @@ def paced(
                 delay = start + index * interval - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)
-                _submit(producer, _message(rocketmq, topic, body), recorder, pending.release)
+                data = stamp(body) if stamp is not None else body
+                _submit(producer, _message(rocketmq, topic, data), recorder, pending.release)
             for _ in range(count):
                 if not pending.acquire(timeout=DRAIN_TIMEOUT_S):
                     raise TimeoutError(f"sends still pending {DRAIN_TIMEOUT_S:.0f} s after the end")

@@ -1,0 +1,214 @@
+"""Consume, side by side: rmq-spark broker vs Apache RocketMQ 5.3.3, the official Python client.
+
+For each system (``--systems``; SYNC flush both, each started as ``produce.py`` starts it):
+
+* **put -> receive**: one SimpleConsumer long-polls (``receive(32, 30 s)`` with a 10 s await
+  duration, acking each message) while 2 producers send ``--rate`` msgs/s for ``--seconds``
+  (``send_async``, paced); each body carries its send time (ns, one clock), and the latency is
+  the receive's return minus that (the send's own latency included). p50 / p99 / max.
+* **backlog drain**: ``--backlog`` messages are sent first to a second topic (32 in flight
+  per producer, not timed), then 2 SimpleConsumer threads of one group receive and ack until
+  every message came; msgs/s from the first receive to the last ack. The in-process consumer
+  of the embedded broker (``Broker.consumer``) drains the same backlog of a store put with
+  ``put_batch``, as the rmq-spark-only reference.
+
+Usage::
+
+    flock /tmp/bench.lock python bench/peers/consume.py [--rate 200 --seconds 30 --backlog 20000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parents[1]))
+
+from peer_common import PeerError, progress  # noqa: E402
+from produce import TOPIC, import_client, make_producers  # noqa: E402
+from produce_cases import closed_loop, paced  # noqa: E402
+from rmq_spark_broker import RmqSparkBroker  # noqa: E402
+from rocketmq_peer import ROCKETMQ_VERSION, RocketMQBroker  # noqa: E402
+
+GROUP = "bench-consumers"
+DRAIN_TOPIC = "BenchDrain"
+INVISIBLE_S = 30
+_STAMP = struct.Struct(">q")
+
+
+@contextmanager
+def _system(name: str) -> Iterator[str]:
+    if name == "rmq-spark":
+        with RmqSparkBroker() as broker:
+            yield broker.endpoint
+    else:
+        with RocketMQBroker(topics=(TOPIC, DRAIN_TOPIC)) as peer:
+            yield peer.endpoint
+
+
+def _consumer(rocketmq: ModuleType, endpoint: str, group: str, topic: str = TOPIC) -> Any:
+    config = rocketmq.ClientConfiguration(endpoint, rocketmq.Credentials(), request_timeout=40)
+    consumer = rocketmq.SimpleConsumer(
+        config, group, {topic: rocketmq.FilterExpression("*")}, await_duration=10
+    )
+    consumer.startup()
+    return consumer
+
+
+def _pct(values: list[float], fraction: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(len(values) * fraction))] if values else float("nan")
+
+
+def put_to_receive(rocketmq: ModuleType, endpoint: str, rate: int, seconds: float) -> str:
+    """The put -> receive latencies of a long-polling consumer under a paced producer."""
+    consumer = _consumer(rocketmq, endpoint, GROUP + "-latency")
+    latencies_ms: list[float] = []
+    stop = threading.Event()
+
+    def receive() -> None:
+        while not stop.is_set():
+            for message in consumer.receive(32, INVISIBLE_S):
+                now = time.time_ns()
+                (sent,) = _STAMP.unpack_from(message.body)
+                if sent > 0:
+                    latencies_ms.append((now - sent) / 1e6)
+                consumer.ack(message)
+
+    thread = threading.Thread(target=receive, daemon=True)
+    thread.start()
+    producers = make_producers(rocketmq, endpoint, 2)
+    try:
+        result = paced(rocketmq, producers, TOPIC, b"", rate, seconds, [], 0, stamp=_stamp)
+        deadline = time.monotonic() + 60
+        while len(latencies_ms) < result.sent - result.failed and time.monotonic() < deadline:
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        for producer in producers:
+            producer.shutdown()
+        thread.join(45)
+        consumer.shutdown()
+    got = len(latencies_ms)
+    worst = max(latencies_ms, default=float("nan"))
+    return (
+        f"{got:,} of {result.sent:,} received, p50 {_pct(latencies_ms, 0.5):.1f} ms, "
+        f"p99 {_pct(latencies_ms, 0.99):.1f} ms, max {worst:.1f} ms"
+    )
+
+
+def _stamp(body: bytes) -> bytes:
+    return _STAMP.pack(time.time_ns()) + body
+
+
+def drain(rocketmq: ModuleType, endpoint: str, backlog: int) -> str:
+    """A backlog put first, then two consumers of one group take it all: msgs/s."""
+    producers = make_producers(rocketmq, endpoint, 2)
+    try:
+        body = _STAMP.pack(0) + os.urandom(92)
+        sent = closed_loop(rocketmq, producers, DRAIN_TOPIC, body, 32, 0, [], count=backlog)
+    finally:
+        for producer in producers:
+            producer.shutdown()
+    consumers = [_consumer(rocketmq, endpoint, GROUP, DRAIN_TOPIC) for _ in range(2)]
+    done = [0, 0]
+    started = time.perf_counter()
+    finished = [started, started]
+
+    def work(index: int) -> None:
+        idle_since = time.monotonic()
+        while sum(done) < sent.sent and time.monotonic() - idle_since < 15:
+            messages = consumers[index].receive(32, INVISIBLE_S)
+            if messages:
+                idle_since = time.monotonic()
+            for message in messages:
+                consumers[index].ack(message)
+                done[index] += 1
+            if messages:  # an empty long poll at the end is not drain time
+                finished[index] = time.perf_counter()
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for consumer in consumers:
+        consumer.shutdown()
+    seconds = max(finished) - started
+    total = sum(done)
+    return f"{total:,} of {sent.sent:,} in {seconds:.1f} s = {total / seconds:,.0f} msgs/s"
+
+
+def embedded_drain(backlog: int) -> str:
+    """The in-process consumer of the embedded broker over a store put with put_batch."""
+    from rmq_spark.broker.embedded import Broker
+    from rmq_spark.store.put import PutRequest
+
+    with tempfile.TemporaryDirectory(prefix="bench-consume-") as work:
+        with Broker(Path(work) / "store") as broker:
+            for start in range(0, backlog, 256):
+                n = min(256, backlog - start)
+                broker.store.put_batch([PutRequest(TOPIC, os.urandom(100)) for _ in range(n)])
+            consumer = broker.consumer(GROUP, TOPIC)
+            done = 0
+            started = time.perf_counter()
+            while done < backlog:
+                messages = consumer.receive(max_messages=32, invisible_ms=30_000, wait_ms=1_000)
+                if not messages:
+                    break
+                for message in messages:
+                    consumer.ack(message)
+                done += len(messages)
+            seconds = time.perf_counter() - started
+    return f"{done:,} of {backlog:,} in {seconds:.1f} s = {done / seconds:,.0f} msgs/s"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=int, default=200, help="paced msgs/s (200)")
+    parser.add_argument("--seconds", type=float, default=30.0, help="paced seconds (30)")
+    parser.add_argument("--backlog", type=int, default=20_000, help="drained messages (20,000)")
+    parser.add_argument("--systems", default="rmq-spark,rocketmq", help="(both)")
+    args = parser.parse_args(argv)
+    rocketmq = import_client()
+    print(f"load at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(f"| consume, official Python client | rmq-spark | RocketMQ {ROCKETMQ_VERSION} |")
+    print("|---|---|---|")
+    rows: dict[str, dict[str, str]] = {}
+    try:
+        for name in args.systems.split(","):
+            progress(f"consume: {name} ...")
+            with _system(name) as endpoint:
+                rows[name] = {
+                    f"put -> receive, {args.rate} msgs/s for {args.seconds:.0f} s, long polling":
+                        put_to_receive(rocketmq, endpoint, args.rate, args.seconds),
+                    f"drain a backlog of {args.backlog:,}, 2 consumers of one group":
+                        drain(rocketmq, endpoint, args.backlog),
+                }  # fmt: skip
+    except PeerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    labels = next(iter(rows.values())).keys() if rows else ()
+    for label in labels:
+        cells = [rows.get(name, {}).get(label, "-") for name in ("rmq-spark", "rocketmq")]
+        print(f"| {label} | {cells[0]} | {cells[1]} |")
+    print(f"| in-process consumer (`Broker.consumer`), the same backlog | "
+          f"{embedded_drain(args.backlog)} | - |")  # fmt: skip
+    print(f"load at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
