@@ -157,7 +157,7 @@ class FactUnits:
         singles: list[SingleFact] = []
         for fact in facts:
             if type(fact[0]) is int:
-                singles.append(cast("SingleFact", fact))
+                singles.append(fact)
                 continue
             if singles:
                 self._add(out, _columns_of(singles), min_offset)
@@ -182,10 +182,9 @@ class FactUnits:
             floor = [offset >= low for offset in offsets]
             keep = floor if keep is None else [a and b for a, b in zip(keep, floor, strict=True)]
         if keep is not None:
-            offsets, sizes, topics, queue_ids, queue_offsets = (
-                list(compress(column, keep))
-                for column in (offsets, sizes, topics, queue_ids, queue_offsets)
-            )  # fmt: skip
+            offsets, sizes = list(compress(offsets, keep)), list(compress(sizes, keep))
+            topics, queue_ids = list(compress(topics, keep)), list(compress(queue_ids, keep))
+            queue_offsets = list(compress(queue_offsets, keep))
             tags = None if tags is None else list(compress(tags, keep))
             props = None if props is None else list(compress(props, keep))
             n = len(offsets)
