@@ -43,6 +43,8 @@ BatchFact = tuple[
     int,
 ]
 Fact = SingleFact | BatchFact
+Column = Sequence[int] | int
+"""A column of ints, or the int every record has."""
 Run = tuple[int, int, list[bytes]]
 """``(first queue offset, unit count, packed units)`` of consecutive units of one queue
 (the units in pieces, to be joined once)."""
@@ -127,18 +129,21 @@ def _split(fact: BatchFact, cut: int) -> tuple[BatchFact, BatchFact]:
     return cast("BatchFact", head), cast("BatchFact", tail)
 
 
-def pack_units(offsets: Sequence[int], sizes: Sequence[int], codes: Sequence[int]) -> bytes:
-    """The 20-byte units ``>qiq`` of these columns, back to back: one ``Struct.pack`` per
-    ``_PACK_UNITS`` units (no Python step per unit); one size and tagsCode for all (the
-    common case) pack as 12 bytes repeated."""
+def pack_units(offsets: Sequence[int], sizes: Column, codes: Column) -> bytes:
+    """The 20-byte units ``>qiq`` of these columns (``sizes``, ``codes``: an int when the
+    same for every unit), back to back: one ``Struct.pack`` per ``_PACK_UNITS`` units, no
+    Python step per unit; one size and tagsCode for all (the common case) pack as 12 bytes
+    repeated."""
     n = len(offsets)
-    if sizes.count(sizes[0]) == n and codes.count(codes[0]) == n:
-        flat: list[object] = [_TAIL.pack(sizes[0], codes[0])] * (2 * n)
+    if type(sizes) is int and type(codes) is int:
+        flat: list[object] = [_TAIL.pack(sizes, codes)] * (2 * n)
         flat[0::2] = offsets
         per_unit, shapes = 2, _SAME_TAIL
     else:
         flat = [0] * (3 * n)
-        flat[0::3], flat[1::3], flat[2::3] = offsets, sizes, codes
+        flat[0::3] = offsets
+        flat[1::3] = [sizes] * n if type(sizes) is int else cast("Sequence[int]", sizes)
+        flat[2::3] = [codes] * n if type(codes) is int else cast("Sequence[int]", codes)
         per_unit, shapes = 3, _UNITS
     if n <= _PACK_UNITS:
         return shapes[n].pack(*flat)
@@ -171,6 +176,33 @@ _SAME_TAIL = _Shapes("q12s")
 _UNITS = _Shapes("qiq")
 
 
+class _Run:
+    """Units of one queue at consecutive queue offsets from ``first``, not packed yet."""
+
+    __slots__ = ("codes", "count", "first", "offsets", "sizes")
+
+    def __init__(self, first: int, offsets: Sequence[int], sizes: Column, codes: Column) -> None:
+        self.first = first
+        self.count = len(offsets)
+        self.offsets = list(offsets)  # a copy: the put path's list is its caller's too
+        self.sizes = sizes
+        self.codes = codes
+
+    def extend(self, offsets: Sequence[int], sizes: Column, codes: Column) -> None:
+        n = len(offsets)
+        self.sizes = _joined(self.sizes, self.count, sizes, n)
+        self.codes = _joined(self.codes, self.count, codes, n)
+        self.offsets += offsets
+        self.count += n
+
+
+def _joined(column: Column, count: int, more: Column, n: int) -> Column:
+    if type(column) is int and type(more) is int and column == more:
+        return column
+    head = [column] * count if type(column) is int else list(cast("Sequence[int]", column))
+    return head + ([more] * n if type(more) is int else list(cast("Sequence[int]", more)))
+
+
 class FactUnits:
     """Builds each queue's units from facts (the dispatch thread's; keeps a TAGS cache)."""
 
@@ -181,28 +213,31 @@ class FactUnits:
     def runs(self, facts: list[Fact], min_offset: int) -> dict[tuple[str, int], list[Run]]:
         """The units of ``facts``' records, per queue in queue offset order; records below
         ``min_offset`` (deleted by retention before they were dispatched) get none."""
-        out: dict[tuple[str, int], list[Run]] = {}
+        out: dict[tuple[str, int], list[_Run]] = {}
         if list(map(type, map(_FIRST, facts))).count(int) == len(facts):  # single puts only
             for at in range(0, len(facts), _TRANSPOSE):
                 chunk = cast("list[SingleFact]", facts[at : at + _TRANSPOSE])
                 self._add(out, _columns_of(chunk), min_offset)
-            return out
-        singles: list[SingleFact] = []
-        for fact in facts:
-            if type(fact[0]) is int:
-                singles.append(fact)
-                if len(singles) < _TRANSPOSE:
-                    continue
+        else:
+            singles: list[SingleFact] = []
+            for fact in facts:
+                if type(fact[0]) is int:
+                    singles.append(fact)
+                    if len(singles) < _TRANSPOSE:
+                        continue
+                if singles:
+                    self._add(out, _columns_of(singles), min_offset)
+                    singles = []
+                if type(fact[0]) is not int:
+                    self._add(out, cast("BatchFact", fact), min_offset)
             if singles:
                 self._add(out, _columns_of(singles), min_offset)
-                singles = []
-            if type(fact[0]) is not int:
-                self._add(out, cast("BatchFact", fact), min_offset)
-        if singles:
-            self._add(out, _columns_of(singles), min_offset)
-        return out
+        return {
+            key: [(r.first, r.count, [pack_units(r.offsets, r.sizes, r.codes)]) for r in runs]
+            for key, runs in out.items()
+        }
 
-    def _add(self, out: dict[tuple[str, int], list[Run]], fact: BatchFact, low: int) -> None:
+    def _add(self, out: dict[tuple[str, int], list[_Run]], fact: BatchFact, low: int) -> None:
         offsets, sizes, topics, queue_ids, queue_offsets, sys_flags, tags, props, ts = fact
         n = len(offsets)
         if sys_flags.count(sys_flags[0]) == n:
@@ -225,18 +260,29 @@ class FactUnits:
             n = len(offsets)
             if not n:
                 return
-        codes = self._tags_codes(topics, tags, props, ts, n)
-        if topics.count(topics[0]) == n:
+        one_topic = topics.count(topics[0]) == n
+        special = (
+            topics[0] in SPECIAL_TOPICS if one_topic else not SPECIAL_TOPICS.isdisjoint(topics)
+        )
+        codes = self._tags_codes(special, topics, tags, props, ts, n)
+        size: Column = sizes[0] if sizes.count(sizes[0]) == n else sizes
+        if one_topic:
             topic = topics[0]
             if queue_ids.count(queue_ids[0]) == n:
-                _extend(out, (topic, queue_ids[0]), queue_offsets, offsets, sizes, codes)
+                _extend(out, (topic, queue_ids[0]), queue_offsets, offsets, size, codes)
                 return
-            stride = _stride(queue_ids, n)
-            if stride:  # round robin over the queues (what producers do by default)
-                for j in range(stride):
+            k = _stride(queue_ids, n)
+            if k:  # round robin over the queues (what producers do by default)
+                for j in range(k):
+                    count = (n - 1 - j) // k + 1
+                    ends = (queue_offsets[j], queue_offsets[j + (count - 1) * k])
+                    consecutive = ends[1] - ends[0] == count - 1
                     _extend(
-                        out, (topic, queue_ids[j]), queue_offsets[j::stride],
-                        offsets[j::stride], sizes[j::stride], codes[j::stride],
+                        out, (topic, queue_ids[j]),
+                        ends if consecutive else queue_offsets[j::k],
+                        offsets[j::k],
+                        size if type(size) is int else cast("list[int]", size)[j::k],
+                        codes if type(codes) is int else cast("list[int]", codes)[j::k],
                     )  # fmt: skip
                 return
         by_key: dict[tuple[str, int], list[int]] = {}
@@ -249,20 +295,23 @@ class FactUnits:
         for key, indexes in by_key.items():
             _extend(
                 out, key, [queue_offsets[i] for i in indexes], [offsets[i] for i in indexes],
-                [sizes[i] for i in indexes], [codes[i] for i in indexes],
+                size if type(size) is int else [sizes[i] for i in indexes],
+                codes if type(codes) is int else [cast("list[int]", codes)[i] for i in indexes],
             )  # fmt: skip
 
     def _tags_codes(
         self,
+        special: bool,
         topics: Sequence[str],
         tags: Sequence[str | None] | None,
         props: Sequence[str | None] | None,
         ts: int | Sequence[int],
         n: int,
-    ) -> list[int]:
-        if props is None and tags is not None and SPECIAL_TOPICS.isdisjoint(topics):
+    ) -> Column:
+        """Each record's tagsCode, or the one they all have."""
+        if props is None and tags is not None and not special:
             if tags.count(tags[0]) == n:  # unit_tags_code's first branch, by column
-                return [self._codes[tags[0]]] * n
+                return self._codes[tags[0]]
             return self._codes.codes(tags)
         levels = self._levels
         return list(
@@ -298,29 +347,29 @@ def _columns_of(singles: list[SingleFact]) -> BatchFact:
 
 
 def _extend(
-    out: dict[tuple[str, int], list[Run]],
+    out: dict[tuple[str, int], list[_Run]],
     key: tuple[str, int],
     queue_offsets: Sequence[int],
     offsets: Sequence[int],
-    sizes: Sequence[int],
-    codes: Sequence[int],
+    sizes: Column,
+    codes: Column,
 ) -> None:
-    """Add one queue's units (ascending queue offsets) as runs of consecutive offsets."""
-    runs = out.setdefault(key, [])
-    n = len(queue_offsets)
+    """Add one queue's units (ascending ``queue_offsets``, or the first and last of them
+    when they are consecutive) to its runs of consecutive offsets."""
+    runs = out.get(key)
+    if runs is None:
+        runs = out[key] = []
+    n = len(offsets)
     first = queue_offsets[0]
-    if queue_offsets[-1] - first == n - 1:
-        pieces = [(first, n, offsets, sizes, codes)]
-    else:  # not consecutive (never from the appender): one run per unit
-        pieces = [
-            (queue_offsets[i], 1, offsets[i : i + 1], sizes[i : i + 1], codes[i : i + 1])
-            for i in range(n)
-        ]
-    for start, count, run_offsets, run_sizes, run_codes in pieces:
-        data = pack_units(run_offsets, run_sizes, run_codes)
-        if runs and runs[-1][0] + runs[-1][1] == start:
-            last = runs[-1]
-            last[2].append(data)
-            runs[-1] = (last[0], last[1] + count, last[2])
-        else:
-            runs.append((start, count, [data]))
+    if queue_offsets[-1] - first != n - 1:  # not consecutive (never from the appender)
+        for i in range(n):
+            _extend(
+                out, key, queue_offsets[i : i + 1], offsets[i : i + 1],
+                sizes if type(sizes) is int else cast("Sequence[int]", sizes)[i : i + 1],
+                codes if type(codes) is int else cast("Sequence[int]", codes)[i : i + 1],
+            )  # fmt: skip
+        return
+    if runs and runs[-1].first + runs[-1].count == first:
+        runs[-1].extend(offsets, sizes, codes)
+    else:
+        runs.append(_Run(first, offsets, sizes, codes))

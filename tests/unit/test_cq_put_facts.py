@@ -198,3 +198,67 @@ def test_the_live_path_reads_no_record(tmp_path: Path, monkeypatch: pytest.Monke
         assert store.consume_queues.max_offset("T", 0) == 11
     finally:
         store.close()
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_fact_units_are_the_rule_applied_record_by_record(seed: int) -> None:
+    """``FactUnits`` (columns, strides, uniform shortcuts) against the rule per record."""
+    import random
+    import struct
+
+    from rmq_spark.store.cq_facts import FactUnits
+    from rmq_spark.store.cq_rule import dispatches
+
+    rng = random.Random(seed)
+    levels = (1000, 5000, 10000)
+    next_offset, queue_offsets, facts = 0, {}, []
+    expected: dict[tuple[str, int], list[tuple[int, bytes]]] = {}
+    records = []
+    for _ in range(rng.randint(1, 12)):
+        n = rng.choice([1, 1, 3, 8, 64, 300])
+        k = rng.choice([1, 2, 4, 5])
+        topic = rng.choice(["T", "U", RMQ_SYS_SCHEDULE_TOPIC])
+        mixed = rng.random() < 0.3
+        tag = rng.choice(TAGS)
+        columns: list[list[object]] = [[] for _ in range(8)]
+        for i in range(n):
+            t = rng.choice(["T", "U"]) if mixed else topic
+            q = i % k if rng.random() < 0.8 else rng.randrange(k)
+            sys_flag = rng.choice([0, 0, 0, TRANSACTION_PREPARED_TYPE, TRANSACTION_COMMIT_TYPE])
+            size = rng.choice([100, 100, 250])
+            tags = tag if rng.random() < 0.7 else rng.choice(TAGS)
+            props = None
+            if t == RMQ_SYS_SCHEDULE_TOPIC and rng.random() < 0.5:
+                props = f"DELAY\x01{rng.randint(0, 4)}\x02TAGS\x01x\x02"
+            if dispatches(sys_flag):
+                qo = queue_offsets.get((t, q), 0)
+                queue_offsets[(t, q)] = qo + 1
+            else:
+                qo = 0
+            row = [next_offset, size, t, q, qo, sys_flag, tags, props]
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+            records.append(row)
+            next_offset += size
+        has_props = any(p is not None for p in columns[7])
+        if n == 1 and rng.random() < 0.5:
+            facts.append((*records[-1][:8], 77))
+        else:
+            if has_props:  # a general batch: every record's properties, no TAGS column
+                for row in records[-n:]:
+                    if row[7] is None:
+                        row[7] = f"TAGS\x01{row[6]}\x02" if row[6] else ""
+                facts.append((*columns[:6], None, [row[7] for row in records[-n:]], 77))
+            else:
+                facts.append((*columns[:7], None, 77))
+    for offset, size, t, q, qo, sys_flag, tags, props in records:
+        if dispatches(sys_flag):
+            code = unit_tags_code(t, props, tags, 77, levels)
+            expected.setdefault((t, q), []).append((qo, struct.pack(">qiq", offset, size, code)))
+    runs = FactUnits(levels).runs(facts, 0)  # type: ignore[arg-type]
+    got = {
+        key: [(first, b"".join(pieces)) for first, _count, pieces in key_runs]
+        for key, key_runs in runs.items()
+    }
+    want = {key: [(units[0][0], b"".join(u for _, u in units))] for key, units in expected.items()}
+    assert got == want
