@@ -23,6 +23,10 @@ Template and raw records are ``codec.record_packer`` records and share one batch
 ``put_columns`` (``put_columns.py``) and a raw single put. The single template put packs its
 one record itself (the columns of one record would cost a third of a put). A batch takes the
 packed writer when all its requests can.
+
+Every write hands the ConsumeQueue dispatcher its records' facts (``cq_pending``,
+``cq_facts.py``: offsets, size, queue, TAGS or properties) before they become readable, and
+takes them back when it fails, so the dispatcher never reads a record back.
 """
 
 from __future__ import annotations
