@@ -23,6 +23,10 @@ Template and raw records are ``codec.record_packer`` records and share one batch
 ``put_columns`` (``put_columns.py``) and a raw single put. The single template put packs its
 one record itself (the columns of one record would cost a third of a put). A batch takes the
 packed writer when all its requests can.
+
+Every write hands the ConsumeQueue dispatcher its records' facts (``cq_pending``,
+``cq_facts.py``: offsets, size, queue, TAGS or properties) before they become readable, and
+takes them back when it fails, so the dispatcher never reads a record back.
 """
 
 from __future__ import annotations
@@ -31,12 +35,14 @@ import logging
 import struct
 import zlib
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import cast
 
 from rmq_spark.clock import Clock
 from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION, RECORD_HOSTS
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.cq_facts import PendingUnits
 from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.message import LOCALHOST, HostAddress
 from rmq_spark.store.packed import (
@@ -51,6 +57,7 @@ from rmq_spark.store.prepared import (
     complete,
     duplicate_result,
     duplicates_in,
+    facts_of,
     prepared_results,
     reject_batch,
     remember,
@@ -83,6 +90,8 @@ _crc32 = zlib.crc32
 _seal = seal_record
 _crc_tail = record_crc_tail
 _hosts = RECORD_HOSTS.pack
+_TAGS = attrgetter("tags")
+_RAW_PROPERTIES = attrgetter("raw_properties")
 _THROUGH_BYTES = 4096  # a page: smaller writes mostly land in a page the map already has
 
 
@@ -111,6 +120,9 @@ class Appender:
         self.window = IdempotencyWindow(0)
         self.last_record_offset = -1
         self.last_store_ts = 0
+        self.cq_pending: PendingUnits | None = None
+        """The ConsumeQueue dispatcher's facts (``cq_facts.py``): each write hands over its
+        records' facts before they become readable, and takes them back if it fails."""
         self._on_failure = on_failure
         self._segment_size = config.segment_size_bytes
         self._window_capacity = 0
@@ -197,6 +209,12 @@ class Appender:
             record = packer.pack(*values)
             if self._crc:
                 record += _crc_tail(record)
+            pending = self.cq_pending
+            if pending is not None:
+                pending.add(
+                    (physical_offset, size, topic, queue_id, queue_offset, 0, request.tags, None,
+                     now)
+                )  # fmt: skip
             mapping = segment.mapping
             if mapping is not None and position + size <= segment.size_bytes:
                 mapping[position : position + size] = record
@@ -205,7 +223,7 @@ class Appender:
                 try:
                     segment.append(record)
                 except OSError as err:
-                    self._undo_failed_write(segment, size, err)
+                    self._undo_failed_write(segment, physical_offset, size, err)
                     return _failed(PutStatus.UNKNOWN_ERROR, "writing the record", err)
             self.queue_offsets[key] = queue_offset + 1
             if self._window_capacity:
@@ -238,7 +256,7 @@ class Appender:
         if request.raw_properties is not None and self._raw is not None:
             columns = self._raw.columns((request,))
             if columns is not None:
-                return self._put_packed(columns)[0][0]
+                return self._put_packed(columns, None, [request.raw_properties])[0][0]
         prepared = prepare(request, self._ctx, self._clock.now_ms())
         if type(prepared) is PutResult:
             return prepared
@@ -270,10 +288,16 @@ class Appender:
             _pack_i64(buf, prepared.timestamp_position, now)
             if self._crc:
                 _seal(buf, 0, size)
+            pending = self.cq_pending
+            if pending is not None:
+                pending.add(
+                    (physical_offset, size, topic, prepared.queue_id, queue_offset,
+                     prepared.sys_flag, None, prepared.properties, now)
+                )  # fmt: skip
             try:
                 segment.append(buf)
             except OSError as err:
-                self._undo_failed_write(segment, size, err)
+                self._undo_failed_write(segment, physical_offset, size, err)
                 return _failed(PutStatus.UNKNOWN_ERROR, "writing the record", err)
             if consumes:
                 self.queue_offsets[key] = queue_offset + 1
@@ -300,13 +324,15 @@ class Appender:
         if self.closed:
             closed = PutResult(PutStatus.SERVICE_NOT_AVAILABLE, detail="store is closed")
             return [closed] * count, 0
-        if getattr(requests[0], "raw_properties", None) is None:
-            builder: Templates | RawParts | None = self._templates
-        else:  # a template request in the batch: both builders decline it
-            builder = self._raw
+        raw = getattr(requests[0], "raw_properties", None) is not None
+        builder = self._raw if raw else self._templates  # a mix: both builders decline it
         columns = builder.columns(requests) if builder is not None else None
         if columns is not None:
-            return self._put_packed(columns)
+            if self.cq_pending is None:
+                return self._put_packed(columns, None, None)
+            if raw:
+                return self._put_packed(columns, None, list(map(_RAW_PROPERTIES, requests)))
+            return self._put_packed(columns, list(map(_TAGS, requests)), None)
         now = self._clock.now_ms()
         ctx = self._ctx
         prepared = [prepare(request, ctx, now) for request in requests]
@@ -315,10 +341,15 @@ class Appender:
             return rejected, 0
         return self._write_prepared(cast("list[PreparedMessage]", prepared))
 
-    def _put_packed(self, columns: PackedColumns) -> tuple[list[PutResult], int]:
+    def _put_packed(
+        self,
+        columns: PackedColumns,
+        tags: Sequence[str | None] | None,
+        properties: Sequence[str | None] | None,
+    ) -> tuple[list[PutResult], int]:
         """Template and raw records (``packed.py``) written by ``_write_packed``; returns
         the results and the end offset."""
-        written = self._write_packed(columns)
+        written = self._write_packed(columns, tags, properties)
         if isinstance(written, list):
             return written, 0
         results = packed_results(columns, written, self.msg_id_prefix)
@@ -340,7 +371,7 @@ class Appender:
             )  # fmt: skip
         if packed is None:
             return PutBatchReceipt.of_results(self.append_batch(requests_of(columns))[0])
-        written = self._write_packed(packed)
+        written = self._write_packed(packed, columns.tags, None)
         if isinstance(written, list):
             return PutBatchReceipt.of_results(written)
         return PutBatchReceipt(
@@ -348,9 +379,15 @@ class Appender:
             list(packed.sizes), written.now,
         )  # fmt: skip
 
-    def _write_packed(self, columns: PackedColumns) -> Written | list[PutResult]:
+    def _write_packed(
+        self,
+        columns: PackedColumns,
+        tags: Sequence[str | None] | None,
+        properties: Sequence[str | None] | None,
+    ) -> Written | list[PutResult]:
         """Encode and copy a batch into the segment under one lock acquisition: where it
-        went, or the failed results."""
+        went, or the failed results. ``tags`` or ``properties``: each record's TAGS (a
+        template batch) or stored properties (raw), for the ConsumeQueue facts."""
         count = len(columns.sizes)
         total = columns.total
         if total + 8 > self._segment_size:
@@ -379,6 +416,12 @@ class Appender:
             data = encode_packed(
                 columns, offsets, queue_offsets, key_bytes, now, self._store_host, self._crc
             )
+            cq_pending = self.cq_pending
+            if cq_pending is not None:
+                cq_pending.add(
+                    (offsets, columns.sizes, columns.topics, columns.queue_ids, queue_offsets,
+                     columns.sys_flags, tags, properties, now)
+                )  # fmt: skip
             failed = self._write_batch(segment, position, data, count)
             if failed is not None:
                 return failed
@@ -451,7 +494,7 @@ class Appender:
             else:
                 mapping[position : position + size] = data
         except OSError as err:
-            self._undo_failed_write(segment, size, err)
+            self._undo_failed_write(segment, segment.base_offset + position, size, err)
             return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count
         segment.write_position = position + size
         return None
@@ -491,10 +534,13 @@ class Appender:
             return _failed(PutStatus.CREATE_MAPPED_FILE_FAILED, "creating a segment", err)
         base = segment.base_offset + segment.write_position
         buf, placed, pending = complete(writes, base, now, self.queue_offsets, self._crc)
+        cq_pending = self.cq_pending
+        if cq_pending is not None:
+            cq_pending.add(facts_of(writes, placed, now))
         try:
             segment.append(buf)
         except OSError as err:
-            self._undo_failed_write(segment, size, err)
+            self._undo_failed_write(segment, base, size, err)
             return _failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)
         self.queue_offsets.update(pending)
         remember(self.window, writes, placed, now)
@@ -516,8 +562,14 @@ class Appender:
             detail=f"store failed closed after an I/O error: {self.failure}; reopen it",
         )
 
-    def _undo_failed_write(self, segment: Segment, size: int, err: OSError) -> None:
-        """Zero what a failed append may have left; if even that fails, fail closed."""
+    def _undo_failed_write(
+        self, segment: Segment, physical_offset: int, size: int, err: OSError
+    ) -> None:
+        """Take back the ConsumeQueue facts of the write at ``physical_offset`` and zero
+        what it may have left; if even that fails, fail closed."""
+        pending = self.cq_pending
+        if pending is not None:
+            pending.drop_from(physical_offset)
         commitlog = self.commitlog
         _log.error("append failed at %s: %s", commitlog and commitlog.max_offset, err)
         try:

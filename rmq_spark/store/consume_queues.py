@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import cast
 
 from rmq_spark.errors import ConsumeQueueCorruptError
 from rmq_spark.store.consume_queue import PRE_BLANK_UNIT, CqUnit
@@ -233,6 +234,28 @@ class ConsumeQueues:
         if run:
             queue.write(run_start, bytes(run))
             queue.max_offset = end
+
+    def place_runs(self, runs: Mapping[QueueKey, Sequence[tuple[int, int, list[bytes]]]]) -> None:
+        """``place`` (with ``fill_gaps``) of units already packed: per queue, runs of
+        ``(first queue offset, count, pieces of packed units)``. A run that starts at the
+        queue's end is written as it is (the live path); any other goes through ``place``'s
+        checks unit by unit. Raises as ``place`` does."""
+        with self._lock:
+            for key, key_runs in runs.items():
+                queue = self._queues.get(key)
+                if queue is None:
+                    directory = self.directory / key[0] / str(key[1])
+                    queue = self._queues[key] = CqQueueFiles(directory, self.file_units)
+                for first, count, pieces in key_runs:
+                    data = b"".join(pieces)
+                    if first == queue.max_offset and (queue.bases or first == 0):
+                        queue.write(first, data)
+                        queue.max_offset = first + count
+                        continue
+                    entries = [
+                        (first + i, *_UNIT.unpack_from(data, i * _UNIT.size)) for i in range(count)
+                    ]
+                    self._place(key, queue, cast("list[UnitEntry]", entries), True)
 
     def set_dispatched(self, offset: int, grown: set[QueueKey]) -> None:
         """Publish a finished round: wake waiters, then tell listeners what grew."""

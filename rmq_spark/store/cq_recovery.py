@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from rmq_spark.errors import ConsumeQueueCorruptError, StoreMetadataError
 from rmq_spark.store.consume_queues import ConsumeQueues, QueueKey, correct_min_offset
-from rmq_spark.store.cq_dispatch import collect_units
+from rmq_spark.store.cq_dispatch import Batch, collect_units
 from rmq_spark.store.cq_files import CqQueueFiles, read_flushed_record
 from rmq_spark.store.scan import SegmentSource
 
@@ -78,10 +78,19 @@ def recover_consume_queues(
     rebuilt = flushed is None or flushed <= min_offset
     start = min_offset if flushed is None else max(min_offset, min(flushed, end_offset))
     # Nothing is cut before every check has passed: a failed check leaves the files as found.
-    collected = collect_units(segments, start, end_offset, delay_levels_ms)
+    if rebuilt and end_offset > start:
+        _log.info(
+            "ConsumeQueue rebuild: dispatching CommitLog [%d, %d) (%d bytes) into every queue",
+            start, end_offset, end_offset - start,
+        )  # fmt: skip
+
+    def place(batch: Batch) -> None:
+        queues.place(batch, fill_gaps=rebuilt)
+
+    collected = collect_units(segments, start, end_offset, delay_levels_ms, sink=place)
     if collected.problem is not None:
         raise collected.problem
-    queues.place(collected.batch, fill_gaps=rebuilt)
+    place(collected.batch)
     if not rebuilt:
         for key, queue in queues.items():
             _check_complete(key, queue, next_queue_offsets.get(key, 0), start)

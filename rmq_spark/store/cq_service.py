@@ -15,6 +15,7 @@ from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.consume_queues import ConsumeQueues, QueueKey
 from rmq_spark.store.cq_dispatch import CqDispatcher
+from rmq_spark.store.cq_facts import PendingUnits
 from rmq_spark.store.cq_recovery import CqRecovery, recover_consume_queues
 from rmq_spark.store.delay_levels import parse_message_delay_level
 
@@ -24,8 +25,8 @@ __all__ = ["ConsumeQueueService"]
 class ConsumeQueueService:
     """The ConsumeQueues of an open store and their dispatch thread (use ``start``).
 
-    ``wake`` is the dispatcher's wake-up, for the store's put path; ``recovery`` says what
-    opening did."""
+    ``wake`` is the dispatcher's wake-up and ``pending`` its facts (``cq_facts.py``), both
+    for the store's put path; ``recovery`` says what opening did."""
 
     def __init__(
         self, queues: ConsumeQueues, dispatcher: CqDispatcher, recovery: CqRecovery
@@ -34,6 +35,8 @@ class ConsumeQueueService:
         self.recovery = recovery
         self._dispatcher = dispatcher
         self.wake: Callable[[], None] = dispatcher.wake
+        self.pending: PendingUnits = dispatcher.pending
+        """Where the put path hands over the facts of each record it writes."""
 
     @classmethod
     def start(

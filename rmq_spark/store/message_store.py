@@ -194,6 +194,7 @@ class MessageStore:
                 config, self._commitlog, end, state.queue_offsets.copy(), self._confirmed
             )
             self.consume_queue_recovery: CqRecovery = cq.recovery
+            self._appender.cq_pending = cq.pending
             if self._sync:  # the acknowledged end moves with the group commit's fsyncs
                 self._durable.group.on_advance = cq.wake
             else:  # with each write

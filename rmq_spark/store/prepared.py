@@ -13,6 +13,7 @@ from __future__ import annotations
 import struct
 
 from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION
+from rmq_spark.store.cq_facts import BatchFact
 from rmq_spark.store.put import PreparedMessage, PutResult, PutStatus
 from rmq_spark.store.put_state import IdempotencyWindow, WindowEntry
 from rmq_spark.store.record_crc import seal_record
@@ -21,6 +22,7 @@ __all__ = [
     "complete",
     "duplicate_result",
     "duplicates_in",
+    "facts_of",
     "prepared_results",
     "reject_batch",
     "remember",
@@ -100,6 +102,24 @@ def complete(
         placed[id(message)] = (base + position, queue_offset)
         position += message.size
     return buf, placed, pending
+
+
+def facts_of(
+    writes: list[PreparedMessage], placed: dict[int, tuple[int, int]], now: int
+) -> BatchFact:
+    """The ConsumeQueue facts of written records (``cq_facts.BatchFact``)."""
+    where = [placed[id(message)] for message in writes]
+    return (
+        [physical_offset for physical_offset, _ in where],
+        [message.size for message in writes],
+        [message.topic for message in writes],
+        [message.queue_id for message in writes],
+        [queue_offset for _, queue_offset in where],
+        [message.sys_flag for message in writes],
+        None,
+        [message.properties for message in writes],
+        now,
+    )
 
 
 def remember(

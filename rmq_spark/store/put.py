@@ -156,6 +156,8 @@ class PreparedMessage:
         "uniq_key",
         "timestamp_position",
         "idempotent",
+        "properties",
+        "sys_flag",
     )
 
     def __init__(
@@ -167,6 +169,8 @@ class PreparedMessage:
         uniq_key: str | None,
         timestamp_position: int,
         idempotent: bool,
+        properties: str | None = None,
+        sys_flag: int = 0,
     ) -> None:
         self.buf = buf
         self.size = len(buf)
@@ -176,6 +180,8 @@ class PreparedMessage:
         self.uniq_key = uniq_key
         self.timestamp_position = timestamp_position
         self.idempotent = idempotent
+        self.properties = properties  # as stored, but for the record CRC (ConsumeQueue facts)
+        self.sys_flag = sys_flag
 
 
 def _illegal(detail: str, status: PutStatus = PutStatus.MESSAGE_ILLEGAL) -> PutResult:
@@ -375,6 +381,8 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
         uniq_key,
         _STORE_TS_POSITIONS[buf[39] & 0x10],  # BORNHOST_V6 sits in SYSFLAG's low byte
         request.idempotent,
+        props_text,
+        request.sys_flag,
     )
 
 

@@ -4,6 +4,7 @@ reported with file and position and the files are left as found; kill -9 of a wr
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -17,6 +18,7 @@ from store_helpers import open_store, zero_from
 
 from rmq_spark.clock import ManualClock
 from rmq_spark.errors import ConsumeQueueCorruptError
+from rmq_spark.store import cq_dispatch
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.consume_queue import CqUnit, encode_cq_unit
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR, FLUSHED_RECORD_FILE, read_flushed_record
@@ -75,6 +77,31 @@ def test_a_deleted_consumequeue_directory_is_rebuilt(tmp_path: Path) -> None:
         assert actual_units(store) == before == expected_units(store)
     finally:
         store.close()
+
+
+def test_a_store_written_without_the_queue_is_rebuilt_in_pieces_with_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The first open with the queue of a store written before it existed dispatches the
+    whole CommitLog: in pieces (bounded memory), logging its progress at INFO."""
+    store = open_store(tmp_path, consume_queue=False)
+    for i in range(60):
+        assert store.put(PutRequest("T", b"m%d" % i, queue_id=i % 2, tags=f"t{i % 3}")).ok
+    end = store.max_offset
+    store.close()
+    monkeypatch.setattr(cq_dispatch, "_SINK_RECORDS", 7)
+    monkeypatch.setattr(cq_dispatch, "_PROGRESS_S", 0.0)
+    caplog.set_level(logging.INFO, logger="rmq_spark.store")
+    store = open_store(tmp_path)
+    try:
+        assert store.consume_queue_recovery.rebuilt
+        assert actual_units(store) == expected_units(store)
+        assert sum(len(units) for units in actual_units(store).values()) == 60
+    finally:
+        store.close()
+    progress = [r.getMessage() for r in caplog.records if "CommitLog bytes dispatched" in r.message]
+    assert len(progress) == 60 // 7
+    assert progress[-1].endswith(f"of {end} CommitLog bytes dispatched")
 
 
 def test_a_rebuild_keeps_the_units_already_there(tmp_path: Path) -> None:

@@ -503,7 +503,9 @@ def test_put_batches_store_exactly_what_the_codec_encodes(tmp_path: Path, io_mod
     )
     fast = []
     fast_batch = store._appender._put_packed
-    store._appender._put_packed = lambda parts: fast.append(parts) or fast_batch(parts)
+    store._appender._put_packed = lambda parts, *facts: (
+        fast.append(parts) or fast_batch(parts, *facts)
+    )
     requests = _random_requests(seed=11, count=600)
     rng = random.Random(3)
     queue_offsets: dict[tuple[str, int], int] = {}

@@ -93,7 +93,9 @@ def test_raw_batches_and_puts_store_exactly_what_the_codec_encodes(
     store = _store(tmp_path, clock, io_mode)
     raw_batches: list[int] = []
     put_raw = store._appender._put_packed
-    store._appender._put_packed = lambda parts: raw_batches.append(len(parts)) or put_raw(parts)
+    store._appender._put_packed = lambda parts, *facts: (
+        raw_batches.append(len(parts)) or put_raw(parts, *facts)
+    )
     requests = _raw_requests(seed=5, count=600)
     rng = random.Random(9)
     queue_offsets: dict[tuple[str, int], int] = {}
