@@ -22,8 +22,8 @@ they happen::
     │   ├── StoreLockedError       another process holds the store's lock file
     │   │   └── ScheduleLockedError  another redelivery job holds config/schedule.lock
     │   ├── StoreIOError           the OS refused a write/fsync/truncate (ENOSPC, EIO, ...)
-    │   ├── StoreMetadataError     a damaged store JSON file (reader progress, retention record)
-    │   ├── ProgressFormatError    a damaged delay progress file (delayOffset.json, journal)
+    │   ├── StoreMetadataError     a damaged store JSON file (config/*.json, reader progress, ...)
+    │   ├── ProgressFormatError    a damaged schedule journal (scheduleJournal.json)
     │   └── EntryMismatchError     a schedule entry that does not match its record
     ├── ProtocolError              a peer broke the wire protocol
     │   ├── LocalProtocolError     we were asked to send something invalid
@@ -250,7 +250,7 @@ class ScheduleLockedError(StoreLockedError):
 
 
 class ProgressFormatError(StoreError):
-    """Text that is not a valid progress file (``delayOffset.json`` or the journal)."""
+    """Text that is not a valid schedule journal (``scheduleJournal.json``)."""
 
 
 class RedeliveryFailedError(BrokerError):

@@ -9,7 +9,10 @@
   answered once its bytes are on disk, as the rmq-spark broker's SYNC flush policy does).
 
 Every port is free and on 127.0.0.1, the heaps are small, and the config, store and logs
-(``user.home`` points there) live in one temporary directory. ``start()`` creates the topics
+(``user.home`` points there) live in one temporary directory. ``store_dir=`` starts the broker
+on an existing store instead (a RocketMQ store, or a copy of one rmq-spark wrote: its
+``config/*.json`` give the topics, groups and offsets); that directory is the caller's and is
+left in place on stop, so its ConsumeQueues can be read afterwards. ``start()`` creates the topics
 asked for with the admin tool (``MQAdminStartup updateTopic``: 8 queues, message type NORMAL, as
 a 5.x producer needs; the proxy does not create topics on first use) and waits until the proxy's
 gRPC port answers. ``stop()`` (also on leaving the ``with`` block, however it is left) sends
@@ -34,7 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from peer_common import (
@@ -88,6 +91,9 @@ class RocketMQBroker:
     """Name server + proxy (broker in-process) on loopback; a context manager that always stops.
 
     ``topics`` are created before ``start()`` returns; ``flush`` is the broker's flushDiskType.
+    ``store_dir``: the store root to run on (default: a fresh one in the work dir, removed on
+    stop); ``broker_properties``: extra ``broker.conf`` lines, e.g. ``mappedFileSizeCommitLog``
+    to match the store's CommitLog segment size.
     """
 
     def __init__(
@@ -97,6 +103,8 @@ class RocketMQBroker:
         heap: str = "512m",
         namesrv_heap: str = "256m",
         flush: str = "SYNC_FLUSH",
+        store_dir: Path | None = None,
+        broker_properties: Mapping[str, object] | None = None,
     ) -> None:
         if flush not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
             raise PeerError(f"rocketmq: flush must be SYNC_FLUSH or ASYNC_FLUSH, got {flush!r}")
@@ -104,6 +112,10 @@ class RocketMQBroker:
         self.heap = heap
         self.namesrv_heap = namesrv_heap
         self.flush = flush
+        if store_dir is not None and not Path(store_dir).is_dir():
+            raise PeerError(f"rocketmq: store_dir {store_dir} is not a directory")
+        self.store_dir = None if store_dir is None else Path(store_dir).resolve()
+        self.broker_properties = dict(broker_properties or {})
         self.grpc_port = 0
         self.namesrv_port = 0
         self.workdir: Path | None = None
@@ -201,7 +213,7 @@ class RocketMQBroker:
 
     def _broker_conf(self, port: int) -> str:
         assert self.workdir is not None
-        store = self.workdir / "store"
+        store = self.store_dir or self.workdir / "store"
         return _properties(
             {
                 "brokerClusterName": CLUSTER,
@@ -219,6 +231,7 @@ class RocketMQBroker:
                 "autoCreateTopicEnable": "true",
                 "deleteWhen": "04",
                 "fileReservedTime": 48,
+                **self.broker_properties,
             }
         )
 

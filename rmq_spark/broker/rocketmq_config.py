@@ -10,7 +10,7 @@ keys unquoted and on one line), of:
 * ``consumerOffset.json``: ``ConsumerOffsetManager`` (``offsetTable`` ``"topic@group"`` ->
   queue -> offset, the derived ``groupTopicMap``, ``dataVersion``);
 * ``delayOffset.json``: ``DelayOffsetSerializeWrapper`` (level -> offset; the schedule job's
-  ``rmq_spark.delay.offsets`` writes the same text).
+  mirror of its journal, ``rmq_spark.delay.progress``).
 
 Fields a broker wrote that we do not model (a group's ``consumeTimeoutMinute``, a topic's
 ``attributes``) are kept in ``extra`` and written back unchanged. The samples in
@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from rmq_spark.broker.fastjson import FastjsonError, parse_fastjson
 from rmq_spark.errors import StoreMetadataError
 
 __all__ = [
@@ -124,47 +125,10 @@ def _fastjson(value: Any, depth: int = 0) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def _strict_json(text: str) -> str:
-    """fastjson text to strict JSON: unquoted object keys (``{0:12}``) get quotes."""
-    out: list[str] = []
-    containers: list[str] = []  # "{" or "[" for each open container
-    position, length = 0, len(text)
-    expect_key = False
-    while position < length:
-        char = text[position]
-        if char == '"':
-            end = position + 1
-            while end < length and text[end] != '"':
-                end += 2 if text[end] == "\\" else 1
-            out.append(text[position : end + 1])
-            position = end + 1
-            expect_key = False
-            continue
-        if expect_key and (char.isalnum() or char in "-+_$"):
-            end = position
-            while end < length and (text[end].isalnum() or text[end] in "-+_$."):
-                end += 1
-            out.append(f'"{text[position:end]}"')
-            position = end
-            expect_key = False
-            continue
-        if char in "{[":
-            containers.append(char)
-        elif char in "}]" and containers:
-            containers.pop()
-        if char == "{" or (char == "," and containers and containers[-1] == "{"):
-            expect_key = True
-        elif not char.isspace():
-            expect_key = False
-        out.append(char)
-        position += 1
-    return "".join(out)
-
-
 def _load(text: str, source: str) -> dict[str, Any]:
     try:
-        document = json.loads(_strict_json(text))
-    except json.JSONDecodeError as err:
+        document = parse_fastjson(text)
+    except FastjsonError as err:
         raise StoreMetadataError(source, f"not JSON: {err}") from None
     if not isinstance(document, dict):
         raise StoreMetadataError(source, "expected a JSON object")

@@ -10,10 +10,11 @@ raises ``StoreIOError``.
 * ``read_topics`` / ``write_topics``: ``topics.json`` (``TopicTable.use_config_file`` keeps
   it current, so a RocketMQ broker started on a copy of the store routes every topic);
 * ``read_consumer_offsets`` / ``write_consumer_offsets``: ``consumerOffset.json``;
-* ``SubscriptionGroups``: ``subscriptionGroup.json`` as a table (retry max, FIFO).
+* ``SubscriptionGroups``: ``subscriptionGroup.json`` as a table (retry max, FIFO);
+* ``read_delay_offsets`` / ``write_delay_offsets``: ``delayOffset.json`` (the schedule job,
+  ``rmq_spark.delay.progress``, decides when, under its lock).
 
-``delayOffset.json`` is written by the schedule job (``rmq_spark.delay.progress``). The
-formats themselves are in ``rocketmq_config.py``.
+The formats themselves are in ``rocketmq_config.py``.
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from rmq_spark.broker.rocketmq_config import (
     GroupSettings,
     TopicConfig,
     decode_consumer_offsets,
+    decode_delay_offsets,
     decode_subscription_groups,
     decode_topics,
     encode_consumer_offsets,
+    encode_delay_offsets,
     encode_subscription_groups,
     encode_topics,
 )
@@ -43,13 +46,16 @@ from rmq_spark.store.fileio import make_dirs_durably, write_file_atomically
 __all__ = [
     "CONFIG_DIR",
     "CONSUMER_OFFSET_FILE",
+    "DELAY_OFFSET_FILE",
     "SUBSCRIPTION_GROUP_FILE",
     "SubscriptionGroups",
     "TOPICS_FILE",
     "config_path",
     "read_consumer_offsets",
+    "read_delay_offsets",
     "read_topics",
     "write_consumer_offsets",
+    "write_delay_offsets",
     "write_topics",
 ]
 
@@ -59,6 +65,7 @@ CONFIG_DIR = "config"
 TOPICS_FILE = "topics.json"
 SUBSCRIPTION_GROUP_FILE = "subscriptionGroup.json"
 CONSUMER_OFFSET_FILE = "consumerOffset.json"
+DELAY_OFFSET_FILE = "delayOffset.json"
 
 T = TypeVar("T")
 
@@ -168,6 +175,26 @@ def write_consumer_offsets(
     now_ms = (clock or SystemClock()).now_ms()
     version = _next_version(path, lambda text, src: decode_consumer_offsets(text, src)[1], now_ms)
     _store(path, encode_consumer_offsets(table, version))
+
+
+# --- delayOffset.json ------------------------------------------------------------------------
+
+
+def read_delay_offsets(root: Path) -> dict[int, int] | None:
+    """Delay level -> next offset of ``SCHEDULE_TOPIC_XXXX`` from
+    ``<root>/config/delayOffset.json`` (or its ``.bak``); ``None`` when neither has content."""
+    loaded = _load(config_path(root, DELAY_OFFSET_FILE), decode_delay_offsets)
+    return loaded[0] if loaded is not None else None
+
+
+def write_delay_offsets(
+    root: Path, table: Mapping[int, int], *, clock: Clock | None = None
+) -> None:
+    """Replace ``<root>/config/delayOffset.json`` with ``table`` (durable on return)."""
+    path = config_path(root, DELAY_OFFSET_FILE)
+    now_ms = (clock or SystemClock()).now_ms()
+    version = _next_version(path, lambda text, src: decode_delay_offsets(text, src)[1], now_ms)
+    _store(path, encode_delay_offsets(table, version))
 
 
 # --- subscriptionGroup.json -------------------------------------------------------------------

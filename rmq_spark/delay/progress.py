@@ -6,15 +6,15 @@ Owns reading and writing them durably:
   intent of the batch in flight. Written atomically (temp file, fsync, rename, fsync of the
   directory), so after a crash it is either the old or the new content.
 - ``delayOffset.json`` (+ ``.bak``): RocketMQ's file, a mirror of the level offsets written
-  after the journal in the fastjson dialect a 5.x broker writes (old content copied to
-  ``.bak`` first; the loader falls back to ``.bak`` when the file is missing, empty or
-  unparsable, as RocketMQ's ``ConfigManager`` does).
+  after the journal, through ``rmq_spark.broker.rocketmq_config_files`` (the owner of every
+  RocketMQ config file: format, ``.bak``, atomic replace, ``dataVersion``). A mirror that
+  cannot be read at all is ignored with a warning: the journal is authoritative.
 - ``schedule.lock``: an ``flock`` held while a job runs, so that two jobs never redeliver from
   the same store at once.
 
 On load the level offsets are the journal's, raised to delayOffset.json's where that file is
 ahead (a RocketMQ broker or an operator moved it). Does not own the file formats
-(``offsets.py``) or what is due (``schedule.py``).
+(``offsets.py``, ``rocketmq_config.py``) or what is due (``schedule.py``).
 """
 
 from __future__ import annotations
@@ -25,21 +25,20 @@ import logging
 import os
 from pathlib import Path
 
-from rmq_spark.delay.offsets import (
-    DataVersion,
-    DelayOffsets,
-    Journal,
-    format_delay_offsets,
-    format_journal,
-    parse_delay_offsets,
-    parse_journal,
+from rmq_spark.broker.rocketmq_config_files import (
+    DELAY_OFFSET_FILE,
+    read_delay_offsets,
+    write_delay_offsets,
 )
+from rmq_spark.clock import ManualClock
+from rmq_spark.delay.offsets import Journal, format_journal, parse_journal
 from rmq_spark.delay.schedule import QueueProgress
 from rmq_spark.errors import (
     ProgressFormatError,
     ScheduleLockedError,
     StoreIOError,
     StoreLockedError,
+    StoreMetadataError,
 )
 from rmq_spark.store.fileio import write_file_atomically
 
@@ -53,7 +52,6 @@ __all__ = [
 log = logging.getLogger("rmq_spark.delay")
 
 CONFIG_DIR = "config"
-DELAY_OFFSET_FILE = "delayOffset.json"
 JOURNAL_FILE = "scheduleJournal.json"
 LOCK_FILE = "schedule.lock"
 
@@ -68,11 +66,11 @@ class ProgressFiles:
     """
 
     def __init__(self, store_dir: str | Path) -> None:
-        self.config_dir = Path(store_dir) / CONFIG_DIR
+        self.store_dir = Path(store_dir)
+        self.config_dir = self.store_dir / CONFIG_DIR
         self.journal_path = self.config_dir / JOURNAL_FILE
         self.delay_offset_path = self.config_dir / DELAY_OFFSET_FILE
         self._lock_fd: int | None = None
-        self._data_version: DataVersion | None = None
 
     # --- lock -------------------------------------------------------------------------------
 
@@ -122,9 +120,8 @@ class ProgressFiles:
                 raise ProgressFormatError(f"{self.journal_path}: {err}") from err
         mirror = self.load_delay_offsets()
         if mirror is not None:
-            self._data_version = mirror.data_version
             merged = dict(journal.levels)
-            for level, offset in mirror.offset_table.items():
+            for level, offset in mirror.items():
                 current = merged.get(level, QueueProgress())
                 if offset > current.low_water:
                     if self.journal_path.exists():
@@ -139,20 +136,14 @@ class ProgressFiles:
             journal = dataclasses.replace(journal, levels=merged)
         return journal
 
-    def load_delay_offsets(self) -> DelayOffsets | None:
-        """delayOffset.json, else its ``.bak``; ``None`` when neither is readable."""
-        for path in (self.delay_offset_path, _bak(self.delay_offset_path)):
-            try:
-                text = path.read_text(encoding="utf-8")
-            except FileNotFoundError:
-                continue
-            if not text.strip():
-                continue
-            try:
-                return parse_delay_offsets(text)
-            except ProgressFormatError as err:
-                log.warning("%s: unreadable (%s); trying the backup", path, err)
-        return None
+    def load_delay_offsets(self) -> dict[int, int] | None:
+        """delayOffset.json's level -> offset, else its ``.bak``'s; ``None`` when neither is
+        readable."""
+        try:
+            return read_delay_offsets(self.store_dir)
+        except StoreMetadataError as err:
+            log.warning("%s; ignoring it (the journal is authoritative)", err)
+            return None
 
     # --- save -------------------------------------------------------------------------------
 
@@ -164,16 +155,7 @@ class ProgressFiles:
     def save_delay_offsets(self, level_offsets: dict[int, int], now_ms: int) -> None:
         """Write delayOffset.json as a 5.x broker does (old content to ``.bak`` first)."""
         self._require_lock()
-        base = self._data_version or DataVersion()
-        self._data_version = base.next(now_ms)
-        text = format_delay_offsets(DelayOffsets(level_offsets, self._data_version))
-        try:
-            previous = self.delay_offset_path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            previous = None
-        if previous is not None and previous.strip():
-            _atomic_write(_bak(self.delay_offset_path), previous)
-        _atomic_write(self.delay_offset_path, text)
+        write_delay_offsets(self.store_dir, level_offsets, clock=ManualClock(now_ms))
 
     def _require_lock(self) -> None:
         if self._lock_fd is None:
@@ -184,10 +166,6 @@ class ProgressFiles:
             self.config_dir.mkdir(parents=True, exist_ok=True)
         except OSError as err:
             raise StoreIOError(f"{self.config_dir}: cannot create: {err}") from err
-
-
-def _bak(path: Path) -> Path:
-    return path.with_name(path.name + ".bak")
 
 
 def _atomic_write(path: Path, text: str) -> None:

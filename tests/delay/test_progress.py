@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rmq_spark.delay.offsets import Journal, parse_delay_offsets
+from rmq_spark.broker.rocketmq_config import decode_delay_offsets
+from rmq_spark.delay.offsets import Journal
 from rmq_spark.delay.progress import ProgressFiles
 from rmq_spark.delay.schedule import QueueProgress
 from rmq_spark.errors import ProgressFormatError, ScheduleLockedError, StoreLockedError
@@ -45,7 +46,7 @@ def test_delay_offsets_keep_the_previous_content_in_bak(tmp_path: Path) -> None:
     main = (tmp_path / "config" / "delayOffset.json").read_text()
     bak = (tmp_path / "config" / "delayOffset.json.bak").read_text()
     assert "{1:5,2:1\n\t}" in main and '"counter":2' in main
-    assert parse_delay_offsets(bak).offset_table == {1: 3, 2: 0}
+    assert decode_delay_offsets(bak)[0] == {1: 3, 2: 0}
 
 
 @pytest.mark.parametrize("damage", ["", "{garbage", None])
@@ -61,7 +62,7 @@ def test_load_falls_back_to_bak_when_delay_offset_json_is_unusable(
         main.unlink()
     else:
         main.write_text(damage)
-    assert files.load_delay_offsets().offset_table == {1: 3}  # type: ignore[union-attr]
+    assert files.load_delay_offsets() == {1: 3}
 
 
 def test_a_delay_offset_json_ahead_of_the_journal_raises_the_low_water_mark(tmp_path: Path) -> None:

@@ -23,8 +23,6 @@ from rmq_spark.broker.rocketmq_config_files import (
 )
 from rmq_spark.broker.topics import TopicStatus, TopicTable
 from rmq_spark.clock import ManualClock
-from rmq_spark.delay.offsets import DataVersion as DelayDataVersion
-from rmq_spark.delay.offsets import DelayOffsets, format_delay_offsets
 from rmq_spark.errors import StoreMetadataError
 
 CONFIG = Path(__file__).parent / "rocketmq_reference" / "config"
@@ -87,8 +85,6 @@ def test_delay_offset_json_from_rocketmq_decodes_and_reencodes_as_the_schedule_j
     assert table == {1: 1, 3: 11, 18: 0} and version == VERSION(7, 0, 1764115200000)
     text = rc.encode_delay_offsets(table, version)
     assert text == _ours("delayOffset.json")
-    # rmq_spark.delay writes this file; both encoders write the same text.
-    assert text == format_delay_offsets(DelayOffsets(table, DelayDataVersion(7, 0, 1764115200000)))
 
 
 def test_rocketmq_read_our_files_as_its_own() -> None:
