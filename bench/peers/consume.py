@@ -67,6 +67,18 @@ def _consumer(rocketmq: ModuleType, endpoint: str, group: str, topic: str = TOPI
     return consumer
 
 
+def _receive(consumer: Any) -> list[Any]:
+    """One receive; a failed one is retried after 0.2 s, as an application would (RocketMQ's
+    proxy answers the first receives of a consumer whose settings it has not yet had with an
+    internal error)."""
+    try:
+        return list(consumer.receive(32, INVISIBLE_S))
+    except Exception as err:  # noqa: BLE001 (logged, the loop goes on)
+        progress(f"consume: receive failed, retried: {str(err)[:120]}")
+        time.sleep(0.2)
+        return []
+
+
 def _pct(values: list[float], fraction: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(len(values) * fraction))] if values else float("nan")
@@ -80,7 +92,7 @@ def put_to_receive(rocketmq: ModuleType, endpoint: str, rate: int, seconds: floa
 
     def receive() -> None:
         while not stop.is_set():
-            for message in consumer.receive(32, INVISIBLE_S):
+            for message in _receive(consumer):
                 now = time.time_ns()
                 (sent,) = _STAMP.unpack_from(message.body)
                 if sent > 0:
@@ -130,7 +142,7 @@ def drain(rocketmq: ModuleType, endpoint: str, backlog: int) -> str:
     def work(index: int) -> None:
         idle_since = time.monotonic()
         while sum(done) < sent.sent and time.monotonic() - idle_since < 15:
-            messages = consumers[index].receive(32, INVISIBLE_S)
+            messages = _receive(consumers[index])
             if messages:
                 idle_since = time.monotonic()
             for message in messages:
