@@ -62,7 +62,7 @@ def _message_type(properties: dict[str, str]) -> int:
 def delivered_message(delivery: Delivery) -> Any:
     """The ``apache.rocketmq.v2.Message`` a consumer receives for one delivery."""
     record, properties = delivery.record.record, delivery.properties
-    name, namespace = split_topic(record.topic)
+    name, namespace = split_topic(delivery.topic)  # a retry copy shows its original topic
     message = pb.Message(body=record.body)
     message.topic.name = name
     message.topic.resource_namespace = namespace

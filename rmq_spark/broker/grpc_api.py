@@ -275,7 +275,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC name)
         async def work() -> Any:
-            outcome = self._service.route(request.topic.name, request.topic.resource_namespace)
+            topic, namespace = request.topic.name, request.topic.resource_namespace
+            outcome = self._service.route(topic, namespace, reading=True)
             if outcome.code is not SendCode.OK:
                 return spb.QueryRouteResponse(
                     status=_status(status_code(outcome.code), outcome.reason)

@@ -289,9 +289,10 @@ class BrokerService:
 
     # --- routes ---------------------------------------------------------------------------
 
-    def route(self, topic: str, namespace: str = "") -> RouteOutcome:
-        """The queues of ``topic`` (creating it when auto-creation is on)."""
-        found = self.topics.lookup(topic, namespace)
+    def route(self, topic: str, namespace: str = "", *, reading: bool = False) -> RouteOutcome:
+        """The queues of ``topic`` (creating it when auto-creation is on); ``reading``: see
+        ``TopicTable.lookup``."""
+        found = self.topics.lookup(topic, namespace, reading=reading)
         if found.status is TopicStatus.ILLEGAL:
             return RouteOutcome(SendCode.ILLEGAL_TOPIC, found.topic, reason=found.reason)
         if found.status is TopicStatus.NOT_FOUND:

@@ -57,6 +57,7 @@ _SYSTEM_TOPICS = frozenset(
     }
 )
 _SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%")
+_GROUP_PREFIXES = ("%RETRY%", "%DLQ%")  # a consumer group's own topics: readable
 log = logging.getLogger("rmq_spark.broker")
 # Our topics take NORMAL, FIFO and DELAY messages alike; RocketMQ 5's proxy accepts that on a
 # topic only with message.type MIXED (without the attribute a topic is NORMAL only).
@@ -169,9 +170,17 @@ class TopicTable:
                 raise ValueError(f"topics: {problem}")
             self._queue_counts[topic] = queue_count
 
-    def lookup(self, name: str, namespace: str = "") -> TopicLookup:
-        """Find (or create) the topic ``name`` in ``namespace``."""
+    def lookup(self, name: str, namespace: str = "", *, reading: bool = False) -> TopicLookup:
+        """Find (or create) the topic ``name`` in ``namespace``. ``reading`` (a route query
+        or a consumer) may also name a group's ``%RETRY%``/``%DLQ%`` topic once the broker
+        wrote to it, as RocketMQ lets a consumer subscribe to ``%DLQ%<group>``; sends to
+        those stay refused."""
         topic = full_topic_name(name, namespace)
+        if reading and name.startswith(_GROUP_PREFIXES):
+            with self._lock:
+                queue_count = self._queue_counts.get(topic)
+            if queue_count is not None:
+                return TopicLookup(TopicStatus.OK, topic, queue_count)
         problem = topic_name_problem(name) or (topic_name_problem(topic) if namespace else None)
         if problem is not None:
             return TopicLookup(TopicStatus.ILLEGAL, topic, reason=problem)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rmq_spark.broker.consumer.revive import is_retry_schedule_record
 from rmq_spark.broker.redelivery import RedeliveryRef, redelivery_put_request
 from rmq_spark.broker.schedule_records import (
     DELETE_MARKER_PREFIX,
@@ -105,6 +106,8 @@ def load_entry(intent: IntentEntry, record: MessageRecord | Exception) -> Loaded
         uniq = property_value(record.properties, UNIQ_KEY)
         message_id = uniq or fallback_message_id(entry.physical_offset)
         restored = restore_delayed(record)
+        if is_retry_schedule_record(record.properties):  # the broker's RetryReviver's
+            restored = Discard("a consumer retry copy: the broker puts it back")
         request = None
         if isinstance(restored, MessageRecord):
             request = redelivery_put_request(restored)

@@ -21,6 +21,8 @@ from rmq_spark.errors import ConsumeRejectedError
 
 _WAIT_MS = 5_000  # a receive long-polls this long at most (new messages wake it at once)
 _INVISIBLE_MS = 10_000
+_LEVEL_3_MS = 10_000  # RocketMQ's delay levels 3 and 4: a first and a second retry
+_LEVEL_4_MS = 30_000
 
 
 def _broker(path: Path, clock: ManualClock, *topics: str, **settings: GroupSettings) -> Broker:
@@ -46,15 +48,21 @@ def test_received_messages_are_invisible_until_acked_or_their_time_passes(tmp_pa
             consumer.ack(message)
 
         clock.advance(_INVISIBLE_MS)
-        [again] = consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0)
+        # Unacknowledged: a copy goes to %RETRY%billing with delay level 3 (10 s).
+        assert consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0) == []
+        clock.advance(_LEVEL_3_MS)
+        [again] = consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=_WAIT_MS)
         assert again.message_id == got[0].message_id and again.delivery_attempt == 2
+        assert again.topic == "orders"
         assert again.receipt_handle != got[0].receipt_handle
         with pytest.raises(ConsumeRejectedError) as stale:
             consumer.ack(got[0])
         assert stale.value.code_name == "INVALID_RECEIPT_HANDLE"
         with pytest.raises(ConsumeRejectedError, match="INVALID_RECEIPT_HANDLE"):
             consumer.ack(got[1])  # acknowledged already
-        consumer.change_invisible_duration(again, 0)  # a nack: visible at once
+        consumer.change_invisible_duration(again, 0)  # a nack: to retry at once (level 4)
+        assert consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0) == []
+        clock.advance(_LEVEL_4_MS)
         [third] = consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=_WAIT_MS)
         assert third.delivery_attempt == 3
         consumer.ack(third)
@@ -130,11 +138,15 @@ def test_a_message_out_of_attempts_goes_to_the_groups_dlq(tmp_path: Path) -> Non
     with _broker(tmp_path, clock, strict=GroupSettings(retry_max_times=1)) as broker:
         message_id = broker.send("tasks", b"poison", tag="T", properties={"k": "v"}).message_id
         consumer = broker.consumer("strict", "tasks")
-        for attempt in (1, 2):
-            [message] = consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=_WAIT_MS)
-            assert message.delivery_attempt == attempt
-            clock.advance(_INVISIBLE_MS)
-        assert consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0) == []
+        [message] = consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=_WAIT_MS)
+        assert message.delivery_attempt == 1
+        clock.advance(_INVISIBLE_MS)
+        assert consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0) == []  # to retry
+        clock.advance(_LEVEL_3_MS)
+        [message] = consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=_WAIT_MS)
+        assert message.delivery_attempt == 2
+        clock.advance(_INVISIBLE_MS)
+        assert consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0) == []  # to the DLQ
     [dlq] = [r for r in read_records(tmp_path / "store") if r.topic == "%DLQ%strict"]
     p = props(dlq)
     assert dlq.body == b"poison" and dlq.queue_id == 0 and dlq.reconsume_times == 2
@@ -157,12 +169,15 @@ def test_progress_survives_a_restart_and_old_handles_are_stale(tmp_path: Path) -
         for message in got:
             if message not in kept:
                 consumer.ack(message)
-    assert set(read_consumer_offsets(tmp_path / "store")) == {("ledger", "books")}
+    offsets = set(read_consumer_offsets(tmp_path / "store"))
+    assert offsets == {("ledger", "books"), ("%RETRY%books", "books")}  # as RocketMQ keeps
 
     with _broker(tmp_path, clock) as broker:
         consumer = broker.consumer("books", "ledger")
         with pytest.raises(ConsumeRejectedError, match="INVALID_RECEIPT_HANDLE"):
             consumer.ack(kept[0])  # a handle of the earlier broker run
+        assert consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0) == []  # to retry
+        clock.advance(_LEVEL_3_MS)
         again = []
         while len(again) < 2:
             again += consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=_WAIT_MS)

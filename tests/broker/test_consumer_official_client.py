@@ -23,6 +23,8 @@ from rmq_spark.broker.embedded import Broker
 from rmq_spark.broker.rocketmq_config_files import SubscriptionGroups, read_consumer_offsets
 
 _INVISIBLE_S = 10  # the smallest invisible time a receive may ask for (as the Java proxy)
+# Retries come back through delay levels 3, 4, ... (10 s, 30 s, ...): 1 s each in these tests.
+_FAST_RETRY = "store.message_delay_level=" + " ".join(["1s"] * 18)
 
 
 @pytest.fixture
@@ -72,7 +74,7 @@ def test_simple_consumer_receives_acks_and_gets_an_expired_message_again(
     clients: Callable[..., Any],
     rocketmq: ModuleType,
 ) -> None:
-    broker = broker_factory("broker.default_queue_count=2")
+    broker = broker_factory("broker.default_queue_count=2", _FAST_RETRY)
     producer = official_producer(broker.address, ("orders",))
     sent = {
         _send(rocketmq, producer, "orders", f"order {i}", tag="TagA", keys=f"k{i}"): i
@@ -193,7 +195,7 @@ def test_push_consumer_acks_on_success_and_gets_a_failed_message_again(
     clients: Callable[..., Any],
     rocketmq: ModuleType,
 ) -> None:
-    broker = broker_factory("broker.default_queue_count=2")
+    broker = broker_factory("broker.default_queue_count=2", _FAST_RETRY)
     producer = official_producer(broker.address, ("jobs",))
     good = _send(rocketmq, producer, "jobs", "fine")
     bad = _send(rocketmq, producer, "jobs", "fails once")
@@ -232,7 +234,7 @@ def test_a_restarted_broker_redelivers_only_what_was_not_acknowledged(
     producer.shutdown()
     assert broker.stop() == 0
 
-    again = broker_factory("broker.default_queue_count=2", store_dir=broker.store_dir)
+    again = broker_factory("broker.default_queue_count=2", _FAST_RETRY, store_dir=broker.store_dir)
     consumer = clients("simple", again.address, "books", {"ledger": "*"}, await_duration=2)
     redelivered = _receive(consumer, 2)
     assert {m.message_id for m in redelivered} == kept
@@ -281,7 +283,7 @@ def test_acknowledgements_saved_before_a_kill_9_are_kept_and_the_rest_comes_back
     consumer.shutdown()
     producer.shutdown()
 
-    again = broker_factory("broker.default_queue_count=2", store_dir=broker.store_dir)
+    again = broker_factory("broker.default_queue_count=2", _FAST_RETRY, store_dir=broker.store_dir)
     consumer = clients("simple", again.address, "auditors", {"audit": "*"}, await_duration=2)
     redelivered = _receive(consumer, 2)
     assert {m.message_id for m in redelivered} == unacked

@@ -25,9 +25,10 @@ from rmq_spark.broker.consumer.receipt import ReceiptHandle
 from rmq_spark.clock import Clock
 from rmq_spark.errors import OffsetOutOfRangeError
 from rmq_spark.store.codec import DecodedRecord
-from rmq_spark.store.properties import SHARDING_KEY, TAGS, parse_properties
+from rmq_spark.store.consume_queue import CqUnit
+from rmq_spark.store.properties import RETRY_TOPIC, SHARDING_KEY, TAGS, parse_properties
 
-__all__ = ["ConsumerGroups", "Delivery", "HandleCode", "PopRequest"]
+__all__ = ["ConsumerGroups", "Delivery", "HandleCode", "PopRequest", "RETRY_PREFIX", "retry_topic"]
 
 _SCAN_LIMIT = 4096  # queue offsets one pop looks at per queue (filtered-out ones included)
 _RENEW_MS = 60_000  # invisible time of an auto-renewed delivery (the proxy's default)
@@ -55,19 +56,28 @@ class PopRequest:
 class Delivery:
     """One message handed to a consumer: the stored record and this delivery's handle."""
 
-    topic: str
+    topic: str  # the topic the client sees: a retry copy's original topic (RETRY_TOPIC)
     handle: ReceiptHandle
     record: DecodedRecord
     properties: dict[str, str]
 
     @property
     def attempt(self) -> int:
-        return self.handle.attempt
+        """Attempts so far: the copy's RECONSUMETIMES (a %RETRY% copy's earlier ones) plus its
+        own deliveries (the handle counts those)."""
+        return self.record.record.reconsume_times + self.handle.attempt
 
 
 Exhausted = Callable[[str, DecodedRecord, dict[str, str], int], bool]
 """``on_exhausted(group, record, properties, attempts)``: True once the message is safely
-elsewhere (the DLQ); False leaves it deliverable."""
+elsewhere (the DLQ); False leaves it deliverable. ``on_retry`` has the same shape: the copy
+goes to ``%RETRY%<group>`` with ``attempts`` as its reconsume times."""
+
+RETRY_PREFIX = "%RETRY%"
+
+
+def retry_topic(group: str) -> str:
+    return f"{RETRY_PREFIX}{group}"
 
 
 class ConsumerGroups:
@@ -85,6 +95,7 @@ class ConsumerGroups:
         committed: dict[tuple[str, str], dict[int, int]] | None = None,
         extra: dict[str, dict[str, dict[str, object]]] | None = None,
         on_exhausted: Exhausted | None = None,
+        on_retry: Exhausted | None = None,
         client_alive: Callable[[str], bool] = lambda _client: False,
     ) -> None:
         self._store = store
@@ -95,6 +106,7 @@ class ConsumerGroups:
         self._committed = committed or {}
         self._extra = extra or {}
         self._on_exhausted = on_exhausted
+        self._on_retry = on_retry
         self._client_alive = client_alive
         self._lock = threading.Lock()
         self._progress: dict[tuple[str, str, int], QueueProgress] = {}
@@ -173,8 +185,19 @@ class ConsumerGroups:
         entry.message_group = group
         if group is not None and group in blocked:
             return  # an earlier message of its group is invisible: keep the order
-        if entry.attempt >= request.settings.retry_max_times + 1 and self._on_exhausted:
-            if self._on_exhausted(request.group, record, properties, entry.attempt):
+        tried = record.record.reconsume_times + entry.attempt
+        if entry.attempt > 0 and group is None and self._on_retry is not None:
+            # Came back unacknowledged: RocketMQ's non-orderly consumers retry through
+            # %RETRY%<group> (or the DLQ once out of attempts); the copy stored, this
+            # delivery counts as consumed.
+            exhausted = tried >= request.settings.retry_max_times + 1
+            hand_off = self._on_exhausted if exhausted else self._on_retry
+            if hand_off is not None and hand_off(request.group, record, properties, tried):
+                progress.finish(offset)
+                self.changes += 1
+            return
+        if tried >= request.settings.retry_max_times + 1 and self._on_exhausted:
+            if self._on_exhausted(request.group, record, properties, tried):
                 progress.finish(offset)
                 self.changes += 1
             elif group is not None:
@@ -205,7 +228,10 @@ class ConsumerGroups:
             nonce=self.nonce,
             topic_type=ReceiptHandle.topic_type_of(request.topic),
         )
-        out.append(Delivery(request.topic, handle, record, properties))
+        shown = request.topic
+        if request.topic.startswith(RETRY_PREFIX):
+            shown = properties.get(RETRY_TOPIC, request.topic)
+        out.append(Delivery(shown, handle, record, properties))
 
     def _load(
         self, topic: str, queue_id: int, offset: int, entry: InFlight
@@ -231,6 +257,26 @@ class ConsumerGroups:
                 if self._client_alive(entry.client_id):
                     entry.deadline_ms = now + _RENEW_MS
 
+    def walk(self, group: str, topic: str, queue_id: int, visit: Callable[[CqUnit], bool]) -> None:
+        """Move ``group``'s position in the queue over each unit ``visit`` returns True for
+        (done with it), up to the first False: an internal reader (the retry reviver) whose
+        position persists as a group's does."""
+        with self._lock:
+            progress = self._progress_of(group, topic, queue_id)
+            end = self._source.max_offset(topic, queue_id)
+            while progress.frontier < end:
+                count = min(end - progress.frontier, 256)
+                units = self._source.units(topic, queue_id, progress.frontier, count)
+                if not units:
+                    return
+                for unit in units:
+                    if not visit(unit):
+                        return
+                    offset = progress.frontier
+                    progress.take_new(offset)
+                    progress.finish(offset)
+                    self.changes += 1
+
     # --- ack / change invisible --------------------------------------------------------------
 
     def _current(
@@ -238,6 +284,8 @@ class ConsumerGroups:
     ) -> tuple[QueueProgress, InFlight] | None:
         if handle.nonce != self.nonce or handle.broker_name != self._broker_name:
             return None
+        if handle.topic_type != "0":  # a %RETRY% copy: acknowledged under its original topic
+            topic = retry_topic(group)
         progress = self._progress.get((group, topic, handle.queue_id))
         if progress is None:
             return None

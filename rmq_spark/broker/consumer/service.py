@@ -17,19 +17,27 @@ import secrets
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rmq_spark.broker.consumer.groups import ConsumerGroups, Delivery, HandleCode, PopRequest
+from rmq_spark.broker.consumer.groups import (
+    ConsumerGroups,
+    Delivery,
+    HandleCode,
+    PopRequest,
+    retry_topic,
+)
 from rmq_spark.broker.consumer.persist import ProgressFiles, ProgressSaver
 from rmq_spark.broker.consumer.ports import ConsumerStore, ConsumerWiring, GroupSettingsLike
 from rmq_spark.broker.consumer.receipt import ReceiptHandle, decode_receipt_handle
+from rmq_spark.broker.consumer.revive import RetryReviver
 from rmq_spark.broker.consumer.waiters import Waiters
 from rmq_spark.broker.consumer.wiring import broker_wiring
 from rmq_spark.broker.service import BrokerService, RouteOutcome, SendCode
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError
 from rmq_spark.store.codec import DecodedRecord
+from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
 from rmq_spark.store.msg_id import offset_msg_id
 from rmq_spark.store.properties import (
     DELAY,
@@ -37,9 +45,12 @@ from rmq_spark.store.properties import (
     DLQ_ORIGIN_TOPIC,
     MAX_RECONSUME_TIMES,
     ORIGIN_MESSAGE_ID,
+    REAL_QID,
+    REAL_TOPIC,
     RECONSUME_TIME,
     RETRY_TOPIC,
     UNIQ_KEY,
+    WAIT,
     parse_properties,
 )
 from rmq_spark.store.put import PutRequest, PutStatus
@@ -63,6 +74,8 @@ BATCH_MAX = 32  # grpcClientConsumerLongPollingBatchSize
 CLIENT_ALIVE_MS = 30_000  # a client unheard of for this long no longer renews its messages
 _GROUP_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 _DLQ_PREFIX = "%DLQ%"
+_RETRY_BASE_LEVEL = 3  # a retry's delay level: 3 + reconsume times (10 s, 30 s, 1 m, ...)
+_MATCH_ALL = "*"  # the retry topic is read unfiltered: its copies matched when first taken
 
 
 def dlq_topic(group: str) -> str:
@@ -94,6 +107,7 @@ class Receive:
 
     request: PopRequest
     queue_ids: tuple[int, ...]
+    retry: PopRequest | None = None  # the group's %RETRY% topic (queue 0); None for FIFO
 
 
 class ConsumeService:
@@ -140,7 +154,16 @@ class ConsumeService:
             committed=offsets,
             extra=extra,
             on_exhausted=self._to_dlq,
+            on_retry=self._to_retry,
             client_alive=self._alive,
+        )
+        levels = getattr(getattr(store, "config", None), "message_delay_level", None)
+        self.reviver = RetryReviver(
+            self.groups,
+            self.source,
+            store,
+            self._clock,
+            parse_message_delay_level(levels or DEFAULT_MESSAGE_DELAY_LEVEL),
         )
         self.waiters = Waiters()
         self.source.add_listener(self.waiters.wake)
@@ -149,6 +172,7 @@ class ConsumeService:
         )
         self._close_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="consume-pop")
+        self.reviver.start()
 
     # --- clients -----------------------------------------------------------------------------
 
@@ -172,7 +196,7 @@ class ConsumeService:
         return released
 
     def route(self, topic: str, namespace: str = "") -> RouteOutcome:
-        return self._broker.route(topic, namespace)
+        return self._broker.route(topic, namespace, reading=True)
 
     # --- receive -----------------------------------------------------------------------------
 
@@ -194,7 +218,7 @@ class ConsumeService:
             return Rejected(ConsumeCode.SHUTTING_DOWN, "broker is shutting down")
         if not _GROUP_RE.match(group):
             return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group!r}")
-        route = self._broker.route(topic, namespace)
+        route = self._broker.route(topic, namespace, reading=True)
         if route.code is not SendCode.OK:
             code = ConsumeCode.ILLEGAL_TOPIC
             if route.code is SendCode.TOPIC_NOT_FOUND:
@@ -221,19 +245,34 @@ class ConsumeService:
             client_id=client_id,
             auto_renew=auto_renew,
         )
-        return Receive(request, tuple(range(route.queue_count)))
+        retry = None
+        if not request.settings.fifo and route.topic != retry_topic(request.group):
+            everything = self._wiring.compile_filter("TAG", _MATCH_ALL)
+            retry = replace(request, topic=retry_topic(request.group), filter=everything)
+        return Receive(request, tuple(range(route.queue_count)), retry)
 
     def receive_now(self, receive: Receive) -> list[Delivery]:
-        return self.groups.pop(receive.request, receive.queue_ids)
+        """The topic's deliverable messages, then the group's retry copies (RocketMQ's
+        consumers read ``%RETRY%<group>`` beside their topics)."""
+        found = self.groups.pop(receive.request, receive.queue_ids)
+        room = receive.request.batch_size - len(found)
+        if receive.retry is not None and room > 0:
+            found += self.groups.pop(replace(receive.retry, batch_size=room), (0,))
+        return found
+
+    @staticmethod
+    def _topics(receive: Receive) -> tuple[str, ...]:
+        if receive.retry is None:
+            return (receive.request.topic,)
+        return (receive.request.topic, receive.retry.topic)
 
     async def receive(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """Pop; when nothing is deliverable, wait (at most ``wait_s``) for new messages or
         for an invisible one to come back, then pop again."""
         loop = asyncio.get_running_loop()
         end = loop.time() + wait_s
-        topic = receive.request.topic
         while True:
-            with self.waiters.watch_async(topic) as woken:
+            with self.waiters.watch_async(*self._topics(receive)) as woken:
                 found = await self._pop_off_loop(receive)
                 remaining = end - loop.time()
                 if found or remaining <= 0 or self._stopping:
@@ -264,9 +303,8 @@ class ConsumeService:
     def receive_blocking(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """``receive`` for a thread without an event loop (the embedded consumer)."""
         end = time.monotonic() + wait_s
-        topic = receive.request.topic
         while True:
-            with self.waiters.watch_thread(topic) as woken:
+            with self.waiters.watch_thread(*self._topics(receive)) as woken:
                 found = self.receive_now(receive)
                 remaining = end - time.monotonic()
                 if found or remaining <= 0 or self._stopping:
@@ -275,7 +313,9 @@ class ConsumeService:
 
     def _pause_s(self, receive: Receive, remaining_s: float) -> float:
         """Until the earliest invisible message comes back, at most ``remaining_s``."""
-        deadline = self.groups.next_deadline_ms(receive.request.group, receive.request.topic)
+        group = receive.request.group
+        deadlines = [self.groups.next_deadline_ms(group, topic) for topic in self._topics(receive)]
+        deadline = min((d for d in deadlines if d is not None), default=None)
         if deadline is None:
             return remaining_s
         return max(0.001, min(remaining_s, (deadline - self._clock.now_ms()) / 1000 + 0.001))
@@ -362,7 +402,46 @@ class ConsumeService:
             reconsume_times=attempts,
             idempotent=True,
         )
-        return self._store.put(request).status is PutStatus.PUT_OK
+        return self._put_group_copy(request)
+
+    def _to_retry(
+        self, group: str, record: DecodedRecord, properties: dict[str, str], reconsume: int
+    ) -> bool:
+        """Store a copy bound for ``%RETRY%<group>`` queue 0 with delay level 2 + ``reconsume``
+        (3 + the reconsume times before this failure), as RocketMQ's send-back (spec 11):
+        the put path turns DELAY into a SCHEDULE_TOPIC_XXXX record (REAL_TOPIC = the retry
+        topic) that ``RetryReviver`` puts back when due."""
+        original = record.record
+        copy = {k: v for k, v in properties.items() if not k.startswith("TIMER_")}
+        for key in (REAL_TOPIC, REAL_QID):
+            copy.pop(key, None)
+        copy.setdefault(RETRY_TOPIC, original.topic)
+        copy.setdefault(ORIGIN_MESSAGE_ID, offset_msg_id(original.store_host, record.position))
+        copy[WAIT] = "false"
+        copy[RECONSUME_TIME] = str(reconsume)
+        copy[MAX_RECONSUME_TIMES] = str(self.settings_of(group).retry_max_times)
+        copy[DELAY] = str(_RETRY_BASE_LEVEL - 1 + reconsume)
+        request = PutRequest(
+            topic=retry_topic(group),
+            queue_id=0,
+            body=original.body,
+            properties=copy,
+            flag=original.flag,
+            sys_flag=original.sys_flag,
+            born_timestamp_ms=original.born_timestamp_ms,
+            born_host=original.born_host,
+            reconsume_times=reconsume,
+            idempotent=False,  # every retry of a message keeps its UNIQ_KEY
+        )
+        return self._put_group_copy(request)
+
+    def _put_group_copy(self, request: PutRequest) -> bool:
+        """Put a retry or DLQ copy; its topic joins the topic table (topics.json), readable
+        by consumers and a RocketMQ broker, never by producers."""
+        stored = self._store.put(request).status is PutStatus.PUT_OK
+        if stored:
+            self._broker.topics.add_internal(request.topic)
+        return stored
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -378,6 +457,7 @@ class ConsumeService:
                 return
             self._closed = True
         self.begin_shutdown()
+        self.reviver.close()
         self._pool.shutdown(wait=True)
         try:
             self._saver.close()

@@ -48,22 +48,26 @@ class Waiters:
         self._by_topic: dict[str, set[_AsyncWaiter | _ThreadWaiter]] = {}
 
     @contextmanager
-    def watch_async(self, topic: str) -> Iterator[asyncio.Event]:
+    def watch_async(self, *topics: str) -> Iterator[asyncio.Event]:
         waiter = _AsyncWaiter()
-        self._add(topic, waiter)
+        for topic in topics:
+            self._add(topic, waiter)
         try:
             yield waiter.event
         finally:
-            self._remove(topic, waiter)
+            for topic in topics:
+                self._remove(topic, waiter)
 
     @contextmanager
-    def watch_thread(self, topic: str) -> Iterator[threading.Event]:
+    def watch_thread(self, *topics: str) -> Iterator[threading.Event]:
         waiter = _ThreadWaiter()
-        self._add(topic, waiter)
+        for topic in topics:
+            self._add(topic, waiter)
         try:
             yield waiter.event
         finally:
-            self._remove(topic, waiter)
+            for topic in topics:
+                self._remove(topic, waiter)
 
     def wake(self, grown: set[tuple[str, int]]) -> None:
         """Wake every receive waiting on a topic in ``grown`` ((topic, queue id) pairs)."""

@@ -1,0 +1,294 @@
+"""``rmq-spark groups``: consumer groups' positions, lag, in-flight, retry and DLQ depth, and
+``rmq-spark groups reset`` (``mqadmin resetOffsetByTime``'s job).
+
+Owns reading a store's consumer progress without opening the store: ``config/
+consumerOffset.json``, ``config/consumerInflight.json`` and the ConsumeQueue files (opened
+read-only, never recovered or truncated: units past the last written one are ignored), so it
+works while a broker runs (what it shows is as of the broker's last save, at most a second
+old). The reset rewrites consumerOffset.json and drops the group's in-flight state for the
+topic, and refuses while a process holds the store's lock (a running broker would overwrite
+it within a second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from rmq_spark.broker.consumer.persist import INFLIGHT_FILE
+from rmq_spark.broker.consumer.revive import REVIVE_GROUP
+from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets, write_consumer_offsets
+from rmq_spark.errors import ConfigError, StoreLockedError, StoreMetadataError
+from rmq_spark.store.codec import DecodedRecord, decode_record
+from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
+from rmq_spark.store.fileio import write_file_atomically
+from rmq_spark.store.view import StoreView, broker_has_store_open
+
+__all__ = ["GroupQueueRow", "QueueFiles", "group_rows", "register", "reset_offsets"]
+
+_UNIT = struct.Struct(">qiq")  # CommitLog offset, size, tags code (FORMAT.md 6)
+
+
+class QueueFiles:
+    """One ConsumeQueue's units, read-only: ``[min_offset, max_offset)`` are written."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        names = sorted(p.name for p in directory.iterdir() if p.name.isdigit())
+        self._files = [(int(name) // _UNIT.size, directory / name) for name in names]
+        self.min_offset = self._files[0][0] if self._files else 0
+        self.max_offset = self.min_offset
+        for base, path in self._files[-2:]:  # RocketMQ's recover: the valid prefix
+            data = path.read_bytes()
+            count = 0
+            while (count + 1) * _UNIT.size <= len(data):
+                offset, size, _tags = _UNIT.unpack_from(data, count * _UNIT.size)
+                if offset < 0 or size <= 0:
+                    break
+                count += 1
+            if count:
+                self.max_offset = base + count
+
+    def units(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(CommitLog offset, size) of queue offsets ``[start, end)`` within the written ones."""
+        start, end = max(start, self.min_offset), min(end, self.max_offset)
+        out: list[tuple[int, int]] = []
+        for base, path in self._files:
+            if start >= end:
+                break
+            with path.open("rb") as handle:
+                handle.seek((start - base) * _UNIT.size)
+                data = handle.read((end - start) * _UNIT.size)
+            for position in range(0, len(data) - _UNIT.size + 1, _UNIT.size):
+                offset, size, _tags = _UNIT.unpack_from(data, position)
+                out.append((offset, size))
+            start += len(data) // _UNIT.size
+        return out
+
+
+def _queues(root: Path, topic: str) -> dict[int, QueueFiles]:
+    directory = root / CONSUME_QUEUE_DIR / topic
+    if not directory.is_dir():
+        return {}
+    return {int(p.name): QueueFiles(p) for p in directory.iterdir() if p.name.isdigit()}
+
+
+def _inflight(root: Path) -> dict[str, dict[str, dict[str, Any]]]:
+    path = root / INFLIGHT_FILE
+    try:
+        table = json.loads(path.read_text())["inflightTable"]
+    except FileNotFoundError:
+        return {}
+    except (ValueError, KeyError, TypeError) as err:
+        raise StoreMetadataError(str(path), f"not a consumer in-flight file: {err}") from err
+    assert isinstance(table, dict)
+    return table
+
+
+@dataclass(frozen=True, slots=True)
+class GroupQueueRow:
+    group: str
+    topic: str
+    queue_id: int
+    offset: int  # committed: every message below it is consumed
+    max_offset: int
+    lag: int  # messages at or above the committed offset
+    lag_bytes: int
+    in_flight: int
+    retry_depth: int  # copies in %RETRY%<group> the group has not consumed yet
+    dlq_depth: int  # messages in %DLQ%<group>
+
+
+def group_rows(root: Path) -> list[GroupQueueRow]:
+    """Every (group, topic, queue) of consumerOffset.json, with its lag and depths."""
+    offsets = read_consumer_offsets(root)
+    inflight = _inflight(root)
+    depth: dict[str, tuple[int, int]] = {}
+    rows: list[GroupQueueRow] = []
+    for (topic, group), queues in sorted(offsets.items(), key=lambda kv: (kv[0][1], kv[0][0])):
+        if group == REVIVE_GROUP or topic.startswith("%RETRY%"):
+            continue
+        if group not in depth:
+            depth[group] = (_retry_depth(root, group, offsets), _dlq_depth(root, group))
+        files = _queues(root, topic)
+        for queue_id in sorted(set(queues) | set(files)):
+            rows.append(_row(group, topic, queue_id, queues, files, inflight, depth[group]))
+    return rows
+
+
+def _row(
+    group: str,
+    topic: str,
+    queue_id: int,
+    queues: dict[int, int],
+    files: dict[int, QueueFiles],
+    inflight: dict[str, dict[str, dict[str, Any]]],
+    depth: tuple[int, int],
+) -> GroupQueueRow:
+    queue = files.get(queue_id)
+    max_offset = queue.max_offset if queue is not None else 0
+    committed = queues.get(queue_id, queue.min_offset if queue is not None else 0)
+    units = queue.units(committed, max_offset) if queue is not None else []
+    extra = inflight.get(f"{topic}@{group}", {}).get(str(queue_id), {})
+    attempts = extra.get("attempts", {})
+    return GroupQueueRow(
+        group,
+        topic,
+        queue_id,
+        committed,
+        max_offset,
+        max(0, max_offset - committed),
+        sum(size for _offset, size in units),
+        sum(1 for a in attempts.values() if int(a) > 0),
+        *depth,
+    )
+
+
+def _retry_depth(root: Path, group: str, offsets: dict[tuple[str, str], dict[int, int]]) -> int:
+    topic = f"%RETRY%{group}"
+    committed = offsets.get((topic, group), {})
+    return sum(
+        max(0, q.max_offset - committed.get(i, q.min_offset))
+        for i, q in _queues(root, topic).items()
+    )
+
+
+def _dlq_depth(root: Path, group: str) -> int:
+    return sum(q.max_offset - q.min_offset for q in _queues(root, f"%DLQ%{group}").values())
+
+
+def _store_timestamp(view: StoreView, physical_offset: int, size: int) -> int:
+    span = view.span_at(physical_offset)
+    if span is None:
+        return -1  # deleted by retention: older than anything still there
+    with view.segment(span) as segment:
+        data = segment.read(physical_offset - span.base_offset, size)
+    decoded = decode_record(data, 0, path=str(segment.path), check_crc=False)
+    return decoded.record.store_timestamp_ms if isinstance(decoded, DecodedRecord) else -1
+
+
+def _offset_for_time(view: StoreView, queue: QueueFiles, timestamp_ms: int) -> int:
+    """The first queue offset stored at or after ``timestamp_ms`` (RocketMQ's
+    ``getOffsetInQueueByTime``); ``max_offset`` if none."""
+    low, high = queue.min_offset, queue.max_offset
+    while low < high:
+        middle = (low + high) // 2
+        [(offset, size)] = queue.units(middle, middle + 1)
+        if _store_timestamp(view, offset, size) >= timestamp_ms:
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def reset_offsets(
+    root: Path, group: str, topic: str, *, to_offset: int | None = None, to_time_ms: int | None
+) -> dict[int, int]:
+    """Set ``group``'s committed offset in every queue of ``topic``, drop its in-flight state
+    there; returns the new offsets. Raises ``StoreLockedError`` while a broker holds the store."""
+    if broker_has_store_open(root):
+        raise StoreLockedError(
+            f"{root}: a broker has the store open; stop it first (it saves its own offsets)"
+        )
+    queues = _queues(root, topic)
+    if not queues:
+        raise ConfigError("--topic", f"topic {topic!r} has no ConsumeQueue in {root}")
+    new: dict[int, int] = {}
+    view = StoreView.open(root) if to_time_ms is not None else None
+    for queue_id, queue in sorted(queues.items()):
+        if view is not None and to_time_ms is not None:
+            new[queue_id] = _offset_for_time(view, queue, to_time_ms)
+        else:
+            wanted = to_offset if to_offset is not None else queue.min_offset
+            new[queue_id] = max(queue.min_offset, min(wanted, queue.max_offset))
+    offsets = read_consumer_offsets(root)
+    offsets[(topic, group)] = new
+    inflight = _inflight(root)
+    if inflight.pop(f"{topic}@{group}", None) is not None:
+        data = json.dumps({"inflightTable": inflight}, sort_keys=True, separators=(",", ":"))
+        write_file_atomically(root / INFLIGHT_FILE, data.encode("utf-8"))
+    write_consumer_offsets(root, offsets)
+    return new
+
+
+def _parse_time(text: str) -> int:
+    if text.isdigit():
+        return int(text)
+    try:
+        return int(datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise ConfigError("--to-time", f"not epoch ms nor ISO 8601: {text!r}") from None
+
+
+_COLUMNS = ("group", "topic", "queue_id", "offset", "max_offset", "lag", "lag_bytes")
+_COLUMNS += ("in_flight", "retry_depth", "dlq_depth")
+
+
+def _show(args: argparse.Namespace) -> int:
+    if args.store is None:
+        raise ConfigError("--store", "required")
+    rows = group_rows(Path(args.store))
+    if args.json:
+        for row in rows:
+            print(json.dumps(asdict(row)))
+        return 0
+    table = [_COLUMNS] + [tuple(str(getattr(r, c)) for c in _COLUMNS) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
+    for line in table:
+        print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
+    return 0
+
+
+def _reset(args: argparse.Namespace) -> int:
+    to_time = _parse_time(args.to_time) if args.to_time is not None else None
+    new = reset_offsets(
+        Path(args.reset_store), args.group, args.topic, to_offset=args.to_offset, to_time_ms=to_time
+    )
+    for queue_id, offset in sorted(new.items()):
+        print(
+            json.dumps(
+                {"group": args.group, "topic": args.topic, "queue_id": queue_id, "offset": offset}
+            )
+        )
+    sys.stdout.flush()
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "groups",
+        help="consumer groups: position, lag, in-flight, retry and DLQ depth; reset",
+        description=(
+            "Print each consumer group's committed offset, lag (messages and bytes), messages "
+            "in flight, retry and DLQ depth per queue, from config/consumerOffset.json, "
+            "config/consumerInflight.json and the ConsumeQueue, read-only (works while a "
+            "broker runs; as of its last save). `groups reset` moves a group's offsets."
+        ),
+    )
+    parser.add_argument("--store", metavar="DIR", help="store root directory")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.set_defaults(handler=_show)
+    actions = parser.add_subparsers(dest="groups_action", metavar="ACTION")
+    reset = actions.add_parser(
+        "reset",
+        help="set a group's offsets in a topic (the broker must be stopped)",
+        description=(
+            "Set GROUP's committed offset in every queue of TOPIC to an offset (clamped to "
+            "each queue) or to the first message stored at or after a time (mqadmin "
+            "resetOffsetByTime), and drop its in-flight state there. Refuses while a broker "
+            "holds the store's lock."
+        ),
+    )
+    reset.add_argument("--store", dest="reset_store", metavar="DIR", required=True)
+    reset.add_argument("--group", required=True)
+    reset.add_argument("--topic", required=True)
+    target = reset.add_mutually_exclusive_group(required=True)
+    target.add_argument("--to-offset", type=int, metavar="N", help="queue offset")
+    target.add_argument("--to-time", metavar="TIME", help="ISO 8601 or epoch milliseconds")
+    reset.set_defaults(handler=_reset)
