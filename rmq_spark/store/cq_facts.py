@@ -257,6 +257,8 @@ class FactUnits:
             queue_offsets = list(compress(queue_offsets, keep))
             tags = None if tags is None else list(compress(tags, keep))
             props = None if props is None else list(compress(props, keep))
+            if type(ts) is not int:  # single puts' facts: a store timestamp per record
+                ts = list(compress(cast("Sequence[int]", ts), keep))
             n = len(offsets)
             if not n:
                 return

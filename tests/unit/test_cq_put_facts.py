@@ -115,6 +115,32 @@ def test_live_units_are_byte_for_byte_those_a_rebuild_writes(
     assert _files(tmp_path) == live
 
 
+class _TickingClock(ManualClock):
+    """A millisecond later at every reading: each single put gets its own store timestamp."""
+
+    def now_ms(self) -> int:
+        self.advance(1)
+        return super().now_ms()
+
+
+def test_single_puts_keep_their_own_store_timestamps_when_some_records_get_no_unit(
+    tmp_path: Path,
+) -> None:
+    # A delayed record's tagsCode is its delivery time (store timestamp + delay). Single puts'
+    # facts carry a timestamp each; PREPARED records among them get no unit, and the
+    # timestamps must stay with their records when those are left out.
+    store = open_store(tmp_path, _TickingClock(), flush_policy=FlushPolicy.ASYNC)
+    try:
+        for i in range(40):
+            if i % 3 == 0:
+                store.put(PutRequest("Tx", b"half", sys_flag=TRANSACTION_PREPARED_TYPE))
+            store.put(PutRequest("T", b"d%d" % i, properties={"DELAY": "3"}, tags="TagD"))
+        assert store.consume_queues.wait_dispatched(store.confirmed_offset, 10)
+        assert actual_units(store) == expected_units(store)
+    finally:
+        store.close()
+
+
 def test_the_facts_of_a_failed_write_are_dropped(tmp_path: Path) -> None:
     """A write that fails after its facts were handed over takes them back: no unit names
     the bytes it did not write, and the next record's unit takes that queue offset."""
