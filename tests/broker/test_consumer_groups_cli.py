@@ -29,6 +29,8 @@ def test_groups_shows_lag_in_flight_and_dlq_while_the_broker_runs(
     with Broker(root, broker_config=BrokerConfig(default_queue_count=1), clock=clock) as broker:
         for i in range(5):
             broker.send("orders", f"o{i}".encode())
+        # A receive answers with what is dispatched when it looks: let all five be.
+        assert broker.store.consume_queues.wait_dispatched(broker.store.confirmed_offset, 10)
         consumer = broker.consumer("billing", "orders")
         got = consumer.receive(max_messages=3, invisible_ms=_INVISIBLE_MS, wait_ms=5_000)
         assert len(got) == 3

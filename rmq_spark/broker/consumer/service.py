@@ -382,27 +382,10 @@ class ConsumeService:
         self, group: str, record: DecodedRecord, properties: dict[str, str], attempts: int
     ) -> bool:
         """Store a copy in ``%DLQ%<group>`` queue 0 as RocketMQ's send-back does (spec 11)."""
-        original = record.record
-        copy = {k: v for k, v in properties.items() if k != DELAY and not k.startswith("TIMER_")}
-        copy.setdefault(RETRY_TOPIC, original.topic)
-        copy.setdefault(ORIGIN_MESSAGE_ID, offset_msg_id(original.store_host, record.position))
-        copy[RECONSUME_TIME] = str(attempts)
-        copy[MAX_RECONSUME_TIMES] = str(self.settings_of(group).retry_max_times)
+        copy = self._copy_properties(group, record, properties, (DELAY,), attempts)
         copy[DLQ_ORIGIN_TOPIC] = copy[RETRY_TOPIC]
         copy[DLQ_ORIGIN_MESSAGE_ID] = properties.get(UNIQ_KEY, copy[ORIGIN_MESSAGE_ID])
-        request = PutRequest(
-            topic=dlq_topic(group),
-            queue_id=0,
-            body=original.body,
-            properties=copy,
-            flag=original.flag,
-            sys_flag=original.sys_flag,
-            born_timestamp_ms=original.born_timestamp_ms,
-            born_host=original.born_host,
-            reconsume_times=attempts,
-            idempotent=True,
-        )
-        return self._put_group_copy(request)
+        return self._put_group_copy(dlq_topic(group), record, copy, attempts, idempotent=True)
 
     def _to_retry(
         self, group: str, record: DecodedRecord, properties: dict[str, str], reconsume: int
@@ -411,33 +394,57 @@ class ConsumeService:
         (3 + the reconsume times before this failure), as RocketMQ's send-back (spec 11):
         the put path turns DELAY into a SCHEDULE_TOPIC_XXXX record (REAL_TOPIC = the retry
         topic) that ``RetryReviver`` puts back when due."""
+        copy = self._copy_properties(group, record, properties, (REAL_TOPIC, REAL_QID), reconsume)
+        copy[WAIT] = "false"
+        copy[DELAY] = str(_RETRY_BASE_LEVEL - 1 + reconsume)
+        # Not idempotent: every retry of a message keeps its UNIQ_KEY.
+        return self._put_group_copy(retry_topic(group), record, copy, reconsume, idempotent=False)
+
+    def _copy_properties(
+        self,
+        group: str,
+        record: DecodedRecord,
+        properties: dict[str, str],
+        dropped: tuple[str, ...],
+        reconsume: int,
+    ) -> dict[str, str]:
+        """A retry or DLQ copy's properties (spec 11): the original's without its timer
+        properties and ``dropped``, with where it came from and how often it was consumed."""
         original = record.record
-        copy = {k: v for k, v in properties.items() if not k.startswith("TIMER_")}
-        for key in (REAL_TOPIC, REAL_QID):
-            copy.pop(key, None)
+        copy = {
+            k: v for k, v in properties.items() if k not in dropped and not k.startswith("TIMER_")
+        }
         copy.setdefault(RETRY_TOPIC, original.topic)
         copy.setdefault(ORIGIN_MESSAGE_ID, offset_msg_id(original.store_host, record.position))
-        copy[WAIT] = "false"
         copy[RECONSUME_TIME] = str(reconsume)
         copy[MAX_RECONSUME_TIMES] = str(self.settings_of(group).retry_max_times)
-        copy[DELAY] = str(_RETRY_BASE_LEVEL - 1 + reconsume)
+        return copy
+
+    def _put_group_copy(
+        self,
+        topic: str,
+        record: DecodedRecord,
+        properties: dict[str, str],
+        reconsume: int,
+        *,
+        idempotent: bool,
+    ) -> bool:
+        """Put a retry or DLQ copy of ``record`` into queue 0 of ``topic``; the topic joins
+        the topic table (topics.json), readable by consumers and a RocketMQ broker, never by
+        producers."""
+        original = record.record
         request = PutRequest(
-            topic=retry_topic(group),
+            topic=topic,
             queue_id=0,
             body=original.body,
-            properties=copy,
+            properties=properties,
             flag=original.flag,
             sys_flag=original.sys_flag,
             born_timestamp_ms=original.born_timestamp_ms,
             born_host=original.born_host,
             reconsume_times=reconsume,
-            idempotent=False,  # every retry of a message keeps its UNIQ_KEY
+            idempotent=idempotent,
         )
-        return self._put_group_copy(request)
-
-    def _put_group_copy(self, request: PutRequest) -> bool:
-        """Put a retry or DLQ copy; its topic joins the topic table (topics.json), readable
-        by consumers and a RocketMQ broker, never by producers."""
         stored = self._store.put(request).status is PutStatus.PUT_OK
         if stored:
             self._broker.topics.add_internal(request.topic)

@@ -50,21 +50,23 @@ class Waiters:
     @contextmanager
     def watch_async(self, *topics: str) -> Iterator[asyncio.Event]:
         waiter = _AsyncWaiter()
-        for topic in topics:
-            self._add(topic, waiter)
-        try:
+        with self._watching(waiter, topics):
             yield waiter.event
-        finally:
-            for topic in topics:
-                self._remove(topic, waiter)
 
     @contextmanager
     def watch_thread(self, *topics: str) -> Iterator[threading.Event]:
         waiter = _ThreadWaiter()
+        with self._watching(waiter, topics):
+            yield waiter.event
+
+    @contextmanager
+    def _watching(
+        self, waiter: _AsyncWaiter | _ThreadWaiter, topics: tuple[str, ...]
+    ) -> Iterator[None]:
         for topic in topics:
             self._add(topic, waiter)
         try:
-            yield waiter.event
+            yield
         finally:
             for topic in topics:
                 self._remove(topic, waiter)
