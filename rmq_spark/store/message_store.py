@@ -189,6 +189,12 @@ class MessageStore:
             PeriodicTask("snapshot", config.snapshot_interval_ms, self.snapshot),
             PeriodicTask("retention", config.clean_resource_interval_ms, self._retention_task),
         ]
+        if not self._sync:
+            durability = self._durability
+            tasks.append(PeriodicTask("flush", config.flush_interval_ms, durability.flush_task))
+            tasks.append(
+                PeriodicTask("publish", config.confirm_publish_interval_ms, durability.publish_task)
+            )
         if config.consume_queue:
             self._cq = cq = ConsumeQueueService.start(
                 config, self._commitlog, end, state.queue_offsets.copy(), self._confirmed

@@ -297,3 +297,32 @@ def test_close_answers_puts_still_waiting_and_later_waves_resolve_at_once(tmp_pa
     store = open_store(tmp_path)
     assert store.read(result.physical_offset).body == b"x"
     store.close()
+
+
+def test_an_async_store_flushes_and_publishes_its_end_on_its_own(tmp_path: Path) -> None:
+    # Without a final close: the housekeeper's periodic fsync makes ASYNC puts survive a crash
+    # of the machine, and the published confirmPhyOffset is where readers of a live store
+    # (the Spark source) stop.
+    from rmq_spark.store.checkpoint import CheckpointValues, read_checkpoint
+    from rmq_spark.store.config import FlushPolicy
+    from rmq_spark.store.put import PutRequest
+
+    def published() -> int:
+        values: CheckpointValues | None = read_checkpoint(tmp_path)
+        return values.confirm_phy_offset if values is not None else -1
+
+    store = open_store(
+        tmp_path, flush_policy=FlushPolicy.ASYNC, flush_interval_ms=20,
+        confirm_publish_interval_ms=20,
+    )  # fmt: skip
+    try:
+        end = store.put(PutRequest("T", b"x" * 100)).physical_offset + 1
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not (
+            store.flushed_offset >= end and published() >= end
+        ):
+            time.sleep(0.01)
+        assert store.flushed_offset >= end, "no periodic fsync"
+        assert published() >= end, "confirmPhyOffset not published"
+    finally:
+        store.abandon()
