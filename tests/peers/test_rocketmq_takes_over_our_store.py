@@ -1,14 +1,13 @@
 """A real RocketMQ 5.3.3 broker takes over a store our broker wrote, without ``updateTopic``.
 
-Our embedded ``Broker`` writes NORMAL, FIFO and DELAY messages to three auto-created topics,
+Our embedded ``Broker`` writes NORMAL and FIFO messages to two auto-created topics,
 ``subscriptionGroup.json`` gives group ``G1`` a retry max of 3 and ``consumerOffset.json`` marks
 all but the last message of every queue consumed by ``G1``. RocketMQ's name server and proxy
 (broker in-process, ``bench/peers/rocketmq_peer.py``) then start on a copy of the store, and
 with the official Python client:
 
 * a send of each type to its topic succeeds (the topics route from ``topics.json``);
-* ``G1`` receives exactly what its offsets left unconsumed, our delayed messages (RocketMQ's
-  timer delivers them from our ``rmq_sys_wheel_timer`` queue) and the three new ones;
+* ``G1`` receives exactly what its offsets left unconsumed and the new ones;
 * the ConsumeQueue units RocketMQ serves begin with ours, unit for unit;
 * on stop RocketMQ has rewritten ``subscriptionGroup.json`` with ``G1``'s retry max still 3,
   and ``consumerOffset.json`` with ``G1``'s offsets moved on from ours.
@@ -36,7 +35,7 @@ from rmq_spark.store.consume_queue import CQ_UNIT_SIZE_BYTES, decode_cq_unit
 
 pytestmark = pytest.mark.slow
 
-NORMAL, FIFO, DELAY = "HandNormal", "HandFifo", "HandDelay"
+NORMAL, FIFO = "HandNormal", "HandFifo"
 GROUP = "G1"
 QUEUES = 8  # our auto-created topics' queue count (RocketMQ's default too)
 SEGMENT_BYTES = 16 << 20  # small CommitLog segments; RocketMQ is told the same size
@@ -48,7 +47,6 @@ Units = dict[tuple[str, int], list[tuple[int, int, int]]]
 def _write_our_store(store: Path) -> set[str]:
     """The store and its config files; returns the bodies ``G1`` has yet to receive."""
     config = StoreConfig(segment_size_bytes=SEGMENT_BYTES)
-    due_ms = int(time.time() * 1000) + 3_000  # due before RocketMQ is up
     with Broker(store, store_config=config) as broker:
         sent: dict[str, SendOutcome] = {}
         for i in range(20):
@@ -57,24 +55,19 @@ def _write_our_store(store: Path) -> set[str]:
             group = f"order-{i % 5}"
             body = f"fifo-{i}"
             sent[body] = broker.send(FIFO, body.encode(), tag="T", message_group=group)
-        for i in range(3):
-            body = f"delay-{i}"
-            sent[body] = broker.send(DELAY, body.encode(), tag="T", delivery_timestamp_ms=due_ms)
     assert all(outcome.ok for outcome in sent.values()), sent
     offsets: dict[tuple[str, str], dict[int, int]] = {}
-    for topic in (NORMAL, FIFO, DELAY):
+    for topic in (NORMAL, FIFO):
         offsets[(topic, GROUP)] = dict.fromkeys(range(QUEUES), 0)
     for outcome in sent.values():
-        if outcome.topic in (NORMAL, FIFO):  # delayed ones sit in rmq_sys_wheel_timer
-            queues = offsets[(outcome.topic, GROUP)]
-            queues[outcome.queue_id] = max(queues[outcome.queue_id], outcome.queue_offset)
+        queues = offsets[(outcome.topic, GROUP)]
+        queues[outcome.queue_id] = max(queues[outcome.queue_id], outcome.queue_offset)
     write_consumer_offsets(store, offsets)
     SubscriptionGroups(store).update(GROUP, retry_max_times=3)
     unconsumed = {
         body
         for body, outcome in sent.items()
-        if outcome.topic == DELAY or outcome.topic.startswith("rmq_sys")
-        or outcome.queue_offset >= offsets[(outcome.topic, GROUP)][outcome.queue_id]
+        if outcome.queue_offset >= offsets[(outcome.topic, GROUP)][outcome.queue_id]
     }  # fmt: skip
     assert len(unconsumed) < len(sent)  # the offsets leave something consumed
     return unconsumed
@@ -96,21 +89,18 @@ def _consume_queue_units(store: Path) -> Units:
 
 
 def _send_one_of_each(rocketmq: ModuleType, config: object) -> set[str]:
-    producer = rocketmq.Producer(config, (NORMAL, FIFO, DELAY))
+    producer = rocketmq.Producer(config, (NORMAL, FIFO))
     producer.startup()
     try:
-        for topic, body in ((NORMAL, "new-normal"), (FIFO, "new-fifo"), (DELAY, "new-delay")):
+        for topic, body in ((NORMAL, "new-normal"), (FIFO, "new-fifo")):
             message = rocketmq.Message()
             message.topic, message.body, message.tag = topic, body.encode(), "T"
             if topic == FIFO:
                 message.message_group = "order-1"
-            elif topic == DELAY:
-                # seconds: the client puts it into Timestamp.seconds (its docstring says ms)
-                message.delivery_timestamp = int(time.time()) + 2
             assert _send_when_routed(producer, message).message_id
     finally:
         producer.shutdown()
-    return {"new-normal", "new-fifo", "new-delay"}
+    return {"new-normal", "new-fifo"}
 
 
 def _send_when_routed(producer: Any, message: Any) -> Any:
@@ -140,13 +130,11 @@ def _receive_batch(consumer: Any, deadline: float) -> list[Any]:
 
 
 def _receive(rocketmq: ModuleType, config: object, expected: set[str]) -> list[str]:
-    subscription = {topic: rocketmq.FilterExpression("*") for topic in (NORMAL, FIFO, DELAY)}
+    subscription = {topic: rocketmq.FilterExpression("*") for topic in (NORMAL, FIFO)}
     consumer = rocketmq.SimpleConsumer(config, GROUP, subscription, await_duration=3)
     consumer.startup()
     received: list[str] = []
     try:
-        # RocketMQ's timer wheel delivers the delayed ones; on a loaded machine (CI: the rest
-        # of the suite before, a JVM namesrv + proxy + broker on 2 cores) it took over 45 s.
         deadline = time.monotonic() + RECEIVE_WAIT_S
         while time.monotonic() < deadline and set(received) != expected:
             for message in _receive_batch(consumer, deadline):
@@ -170,7 +158,7 @@ def test_rocketmq_5_3_3_serves_our_store_without_update_topic(
     expected = _write_our_store(ours)
     shutil.copytree(ours, copy)
     our_units = _consume_queue_units(ours)
-    assert {topic for topic, _ in our_units} >= {NORMAL, FIFO, "rmq_sys_wheel_timer"}
+    assert {topic for topic, _ in our_units} >= {NORMAL, FIFO}
 
     with RocketMQBroker(
         store_dir=copy,
