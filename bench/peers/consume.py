@@ -11,10 +11,14 @@ For each system (``--systems``; SYNC flush both, each started as ``produce.py`` 
   every message came; msgs/s from the first receive to the last ack. The in-process consumer
   of the embedded broker (``Broker.consumer``) drains the same backlog of a store put with
   ``put_batch``, as the rmq-spark-only reference.
+* ``--client java`` (or ``both``): the same two figures with the official Java client
+  (``java/ConsumeBench.java``: one paced Producer and a long-polling SimpleConsumer acking
+  asynchronously; the drain's consumers ack asynchronously too), on topics of their own.
 
 Usage::
 
     flock /tmp/bench.lock python bench/peers/consume.py [--rate 200 --seconds 30 --backlog 20000]
+        [--client python|java|both]
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import os
 import struct
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,6 +49,9 @@ from rocketmq_peer import ROCKETMQ_VERSION, RocketMQBroker  # noqa: E402
 
 GROUP = "bench-consumers"
 DRAIN_TOPIC = "BenchDrain"
+JAVA_TOPIC = "BenchJava"
+JAVA_DRAIN_TOPIC = "BenchDrainJava"
+JAVA_PROGRAM = HERE / "java" / "ConsumeBench.java"
 INVISIBLE_S = 30
 _STAMP = struct.Struct(">q")
 
@@ -54,7 +62,7 @@ def _system(name: str) -> Iterator[str]:
         with RmqSparkBroker() as broker:
             yield broker.endpoint
     else:
-        with RocketMQBroker(topics=(TOPIC, DRAIN_TOPIC)) as peer:
+        with RocketMQBroker(topics=(TOPIC, DRAIN_TOPIC, JAVA_TOPIC, JAVA_DRAIN_TOPIC)) as peer:
             yield peer.endpoint
 
 
@@ -163,6 +171,37 @@ def drain(rocketmq: ModuleType, endpoint: str, backlog: int) -> str:
     return f"{total:,} of {sent.sent:,} in {seconds:.1f} s = {total / seconds:,.0f} msgs/s"
 
 
+def _java(mode: str, endpoint: str, topic: str, a: int, b: float) -> dict[str, str]:
+    """Run ``ConsumeBench`` once; its result line as a dict."""
+    from java_client import POM, compile_program
+    from peer_common import fetch_jars, java_command
+
+    classpath = compile_program(JAVA_PROGRAM, fetch_jars("java-client", POM))
+    with tempfile.TemporaryDirectory(prefix="consume-java-") as home:
+        command = [*java_command("512m", classpath, f"-Duser.home={home}"), "ConsumeBench",
+                   mode, endpoint, topic, f"{GROUP}-java-{mode}", str(a), str(b)]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("received=")]
+    if not lines:
+        raise PeerError(f"ConsumeBench {mode}: no result (exit {done.returncode}): "
+                        f"{done.stderr.strip()[-300:]}")  # fmt: skip
+    return dict(item.split("=", 1) for item in lines[-1].split())
+
+
+def java_put_to_receive(endpoint: str, rate: int, seconds: float) -> str:
+    got = _java("latency", endpoint, JAVA_TOPIC, rate, seconds)
+    return (
+        f"{int(got['received']):,} of {int(got['sent']):,} received, p50 {got['p50_ms']} ms, "
+        f"p99 {got['p99_ms']} ms, max {got['max_ms']} ms"
+    )
+
+
+def java_drain(endpoint: str, backlog: int) -> str:
+    got = _java("drain", endpoint, JAVA_DRAIN_TOPIC, backlog, 2)
+    total, seconds = int(got["received"]), float(got["seconds"])
+    return f"{total:,} of {backlog:,} in {seconds:.1f} s = {total / seconds:,.0f} msgs/s"
+
+
 def embedded_drain(backlog: int) -> str:
     """The in-process consumer of the embedded broker over a store put with put_batch."""
     from rmq_spark.broker.embedded import Broker
@@ -187,28 +226,41 @@ def embedded_drain(backlog: int) -> str:
     return f"{done:,} of {backlog:,} in {seconds:.1f} s = {done / seconds:,.0f} msgs/s"
 
 
+def _cases(rocketmq: ModuleType, endpoint: str, args: argparse.Namespace) -> dict[str, str]:
+    paced_label = f"put -> receive, {args.rate} msgs/s for {args.seconds:.0f} s, long polling"
+    drain_label = f"drain a backlog of {args.backlog:,}, 2 consumers of one group"
+    rows: dict[str, str] = {}
+    if args.client in ("python", "both"):
+        rows[f"Python: {paced_label}"] = put_to_receive(rocketmq, endpoint, args.rate, args.seconds)
+        rows[f"Python: {drain_label}"] = drain(rocketmq, endpoint, args.backlog)
+    if args.client in ("java", "both"):
+        rows[f"Java: {paced_label}"] = java_put_to_receive(endpoint, args.rate, args.seconds)
+        rows[f"Java: {drain_label}"] = java_drain(endpoint, args.backlog)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=int, default=200, help="paced msgs/s (200)")
     parser.add_argument("--seconds", type=float, default=30.0, help="paced seconds (30)")
     parser.add_argument("--backlog", type=int, default=20_000, help="drained messages (20,000)")
     parser.add_argument("--systems", default="rmq-spark,rocketmq", help="(both)")
+    parser.add_argument(
+        "--client", choices=("python", "java", "both"), default="python", help="(python)"
+    )
     args = parser.parse_args(argv)
     rocketmq = import_client()
     print(f"load at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
-    print(f"| consume, official Python client | rmq-spark | RocketMQ {ROCKETMQ_VERSION} |")
+    print(
+        f"| consume, official {args.client} client(s) | rmq-spark | RocketMQ {ROCKETMQ_VERSION} |"
+    )
     print("|---|---|---|")
     rows: dict[str, dict[str, str]] = {}
     try:
         for name in args.systems.split(","):
             progress(f"consume: {name} ...")
             with _system(name) as endpoint:
-                rows[name] = {
-                    f"put -> receive, {args.rate} msgs/s for {args.seconds:.0f} s, long polling":
-                        put_to_receive(rocketmq, endpoint, args.rate, args.seconds),
-                    f"drain a backlog of {args.backlog:,}, 2 consumers of one group":
-                        drain(rocketmq, endpoint, args.backlog),
-                }  # fmt: skip
+                rows[name] = _cases(rocketmq, endpoint, args)
     except PeerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
