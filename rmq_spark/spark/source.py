@@ -22,11 +22,23 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
 
 from rmq_spark.errors import SourceError
 from rmq_spark.spark import planner
 from rmq_spark.spark.driver_read import stream_reader
+from rmq_spark.spark.multi_store import (
+    MultiStoreBatchReader,
+    MultiStoreStreamReader,
+    per_store_options,
+    query_schemas,
+    spark_schema_for,
+)
 from rmq_spark.spark.options import SourceOptions, parse_options
 from rmq_spark.spark.partitions import (
     MIN_SPLIT_BYTES,
@@ -37,7 +49,7 @@ from rmq_spark.spark.partitions import (
     resolve_batch_end,
     resolve_start,
 )
-from rmq_spark.spark.schema import ARROW_SCHEMA, arrow_schema_for, spark_schema
+from rmq_spark.spark.schema import ARROW_SCHEMA
 from rmq_spark.spark.stream import BACKLOG_COUNT_MAX, PROGRESS_COUNT_MAX, RocketMQStreamReader
 
 if TYPE_CHECKING:
@@ -73,15 +85,23 @@ class RocketMQDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> StructType:
-        return spark_schema()
+        return spark_schema_for(self.options.get("path", ""))
 
-    def reader(self, schema: StructType) -> RocketMQBatchReader:
-        options = parse_options(self.options, streaming=False)
-        return RocketMQBatchReader(options, arrow_schema_for(schema))
+    def reader(self, schema: StructType) -> DataSourceReader:
+        stores = per_store_options(parse_options(self.options, streaming=False))
+        arrow, inner = query_schemas(schema, several=len(stores) > 1)
+        if len(stores) == 1:
+            return RocketMQBatchReader(next(iter(stores.values())), inner)
+        readers = {path: RocketMQBatchReader(options, inner) for path, options in stores.items()}
+        return MultiStoreBatchReader(readers, arrow)
 
-    def streamReader(self, schema: StructType) -> RocketMQStreamReader:
-        options = parse_options(self.options, streaming=True)
-        return stream_reader(options, arrow_schema_for(schema))
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        stores = per_store_options(parse_options(self.options, streaming=True))
+        arrow, inner = query_schemas(schema, several=len(stores) > 1)
+        if len(stores) == 1:
+            return stream_reader(next(iter(stores.values())), inner)
+        readers = {path: stream_reader(options, inner) for path, options in stores.items()}
+        return MultiStoreStreamReader(readers, arrow)
 
 
 # --- batch ------------------------------------------------------------------------------------
