@@ -38,6 +38,12 @@ from rmq_spark.spark.partitions import (
     resolve_start,
 )
 from rmq_spark.spark.schema import ARROW_SCHEMA, arrow_schema_for, spark_schema
+from rmq_spark.spark.sink import (
+    RocketMQBatchWriter,
+    RocketMQStreamWriter,
+    batch_writer,
+    stream_writer,
+)
 from rmq_spark.spark.stream import BACKLOG_COUNT_MAX, PROGRESS_COUNT_MAX, RocketMQStreamReader
 
 if TYPE_CHECKING:
@@ -66,7 +72,8 @@ def register(spark: SparkSession) -> None:
 
 
 class RocketMQDataSource(DataSource):
-    """``format("rocketmq")``: reads a store's CommitLog segments directly (no broker)."""
+    """``format("rocketmq")``: reads a store's CommitLog segments directly (no broker);
+    writes through a broker or into a store (``sink.py``)."""
 
     @classmethod
     def name(cls) -> str:
@@ -82,6 +89,12 @@ class RocketMQDataSource(DataSource):
     def streamReader(self, schema: StructType) -> RocketMQStreamReader:
         options = parse_options(self.options, streaming=True)
         return stream_reader(options, arrow_schema_for(schema))
+
+    def writer(self, schema: StructType, overwrite: bool) -> RocketMQBatchWriter:
+        return batch_writer(dict(self.options), schema, overwrite)  # the sink: sink.py
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> RocketMQStreamWriter:
+        return stream_writer(dict(self.options), schema, overwrite)
 
 
 # --- batch ------------------------------------------------------------------------------------
