@@ -150,3 +150,38 @@ def test_a_held_store_is_waited_for_then_refused(tmp_path: Path) -> None:
     EmbeddedTarget(options).close()
     assert lock_holder(root) is None
     assert not is_broker_process(1 << 22)
+
+
+def test_key_column_delays_groups_and_timer_messages_take_the_broker_path(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    options = parse_sink_options({"path": str(root), "keycolumn": "id", **SMALL})
+    later = dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)
+    rows = batch(
+        topic=["t"] * 4,
+        body=["plain", "fifo", "timer", "level"],
+        message_group=[None, "g1", None, None],
+        delivery_time=pa.array([None, None, later, None], pa.timestamp("us", tz="UTC")),
+        delay_level=pa.array([None, None, None, 2], pa.int32()),
+        id=["a", "b", "c", "d"],
+    )
+    assert write_partition(options, iter([rows]), 0, "ignored").stored == 4
+    assert write_partition(options, iter([rows]), 1, "ignored").duplicates == 4
+    records = {r[UNIQ_KEY]: r for r in stored(root)}
+    assert set(records) == {"a", "b", "c", "d"}
+    assert records["a"]["topic"] == "t" and records["b"]["__SHARDINGKEY"] == "g1"
+    assert records["c"]["topic"] == "rmq_sys_wheel_timer" and records["c"]["REAL_TOPIC"] == "t"
+    assert records["d"]["topic"] == "SCHEDULE_TOPIC_XXXX" and records["d"]["DELAY"] == "2"
+
+
+def test_a_store_a_broker_holds_is_refused_pointing_at_brokers(tmp_path: Path) -> None:
+    from sink_support import start_broker
+
+    root = tmp_path / "store"
+    broker = start_broker(root, tmp_path / "work", "store.segment_size_bytes=1048576")
+    try:
+        options = parse_sink_options({"path": str(root), **SMALL})
+        with pytest.raises(SinkError, match=r"held by a running broker \(pid \d+\).*brokers="):
+            EmbeddedTarget(options)
+        assert lock_holder(root) == broker.proc.pid and is_broker_process(broker.proc.pid)
+    finally:
+        broker.stop()
