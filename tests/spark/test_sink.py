@@ -20,6 +20,7 @@ pytestmark = pytest.mark.spark
 
 ROWS = 3000
 SMALL = {"store.segment_size_bytes": str(4 << 20)}
+BROKER_SETTINGS = ("broker.default_queue_count=2", "store.segment_size_bytes=4194304")
 
 
 @pytest.fixture(scope="module")
@@ -98,8 +99,7 @@ def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
     process = start_broker(
         tmp_path / "broker-store",
         tmp_path / "work",
-        "broker.default_queue_count=2",
-        "store.segment_size_bytes=4194304",
+        *BROKER_SETTINGS,
     )
     yield process
     process.kill()
@@ -132,7 +132,12 @@ def test_batch_write_through_a_broker_reaches_the_official_simple_consumer(
     assert len(ids) == rows and all(re.fullmatch(r"viaBroker-0-\d+-\d+", i) for i in ids)
     assert all(m.keys == {f"k{m.body.decode().split()[1]}", "all"} for m in got)
     assert all(m.tag == ("even" if int(m.body.split()[1]) % 2 == 0 else "odd") for m in got)
-    broker.stop()
+    assert broker.stop() == 0
+    restarted = start_broker(broker.store_dir, tmp_path / "work", *BROKER_SETTINGS)
+    try:  # the restarted broker rebuilt its idempotency window from the log
+        write(df, brokers=restarted.address, writeId="viaBroker")
+    finally:
+        assert restarted.stop() == 0
     stored = check_read_back(rocketmq_spark, broker.store_dir, rows)
     assert {r.uniq_key for r in stored} == ids
 

@@ -185,3 +185,21 @@ def test_a_store_a_broker_holds_is_refused_pointing_at_brokers(tmp_path: Path) -
         assert lock_holder(root) == broker.proc.pid and is_broker_process(broker.proc.pid)
     finally:
         broker.stop()
+
+
+def test_exactly_once_holds_within_the_window_and_across_reopens_only(tmp_path: Path) -> None:
+    """The documented conditions: a repeat is dropped after the store was closed and opened
+    again (the window is rebuilt from the log), but not once more than
+    ``store.idempotency_window_messages`` messages were stored in between."""
+    root = tmp_path / "store"
+    options = parse_sink_options(
+        {"path": str(root), "store.idempotency_window_messages": "4", **SMALL}
+    )
+    first = batch(topic=["t"] * 2, body=["a", "b"])
+    others = batch(topic=["t"] * 3, body=["c", "d", "e"])
+    write_partition(options, iter([first]), 0, "w-0")
+    assert write_partition(options, iter([first]), 0, "w-0").duplicates == 2  # reopened
+    write_partition(options, iter([others]), 0, "x-0")  # 5 keys since: "w-0-0-0" is out
+    again = write_partition(options, iter([first]), 0, "w-0")
+    assert (again.stored, again.duplicates) == (1, 1)
+    assert sorted(m["body"] for m in stored(root)) == ["a", "a", "b", "c", "d", "e"]
