@@ -203,3 +203,27 @@ def test_exactly_once_holds_within_the_window_and_across_reopens_only(tmp_path: 
     again = write_partition(options, iter([first]), 0, "w-0")
     assert (again.stored, again.duplicates) == (1, 1)
     assert sorted(m["body"] for m in stored(root)) == ["a", "a", "b", "c", "d", "e"]
+
+
+def test_send_batch_answers_each_command_in_order_like_send(tmp_path: Path) -> None:
+    from rmq_spark.broker.service import BrokerService, SendCode, SendCommand
+    from rmq_spark.store.config import StoreConfig
+
+    config = StoreConfig(root_dir=tmp_path / "store", segment_size_bytes=1 << 20)
+    with MessageStore.open(config) as store:
+        service = BrokerService(store)
+        commands = [
+            SendCommand(topic="t", body=b"ok", message_id="id-1", tag="A"),
+            SendCommand(topic="t", body=b"", message_id="id-2"),
+            SendCommand(topic="t", body=b"ok too", message_id="id-3", message_group="g"),
+            SendCommand(topic="t", body=b"ok", message_id="id-1", tag="A"),
+        ]
+        outcomes = service.send_batch(commands)
+        assert [o.code for o in outcomes] == [
+            SendCode.OK, SendCode.MESSAGE_BODY_EMPTY, SendCode.OK, SendCode.OK,
+        ]  # fmt: skip
+        assert [o.message_id for o in outcomes] == ["id-1", "id-2", "id-3", "id-1"]
+        assert not outcomes[0].duplicate and outcomes[3].duplicate
+        assert outcomes[3].physical_offset == outcomes[0].physical_offset
+        single = service.send(commands[0])
+        assert single.duplicate and single.physical_offset == outcomes[0].physical_offset
