@@ -36,6 +36,8 @@ they happen::
     ├── ReputError                 the reput stream failed (Spark's reason)
     ├── MessageNotFoundError       no message where a lookup pointed (deleted, never written)
     ├── FilterExpressionError      a consumer's TAG / SQL92 filter that does not compile: column
+    ├── SinkError                  the rocketmq sink: bad option or column, store busy, broker down
+    │   └── SinkRowError           a row the sink or the broker refused: partition, row, UNIQ_KEY
     └── BrokerError                broker lifecycle: port taken, broker down, shutting down
         ├── SendRejectedError      the broker refused a message (RocketMQ status code)
         ├── RedeliveryFailedError  a --once delay run could not finish
@@ -84,6 +86,8 @@ __all__ = [
     "SegmentLayoutError",
     "SegmentSizeMismatchError",
     "SendRejectedError",
+    "SinkError",
+    "SinkRowError",
     "SourceError",
     "StoreClosedError",
     "StoreError",
@@ -387,3 +391,20 @@ class ConsumeRejectedError(BrokerError):
         self.code_name = code_name
         self.reason = reason
         super().__init__(f"{code_name} ({code}): {reason}")
+
+
+class SinkError(RmqError):
+    """The ``rocketmq`` sink cannot write: a bad option or column (at plan time), a store
+    another process holds, a broker that cannot be reached."""
+
+
+class SinkRowError(SinkError):
+    """A row the sink or the broker refused; names the Spark partition, the row's position in
+    it and its UNIQ_KEY (rows before it in the partition may be stored)."""
+
+    def __init__(self, partition: int, row: int, uniq_key: str, reason: str) -> None:
+        super().__init__(f"partition {partition}, row {row} (UNIQ_KEY {uniq_key}): {reason}")
+        self.partition = partition
+        self.row = row
+        self.uniq_key = uniq_key
+        self.reason = reason

@@ -17,7 +17,7 @@ import contextvars
 import enum
 import re
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
@@ -356,9 +356,50 @@ class BrokerService:
                 if self._in_flight == 0:
                     self._state_lock.notify_all()
 
+    def send_batch(self, commands: Sequence[SendCommand]) -> list[SendOutcome]:
+        """``send`` of many messages with one store ``put_batch`` (one lock, one write, one
+        fsync under SYNC), in order; the same checks and outcomes as ``send`` one by one,
+        except that a refusal by the store itself (not by the checks) refuses the whole
+        batch, as ``put_batch`` is all or nothing. Redelivery commands are not accepted."""
+        with self._state_lock:
+            if self._shutting_down:
+                return [
+                    _reject(SendCode.SHUTTING_DOWN, "broker is shutting down", c.message_id)
+                    for c in commands
+                ]
+            self._in_flight += 1
+        try:
+            placed = [self._place(command) for command in commands]
+            requests = [p for p in placed if isinstance(p, PutRequest)]
+            try:
+                results: list[PutResult] = (
+                    self._store.put_batch(requests) if requests else []  # type: ignore[attr-defined]
+                )
+            except StoreError as err:
+                return [_store_failure(err, c.message_id) for c in commands]
+            stored = iter(results)
+            return [
+                _put_outcome(next(stored), c.message_id) if isinstance(p, PutRequest) else p
+                for c, p in zip(commands, placed, strict=True)
+            ]
+        finally:
+            with self._state_lock:
+                self._in_flight -= 1
+                if self._in_flight == 0:
+                    self._state_lock.notify_all()
+
     def _send(self, command: SendCommand) -> SendOutcome:
         if command.redelivery is not None:
             return self._redeliver(command.redelivery, command.message_id)
+        placed = self._place(command)
+        if isinstance(placed, SendOutcome):
+            return placed
+        return self._put(placed, command.message_id)
+
+    def _place(self, command: SendCommand) -> PutRequest | SendOutcome:
+        """The checks and the placement of a send: its put request, or the refusal."""
+        if command.redelivery is not None:
+            return _reject(SendCode.BAD_REQUEST, "a redelivery in a batch", command.message_id)
         problem = self._validate(command)
         if problem is not None:
             return problem
@@ -391,7 +432,7 @@ class BrokerService:
             born_host=command.born_host or LOCALHOST,
             idempotent=True,
         )
-        return self._put(request, command.message_id)
+        return request
 
     def _redeliver(self, ref: RedeliveryRef | str, message_id: str) -> SendOutcome:
         """Put back a due schedule record of this store exactly as the in-process schedule

@@ -50,6 +50,12 @@ from rmq_spark.spark.partitions import (
     resolve_start,
 )
 from rmq_spark.spark.schema import ARROW_SCHEMA
+from rmq_spark.spark.sink import (
+    RocketMQBatchWriter,
+    RocketMQStreamWriter,
+    batch_writer,
+    stream_writer,
+)
 from rmq_spark.spark.stream import BACKLOG_COUNT_MAX, PROGRESS_COUNT_MAX, RocketMQStreamReader
 
 if TYPE_CHECKING:
@@ -78,7 +84,8 @@ def register(spark: SparkSession) -> None:
 
 
 class RocketMQDataSource(DataSource):
-    """``format("rocketmq")``: reads a store's CommitLog segments directly (no broker)."""
+    """``format("rocketmq")``: reads a store's CommitLog segments directly (no broker);
+    writes through a broker or into a store (``sink.py``)."""
 
     @classmethod
     def name(cls) -> str:
@@ -102,6 +109,12 @@ class RocketMQDataSource(DataSource):
             return stream_reader(next(iter(stores.values())), inner)
         readers = {path: stream_reader(options, inner) for path, options in stores.items()}
         return MultiStoreStreamReader(readers, arrow)
+
+    def writer(self, schema: StructType, overwrite: bool) -> RocketMQBatchWriter:
+        return batch_writer(dict(self.options), schema, overwrite)  # the sink: sink.py
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> RocketMQStreamWriter:
+        return stream_writer(dict(self.options), schema, overwrite)
 
 
 # --- batch ------------------------------------------------------------------------------------
