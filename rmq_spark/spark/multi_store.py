@@ -41,9 +41,9 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 __all__ = [
-    "STORE_COLUMN",
     "MultiStoreBatchReader",
     "MultiStoreStreamReader",
+    "STORE_COLUMN",
     "StorePartition",
     "per_store_options",
     "query_schemas",
