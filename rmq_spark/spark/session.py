@@ -3,10 +3,18 @@
 It checks Java first, puts the cached Delta Lake jars on the classpath, enables the Delta SQL
 extension and catalog, keeps Spark's logging readable (``conf/log4j2.properties``) and
 registers the ``rocketmq`` data source. It does not create tables or start queries.
+
+Spark's own conventions win: a master, app name or setting given to ``spark-submit``,
+``pyspark`` (``PYSPARK_SUBMIT_ARGS``) or ``spark-defaults.conf`` is kept, and the project's
+``[spark]`` config fills in only what is unset (Delta's SQL extension is appended to the
+user's extensions, its jars to ``spark.jars``). An existing session (the pyspark shell, a
+notebook's prebuilt ``spark``) is reused as it is; without Delta it is refused with the two
+settings it lacks, instead of failing later with "Table does not support reads".
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from collections.abc import Mapping
@@ -14,12 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.envcheck import check_java, find_delta_jars, repo_root
+from rmq_spark.errors import EnvironmentCheckError
 from rmq_spark.spark.config import SparkConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["build_session", "session_conf"]
+__all__ = ["build_session", "merged_conf", "session_conf"]
+
+_log = logging.getLogger(__name__)
+_LISTS = {"spark.sql.extensions": ",", "spark.jars": ","}  # merged, not replaced
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -109,24 +121,98 @@ def build_session(
 
     config = config or SparkConfig()
     check_java()
-    # SparkContext takes the Python of its workers (UDFs, the rocketmq source) from
-    # PYSPARK_PYTHON, else `python3` on PATH, which may lack our dependencies.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    conf = session_conf(config)
-    conf.update(extra_conf or {})
-    builder = SparkSession.builder.master(master or config.master).appName(
-        app_name or config.app_name
-    )
-    for key, value in conf.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel(config.log_level.upper())
+    existing = SparkSession.getActiveSession()
+    if existing is not None:
+        spark = existing
+        require_delta(spark)
+        _log.info("reusing the active SparkSession (master %s): the [spark] config does not "
+                  "apply to it", spark.sparkContext.master)  # fmt: skip
+    else:
+        spark = _new_session(config, master, app_name, extra_conf)
+        spark.sparkContext.setLogLevel(config.log_level.upper())
     _register_sources(spark)
     if tables_dir is not None:
         from rmq_spark.spark.tables import register_tables
 
         register_tables(spark, tables_dir, database)
     return spark
+
+
+def _new_session(
+    config: SparkConfig,
+    master: str | None,
+    app_name: str | None,
+    extra_conf: Mapping[str, str] | None,
+) -> SparkSession:
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql import SparkSession
+
+    # SparkContext takes the Python of its workers (UDFs, the rocketmq source) from
+    # PYSPARK_PYTHON, else `python3` on PATH, which may lack our dependencies.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    SparkContext._ensure_initialized()  # the JVM spark-submit / PYSPARK_SUBMIT_ARGS started
+    given = dict(SparkConf().getAll())  # what spark-submit, pyspark and spark-defaults set
+    ours = session_conf(config)
+    ours["spark.master"] = config.master
+    ours["spark.app.name"] = config.app_name
+    conf = merged_conf(given, ours)
+    if master:  # an explicit argument (a CLI flag) beats everything
+        conf["spark.master"] = master
+    if app_name:
+        conf["spark.app.name"] = app_name
+    conf.update(extra_conf or {})
+    builder = SparkSession.builder
+    for key, value in conf.items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def merged_conf(given: Mapping[str, str], ours: Mapping[str, str]) -> dict[str, str]:
+    """The settings a new session gets: ``given`` (Spark's: spark-submit, pyspark,
+    spark-defaults) kept, ``ours`` filling in the rest; list settings (Delta's extension, its
+    jars) merged.
+
+    Examples
+    --------
+    >>> merged_conf({"spark.master": "spark://h:7077", "spark.sql.extensions": "x.Ext"},
+    ...             {"spark.master": "local[*]", "spark.sql.extensions": "d.Delta"})
+    {'spark.master': 'spark://h:7077', 'spark.sql.extensions': 'x.Ext,d.Delta'}
+    """
+    conf = dict(given)
+    for key, value in ours.items():
+        if key not in conf:
+            conf[key] = value
+        elif key in _LISTS:
+            sep = _LISTS[key]
+            items = [item for item in conf[key].split(sep) if item]
+            items += [item for item in value.split(sep) if item and item not in items]
+            conf[key] = sep.join(items)
+        elif conf[key] != value:
+            _log.debug(
+                "Spark setting %s=%s kept (the [spark] config says %s)", key, conf[key], value
+            )
+    return conf
+
+
+def require_delta(spark: SparkSession) -> None:
+    """Refuse a session without Delta Lake, naming what it lacks.
+
+    Raises
+    ------
+    EnvironmentCheckError
+        Delta's SQL extension or catalog is not configured in ``spark``.
+    """
+    extensions = spark.conf.get("spark.sql.extensions", "") or ""
+    catalog = spark.conf.get("spark.sql.catalog.spark_catalog", "") or ""
+    if DELTA_EXTENSION in extensions.split(",") and catalog == DELTA_CATALOG:
+        return
+    raise EnvironmentCheckError(
+        "this SparkSession was started without Delta Lake; start it with "
+        f"--conf spark.sql.extensions={DELTA_EXTENSION} "
+        f"--conf spark.sql.catalog.spark_catalog={DELTA_CATALOG} and the Delta jars "
+        "(--jars from `make setup`'s jars/ or --packages io.delta:delta-spark_2.13:<version>), "
+        "or call rmq_spark.spark.session.build_session() before any other session is created"
+    )
 
 
 def _register_sources(spark: SparkSession) -> None:
