@@ -27,7 +27,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 from rmq_spark.errors import SourceError
 from rmq_spark.spark import planner
 from rmq_spark.spark.driver_read import stream_reader
-from rmq_spark.spark.options import SourceOptions, parse_options
+from rmq_spark.spark.options import SourceOptions, check_options, parse_options
 from rmq_spark.spark.partitions import (
     MIN_SPLIT_BYTES,
     LogPartition,
@@ -73,6 +73,7 @@ class RocketMQDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> StructType:
+        check_options(self.options)  # at load(): one clear line, for read and readStream
         return spark_schema()
 
     def reader(self, schema: StructType) -> RocketMQBatchReader:
