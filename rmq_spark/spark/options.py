@@ -456,8 +456,8 @@ def _starting(raw: dict[str, str], streaming: bool) -> dict[str, object]:
         return {"starting_mode": StartingMode.LATEST}
     if text.startswith("{") and _is_queue_json(text):
         queues = _queue_json("startingOffsets", text, EARLIEST_QUEUE_OFFSET)
-        if not streaming and any(n == LATEST_QUEUE_OFFSET for _, _, n in queues):
-            raise _bad("startingOffsets", text, "-1 (latest) is for streaming queries only")
+        if any(n == LATEST_QUEUE_OFFSET for _, _, n in queues):  # docs/SOURCE.md: why not
+            raise _bad("startingOffsets", text, "-1 (latest) per queue is not supported")
         return {"starting_mode": StartingMode.QUEUES, "starting_queues": queues}
     if text.startswith("{"):
         return {

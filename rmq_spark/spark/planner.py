@@ -38,6 +38,7 @@ __all__ = [
     "count_records",
     "offset_for_timestamp",
     "readable_end",
+    "store_time_at",
     "walk_headers",
 ]
 
@@ -280,6 +281,22 @@ def _topic_names(data: np.ndarray, positions: np.ndarray, ends: np.ndarray) -> p
     return pa.Array.from_buffers(
         pa.large_binary(), len(positions), [None, pa.py_buffer(offsets), pa.py_buffer(chars)]
     )
+
+
+def store_time_at(view: StoreView, physical_offset: int) -> int | None:
+    """The store timestamp of the record at ``physical_offset``; ``None`` if it is gone."""
+    span = view.span_at(physical_offset)
+    if span is None:
+        return None
+    try:
+        mapped = MappedSegment(view.segment_path(span.base_offset))
+    except FileNotFoundError:
+        return None
+    with mapped:
+        position = physical_offset - span.base_offset
+        if position + 80 > mapped.size_bytes:
+            return None
+        return int(_store_ts(mapped.buffer, np.array([position]))[0])
 
 
 def _first_store_ms(view: StoreView, start: int, end: int) -> int:
