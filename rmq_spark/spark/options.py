@@ -216,29 +216,34 @@ def _pattern(name: str, value: str) -> str:
     return value
 
 
-# Spark's Kafka source options (lower case) -> what to use instead, for the unknown-option error.
+# Spark's Kafka source options -> what to use instead, for the unknown-option error.
 _KAFKA_EQUIVALENT = {
     "subscribe": "use topics",
-    "subscribepattern": "use topicPattern",
+    "subscribePattern": "use topicPattern",
     "assign": "use topics, and per-queue startingOffsets/endingOffsets JSON for queues",
-    "maxoffsetspertrigger": "use maxMessagesPerTrigger (or maxBytesPerTrigger)",
-    "minoffsetspertrigger": "use minMessagesPerTrigger (with maxTriggerDelay)",
-    "maxrecordsperpartition": "use maxBytesPerPartition",
-    "includeheaders": "not needed: the properties column (a map) always holds every property",
-    "groupidprefix": "none: the source reads store files, no consumer group is created",
-    "fetchoffset.numretries": "none: offsets are read from local files, nothing is fetched",
-    "fetchoffset.retryintervalms": "none: offsets are read from local files, nothing is fetched",
-    "kafkaconsumer.polltimeoutms": "none: records are read from local files, nothing is polled",
+    "maxOffsetsPerTrigger": "use maxMessagesPerTrigger (or maxBytesPerTrigger)",
+    "minOffsetsPerTrigger": "use minMessagesPerTrigger (with maxTriggerDelay)",
+    "maxRecordsPerPartition": "use maxBytesPerPartition",
+    "includeHeaders": "not needed: the properties column (a map) always holds every property",
+    "groupIdPrefix": "none: the source reads store files, no consumer group is created",
+    "fetchOffset.numRetries": "none: offsets are read from local files, nothing is fetched",
+    "fetchOffset.retryIntervalMs": "none: offsets are read from local files, nothing is fetched",
+    "kafkaConsumer.pollTimeoutMs": "none: records are read from local files, nothing is polled",
 }
+_KAFKA_BY_LOWER = {name.lower(): name for name in _KAFKA_EQUIVALENT}
 
 
 def _unknown(key: str) -> SourceError:
+    """Spark lower-cases option names: a Kafka option is named in Kafka's spelling."""
     lower = key.lower()
-    hint = _KAFKA_EQUIVALENT.get(lower)
-    if hint is None and lower.startswith("kafka."):
+    kafka_name = _KAFKA_BY_LOWER.get(lower)
+    if kafka_name is not None:
+        key, hint = (
+            kafka_name,
+            f"{_KAFKA_EQUIVALENT[kafka_name]} (an option of Spark's Kafka source)",
+        )
+    elif lower.startswith("kafka."):
         hint = "none: the source reads the store's files, give the store directory to load()"
-    if hint is not None:
-        hint = f"{hint} (this is an option of Spark's Kafka source)"
     else:
         close = difflib.get_close_matches(lower, list(_BY_LOWER), n=1, cutoff=0.75)
         hint = f"did you mean {_BY_LOWER[close[0]]}?" if close else "no option is close to it"
