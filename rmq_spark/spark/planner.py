@@ -111,28 +111,42 @@ def _record_ends(buf: object, base: int, starts: np.ndarray) -> np.ndarray:
 
 
 def advance(
-    view: StoreView, start: int, end: int, *, records_max: int = 0, bytes_max: int = 0
+    view: StoreView,
+    start: int,
+    end: int,
+    *,
+    records_max: int = 0,
+    bytes_max: int = 0,
+    topics: tuple[str, ...] = (),
+    topic_pattern: str = "",
 ) -> int:
     """The batch end for admission control: the furthest record boundary in ``(start, end]``
     within ``bytes_max`` bytes and ``records_max`` messages from ``start`` (0 = no limit).
 
     At least one message is admitted even if it alone exceeds ``bytes_max``, so a query
-    always makes progress. A BLANK tail counts as bytes but not as a message.
+    always makes progress. A BLANK tail counts as bytes but not as a message. With a topic
+    filter only messages of the subscribed topics count against ``records_max`` (bytes are
+    log bytes: what the batch reads).
     """
     if start >= end:
         return start
     if not records_max and not bytes_max:
         return end
     budget_end = start + bytes_max if bytes_max else end
-    count = 0
+    count = admitted = 0  # messages counted against records_max / admitted of any topic
     best = start
     for span, buf, starts, is_blank in _units(view, start, end):
         ends = starts if is_blank else _record_ends(buf, span.base_offset, starts)
         take = int(np.searchsorted(ends, budget_end, side="right"))
+        counted = np.ones(len(ends), dtype=np.int64)
+        if not is_blank and records_max and (topics or topic_pattern):
+            counted = _subscribed(buf, span.base_offset, starts, topics, topic_pattern)[0]
         if not is_blank and records_max:
-            take = min(take, records_max - count)
+            running = np.cumsum(counted)
+            reach = int(np.searchsorted(running, records_max - count, side="left")) + 1
+            take = min(take, reach)
         if take == 0:
-            if count == 0:  # nothing admitted yet: take one unit to make progress
+            if admitted == 0:  # nothing admitted yet: take one unit to make progress
                 best = int(ends[0])
                 if is_blank:
                     continue
@@ -140,7 +154,8 @@ def advance(
             return best
         best = int(ends[take - 1])
         if not is_blank:
-            count += take
+            count += int(counted[:take].sum())
+            admitted += take
         if take < len(ends) or (records_max and count >= records_max):
             return best
     return end
@@ -230,12 +245,10 @@ def lag(
     return Lag(matched, matched_bytes, True, oldest)
 
 
-def _count_subscribed(
+def _subscribed(
     buf: object, base: int, starts: np.ndarray, topics: tuple[str, ...], pattern: str
-) -> tuple[int, int, int]:
-    """(records, their bytes, store time of the first) of ``starts`` whose topic is wanted."""
-    if not len(starts):
-        return 0, 0, -1
+) -> tuple[np.ndarray, np.ndarray]:
+    """(1 where the record's topic is subscribed else 0, TOTALSIZE) for each of ``starts``."""
     positions = starts - base
     data = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
     sizes = gather_rows(data, positions, 4).view(">i4").reshape(-1).astype(np.int64)
@@ -247,11 +260,21 @@ def _count_subscribed(
         text = pc.cast(names, pa.string(), safe=False)
         wanted = pc.match_substring_regex(text, f"^(?:{pattern})$")
     mask = np.asarray(wanted.to_numpy(zero_copy_only=False), dtype=bool)
+    return mask.astype(np.int64), sizes
+
+
+def _count_subscribed(
+    buf: object, base: int, starts: np.ndarray, topics: tuple[str, ...], pattern: str
+) -> tuple[int, int, int]:
+    """(records, their bytes, store time of the first) of ``starts`` whose topic is wanted."""
+    if not len(starts):
+        return 0, 0, -1
+    mask, sizes = _subscribed(buf, base, starts, topics, pattern)
     hits = np.flatnonzero(mask)
     if not len(hits):
         return 0, 0, -1
-    oldest = int(_store_ts(buf, positions[hits[:1]])[0])
-    return len(hits), int(sizes[mask].sum()), oldest
+    oldest = int(_store_ts(buf, starts[hits[:1]] - base)[0])
+    return len(hits), int(sizes[hits].sum()), oldest
 
 
 def _topic_names(data: np.ndarray, positions: np.ndarray, ends: np.ndarray) -> pa.Array:

@@ -143,7 +143,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.options.fail_on_data_loss:
                 raise DataLossError(begin, view.min_offset, "the next batch starts there")
             first = view.min_offset
-        batch_end = planner.advance(view, first, end, records_max=records_max, bytes_max=bytes_max)
+        batch_end = planner.advance(
+            view,
+            first,
+            end,
+            records_max=records_max,
+            bytes_max=bytes_max,
+            topics=self.options.topics,
+            topic_pattern=self.options.topic_pattern,
+        )
         return max(batch_end, begin)
 
     def reportLatestOffset(self) -> dict:

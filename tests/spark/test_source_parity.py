@@ -55,7 +55,7 @@ def test_last_progress_reports_the_lag_of_the_subscribed_topics(spark, log, tmp_
         spark.readStream.format("rocketmq")
         .option("startingOffsets", "earliest")
         .option("topics", "TopicB")
-        .option("maxMessagesPerTrigger", "45")
+        .option("maxMessagesPerTrigger", "15")
         .load(str(log.store_dir))
         .writeStream.foreachBatch(sink)
         .option("checkpointLocation", str(tmp_path / "ck"))
@@ -66,12 +66,15 @@ def test_last_progress_reports_the_lag_of_the_subscribed_topics(spark, log, tmp_
     progress = [p for p in query.recentProgress if p["numInputRows"]]
     first = progress[0]["sources"][0]
     latest = json.loads(first["latestOffset"])
-    unread = [r for r in log.records[45:] if r.topic == "TopicB"]
+    end = json.loads(first["endOffset"])["physical_offset"]
+    behind = [r for r in log.records if r.physical_offset >= end]
+    unread = [r for r in behind if r.topic == "TopicB"]
+    assert first["numInputRows"] == 15  # maxMessagesPerTrigger counts TopicB only
     assert latest["lagMessages"] == len(unread) == 5
     assert latest["lagBytes"] == sum(len(encode_record(r)) for r in unread)
     age = time.time() - unread[0].store_timestamp_ms / 1000
     assert abs(latest["lagSeconds"] - age) < 120 and latest["lagExact"] is True
-    assert latest["backlogMessages"] == 15  # the log behind the batch: every topic
+    assert latest["backlogMessages"] == len(behind) == 17  # the log behind: every topic
     last = json.loads(query.lastProgress["sources"][0]["latestOffset"])
     assert (last["lagMessages"], last["lagBytes"], last["lagSeconds"]) == (0, 0, 0.0)
     # Spark 4.2 forwards no ReportsSourceMetrics of Python sources: metrics stay empty.

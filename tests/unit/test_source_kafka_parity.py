@@ -151,13 +151,15 @@ def test_progress_and_metrics_carry_the_lag_in_messages_bytes_and_seconds(log):
     start = reader.initialOffset()
     end = reader.latestOffset(start, reader.getDefaultReadLimit())
     reported = reader.reportLatestOffset()
-    unread = [r for r in log.records[20:] if r.topic == "TopicA"]
+    behind = [r for r in log.records if r.physical_offset >= end["physical_offset"]]
+    unread = [r for r in behind if r.topic == "TopicA"]
+    assert len(unread) == 40 - 20  # maxMessagesPerTrigger counts TopicA only
     assert reported["lagMessages"] == len(unread)
     assert reported["lagBytes"] == sum(size(r) for r in unread)
     assert reported["lagExact"] is True
     age = time.time() - unread[0].store_timestamp_ms / 1000
     assert abs(reported["lagSeconds"] - age) < 60
-    assert reported["backlogMessages"] == 40  # the log behind the batch, every topic
+    assert reported["backlogMessages"] == len(behind)  # the log behind the batch, every topic
     metrics = reader.metrics(end)
     assert metrics["lagMessages"] == str(len(unread))
     assert metrics["lagBytes"] == str(sum(size(r) for r in unread))
@@ -168,3 +170,22 @@ def test_progress_and_metrics_carry_the_lag_in_messages_bytes_and_seconds(log):
 
 def test_starting_mode_default_is_unchanged():
     assert parse_options({"path": "/s"}, streaming=True).starting_mode is StartingMode.LATEST
+
+
+def test_max_messages_per_trigger_counts_only_subscribed_topics(log):
+    reader = stream(log.store_dir, maxMessagesPerTrigger="4", topics="TopicB")
+    start = reader.initialOffset()
+    sizes = []
+    while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) != start:
+        partitions = reader.partitions(start, end)
+        sizes.append(sum(b.num_rows for p in partitions for b in reader.read(p)))
+        start = end
+    assert sizes[:5] == [4, 4, 4, 4, 4]  # 20 TopicB messages among 60
+    assert sizes[5:] in ([], [0])  # (the TopicA records after the last TopicB one)
+    view = StoreView.open(log.store_dir)
+    ends = [r.physical_offset + size(r) for r in log.records]
+    b_ends = [e for r, e in zip(log.records, ends, strict=True) if r.topic == "TopicB"]
+    assert planner.advance(view, 0, log.end_offset, records_max=3, topics=("TopicB",)) == (
+        b_ends[2]
+    )
+    assert planner.advance(view, 0, log.end_offset, records_max=3) == ends[2]
