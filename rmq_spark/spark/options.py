@@ -89,6 +89,7 @@ class SourceOptions:
     starting_queue_times: QueuePositions = ()  # StartingMode.QUEUES: per-queue store times
     timestamp_strategy_latest: bool = False  # no record at/after a queue's time: its end
     ending_queues: QueuePositions = ()  # EndingMode.QUEUES: per-queue queue offsets (excl.)
+    ending_queue_times: QueuePositions = ()  # EndingMode.QUEUES: per-queue store times
 
     def __post_init__(self) -> None:
         if self.min_partitions < 0:
@@ -141,6 +142,7 @@ _SYNTAX: dict[str, str] = {
     "maxTriggerDelay": "a duration such as 500ms, 30s, 15m or 1h (streaming only)",
     "startingOffsetsByTimestamp": 'per queue {"topic": {"queueId": epochMillis}}',
     "startingOffsetsByTimestampStrategy": "error or latest",
+    "endingOffsetsByTimestamp": 'per queue {"topic": {"queueId": epochMillis}} (batch only)',
 }
 
 OPTION_NAMES: tuple[str, ...] = tuple(_SYNTAX)
@@ -418,7 +420,12 @@ def _check_queue_topics(values: dict[str, object]) -> None:
     ``topicPattern`` does; then every topic it names must be one of them."""
     named = {
         topic
-        for key in ("starting_queues", "starting_queue_times", "ending_queues")
+        for key in (
+            "starting_queues",
+            "starting_queue_times",
+            "ending_queues",
+            "ending_queue_times",
+        )
         for topic, _, _ in values.get(key, ())  # type: ignore[attr-defined]
     }
     if not named:
@@ -486,9 +493,12 @@ def _is_queue_json(text: str) -> bool:
 
 
 def _ending(raw: dict[str, str], streaming: bool) -> dict[str, object]:
-    for name in ("endingOffsets", "endingTimestamp"):
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
         if name in raw and streaming:
             raise SourceError(f"option {name} applies to batch queries only (spark.read)")
+    if "endingOffsetsByTimestamp" in raw:  # Kafka's precedence: before endingTimestamp
+        times = _queue_json("endingOffsetsByTimestamp", raw["endingOffsetsByTimestamp"], 0)
+        return {"ending_mode": EndingMode.QUEUES, "ending_queue_times": times}
     if "endingTimestamp" in raw:  # takes precedence over endingOffsets
         return {
             "ending_mode": EndingMode.TIMESTAMP,

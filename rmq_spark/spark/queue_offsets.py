@@ -183,6 +183,19 @@ def _start_offsets(
     return starts
 
 
+def _end_offsets(
+    view: StoreView, options: SourceOptions, queues: dict[tuple[str, int], QueueIndex]
+) -> dict[tuple[str, int], int]:
+    """Queue offset (exclusive) where each named queue ends; -1: the latest. By timestamp:
+    the first message stored at or after it, or the latest if there is none (Kafka's rule)."""
+    ends = {(topic, queue_id): value for topic, queue_id, value in options.ending_queues}
+    for topic, queue_id, stamp in options.ending_queue_times:
+        index = queues.get((topic, queue_id))
+        found = index.first_stored_at(view, stamp) if index is not None else None
+        ends[(topic, queue_id)] = LATEST_QUEUE_OFFSET if found is None else found
+    return ends
+
+
 def _checked_start(
     key: tuple[str, int], value: int, index: QueueIndex | None, strict: bool, fail: bool
 ) -> int:
@@ -227,11 +240,12 @@ def queue_filter(view: StoreView, options: SourceOptions, *, strict: bool) -> Qu
                 below = max(below, index.lower_bound(low, view))
             elif low > 0:
                 below = _NO_LIMIT  # a queue with no files yet: filter every partition
-    highs = {(t, q): v for t, q, v in options.ending_queues if v != LATEST_QUEUE_OFFSET}
+    ends = _end_offsets(view, options, queues) if ending else {}
+    highs = {key: value for key, value in ends.items() if value != LATEST_QUEUE_OFFSET}
     if ending:
         below = _NO_LIMIT
         if strict:
-            _check_named(queues, {(t, q) for t, q, _ in options.ending_queues}, "endingOffsets")
+            _check_named(queues, set(ends), "endingOffsets")
     keys = sorted(k for k in set(lows) | set(highs) if lows.get(k, 0) > 0 or k in highs)
     entries = tuple((t, q, lows.get((t, q), 0), highs.get((t, q), -1)) for t, q in keys)
     return QueueFilter(entries, below)
@@ -263,11 +277,14 @@ def queue_end(view: StoreView, options: SourceOptions, start: int, end: int) -> 
     """The physical end of a batch with per-queue ``endingOffsets``: past the last record
     every queue reads (``end`` when a queue reads to the latest)."""
     queues = _queues(view, options)
+    ends = _end_offsets(view, options, queues)
+    _check_named(queues, set(ends), "endingOffsets")
     stop = start
-    for topic, queue_id, value in options.ending_queues:
+    for (topic, queue_id), value in ends.items():
         index = queues.get((topic, queue_id))
         if value == LATEST_QUEUE_OFFSET:
-            return end
+            stop = max(stop, end)
+            continue
         if index is None or value <= index.min_offset:
             continue  # nothing of this queue is read
         if value > index.max_offset:

@@ -68,7 +68,7 @@ def test_per_queue_starting_offsets_read_each_queue_from_its_position(store):
 
 def test_per_queue_ending_offsets_stop_each_queue_at_its_position(store):
     root, results = store
-    ends = {"T": {"0": 4, "1": -1, "2": 0, "3": 50}, "U": {"0": 7, "1": 70}}
+    ends = {"T": {"0": 4, "1": -1, "2": 0, "3": 50}, "U": {"0": 7, "1": 40}}
     got = batch(root, endingOffsets=json.dumps(ends))
 
     def wanted(r: PutResult) -> bool:
@@ -169,3 +169,17 @@ def test_a_deleted_queue_position_is_data_loss(store, tmp_path):
     )
     with pytest.raises(DataLossError, match="U/0"):
         resolve_start(open_view(options), options, 1 << 40)
+
+
+def test_ending_offsets_by_timestamp_per_queue(store):
+    root, results = store
+    cut = results[100].store_timestamp_ms
+    times = {"U": {"0": cut, "1": results[-1].store_timestamp_ms + 1}}  # U/1: no match: latest
+    got = batch(root, endingOffsetsByTimestamp=json.dumps(times))
+    assert got == [
+        key(r)
+        for r in results
+        if r.topic == "U" and (r.queue_id == 1 or r.store_timestamp_ms < cut)
+    ]
+    with pytest.raises(SourceError, match="batch queries only"):
+        parse_options({"path": "/s", "endingOffsetsByTimestamp": json.dumps(times)}, streaming=True)
