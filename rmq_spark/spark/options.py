@@ -8,7 +8,6 @@ Does not touch the store (whether an offset exists is checked in ``planner.py``)
 
 from __future__ import annotations
 
-import difflib
 import enum
 import json
 import re
@@ -16,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rmq_spark.errors import SourceError
+from rmq_spark.spark.option_hints import unknown_option
 
 __all__ = [
     "EARLIEST_QUEUE_OFFSET",
@@ -218,49 +218,12 @@ def _pattern(name: str, value: str) -> str:
     return value
 
 
-# Spark's Kafka source options -> what to use instead, for the unknown-option error.
-_KAFKA_EQUIVALENT = {
-    "subscribe": "use topics",
-    "subscribePattern": "use topicPattern",
-    "assign": "use topics, and per-queue startingOffsets/endingOffsets JSON for queues",
-    "maxOffsetsPerTrigger": "use maxMessagesPerTrigger (or maxBytesPerTrigger)",
-    "minOffsetsPerTrigger": "use minMessagesPerTrigger (with maxTriggerDelay)",
-    "maxRecordsPerPartition": "use maxBytesPerPartition",
-    "includeHeaders": "not needed: the properties column (a map) always holds every property",
-    "groupIdPrefix": "none: the source reads store files, no consumer group is created",
-    "fetchOffset.numRetries": "none: offsets are read from local files, nothing is fetched",
-    "fetchOffset.retryIntervalMs": "none: offsets are read from local files, nothing is fetched",
-    "kafkaConsumer.pollTimeoutMs": "none: records are read from local files, nothing is polled",
-}
-_KAFKA_BY_LOWER = {name.lower(): name for name in _KAFKA_EQUIVALENT}
-
-
-def _unknown(key: str) -> SourceError:
-    """Spark lower-cases option names: a Kafka option is named in Kafka's spelling."""
-    lower = key.lower()
-    kafka_name = _KAFKA_BY_LOWER.get(lower)
-    if kafka_name is not None:
-        key, hint = (
-            kafka_name,
-            f"{_KAFKA_EQUIVALENT[kafka_name]} (an option of Spark's Kafka source)",
-        )
-    elif lower.startswith("kafka."):
-        hint = "none: the source reads the store's files, give the store directory to load()"
-    else:
-        close = difflib.get_close_matches(lower, list(_BY_LOWER), n=1, cutoff=0.75)
-        hint = f"did you mean {_BY_LOWER[close[0]]}?" if close else "no option is close to it"
-    return SourceError(
-        f"unknown option {key!r} for the rocketmq source: {hint}; valid options: "
-        + ", ".join(OPTION_NAMES)
-    )
-
-
 def _canonical_keys(options: Mapping[str, str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for key, value in options.items():
         name = _BY_LOWER.get(str(key).lower())
         if name is None:
-            raise _unknown(str(key))
+            raise unknown_option(str(key), OPTION_NAMES)
         found[name] = str(value)
     return found
 

@@ -68,8 +68,11 @@ class QueueIndex:
 
     @staticmethod
     def _units_of(path: Path) -> np.ndarray:
-        data = path.read_bytes()
-        return np.frombuffer(data[: len(data) - len(data) % 20], dtype=_UNIT_DTYPE)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:  # deleted by retention since listed: no unit left in it
+            data = b""
+        return np.frombuffer(data[: len(data) - len(data) % CQ_UNIT_SIZE_BYTES], _UNIT_DTYPE)
 
     def unit(self, queue_offset: int) -> tuple[int, int] | None:
         """(CommitLog offset, size) of a written unit; ``None`` outside the files."""
