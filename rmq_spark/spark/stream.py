@@ -218,8 +218,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Backlog behind the durable end, in the shape of Spark's ``ReportsSourceMetrics``.
 
         Spark 4.2 does not call this for Python sources; ``reportLatestOffset`` (shown as
-        ``latestOffset`` in the query progress) carries the durable end and the backlog, and
-        this method serves jobs and tests that want them (or the skipped ranges) directly.
+        ``latestOffset`` in the query progress) carries the durable end, the backlog and the
+        lag, and this method serves jobs and tests that want them (or the skipped ranges)
+        directly. With ``latest_consumed_offset``: ``backlog*`` (the whole log behind it) and
+        ``lag*`` (the subscribed topics: messages, bytes, seconds), counted up to
+        ``BACKLOG_COUNT_MAX`` messages then estimated.
         """
         view, end = self._look()
         result = {

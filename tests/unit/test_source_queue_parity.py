@@ -183,3 +183,28 @@ def test_ending_offsets_by_timestamp_per_queue(store):
     ]
     with pytest.raises(SourceError, match="batch queries only"):
         parse_options({"path": "/s", "endingOffsetsByTimestamp": json.dumps(times)}, streaming=True)
+
+
+def test_driver_reads_keep_the_per_queue_filter(store):
+    from rmq_spark.spark.driver_read import DriverReadStreamReader, stream_reader
+
+    root, results = store
+    raw = {
+        "path": str(root),
+        "startingOffsets": json.dumps({"U": {"0": 45, "1": 48}}),
+        "driverReadMaxBytes": "64m",
+        "maxBytesPerPartition": "4096",  # several partitions, merged into one for the driver
+    }
+    reader = stream_reader(parse_options(raw, streaming=True), ARROW_SCHEMA)
+    assert isinstance(reader, DriverReadStreamReader)
+    start = reader.initialOffset()
+    end = reader.latestOffset(start, reader.getDefaultReadLimit())
+    reader.partitions(start, end)
+    got = [
+        (row["topic"], row["queue_id"], row["queue_offset"])
+        for batch in reader.getCache(start, end)
+        for row in batch.to_pylist()
+    ]
+    assert got == [
+        key(r) for r in results if r.topic == "U" and r.queue_offset >= 45 + r.queue_id * 3
+    ]
