@@ -208,3 +208,33 @@ def test_driver_reads_keep_the_per_queue_filter(store):
     assert got == [
         key(r) for r in results if r.topic == "U" and r.queue_offset >= 45 + r.queue_id * 3
     ]
+
+
+def test_a_restarted_stream_resolves_the_same_queue_positions(store):
+    from rmq_spark.spark import partitions as partitions_module
+
+    root, results = store
+    raw = {
+        "path": str(root),
+        "startingOffsetsByTimestamp": json.dumps(
+            {"U": {"0": results[120].store_timestamp_ms, "1": results[30].store_timestamp_ms}}
+        ),
+        "maxMessagesPerTrigger": "7",
+    }
+    options = parse_options(raw, streaming=True)
+    first = RocketMQStreamReader(options)
+    start = first.initialOffset()
+    got = []
+    for _ in range(2):  # two batches, then the driver process dies
+        end = first.latestOffset(start, first.getDefaultReadLimit())
+        got += read_keys(first, first.partitions(start, end))
+        start = end
+    partitions_module._queue_filter.cache_clear()  # a new driver process
+    again = RocketMQStreamReader(parse_options(raw, streaming=True))
+    while (end := again.latestOffset(start, again.getDefaultReadLimit())) != start:
+        got += read_keys(again, again.partitions(start, end))
+        start = end
+    since = {0: results[120].store_timestamp_ms, 1: results[30].store_timestamp_ms}
+    assert got == [
+        key(r) for r in results if r.topic == "U" and r.store_timestamp_ms >= since[r.queue_id]
+    ]
