@@ -133,3 +133,28 @@ def test_a_stream_starts_each_queue_at_its_own_offset(spark, tmp_path):
     low = {0: 40, 1: 5}
     expected = [r.physical_offset for r in results if r.queue_offset >= low[r.queue_id]]
     assert sum(sink.batches, []) == expected
+
+
+def test_a_batch_reads_each_queue_between_its_offsets(spark, tmp_path):
+    from rmq_spark.store.config import StoreConfig
+    from rmq_spark.store.message_store import MessageStore
+    from rmq_spark.store.put import PutRequest
+
+    config = StoreConfig(root_dir=tmp_path / "store", segment_size_bytes=8192)
+    with MessageStore.open(config) as store:
+        results = [store.put(PutRequest("Q", b"y%04d" % i, queue_id=i % 3)) for i in range(90)]
+    rows = (
+        spark.read.format("rocketmq")
+        .schema("physical_offset long")
+        .option("startingOffsets", json.dumps({"Q": {"0": 5, "1": -2, "2": 20}}))
+        .option("endingOffsets", json.dumps({"Q": {"0": 9, "1": 2, "2": -1}}))
+        .load(str(config.root_dir))
+        .collect()
+    )
+    bounds = {0: (5, 9), 1: (0, 2), 2: (20, 30)}
+    expected = [
+        r.physical_offset
+        for r in results
+        if bounds[r.queue_id][0] <= r.queue_offset < bounds[r.queue_id][1]
+    ]
+    assert [r.physical_offset for r in rows] == expected
