@@ -36,6 +36,7 @@ __all__ = [
     "lag",
     "check_boundary",
     "count_records",
+    "first_store_time",
     "offset_for_timestamp",
     "readable_end",
     "store_time_at",
@@ -223,7 +224,7 @@ def lag(
     """
     if not topics and not topic_pattern:
         found = backlog(view, start, end, records_max)
-        return Lag(found.messages, found.bytes, found.exact, _first_store_ms(view, start, end))
+        return Lag(found.messages, found.bytes, found.exact, first_store_time(view, start, end))
     walked = matched = matched_bytes = 0
     oldest = -1
     chunk = max(1, min(_HOP_RECORDS, records_max + 1))
@@ -322,7 +323,8 @@ def store_time_at(view: StoreView, physical_offset: int) -> int | None:
         return int(_store_ts(mapped.buffer, np.array([position]))[0])
 
 
-def _first_store_ms(view: StoreView, start: int, end: int) -> int:
+def first_store_time(view: StoreView, start: int, end: int) -> int:
+    """The store time of the first record in ``[start, end)``; -1 when there is none."""
     for span, buf, starts, is_blank in _units(view, start, end, 1):
         if not is_blank:
             return int(_store_ts(buf, starts[:1] - span.base_offset)[0])

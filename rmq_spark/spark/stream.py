@@ -183,7 +183,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.options.wants_topic_filter():
             found = planner.lag(view, first, end, count_max, *self._topic_filter())
         else:  # the log's backlog is the lag: only the oldest store time is missing
-            oldest = planner.lag(view, first, end, 0).oldest_store_ms if log.messages else -1
+            oldest = planner.first_store_time(view, first, end) if log.messages else -1
             found = planner.Lag(log.messages, log.bytes, log.exact, oldest)
         age_ms = max(0, int(time.time() * 1000) - found.oldest_store_ms)
         return {
