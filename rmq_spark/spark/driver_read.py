@@ -24,6 +24,7 @@ query progress shows no ``latestOffset`` (``metrics()`` still gives the durable 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 
 import pyarrow as pa
 
@@ -77,7 +78,7 @@ class DriverReadStreamReader(RocketMQStreamReader, _Base):  # type: ignore[misc,
         if self._small(begin, stop) and len(planned) > 1:
             # Spark requires exactly one partition next to prefetched records.
             pieces = tuple(piece for part in planned for piece in part.slices)
-            planned = [LogPartition(planned[0].store_dir, pieces, 0)]
+            planned = [replace(planned[0], slices=pieces, index=0)]  # keeps queue_bounds
         self._planned = (begin, stop, planned)
         return planned
 

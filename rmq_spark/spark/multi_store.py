@@ -12,7 +12,8 @@ over one store keeps its offset shape and schema (no ``store`` column).
 An admission limit (``maxMessagesPerTrigger`` / ``maxBytesPerTrigger``) is for the whole
 query: each trigger gives every store an equal share (rounded up), so a busy store never
 starves the others. Explicit ``startingOffsets``/``endingOffsets`` JSON names one store's
-offsets, so with several stores only ``earliest``/``latest`` and the timestamp options apply.
+offsets (per-queue JSON one store's queues: a queue is a broker's), so with several stores
+only ``earliest``/``latest`` and the whole-log timestamp options apply.
 """
 
 from __future__ import annotations
@@ -69,15 +70,15 @@ def per_store_options(options: SourceOptions) -> dict[str, SourceOptions]:
     """One store's options per store named by ``options.path`` (several: checked)."""
     paths = split_paths(options.path)
     if len(paths) > 1:
-        if options.starting_mode is StartingMode.OFFSET:
+        if options.starting_mode in (StartingMode.OFFSET, StartingMode.QUEUES):
             raise SourceError(
-                "startingOffsets as JSON names one store's offsets; with several stores use "
-                "earliest, latest or startingTimestamp"
+                "startingOffsets as JSON (or per-queue positions) names one store's offsets "
+                "or queues; with several stores use earliest, latest or startingTimestamp"
             )
-        if options.ending_mode is EndingMode.OFFSET:
+        if options.ending_mode in (EndingMode.OFFSET, EndingMode.QUEUES):
             raise SourceError(
-                "endingOffsets as JSON names one store's offsets; with several stores use "
-                "latest or endingTimestamp"
+                "endingOffsets as JSON (or per-queue positions) names one store's offsets "
+                "or queues; with several stores use latest or endingTimestamp"
             )
     return {path: dataclasses.replace(options, path=path) for path in paths}
 

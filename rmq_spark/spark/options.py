@@ -15,12 +15,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rmq_spark.errors import SourceError
+from rmq_spark.spark.option_hints import unknown_option
 
 __all__ = [
+    "EARLIEST_QUEUE_OFFSET",
     "EndingMode",
+    "LATEST_QUEUE_OFFSET",
     "OPTION_NAMES",
+    "QueuePositions",
     "SourceOptions",
     "StartingMode",
+    "check_options",
     "parse_options",
 ]
 
@@ -34,6 +39,7 @@ class StartingMode(enum.Enum):
     LATEST = "latest"  # the durable end when the query starts
     OFFSET = "offset"  # an explicit physical offset (startingOffsets JSON)
     TIMESTAMP = "timestamp"  # the first record stored at or after startingTimestamp
+    QUEUES = "queues"  # per queue: startingOffsets {"topic": {"queue": n}} or ...ByTimestamp
 
 
 class EndingMode(enum.Enum):
@@ -42,6 +48,13 @@ class EndingMode(enum.Enum):
     LATEST = "latest"  # the durable end when the query is planned
     OFFSET = "offset"  # an explicit physical offset (endingOffsets JSON)
     TIMESTAMP = "timestamp"  # the first record stored at or after endingTimestamp
+    QUEUES = "queues"  # per queue: endingOffsets {"topic": {"queue": n}}
+
+
+# (topic, queue id, queue offset or store time in ms); offsets -2 = earliest, -1 = latest
+QueuePositions = tuple[tuple[str, int, int], ...]
+EARLIEST_QUEUE_OFFSET = -2  # Kafka's spelling in per-partition JSON
+LATEST_QUEUE_OFFSET = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,6 +82,14 @@ class SourceOptions:
     check_crc: bool = True  # verify each body's BODYCRC while reading
     driver_read_max_bytes: int = 0  # streaming: read batches this small on the driver; 0 = off
     streaming: bool = False  # parsed for a streaming query (changes defaults and checks)
+    # Kafka-source parity (docs/SOURCE.md "Options Spark's Kafka source has"):
+    min_messages_per_trigger: int = 0  # streaming: wait for this many messages; 0 = no wait
+    max_trigger_delay_ms: int = 15 * 60_000  # ... but at most this long after the last batch
+    starting_queues: QueuePositions = ()  # StartingMode.QUEUES: per-queue queue offsets
+    starting_queue_times: QueuePositions = ()  # StartingMode.QUEUES: per-queue store times
+    timestamp_strategy_latest: bool = False  # no record at/after a queue's time: its end
+    ending_queues: QueuePositions = ()  # EndingMode.QUEUES: per-queue queue offsets (excl.)
+    ending_queue_times: QueuePositions = ()  # EndingMode.QUEUES: per-queue store times
 
     def __post_init__(self) -> None:
         if self.min_partitions < 0:
@@ -81,6 +102,13 @@ class SourceOptions:
             raise ValueError("max_*_per_trigger: must be >= 0 (0 means unlimited)")
         if self.driver_read_max_bytes < 0:
             raise ValueError("driver_read_max_bytes: must be >= 0 (0 means off)")
+        if self.max_messages_per_trigger and (
+            self.min_messages_per_trigger > self.max_messages_per_trigger
+        ):
+            raise SourceError(
+                f"option minMessagesPerTrigger={self.min_messages_per_trigger} is above "
+                f"maxMessagesPerTrigger={self.max_messages_per_trigger}"
+            )
 
     def wants_topic_filter(self) -> bool:
         """True when some topics are to be skipped."""
@@ -92,9 +120,15 @@ _SYNTAX: dict[str, str] = {
     "path": "a store directory (normally given to load())",
     "topics": "a comma-separated list of topic names",
     "topicPattern": "a regular expression a whole topic name must match",
-    "startingOffsets": 'earliest, latest or a JSON object {"physical_offset": N}',
+    "startingOffsets": (
+        'earliest, latest, a JSON object {"physical_offset": N} or per queue '
+        '{"topic": {"queueId": queueOffset}} (-2 earliest, -1 latest)'
+    ),
     "startingTimestamp": "store time in epoch milliseconds (an integer >= 0)",
-    "endingOffsets": 'latest or a JSON object {"physical_offset": N} (batch queries only)',
+    "endingOffsets": (
+        'latest, a JSON object {"physical_offset": N} or per queue '
+        '{"topic": {"queueId": queueOffset}} (-1 latest; batch queries only)'
+    ),
     "endingTimestamp": "store time in epoch milliseconds (batch queries only)",
     "maxBytesPerTrigger": "a positive number of bytes, e.g. 67108864 or 64m (streaming only)",
     "maxMessagesPerTrigger": "a positive integer number of messages (streaming only)",
@@ -104,6 +138,11 @@ _SYNTAX: dict[str, str] = {
     "includeBody": "true or false",
     "checkCrc": "true or false",
     "driverReadMaxBytes": "a number of bytes >= 0, e.g. 4m; 0 turns it off (streaming only)",
+    "minMessagesPerTrigger": "a positive integer number of messages (streaming only)",
+    "maxTriggerDelay": "a duration such as 500ms, 30s, 15m or 1h (streaming only)",
+    "startingOffsetsByTimestamp": 'per queue {"topic": {"queueId": epochMillis}}',
+    "startingOffsetsByTimestampStrategy": "error or latest",
+    "endingOffsetsByTimestamp": 'per queue {"topic": {"queueId": epochMillis}} (batch only)',
 }
 
 OPTION_NAMES: tuple[str, ...] = tuple(_SYNTAX)
@@ -184,12 +223,25 @@ def _canonical_keys(options: Mapping[str, str]) -> dict[str, str]:
     for key, value in options.items():
         name = _BY_LOWER.get(str(key).lower())
         if name is None:
-            raise SourceError(
-                f"unknown option {key!r} for the rocketmq source; valid options: "
-                + ", ".join(OPTION_NAMES)
-            )
+            raise unknown_option(str(key), OPTION_NAMES)
         found[name] = str(value)
     return found
+
+
+def check_options(options: Mapping[str, str]) -> None:
+    """Fail early (at ``load()``, before Spark knows whether the query streams) on what is
+    wrong for both ``read`` and ``readStream``: unknown names, bad values, no path.
+
+    A ``SourceError`` raised while Spark creates a *stream* reader is buried under an
+    ``UnboundLocalError`` of PySpark's source runner; here it is one line at ``load()``.
+    """
+    try:
+        parse_options(options, streaming=True)
+    except SourceError as as_stream:
+        try:
+            parse_options(options, streaming=False)
+        except SourceError as as_batch:
+            raise as_stream if "queries only" in str(as_batch) else as_batch from None
 
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -270,10 +322,101 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     ):
         if name in raw:
             values[key] = _bool(name, raw[name])
+    values.update(_trigger_wait(raw, streaming))
+    _check_queue_topics(values)
     return SourceOptions(**values)  # type: ignore[arg-type]
 
 
+def _trigger_wait(raw: dict[str, str], streaming: bool) -> dict[str, object]:
+    found: dict[str, object] = {}
+    for name in ("minMessagesPerTrigger", "maxTriggerDelay"):
+        if name in raw and not streaming:
+            raise SourceError(f"option {name} applies to streaming queries only (readStream)")
+    if "minMessagesPerTrigger" in raw:
+        found["min_messages_per_trigger"] = _int(
+            "minMessagesPerTrigger", raw["minMessagesPerTrigger"], 1
+        )
+    if "maxTriggerDelay" in raw:
+        found["max_trigger_delay_ms"] = _duration_ms("maxTriggerDelay", raw["maxTriggerDelay"])
+    return found
+
+
+_DURATION_MS = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+def _duration_ms(name: str, value: str) -> int:
+    """A duration as Spark writes them (``timeStringAsMs``: a bare number is milliseconds)."""
+    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h)?\s*", value.lower())
+    if not match:
+        raise _bad(name, value, "not a duration")
+    return int(match.group(1)) * _DURATION_MS[match.group(2) or ""]
+
+
+def _queue_json(name: str, value: str, minimum: int) -> QueuePositions:
+    """``{"topic": {"queueId": n}}`` (Kafka's per-partition JSON) as sorted triples."""
+    try:
+        parsed = json.loads(value)
+    except ValueError as err:
+        raise _bad(name, value, f"not JSON: {err}") from err
+    if not isinstance(parsed, dict) or not parsed:
+        raise _bad(name, value, "a JSON object naming at least one topic")
+    found: list[tuple[str, int, int]] = []
+    for topic, queues in parsed.items():
+        if not isinstance(queues, dict) or not queues:
+            raise _bad(
+                name,
+                value,
+                f'the JSON object must have exactly the key "{_OFFSET_KEY}" or map each topic '
+                f"to an object of queues (topic {topic!r})",
+            )
+        for queue, number in queues.items():
+            if not re.fullmatch(r"\d+", str(queue)) or int(queue) > 2**31 - 1:
+                raise _bad(name, value, f"queue id {queue!r} of topic {topic!r} is not an int")
+            if not isinstance(number, int) or isinstance(number, bool) or number < minimum:
+                raise _bad(name, value, f"{topic}/{queue}: must be an integer >= {minimum}")
+            found.append((str(topic), int(queue), number))
+    return tuple(sorted(found))
+
+
+def _check_queue_topics(values: dict[str, object]) -> None:
+    """Per-queue JSON names the query's topics (as Kafka's ``assign``) unless ``topics`` or
+    ``topicPattern`` does; then every topic it names must be one of them."""
+    named = {
+        topic
+        for key in (
+            "starting_queues",
+            "starting_queue_times",
+            "ending_queues",
+            "ending_queue_times",
+        )
+        for topic, _, _ in values.get(key, ())  # type: ignore[attr-defined]
+    }
+    if not named:
+        return
+    topics = values.get("topics", ())
+    pattern = str(values.get("topic_pattern", ""))
+    if not topics and not pattern:
+        values["topics"] = tuple(sorted(named))
+        return
+    for topic in sorted(named):
+        if (topics and topic not in topics) or (pattern and not re.fullmatch(pattern, topic)):
+            raise SourceError(
+                f"per-queue startingOffsets/endingOffsets name topic {topic!r}, which the "
+                "topics/topicPattern option does not subscribe"
+            )
+
+
 def _starting(raw: dict[str, str], streaming: bool) -> dict[str, object]:
+    strategy = raw.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise _bad("startingOffsetsByTimestampStrategy", strategy)
+    if "startingOffsetsByTimestamp" in raw:  # Kafka's precedence: before startingTimestamp
+        times = _queue_json("startingOffsetsByTimestamp", raw["startingOffsetsByTimestamp"], 0)
+        return {
+            "starting_mode": StartingMode.QUEUES,
+            "starting_queue_times": times,
+            "timestamp_strategy_latest": strategy == "latest",
+        }
     if "startingTimestamp" in raw:  # takes precedence over startingOffsets, as in Kafka's source
         return {
             "starting_mode": StartingMode.TIMESTAMP,
@@ -286,6 +429,11 @@ def _starting(raw: dict[str, str], streaming: bool) -> dict[str, object]:
         if not streaming:
             raise _bad("startingOffsets", text, "latest is for streaming queries only")
         return {"starting_mode": StartingMode.LATEST}
+    if text.startswith("{") and _is_queue_json(text):
+        queues = _queue_json("startingOffsets", text, EARLIEST_QUEUE_OFFSET)
+        if any(n == LATEST_QUEUE_OFFSET for _, _, n in queues):  # docs/SOURCE.md: why not
+            raise _bad("startingOffsets", text, "-1 (latest) per queue is not supported")
+        return {"starting_mode": StartingMode.QUEUES, "starting_queues": queues}
     if text.startswith("{"):
         return {
             "starting_mode": StartingMode.OFFSET,
@@ -294,10 +442,26 @@ def _starting(raw: dict[str, str], streaming: bool) -> dict[str, object]:
     raise _bad("startingOffsets", text)
 
 
+def _is_queue_json(text: str) -> bool:
+    """A JSON object whose values are all objects: per-queue positions, not a physical one."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False
+    return (
+        isinstance(parsed, dict)
+        and bool(parsed)
+        and all(isinstance(v, dict) for v in parsed.values())
+    )
+
+
 def _ending(raw: dict[str, str], streaming: bool) -> dict[str, object]:
-    for name in ("endingOffsets", "endingTimestamp"):
+    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
         if name in raw and streaming:
             raise SourceError(f"option {name} applies to batch queries only (spark.read)")
+    if "endingOffsetsByTimestamp" in raw:  # Kafka's precedence: before endingTimestamp
+        times = _queue_json("endingOffsetsByTimestamp", raw["endingOffsetsByTimestamp"], 0)
+        return {"ending_mode": EndingMode.QUEUES, "ending_queue_times": times}
     if "endingTimestamp" in raw:  # takes precedence over endingOffsets
         return {
             "ending_mode": EndingMode.TIMESTAMP,
@@ -306,6 +470,9 @@ def _ending(raw: dict[str, str], streaming: bool) -> dict[str, object]:
     text = raw.get("endingOffsets", "latest").strip()
     if text.lower() == "latest":
         return {"ending_mode": EndingMode.LATEST}
+    if text.startswith("{") and _is_queue_json(text):
+        queues = _queue_json("endingOffsets", text, LATEST_QUEUE_OFFSET)
+        return {"ending_mode": EndingMode.QUEUES, "ending_queues": queues}
     if text.startswith("{"):
         return {
             "ending_mode": EndingMode.OFFSET,

@@ -9,17 +9,18 @@ and ``driver_read.py``, so neither imports the other's internals.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pyarrow as pa
 from pyspark.sql.datasource import InputPartition
 
 from rmq_spark.errors import DataLossError, SourceError
-from rmq_spark.spark import planner
+from rmq_spark.spark import planner, queue_offsets
 from rmq_spark.spark.columnar import DecodeSettings, read_slice
 from rmq_spark.spark.offsets import (
     SegmentSlice,
@@ -56,6 +57,8 @@ class LogPartition(InputPartition):
     store_dir: str
     slices: tuple[SegmentSlice, ...]
     index: int = 0
+    # Per-queue starts/ends (``queue_offsets.QueueFilter.entries``): rows outside are dropped.
+    queue_bounds: tuple[tuple[str, int, int, int], ...] = ()
 
     def describe(self, piece: SegmentSlice) -> str:
         return (
@@ -82,6 +85,8 @@ def resolve_start(view: StoreView, options: SourceOptions, end: int) -> int:
         return planner.offset_for_timestamp(
             view, options.starting_timestamp_ms, min(view.min_offset, end), end
         )
+    if mode is StartingMode.QUEUES:
+        return queue_offsets.queue_start(view, options, end)
     offset = options.starting_physical_offset
     if offset < view.min_offset:
         if options.fail_on_data_loss:
@@ -103,6 +108,8 @@ def resolve_batch_end(view: StoreView, options: SourceOptions, start: int, end: 
         return end
     if options.ending_mode is EndingMode.TIMESTAMP:
         return planner.offset_for_timestamp(view, options.ending_timestamp_ms, start, end)
+    if options.ending_mode is EndingMode.QUEUES:
+        return queue_offsets.queue_end(view, options, start, end)
     offset = options.ending_physical_offset
     if offset > end:
         raise SourceError(
@@ -142,10 +149,28 @@ def plan(
         min_split_bytes=MIN_SPLIT_BYTES,
     )
     store_dir = str(view.store_dir)
-    return [
+    partitions = [
         LogPartition(store_dir, pieces, index)
         for index, pieces in enumerate(plan_partitions(slices, count))
     ]
+    found = _queue_filter(options)
+    if found is None or start >= found.below:
+        return partitions
+    return [
+        replace(p, queue_bounds=found.entries) if p.slices[0].start_offset < found.below else p
+        for p in partitions
+    ]
+
+
+@functools.lru_cache(maxsize=16)
+def _queue_filter(options: SourceOptions) -> queue_offsets.QueueFilter | None:
+    """Per-queue filter of ``options``, once per driver process: it depends only on queue
+    offsets and store times, which do not change (computed leniently: a restart must not
+    fail on positions retention deleted since the query started)."""
+    per_queue_start = options.starting_mode is StartingMode.QUEUES
+    if not per_queue_start and options.ending_mode is not EndingMode.QUEUES:
+        return None
+    return queue_offsets.queue_filter(open_view(options), options, strict=False)
 
 
 def read_partition(
@@ -176,13 +201,28 @@ def read_partition(
             path=str(path),
             topics=options.topics,
             topic_pattern=options.topic_pattern,
-            schema=schema,
+            schema=_with_queue_columns(schema) if partition.queue_bounds else schema,
             include_body=options.include_body,
             check_crc=options.check_crc,
             context=partition.describe(piece),
         )
         with mapped:
-            yield from read_slice(mapped.buffer, mapped.size_bytes, piece, settings)
+            for batch in read_slice(mapped.buffer, mapped.size_bytes, piece, settings):
+                if partition.queue_bounds:
+                    kept = queue_offsets.apply_filter(batch, partition.queue_bounds)
+                    batch = pa.RecordBatch.from_arrays(
+                        [kept.column(name) for name in schema.names], schema=schema
+                    )
+                yield batch
+
+
+_QUEUE_COLUMNS = ("topic", "queue_id", "queue_offset")
+
+
+def _with_queue_columns(schema: pa.Schema) -> pa.Schema:
+    """``schema`` plus the columns the per-queue filter reads, if a given schema lacks them."""
+    missing = [ARROW_SCHEMA.field(name) for name in _QUEUE_COLUMNS if name not in schema.names]
+    return pa.schema(list(schema) + missing) if missing else schema
 
 
 def check_prefix(view: StoreView, options: SourceOptions) -> None:

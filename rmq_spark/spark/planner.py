@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from rmq_spark.errors import CorruptRecordError, SourceError
 from rmq_spark.spark.arrow_views import gather_rows
@@ -27,13 +29,17 @@ from rmq_spark.store.view import MappedSegment, SegmentSpan, StoreView
 
 __all__ = [
     "Backlog",
+    "Lag",
     "TailCache",
     "advance",
     "backlog",
+    "lag",
     "check_boundary",
     "count_records",
+    "first_store_time",
     "offset_for_timestamp",
     "readable_end",
+    "store_time_at",
     "walk_headers",
 ]
 
@@ -106,28 +112,42 @@ def _record_ends(buf: object, base: int, starts: np.ndarray) -> np.ndarray:
 
 
 def advance(
-    view: StoreView, start: int, end: int, *, records_max: int = 0, bytes_max: int = 0
+    view: StoreView,
+    start: int,
+    end: int,
+    *,
+    records_max: int = 0,
+    bytes_max: int = 0,
+    topics: tuple[str, ...] = (),
+    topic_pattern: str = "",
 ) -> int:
     """The batch end for admission control: the furthest record boundary in ``(start, end]``
     within ``bytes_max`` bytes and ``records_max`` messages from ``start`` (0 = no limit).
 
     At least one message is admitted even if it alone exceeds ``bytes_max``, so a query
-    always makes progress. A BLANK tail counts as bytes but not as a message.
+    always makes progress. A BLANK tail counts as bytes but not as a message. With a topic
+    filter only messages of the subscribed topics count against ``records_max`` (bytes are
+    log bytes: what the batch reads).
     """
     if start >= end:
         return start
     if not records_max and not bytes_max:
         return end
     budget_end = start + bytes_max if bytes_max else end
-    count = 0
+    count = admitted = 0  # messages counted against records_max / admitted of any topic
     best = start
     for span, buf, starts, is_blank in _units(view, start, end):
         ends = starts if is_blank else _record_ends(buf, span.base_offset, starts)
         take = int(np.searchsorted(ends, budget_end, side="right"))
+        counted = np.ones(len(ends), dtype=np.int64)
+        if not is_blank and records_max and (topics or topic_pattern):
+            counted = _subscribed(buf, span.base_offset, starts, topics, topic_pattern)[0]
         if not is_blank and records_max:
-            take = min(take, records_max - count)
+            running = np.cumsum(counted)
+            reach = int(np.searchsorted(running, records_max - count, side="left")) + 1
+            take = min(take, reach)
         if take == 0:
-            if count == 0:  # nothing admitted yet: take one unit to make progress
+            if admitted == 0:  # nothing admitted yet: take one unit to make progress
                 best = int(ends[0])
                 if is_blank:
                     continue
@@ -135,7 +155,8 @@ def advance(
             return best
         best = int(ends[take - 1])
         if not is_blank:
-            count += take
+            count += int(counted[:take].sum())
+            admitted += take
         if take < len(ends) or (records_max and count >= records_max):
             return best
     return end
@@ -175,6 +196,139 @@ def backlog(view: StoreView, start: int, end: int, records_max: int) -> Backlog:
             return Backlog(total, max(estimate, records_max + 1), False)
         count += len(starts)
     return Backlog(total, count, True)
+
+
+@dataclass(frozen=True)
+class Lag:
+    """The unread messages of the subscribed topics in ``[start, end)`` of the log."""
+
+    messages: int
+    bytes: int  # their TOTALSIZEs (no topic filter: the log bytes, BLANK tails included)
+    exact: bool  # False: counted over the first ``records_max`` records, then extrapolated
+    oldest_store_ms: int  # store time of the first of them; -1 when there is none
+
+
+def lag(
+    view: StoreView,
+    start: int,
+    end: int,
+    records_max: int,
+    topics: tuple[str, ...] = (),
+    topic_pattern: str = "",
+) -> Lag:
+    """Messages, bytes and the oldest store time of the subscribed topics in ``[start, end)``.
+
+    Without a topic filter: ``backlog`` plus one store timestamp. With one: the headers of at
+    most ``records_max + 1`` records are read with their topics (no body, no properties);
+    past that the counts extrapolate the share of subscribed records by log bytes.
+    """
+    if not topics and not topic_pattern:
+        found = backlog(view, start, end, records_max)
+        return Lag(found.messages, found.bytes, found.exact, first_store_time(view, start, end))
+    walked = matched = matched_bytes = 0
+    oldest = -1
+    chunk = max(1, min(_HOP_RECORDS, records_max + 1))
+    for span, buf, starts, is_blank in _units(view, start, end, chunk):
+        if is_blank:
+            continue
+        if walked + len(starts) > records_max:
+            spanned = int(starts[records_max - walked]) - start
+            starts = starts[: records_max - walked]
+            hits = _count_subscribed(buf, span.base_offset, starts, topics, topic_pattern)
+            matched, matched_bytes = matched + hits[0], matched_bytes + hits[1]
+            oldest = oldest if oldest >= 0 or hits[2] < 0 else hits[2]
+            scale = max(0, end - start) / max(1, spanned)
+            return Lag(round(matched * scale), round(matched_bytes * scale), False, oldest)
+        hits = _count_subscribed(buf, span.base_offset, starts, topics, topic_pattern)
+        walked += len(starts)
+        matched, matched_bytes = matched + hits[0], matched_bytes + hits[1]
+        oldest = oldest if oldest >= 0 or hits[2] < 0 else hits[2]
+    return Lag(matched, matched_bytes, True, oldest)
+
+
+def _subscribed(
+    buf: object, base: int, starts: np.ndarray, topics: tuple[str, ...], pattern: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """(1 where the record's topic is subscribed else 0, TOTALSIZE) for each of ``starts``."""
+    positions = starts - base
+    data = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
+    sizes = gather_rows(data, positions, 4).view(">i4").reshape(-1).astype(np.int64)
+    names = _topic_names(data, positions, positions + sizes)
+    if topics:
+        names_set = pa.array([t.encode() for t in topics], pa.large_binary())
+        wanted = pc.is_in(names, value_set=names_set)
+    else:
+        text = pc.cast(names, pa.string(), safe=False)
+        wanted = pc.match_substring_regex(text, f"^(?:{pattern})$")
+    mask = np.asarray(wanted.to_numpy(zero_copy_only=False), dtype=bool)
+    return mask.astype(np.int64), sizes
+
+
+def _count_subscribed(
+    buf: object, base: int, starts: np.ndarray, topics: tuple[str, ...], pattern: str
+) -> tuple[int, int, int]:
+    """(records, their bytes, store time of the first) of ``starts`` whose topic is wanted."""
+    if not len(starts):
+        return 0, 0, -1
+    mask, sizes = _subscribed(buf, base, starts, topics, pattern)
+    hits = np.flatnonzero(mask)
+    if not len(hits):
+        return 0, 0, -1
+    oldest = int(_store_ts(buf, starts[hits[:1]] - base)[0])
+    return len(hits), int(sizes[hits].sum()), oldest
+
+
+def _topic_names(data: np.ndarray, positions: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """The TOPIC field of each record as a binary array (copied out of the segment).
+
+    A header that does not add up gives an empty name (never subscribed): the read reports
+    the damage, counting does not fail on it.
+    """
+    flags = data[positions + 39]
+    hosts = np.where(flags & 0x10, 20, 8) + np.where(flags & 0x20, 20, 8)
+    body_at = positions + 68 + hosts
+    body_size = gather_rows(data, body_at, 4).view(">i4").reshape(-1).astype(np.int64)
+    is_v2 = gather_rows(data, positions + 4, 4).view(">u4").reshape(-1) == MESSAGE_MAGIC_CODE_V2
+    len_at = np.clip(body_at + 4 + body_size, positions, np.maximum(positions, ends - 2))
+    size = np.where(
+        is_v2,
+        (data[len_at].astype(np.int64) << 8) | data[len_at + 1],
+        data[len_at].astype(np.int64),
+    )
+    at = len_at + np.where(is_v2, 2, 1)
+    ok = (body_size >= 0) & (at + size <= ends)
+    size = np.where(ok, size, 0)
+    offsets = np.zeros(len(positions) + 1, dtype=np.int64)
+    np.cumsum(size, out=offsets[1:])
+    index = np.arange(int(offsets[-1]), dtype=np.int64) + np.repeat(at - offsets[:-1], size)
+    chars = data[index]
+    return pa.Array.from_buffers(
+        pa.large_binary(), len(positions), [None, pa.py_buffer(offsets), pa.py_buffer(chars)]
+    )
+
+
+def store_time_at(view: StoreView, physical_offset: int) -> int | None:
+    """The store timestamp of the record at ``physical_offset``; ``None`` if it is gone."""
+    span = view.span_at(physical_offset)
+    if span is None:
+        return None
+    try:
+        mapped = MappedSegment(view.segment_path(span.base_offset))
+    except FileNotFoundError:
+        return None
+    with mapped:
+        position = physical_offset - span.base_offset
+        if position + 80 > mapped.size_bytes:
+            return None
+        return int(_store_ts(mapped.buffer, np.array([position]))[0])
+
+
+def first_store_time(view: StoreView, start: int, end: int) -> int:
+    """The store time of the first record in ``[start, end)``; -1 when there is none."""
+    for span, buf, starts, is_blank in _units(view, start, end, 1):
+        if not is_blank:
+            return int(_store_ts(buf, starts[:1] - span.base_offset)[0])
+    return -1
 
 
 def check_boundary(view: StoreView, offset: int, end: int) -> None:

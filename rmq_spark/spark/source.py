@@ -39,7 +39,7 @@ from rmq_spark.spark.multi_store import (
     query_schemas,
     spark_schema_for,
 )
-from rmq_spark.spark.options import SourceOptions, parse_options
+from rmq_spark.spark.options import SourceOptions, check_options, parse_options
 from rmq_spark.spark.partitions import (
     MIN_SPLIT_BYTES,
     LogPartition,
@@ -92,6 +92,7 @@ class RocketMQDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> StructType:
+        check_options(self.options)  # at load(): one clear line, for read and readStream
         return spark_schema_for(self.options.get("path", ""))
 
     def reader(self, schema: StructType) -> DataSourceReader:

@@ -8,6 +8,7 @@ trigger: ``latestOffset`` opens the view and finds the readable end, and the
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxBytes,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 
@@ -59,6 +61,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # partitions of the same trigger reuse them (one look at the store per trigger).
         self._trigger: tuple[StoreView, int] | None = None
         self.skipped_ranges: list[tuple[int, int]] = []
+        self._last_trigger_ms = 0  # minMessagesPerTrigger: when the last batch was admitted
 
     def _look(self) -> tuple[StoreView, int]:
         """A fresh view of the store and its readable end (not capped by AvailableNow)."""
@@ -79,13 +82,47 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxRows(self.options.max_messages_per_trigger)
         if self.options.max_bytes_per_trigger:
             return ReadMaxBytes(self.options.max_bytes_per_trigger)
+        if self.options.min_messages_per_trigger:  # with a maximum, latestOffset applies it
+            return ReadMinRows(self.options.min_messages_per_trigger)
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._trigger = self._look()
-        planned = self._batch_end(parse_offset(start, what="start offset"), limit)
+        begin = parse_offset(start, what="start offset")
+        planned = self._batch_end(begin, limit)
+        if planned > begin and self._delays(begin, limit):
+            planned = begin
         self._planned_end = planned
         return offset_dict(planned)
+
+    def _delays(self, begin: int, limit: ReadLimit) -> bool:
+        """``minMessagesPerTrigger`` as Kafka's ``minOffsetsPerTrigger``: no batch (the
+        start is returned, Spark skips the trigger) while fewer messages of the subscribed
+        topics wait and ``maxTriggerDelay`` has not passed since the last batch. Not under
+        ``Trigger.AvailableNow`` or ``ReadAllAvailable`` (they must reach their end)."""
+        wanted = self.options.min_messages_per_trigger
+        if isinstance(limit, ReadMinRows):
+            wanted = limit.min_rows
+        if not wanted or isinstance(limit, ReadAllAvailable):
+            return False
+        if self._available_now_end is not None:
+            return False
+        now = int(time.time() * 1000)
+        if now - self._last_trigger_ms >= self.options.max_trigger_delay_ms:
+            self._last_trigger_ms = now
+            return False
+        assert self._trigger is not None
+        view, end = self._trigger
+        first = min(max(begin, view.min_offset), end)
+        count_max = max(wanted, PROGRESS_COUNT_MAX)
+        waiting = planner.lag(view, first, end, count_max, *self._topic_filter())
+        if waiting.messages < wanted:
+            return True
+        self._last_trigger_ms = now
+        return False
+
+    def _topic_filter(self) -> tuple[tuple[str, ...], str]:
+        return self.options.topics, self.options.topic_pattern
 
     def _batch_end(self, begin: int, limit: ReadLimit) -> int:
         assert self._trigger is not None
@@ -93,7 +130,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = self._capped(readable)
         if end <= begin:
             return begin
-        if isinstance(limit, ReadAllAvailable):
+        if isinstance(limit, ReadAllAvailable | ReadMinRows):
             return end
         records_max = self.options.max_messages_per_trigger
         bytes_max = self.options.max_bytes_per_trigger
@@ -106,7 +143,15 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if self.options.fail_on_data_loss:
                 raise DataLossError(begin, view.min_offset, "the next batch starts there")
             first = view.min_offset
-        batch_end = planner.advance(view, first, end, records_max=records_max, bytes_max=bytes_max)
+        batch_end = planner.advance(
+            view,
+            first,
+            end,
+            records_max=records_max,
+            bytes_max=bytes_max,
+            topics=self.options.topics,
+            topic_pattern=self.options.topic_pattern,
+        )
         return max(batch_end, begin)
 
     def reportLatestOffset(self) -> dict:
@@ -116,17 +161,37 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for ``SourceProgress.latestOffset`` (it never deserializes, compares or checkpoints
         it), so next to the canonical ``physical_offset`` it carries ``backlogBytes`` and
         ``backlogMessages`` (``backlogMessagesExact`` false: an estimate past
-        ``PROGRESS_COUNT_MAX`` messages) behind the end of that batch.
+        ``PROGRESS_COUNT_MAX`` messages) behind the end of that batch, and the query's lag
+        (``lag_keys``: subscribed topics only, with the age of the oldest unread message).
         """
         view, end = self._trigger if self._trigger is not None else self._look()
         reported: dict = offset_dict(end)
         if self._planned_end is not None:
-            first = max(self._planned_end, view.min_offset)
-            found = planner.backlog(view, min(first, end), end, PROGRESS_COUNT_MAX)
+            first = min(max(self._planned_end, view.min_offset), end)
+            found = planner.backlog(view, first, end, PROGRESS_COUNT_MAX)
             reported["backlogBytes"] = max(0, end - self._planned_end)
             reported["backlogMessages"] = found.messages
             reported["backlogMessagesExact"] = found.exact
+            reported.update(self._lag_keys(view, first, end, PROGRESS_COUNT_MAX, found))
         return reported
+
+    def _lag_keys(
+        self, view: StoreView, first: int, end: int, count_max: int, log: planner.Backlog
+    ) -> dict:
+        """``lagMessages``, ``lagBytes``, ``lagSeconds`` (now minus the store time of the
+        oldest unread message, 0 when none) and ``lagExact`` of the subscribed topics."""
+        if self.options.wants_topic_filter():
+            found = planner.lag(view, first, end, count_max, *self._topic_filter())
+        else:  # the log's backlog is the lag: only the oldest store time is missing
+            oldest = planner.first_store_time(view, first, end) if log.messages else -1
+            found = planner.Lag(log.messages, log.bytes, log.exact, oldest)
+        age_ms = max(0, int(time.time() * 1000) - found.oldest_store_ms)
+        return {
+            "lagMessages": found.messages,
+            "lagBytes": found.bytes,
+            "lagSeconds": round(age_ms / 1000, 3) if found.oldest_store_ms >= 0 else 0.0,
+            "lagExact": found.exact,
+        }
 
     def prepareForTriggerAvailableNow(self) -> None:
         self._available_now_end = self._look()[1]
@@ -153,8 +218,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         """Backlog behind the durable end, in the shape of Spark's ``ReportsSourceMetrics``.
 
         Spark 4.2 does not call this for Python sources; ``reportLatestOffset`` (shown as
-        ``latestOffset`` in the query progress) carries the durable end and the backlog, and
-        this method serves jobs and tests that want them (or the skipped ranges) directly.
+        ``latestOffset`` in the query progress) carries the durable end, the backlog and the
+        lag, and this method serves jobs and tests that want them (or the skipped ranges)
+        directly. With ``latest_consumed_offset``: ``backlog*`` (the whole log behind it) and
+        ``lag*`` (the subscribed topics: messages, bytes, seconds), counted up to
+        ``BACKLOG_COUNT_MAX`` messages then estimated.
         """
         view, end = self._look()
         result = {
@@ -168,4 +236,6 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             result["backlogBytes"] = str(max(0, end - consumed))
             result["backlogMessages"] = str(found.messages)
             result["backlogMessagesExact"] = str(found.exact).lower()
+            lag = self._lag_keys(view, first, end, BACKLOG_COUNT_MAX, found)
+            result.update({key: json.dumps(value) for key, value in lag.items()})
         return result
