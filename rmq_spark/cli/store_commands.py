@@ -29,6 +29,12 @@ from rmq_spark.cli.common import (
 )
 from rmq_spark.errors import CorruptRecordError, RmqError
 from rmq_spark.store.codec import DecodedRecord
+from rmq_spark.store.compression import (
+    BodyCompressionError,
+    compression_name,
+    inflate_body,
+    is_compressed,
+)
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.layout import COMMITLOG_DIR
 from rmq_spark.store.msg_id import offset_msg_id
@@ -104,8 +110,10 @@ def _register_dump(subparsers: argparse._SubParsersAction) -> None:  # type: ign
             "Print one JSON object per stored message, in log order: physical_offset, "
             "total_size, magic_version, body_crc, queue_id, flag, queue_offset, sys_flag, "
             "born_timestamp, born_host, store_timestamp, store_host, reconsume_times, "
-            "prepared_transaction_offset, topic, properties (object), body_base64, msg_id "
-            "(timestamps in epoch ms, hosts as ip:port). Read-only and lock-free: works on a "
+            "prepared_transaction_offset, topic, properties (object), body_base64, body_text "
+            "(the body when it is UTF-8 text, else null), msg_id (timestamps in epoch ms, hosts "
+            "as ip:port); compressed bodies are inflated (body_compression names the codec) "
+            "unless --raw-body. Read-only and lock-free: works on a "
             "store another process has open (ours: up to the checkpoint's confirmed offset; "
             "Apache RocketMQ's: up to the last complete record). Fails, naming the file and "
             "position, when data the checkpoint says is durable is missing or damaged."
@@ -124,6 +132,15 @@ def _register_dump(subparsers: argparse._SubParsersAction) -> None:  # type: ign
     )
     parser.add_argument(
         "--no-crc", action="store_true", help="do not verify BODYCRC while reading (faster)"
+    )
+    parser.add_argument("--topic", metavar="NAME", help="only messages of this topic")
+    parser.add_argument(
+        "--queue", type=int, metavar="ID", help="only messages of this queue id (with --topic)"
+    )
+    parser.add_argument(
+        "--raw-body",
+        action="store_true",
+        help="print compressed bodies as stored (default: inflated, as a consumer gets them)",
     )
     parser.set_defaults(handler=_handle_dump)
 
@@ -241,10 +258,29 @@ def _usage_error(message: str, command: str = "send") -> RmqError:
 # --- dump and verify ----------------------------------------------------------------------------
 
 
-def record_json(decoded: DecodedRecord) -> dict[str, Any]:
-    """The ``dump`` JSON object of one record (``decoded.position`` = its physical offset)."""
+def record_json(decoded: DecodedRecord, *, raw_body: bool = False) -> dict[str, Any]:
+    """The ``dump`` JSON object of one record (``decoded.position`` = its physical offset):
+    the body as a consumer gets it (inflated) unless ``raw_body``, as base64 and, when it is
+    UTF-8 text, as text.
+
+    Raises
+    ------
+    CorruptRecordError
+        A compressed body that does not inflate (naming the segment file and position).
+    """
     record = decoded.record
-    return {
+    body = record.body
+    compressed = is_compressed(record.sys_flag)
+    if compressed and not raw_body:
+        try:
+            body = inflate_body(body, record.sys_flag)
+        except BodyCompressionError as err:
+            raise CorruptRecordError(
+                f"{COMMITLOG_DIR}/",
+                decoded.position,
+                f"the compressed body of the record at physical offset {decoded.position}: {err}",
+            ) from None
+    out = {
         "physical_offset": decoded.position,
         "total_size": decoded.total_size,
         "magic_version": decoded.magic_version,
@@ -261,9 +297,21 @@ def record_json(decoded: DecodedRecord) -> dict[str, Any]:
         "prepared_transaction_offset": record.prepared_transaction_offset,
         "topic": record.topic,
         "properties": parse_properties(record.properties),
-        "body_base64": base64.b64encode(record.body).decode("ascii"),
+        "body_base64": base64.b64encode(body).decode("ascii"),
+        "body_text": _text(body),
         "msg_id": offset_msg_id(record.store_host, decoded.position),
     }
+    if compressed:
+        out["body_compression"] = compression_name(record.sys_flag)
+        out["body_inflated"] = not raw_body
+    return out
+
+
+def _text(body: bytes) -> str | None:
+    try:
+        return body.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _check_store_dir(root: Path) -> None:
@@ -283,9 +331,18 @@ def _handle_dump(args: argparse.Namespace) -> int:
         raise _usage_error(f"--from-offset {args.from_offset}: must be >= 0", "dump")
     if args.limit == 0:
         return EXIT_OK
+    if args.queue is not None and args.topic is None:
+        raise _usage_error("--queue needs --topic (queue ids are per topic)", "dump")
     records = read_store(args.store, args.from_offset, check_crc=not args.no_crc)
-    for count, decoded in enumerate(records, 1):
-        print_json_line(record_json(decoded))
+    count = 0
+    for decoded in records:
+        record = decoded.record
+        if args.topic is not None and record.topic != args.topic:
+            continue
+        if args.queue is not None and record.queue_id != args.queue:
+            continue
+        print_json_line(record_json(decoded, raw_body=args.raw_body))
+        count += 1
         if args.limit is not None and count >= args.limit:
             break
     return EXIT_OK

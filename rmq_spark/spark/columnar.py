@@ -108,6 +108,7 @@ class DecodeSettings:
     schema: pa.Schema = ARROW_SCHEMA  # output columns: ARROW_SCHEMA or a subset of it
     include_body: bool = True  # False: a body column is all nulls (no copy, no CRC check)
     check_crc: bool = True  # verify BODYCRC of every body returned
+    decompress_body: bool = True  # inflate compressed bodies (False: the stored bytes)
     context: str = ""  # e.g. "partition 00000000000000000000 [0, 4096)", appended to errors
 
     def _empty(self) -> pa.RecordBatch:
@@ -384,6 +385,7 @@ def _decode_layout(
         settings.check_crc,
         lambda position, reason, crc: _corrupt(settings, position, reason, **crc),
         lambda: _first_error(buf, base_offset, starts, limit, settings),
+        settings.decompress_body,
     )
     return batch, starts
 

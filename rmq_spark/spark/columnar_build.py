@@ -22,6 +22,7 @@ import pyarrow as pa
 from rmq_spark.spark.arrow_views import hex_strings
 from rmq_spark.spark.columnar_properties import PROPERTY_COLUMNS, parse_properties_column
 from rmq_spark.spark.schema import TRANSACTION_TYPE_NAMES
+from rmq_spark.store.compression import COMPRESSED_FLAG, BodyCompressionError, inflate_body
 from rmq_spark.store.record_crc import RECORD_CRC_BYTES, RECORD_CRC_PLACEHOLDER
 
 __all__ = ["ValidRecords", "build_batch", "record_crc_rows"]
@@ -59,14 +60,16 @@ def build_batch(
     check_crc: bool,
     fail: Fail,
     text_error: TextError,
+    decompress: bool = True,
 ) -> pa.RecordBatch:
     """The batch of ``schema`` (a subset of ``schema.ARROW_SCHEMA``'s columns) for ``records``.
 
     Raises
     ------
     CorruptRecordError (through ``fail`` / ``text_error``)
-        A body whose BODYCRC does not match (if ``check_crc``), properties that are not
-        UTF-8, a negative port in a host address.
+        A body whose BODYCRC does not match (if ``check_crc``), a compressed body that
+        does not inflate (if ``decompress``), properties that are not UTF-8, a negative port
+        in a host address.
     """
     r = records
     header = r.header
@@ -94,6 +97,8 @@ def build_batch(
                 fail,
             )
         columns["body"] = r.texts.view(pa.binary()).take(pa.array(r.piece_rows + 1))
+        if decompress:
+            columns["body"] = _inflated(columns["body"], header["sys_flag"], r.starts, fail)
     wanted_props = names & PROPERTY_COLUMNS
     if wanted_props:
         text = r.texts.take(pa.array(r.piece_rows + 5))
@@ -263,3 +268,18 @@ def _hosts(block: np.ndarray, starts: np.ndarray, fail: Fail) -> pa.Array:
         except ValueError as err:
             raise fail(int(starts[position]), f"bad host address: {err}", {}) from None
     return pa.array(names, pa.string()).take(pa.array(inverse))
+
+
+def _inflated(bodies: pa.Array, sys_flags: np.ndarray, starts: np.ndarray, fail: Fail) -> pa.Array:
+    """``bodies`` with the compressed ones inflated (a consumer's view; ``compression.py``).
+    Compressed bodies are rare and large: a Python step per compressed row only."""
+    rows = np.flatnonzero(sys_flags & COMPRESSED_FLAG)
+    if not len(rows):
+        return bodies
+    values = bodies.to_pylist()
+    for row in rows.tolist():
+        try:
+            values[row] = inflate_body(values[row], int(sys_flags[row]))
+        except BodyCompressionError as err:
+            raise fail(int(starts[row]), f"compressed body: {err}", {}) from None
+    return pa.array(values, pa.binary())

@@ -80,6 +80,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True  # deleted data the query needed: fail (True) or skip
     include_body: bool = True  # False: body column is null and bodies are not copied
     check_crc: bool = True  # verify each body's BODYCRC while reading
+    decompress_body: bool = True  # inflate compressed bodies, as a consumer gets them
     driver_read_max_bytes: int = 0  # streaming: read batches this small on the driver; 0 = off
     streaming: bool = False  # parsed for a streaming query (changes defaults and checks)
     # Kafka-source parity (docs/SOURCE.md "Options Spark's Kafka source has"):
@@ -137,6 +138,7 @@ _SYNTAX: dict[str, str] = {
     "failOnDataLoss": "true or false",
     "includeBody": "true or false",
     "checkCrc": "true or false",
+    "decompressBody": "true or false (false: compressed bodies as stored)",
     "driverReadMaxBytes": "a number of bytes >= 0, e.g. 4m; 0 turns it off (streaming only)",
     "minMessagesPerTrigger": "a positive integer number of messages (streaming only)",
     "maxTriggerDelay": "a duration such as 500ms, 30s, 15m or 1h (streaming only)",
@@ -319,6 +321,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         ("failOnDataLoss", "fail_on_data_loss"),
         ("includeBody", "include_body"),
         ("checkCrc", "check_crc"),
+        ("decompressBody", "decompress_body"),
     ):
         if name in raw:
             values[key] = _bool(name, raw[name])

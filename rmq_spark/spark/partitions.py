@@ -204,6 +204,7 @@ def read_partition(
             schema=_with_queue_columns(schema) if partition.queue_bounds else schema,
             include_body=options.include_body,
             check_crc=options.check_crc,
+            decompress_body=options.decompress_body,
             context=partition.describe(piece),
         )
         with mapped:

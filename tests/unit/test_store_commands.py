@@ -81,7 +81,7 @@ def test_dump_prints_every_field(tmp_path: Path, capsys: pytest.CaptureFixture[s
         "physical_offset", "total_size", "magic_version", "body_crc", "queue_id", "flag",
         "queue_offset", "sys_flag", "born_timestamp", "born_host", "store_timestamp",
         "store_host", "reconsume_times", "prepared_transaction_offset", "topic", "properties",
-        "body_base64", "msg_id",
+        "body_base64", "body_text", "msg_id",
     }  # fmt: skip
     assert row["msg_id"] == result.msg_id and row["store_host"] == "10.0.0.7:10911"
     assert row["properties"]["TAGS"] == "t" and row["flag"] == 7
