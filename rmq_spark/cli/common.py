@@ -15,6 +15,7 @@ from rmq_spark.errors import StoreError
 __all__ = [
     "add_config_arguments",
     "check_store_path",
+    "require_store",
     "config_from_args",
     "print_json_line",
     "setup_logging",
@@ -59,6 +60,16 @@ def setup_logging(level: str = "INFO") -> None:
 def print_json_line(obj: Any, out: IO[str] | None = None) -> None:
     stream = out or sys.stdout
     stream.write(json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")) + "\n")
+
+
+def require_store(root: Path) -> None:
+    """Raise ``StoreError`` (one line) unless ``root`` is a store (has ``commitlog/``): for
+    commands that read a store and must not create one (dump, verify, reput, schedule)."""
+    from rmq_spark.store.layout import COMMITLOG_DIR
+
+    if not (root / COMMITLOG_DIR).is_dir():
+        what = "does not exist" if not root.exists() else f"has no {COMMITLOG_DIR}/ directory"
+        raise StoreError(f"{root} is not a store: it {what}")
 
 
 def check_store_path(path: Path) -> None:

@@ -127,7 +127,7 @@ def reput_config(args: argparse.Namespace, config: Any) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     """Load the config, build the session, run the reput stream until it ends."""
-    from rmq_spark.cli.common import config_from_args
+    from rmq_spark.cli.common import config_from_args, require_store
     from rmq_spark.spark.reput import run_reput
     from rmq_spark.spark.session import build_session
     from rmq_spark.store.delay_levels import parse_message_delay_level
@@ -136,6 +136,7 @@ def run(args: argparse.Namespace) -> int:
     reput = reput_config(args, config)
     if args.unregister:
         return unregister(args.store, reput.reader_name)
+    require_store(args.store)  # before Spark starts or any table is created
     levels = parse_message_delay_level(config.store.message_delay_level)
     spark = build_session(config.spark)
     try:

@@ -26,6 +26,7 @@ from rmq_spark.cli.common import (
     check_store_path,
     config_from_args,
     print_json_line,
+    require_store,
 )
 from rmq_spark.errors import CorruptRecordError, RmqError
 from rmq_spark.store.codec import DecodedRecord
@@ -314,17 +315,10 @@ def _text(body: bytes) -> str | None:
         return None
 
 
-def _check_store_dir(root: Path) -> None:
-    if not (root / COMMITLOG_DIR).is_dir():
-        from rmq_spark.errors import StoreError
-
-        raise StoreError(f"{root} is not a store: no {COMMITLOG_DIR}/ directory")
-
-
 def _handle_dump(args: argparse.Namespace) -> int:
     from rmq_spark.store.reader import read_store
 
-    _check_store_dir(args.store)
+    require_store(args.store)
     if args.limit is not None and args.limit < 0:
         raise _usage_error(f"--limit {args.limit}: must be >= 0", "dump")
     if args.from_offset is not None and args.from_offset < 0:
@@ -351,7 +345,7 @@ def _handle_dump(args: argparse.Namespace) -> int:
 def _handle_verify(args: argparse.Namespace) -> int:
     from rmq_spark.store.reader import verify_store
 
-    _check_store_dir(args.store)
+    require_store(args.store)
     result = verify_store(args.store)
     if result.error is not None:
         error: CorruptRecordError = result.error
@@ -381,7 +375,7 @@ def _handle_recover(args: argparse.Namespace) -> int:
     from rmq_spark.store.lockfile import StoreLock
     from rmq_spark.store.quarantine import truncate_store
 
-    _check_store_dir(args.store)
+    require_store(args.store)
     if args.truncate_at < 0:
         raise _usage_error(f"--truncate-at {args.truncate_at}: must be >= 0", "recover")
     config = _store_config(args)

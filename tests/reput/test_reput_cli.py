@@ -143,3 +143,16 @@ def test_unregister_removes_the_jobs_reader_so_retention_stops_waiting(
     assert [r.name for r in read_reader_progress(store)] == ["group:other"]
     assert cli_main(argv) == 0
     assert "was not registered" in capsys.readouterr().out
+
+
+def test_reput_on_a_missing_store_fails_in_one_line_and_creates_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rmq_spark.cli.main import main
+
+    tables = tmp_path / "tables"
+    code = main(["reput", "--store", str(tmp_path / "nope"), "--tables", str(tables)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0
+    assert err == [f"rmq-spark reput: error: {tmp_path / 'nope'} is not a store: it does not exist"]
+    assert not tables.exists()
