@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import sys
 from collections.abc import Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rmq_spark.cli.store_commands import text_or_none
 from rmq_spark.errors import ConfigError
 
 __all__ = ["record_json", "register", "row_json", "run"]
@@ -79,6 +81,7 @@ def row_json(row: Mapping[str, Any], *, with_body: bool = True) -> dict[str, Any
         "topic": row["topic"],
         "properties": dict(row["properties"] or {}),
         "body_base64": base64.b64encode(bytes(row["body"] or b"")).decode("ascii"),
+        "body_text": text_or_none(bytes(row["body"] or b"")),
         "msg_id": row["msg_id"],
     }
     if not with_body:
@@ -112,23 +115,18 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.tables is None or args.topic is None:
         raise ConfigError("--tables", "by key or by time: give --tables and --topic")
-    from rmq_spark.cli.common import config_from_args
-    from rmq_spark.spark import query
-    from rmq_spark.spark.session import build_session
+    from rmq_spark.spark import query_local
 
-    config = config_from_args(args)
-    spark = build_session(config.spark)
-    try:
-        if args.key is not None:
-            frame = query.messages_by_key(
-                spark, args.tables, args.topic, args.key, begin_ms=args.begin, end_ms=args.end
-            )
-        else:
-            frame = query.messages_by_time(spark, args.tables, args.topic, args.begin, args.end)
-        found = 0
-        for row in frame.toLocalIterator():
-            print_json_line(row_json(row.asDict(), with_body=not args.no_body))
-            found += 1
-    finally:
-        spark.stop()
-    return 0 if found else 1
+    if args.key is not None:
+        found = query_local.local_messages_by_key(
+            args.tables, args.topic, args.key, begin_ms=args.begin, end_ms=args.end
+        )
+    else:
+        found = query_local.local_messages_by_time(args.tables, args.topic, args.begin, args.end)
+    for row in found.to_pylist():
+        print_json_line(row_json(row, with_body=not args.no_body))
+    if not found.num_rows:
+        what = f"key {args.key!r}" if args.key is not None else "the time range"
+        print(f"rmq-spark query: no message of topic {args.topic!r} for {what}", file=sys.stderr)
+        return 1
+    return 0

@@ -41,7 +41,7 @@ from rmq_spark.store.layout import COMMITLOG_DIR
 from rmq_spark.store.msg_id import offset_msg_id
 from rmq_spark.store.properties import DELAY, parse_properties
 
-__all__ = ["build_parser", "main", "record_json", "register"]
+__all__ = ["build_parser", "main", "record_json", "register", "text_or_none"]
 
 EXIT_OK = 0
 EXIT_FAILED = 1
@@ -299,7 +299,7 @@ def record_json(decoded: DecodedRecord, *, raw_body: bool = False) -> dict[str, 
         "topic": record.topic,
         "properties": parse_properties(record.properties),
         "body_base64": base64.b64encode(body).decode("ascii"),
-        "body_text": _text(body),
+        "body_text": text_or_none(body),
         "msg_id": offset_msg_id(record.store_host, decoded.position),
     }
     if compressed:
@@ -308,7 +308,8 @@ def record_json(decoded: DecodedRecord, *, raw_body: bool = False) -> dict[str, 
     return out
 
 
-def _text(body: bytes) -> str | None:
+def text_or_none(body: bytes) -> str | None:
+    """A body as text when it is UTF-8, else ``None`` (``body_text`` of dump and query)."""
     try:
         return body.decode("utf-8")
     except UnicodeDecodeError:

@@ -139,3 +139,36 @@ def test_tables_equal_the_log_after_micro_batches_across_segment_rolls(
     assert record.physical_offset == some["physical_offset"]
     in_range = messages_by_time(spark, tables, "payments", 0, None).count()
     assert in_range == sum(1 for r in rows if r["topic"] == "payments")
+    _check_local_lookups(spark, tables, [h.physical_offset for h in hits])
+
+
+def _check_local_lookups(spark, tables: Path, key_hits: list[int]) -> None:
+    """The JVM-free lookups (``query_local``, what ``rmq-spark query`` uses) answer as the
+    Spark ones do, and the CLI answers in a process that cannot start a JVM."""
+    import subprocess
+    import sys
+
+    from rmq_spark.spark.query_local import local_messages_by_key, local_messages_by_time
+
+    local = local_messages_by_key(tables, "orders", "r1-key-7")
+    assert local.column("physical_offset").to_pylist() == key_hits
+    spark_rows = messages_by_time(spark, tables, "payments", 0, None).collect()
+    local_rows = local_messages_by_time(tables, "payments", 0, None).to_pylist()
+    assert [row_json(r) for r in local_rows] == [row_json(r.asDict()) for r in spark_rows]
+    env = {"PATH": "/nonexistent", "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run(
+        [sys.executable, "-m", "rmq_spark.cli.main", "query", "--tables", str(tables),
+         "--topic", "orders", "--key", "r1-key-7"],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert [json.loads(line)["physical_offset"] for line in done.stdout.splitlines()] == key_hits
+    done = subprocess.run(
+        [sys.executable, "-m", "rmq_spark.cli.main", "query", "--tables", str(tables),
+         "--topic", "orders", "--key", "no-such-key"],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (1, "")
+    assert (
+        done.stderr.strip() == "rmq-spark query: no message of topic 'orders' for key 'no-such-key'"
+    )

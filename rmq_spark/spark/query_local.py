@@ -1,0 +1,101 @@
+"""Lookups over the reput tables without a JVM: by key and by store time, in well under a second.
+
+``query.py`` answers the same questions as Spark DataFrames (for notebooks and SQL); a
+command-line lookup (``rmq-spark query --key``, RocketMQ's ``mqadmin queryMsgByKey``) should
+not pay a JVM's start for one message, so this module reads the same Delta tables with
+``deltalake`` (delta-rs: the table's current files from its log, checkpoints included) and
+pyarrow's dataset scanner, whose filters skip Parquet row groups by their statistics (the
+tables are written in log order, so ``physical_offset`` and ``store_timestamp`` ranges are
+tight). The same filters as ``query.py``: the index is searched by ``key_hash`` and then the
+real topic and key, so a hash collision never leaks through.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+
+from rmq_spark.errors import TableError
+from rmq_spark.spark.tables import MESSAGE_INDEX, MESSAGES, table_path
+from rmq_spark.store.hashing import index_key_hash
+
+__all__ = ["local_messages_by_key", "local_messages_by_time"]
+
+
+def _dataset(tables_dir: str | Path, name: str) -> ds.Dataset:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    path = table_path(tables_dir, name)
+    try:
+        return DeltaTable(str(path)).to_pyarrow_dataset()
+    except TableNotFoundError:
+        raise TableError(f"{path} is not a Delta table: run `rmq-spark reput` first") from None
+
+
+def _ms(value: int) -> pa.Scalar:
+    return pa.scalar(datetime.fromtimestamp(value / 1000, UTC), pa.timestamp("us", tz="UTC"))
+
+
+def _time_filter(begin_ms: int | None, end_ms: int | None) -> ds.Expression | None:
+    found: ds.Expression | None = None
+    if begin_ms is not None:
+        found = ds.field("store_timestamp") >= _ms(begin_ms)
+    if end_ms is not None:
+        upper = ds.field("store_timestamp") < _ms(end_ms)
+        found = upper if found is None else found & upper
+    return found
+
+
+def _both(a: ds.Expression, b: ds.Expression | None) -> ds.Expression:
+    return a if b is None else a & b
+
+
+def local_messages_by_key(
+    tables_dir: str | Path,
+    topic: str,
+    key: str,
+    *,
+    begin_ms: int | None = None,
+    end_ms: int | None = None,
+) -> pa.Table:
+    """``query.messages_by_key`` without Spark: ``messages`` rows in log order."""
+    index = _dataset(tables_dir, MESSAGE_INDEX).to_table(
+        columns=["physical_offset", "store_timestamp"],
+        filter=_both(
+            (ds.field("key_hash") == index_key_hash(f"{topic}#{key}"))
+            & (ds.field("topic") == topic)
+            & (ds.field("key") == key),
+            _time_filter(begin_ms, end_ms),
+        ),
+    )
+    messages = _dataset(tables_dir, MESSAGES)
+    if index.num_rows == 0:
+        return messages.schema.empty_table()
+    offsets = pc.unique(index.column("physical_offset"))
+    times = index.column("store_timestamp")
+    found = messages.to_table(
+        filter=(ds.field("topic") == topic)
+        & (ds.field("store_timestamp") >= pc.min(times))
+        & (ds.field("store_timestamp") <= pc.max(times))
+        & ds.field("physical_offset").isin(offsets)
+    )
+    return found.sort_by("physical_offset")
+
+
+def local_messages_by_time(
+    tables_dir: str | Path,
+    topic: str,
+    begin_ms: int | None = None,
+    end_ms: int | None = None,
+) -> pa.Table:
+    """``query.messages_by_time`` without Spark: ``messages`` rows of ``topic`` stored in
+    ``[begin_ms, end_ms)`` (either end open), in log order."""
+    found = _dataset(tables_dir, MESSAGES).to_table(
+        filter=_both(ds.field("topic") == topic, _time_filter(begin_ms, end_ms))
+    )
+    return found.sort_by("physical_offset")
