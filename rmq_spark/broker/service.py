@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import logging
 import re
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
-from rmq_spark.broker.redelivery import NotDue, RedeliveryRef, resolve_redelivery
+from rmq_spark.broker.redelivery import (
+    REDELIVERY_REFUSED,
+    NotDue,
+    RedeliveryRef,
+    resolve_redelivery,
+)
+from rmq_spark.broker.redelivery_journal import RedeliveredCopy, RedeliveryJournal
 from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
@@ -50,6 +59,8 @@ __all__ = [
     "SendCommand",
     "SendOutcome",
 ]
+
+log = logging.getLogger("rmq_spark.broker")
 
 # Properties the broker writes that properties.py has no constant for (FORMAT.md 2.2).
 BORN_HOST = "__BORNHOST"
@@ -263,6 +274,7 @@ class BrokerService:
             ],
         )
         self._state_lock = threading.Condition()
+        self._journal: RedeliveryJournal | None = None
         self._shutting_down = False
         self._in_flight = 0
 
@@ -395,17 +407,79 @@ class BrokerService:
 
     def _redeliver(self, ref: RedeliveryRef | str, message_id: str) -> SendOutcome:
         """Put back a due schedule record of this store exactly as the in-process schedule
-        job does (docs/DELAY.md, "Redelivery through a broker")."""
+        job does (docs/DELAY.md, "Redelivery through a broker"), once: a second request for
+        the same record answers the first copy's position. Every refusal is the same
+        ``REDELIVERY_REFUSED`` (the reason is logged). Puts synchronously (never from
+        ``send_async``: ``grpc_api`` runs redeliveries on its executor)."""
         if isinstance(ref, str):  # the wire layer could not read the request
-            return _reject(SendCode.BAD_REQUEST, ref, message_id)
-        found = resolve_redelivery(self._store, ref, self._clock.now_ms())
-        if isinstance(found, NotDue):
-            return _reject(
-                SendCode.ILLEGAL_DELIVERY_TIME, f"not due until {found.due_ms}", message_id
-            )
-        if isinstance(found, str):
-            return _reject(SendCode.BAD_REQUEST, found, message_id)
-        return self._put(found, message_id)
+            return self._refuse_redelivery(ref, message_id)
+        journal = self.redelivery_journal()
+        with journal.lock:
+            copy = journal.lookup(ref.physical_offset)
+            if copy is not None:
+                return SendOutcome(
+                    SendCode.OK,
+                    message_id=message_id,
+                    topic=copy.topic,
+                    queue_id=copy.queue_id,
+                    queue_offset=copy.queue_offset,
+                    physical_offset=copy.physical_offset,
+                    duplicate=True,
+                )
+            found = resolve_redelivery(self._store, ref, self._clock.now_ms())
+            if isinstance(found, NotDue):
+                return self._refuse_redelivery(f"not due until {found.due_ms}", message_id)
+            if isinstance(found, str):
+                return self._refuse_redelivery(found, message_id)
+            try:
+                store: Any = self._store
+                result: PutResult = store.put(found)
+            except StoreError as err:
+                return _store_failure(err, message_id)
+            outcome = _put_outcome(result, message_id)
+            if outcome.ok:
+                journal.record(
+                    ref.physical_offset,
+                    RedeliveredCopy(
+                        outcome.topic,
+                        outcome.queue_id,
+                        outcome.queue_offset,
+                        outcome.physical_offset,
+                    ),
+                )
+            return outcome
+
+    @staticmethod
+    def _refuse_redelivery(reason: str, message_id: str) -> SendOutcome:
+        log.info("broker: redelivery request %r refused: %s", message_id, reason)
+        return _reject(SendCode.BAD_REQUEST, REDELIVERY_REFUSED, message_id)
+
+    @property
+    def store_root(self) -> Path | None:
+        """The store's root directory (``None`` for a store without one)."""
+        root = getattr(self._store, "root_dir", None)
+        return Path(root) if root is not None else None
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def redelivery_journal(self) -> RedeliveryJournal:
+        """The journal of redeliveries (``<store>/config/redelivered.log``), opened once."""
+        with self._state_lock:
+            if self._journal is None:
+                store: Any = self._store
+                lowest = store.min_offset
+                self._journal = RedeliveryJournal.open(
+                    Path(store.root_dir) / "config", int(lowest() if callable(lowest) else lowest)
+                )
+            return self._journal
+
+    def sync_redeliveries(self) -> None:
+        """Make the journal lines of the redeliveries answered so far durable: call before
+        replying to a request that redelivered."""
+        if self._journal is not None:
+            self._journal.sync()
 
     def _put(self, request: PutRequest, message_id: str) -> SendOutcome:
         if _PUT_LATER.get():  # inside send_async: it awaits the put itself
