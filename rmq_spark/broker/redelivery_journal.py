@@ -77,7 +77,7 @@ class RedeliveryJournal:
             parsed = _parse(line)
             if parsed is None:
                 if number < len(lines):  # not the last: a crash tears only the end
-                    raise StoreMetadataError(f"{path}: line {number} is damaged: {line[:80]!r}")
+                    raise StoreMetadataError(str(path), f"line {number} is damaged: {line[:80]!r}")
                 log.info("broker: %s: ignoring a torn last line", path)
                 dropped += 1
                 continue
