@@ -282,3 +282,20 @@ def test_the_quick_start_needs_no_credentials_and_a_public_listen_without_auth_w
         assert "with auth off: anyone who can reach the port" in public.log_text()
     finally:
         public.stop()
+
+
+def test_doctor_warns_when_the_broker_would_listen_publicly_without_auth(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rmq_spark.cli.main import main
+
+    main(["doctor", "--set", "broker.listen=0.0.0.0:8081"])
+    assert (
+        "WARN broker auth  broker.listen is 0.0.0.0:8081 with auth off" in capsys.readouterr().out
+    )
+    main(["doctor"])  # the quick start: loopback
+    assert "WARN" not in capsys.readouterr().out
+    secured = ["broker.listen=0.0.0.0:8081", "broker.auth_enabled=true"]
+    secured.append("broker.auth_users_file=conf/users.example.toml")
+    main(["doctor", *(arg for item in secured for arg in ("--set", item))])
+    assert "WARN" not in capsys.readouterr().out

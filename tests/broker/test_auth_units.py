@@ -157,3 +157,16 @@ def test_the_redelivery_journal_survives_reopen_drops_deleted_records_and_a_torn
     (tmp_path / "redelivered.log").write_text("junk\n900 orders 2 8 6000\n")
     with pytest.raises(StoreMetadataError, match="line 1"):
         RedeliveryJournal.open(tmp_path)
+
+
+def test_the_example_users_file_and_production_config_load() -> None:
+    from rmq_spark.broker.acl import load_users
+    from rmq_spark.config import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    users = load_users(root / "conf" / "users.example.toml")
+    assert users["admin"].super_user
+    assert allowed(users["spark"], Need("Group", "spark-orders", (Action.UPDATE,)))
+    assert not allowed(users["orders-app"], Need("Topic", "payments", (Action.PUB,)))
+    config = load_config(root / "conf" / "rmq.production.toml", {})
+    assert config.broker.auth_enabled and config.broker.auth_users_file == "conf/users.toml"
