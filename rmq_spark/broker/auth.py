@@ -38,14 +38,14 @@ from rmq_spark.errors import ConfigError
 
 __all__ = [
     "AUTHORIZATION_HEADER",
-    "DATE_TIME_HEADER",
-    "REDELIVERY_SECRET_FILE",
-    "SIGNATURE_ALGORITHM",
-    "STORE_ACCESS_KEY",
     "Authenticator",
     "Credential",
+    "DATE_TIME_HEADER",
     "Identity",
+    "REDELIVERY_SECRET_FILE",
     "Refusal",
+    "SIGNATURE_ALGORITHM",
+    "STORE_ACCESS_KEY",
     "authenticator_for",
     "ensure_redelivery_secret",
     "format_date_time",
