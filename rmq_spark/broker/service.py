@@ -275,6 +275,7 @@ class BrokerService:
         )
         self._state_lock = threading.Condition()
         self._journal: RedeliveryJournal | None = None
+        self._journal_lock = threading.Lock()
         self._shutting_down = False
         self._in_flight = 0
 
@@ -466,7 +467,7 @@ class BrokerService:
 
     def redelivery_journal(self) -> RedeliveryJournal:
         """The journal of redeliveries (``<store>/config/redelivered.log``), opened once."""
-        with self._state_lock:
+        with self._journal_lock:
             if self._journal is None:
                 store: Any = self._store
                 lowest = store.min_offset
