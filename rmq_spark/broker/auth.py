@@ -44,6 +44,7 @@ __all__ = [
     "Identity",
     "REDELIVERY_SECRET_FILE",
     "Refusal",
+    "RequestSigner",
     "SIGNATURE_ALGORITHM",
     "STORE_ACCESS_KEY",
     "authenticator_for",
@@ -324,3 +325,18 @@ def open_listener_warning(config: BrokerConfig) -> str | None:
         "send, consume and reset offsets; set broker.auth_enabled = true and "
         "broker.auth_users_file (conf/rmq.production.toml, docs/BROKER.md)"
     )
+
+
+class RequestSigner:
+    """Adds fresh signature headers to a client's metadata for each call (``None``
+    credentials: the metadata unchanged), as the official clients do with ``Credentials``."""
+
+    def __init__(self, credentials: tuple[str, str] | None, clock: Clock) -> None:
+        self._credentials = credentials
+        self._clock = clock
+
+    def __call__(self, metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[str, str], ...]:
+        if self._credentials is None:
+            return metadata
+        access_key, secret_key = self._credentials
+        return metadata + signature_metadata(access_key, secret_key, self._clock.now_ms())

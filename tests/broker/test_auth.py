@@ -299,3 +299,22 @@ def test_doctor_warns_when_the_broker_would_listen_publicly_without_auth(
     secured.append("broker.auth_users_file=conf/users.example.toml")
     main(["doctor", *(arg for item in secured for arg in ("--set", item))])
     assert "WARN" not in capsys.readouterr().out
+
+
+def test_our_producer_and_consumer_sign_with_credentials(
+    auth_broker: Callable[..., BrokerProcess],
+) -> None:
+    from rmq_spark.broker.consumer_client import Consumer
+    from rmq_spark.broker.producer import Producer
+    from rmq_spark.errors import BrokerError
+
+    broker = auth_broker()
+    with pytest.raises(BrokerError, match="40100|authentication"):
+        with Producer(broker.address, max_attempts=1) as unsigned:
+            unsigned.send("orders", b"unsigned")
+    with Producer(broker.address, credentials=ALICE) as producer:
+        producer.send("orders", b"signed")
+    with Consumer(broker.address, "billing", "orders", credentials=ALICE) as consumer:
+        received = wait_for(lambda: consumer.receive(8, 30_000, wait_ms=1000), 30, "a receive")
+        assert [m.body for m in received] == [b"signed"]
+    assert bodies(broker, "orders") == [b"signed"]
