@@ -9,8 +9,8 @@ and stores nothing: a replayed or retried request cannot make a second copy.
 Keyed by the schedule record, not by UNIQ_KEY: every consumer retry of one message carries
 the same UNIQ_KEY, so the store's (topic, UNIQ_KEY) window would drop a legitimate second
 retry (docs/DELAY.md, "Why not the store's idempotent put"). Entries whose schedule record was
-deleted with its segment are dropped when the journal is opened: such a record cannot be
-named any more.
+deleted with its segment are dropped when the journal is opened and every ``prune_every``
+records (the file is then rewritten): such a record cannot be named any more.
 
 Does not own: what a redelivery stores (``redelivery.py``), the put (``service.py``).
 """
@@ -51,11 +51,14 @@ class RedeliveryJournal:
     lines written since the last ``sync``.
     """
 
+    prune_every = 65_536
+
     def __init__(self, path: Path, entries: dict[int, RedeliveredCopy]) -> None:
         self.path = path
         self.lock = threading.Lock()
         self._entries = entries
         self._file: TextIO | None = None  # open from a record to the next sync
+        self._records_since_prune = 0
 
     @classmethod
     def open(cls, config_dir: Path, min_offset: int = 0) -> RedeliveryJournal:
@@ -93,13 +96,28 @@ class RedeliveryJournal:
     def lookup(self, schedule_offset: int) -> RedeliveredCopy | None:
         return self._entries.get(schedule_offset)
 
-    def record(self, schedule_offset: int, copy: RedeliveredCopy) -> None:
-        """Append an entry (call under ``lock``); durable at the next ``sync``."""
+    def record(self, schedule_offset: int, copy: RedeliveredCopy, min_offset: int = 0) -> None:
+        """Append an entry (call under ``lock``); durable at the next ``sync``. Every
+        ``prune_every`` records, entries below ``min_offset`` (the log's start) are dropped."""
         if self._file is None:
             self._file = self.path.open("a", encoding="utf-8")
         self._file.write(_line(schedule_offset, copy))
         self._file.flush()
         self._entries[schedule_offset] = copy
+        self._records_since_prune += 1
+        if self._records_since_prune >= self.prune_every:
+            self._prune(min_offset)
+
+    def _prune(self, min_offset: int) -> None:
+        self._records_since_prune = 0
+        kept = {offset: c for offset, c in self._entries.items() if offset >= min_offset}
+        if len(kept) == len(self._entries):
+            return
+        if self._file is not None:  # the rewrite is fsynced: it covers these lines too
+            self._file.close()
+            self._file = None
+        _rewrite(self.path, kept)
+        self._entries = kept
 
     def sync(self) -> None:
         """Make every ``record`` so far durable (before the reply that reports them)."""

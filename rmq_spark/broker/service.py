@@ -439,15 +439,10 @@ class BrokerService:
                 return _store_failure(err, message_id)
             outcome = _put_outcome(result, message_id)
             if outcome.ok:
-                journal.record(
-                    ref.physical_offset,
-                    RedeliveredCopy(
-                        outcome.topic,
-                        outcome.queue_id,
-                        outcome.queue_offset,
-                        outcome.physical_offset,
-                    ),
+                copy = RedeliveredCopy(
+                    outcome.topic, outcome.queue_id, outcome.queue_offset, outcome.physical_offset
                 )
+                journal.record(ref.physical_offset, copy, self._store_min_offset())
             return outcome
 
     @staticmethod
@@ -469,12 +464,13 @@ class BrokerService:
         """The journal of redeliveries (``<store>/config/redelivered.log``), opened once."""
         with self._journal_lock:
             if self._journal is None:
-                store: Any = self._store
-                lowest = store.min_offset
-                self._journal = RedeliveryJournal.open(
-                    Path(store.root_dir) / "config", int(lowest() if callable(lowest) else lowest)
-                )
+                root = Path(getattr(self._store, "root_dir", "."))
+                self._journal = RedeliveryJournal.open(root / "config", self._store_min_offset())
             return self._journal
+
+    def _store_min_offset(self) -> int:
+        lowest = getattr(self._store, "min_offset", 0)
+        return int(lowest() if callable(lowest) else lowest)
 
     def sync_redeliveries(self) -> None:
         """Make the journal lines of the redeliveries answered so far durable: call before

@@ -170,3 +170,17 @@ def test_the_example_users_file_and_production_config_load() -> None:
     assert not allowed(users["orders-app"], Need("Topic", "payments", (Action.PUB,)))
     config = load_config(root / "conf" / "rmq.production.toml", {})
     assert config.broker.auth_enabled and config.broker.auth_users_file == "conf/users.toml"
+
+
+def test_the_redelivery_journal_prunes_deleted_records_while_open(tmp_path: Path) -> None:
+    journal = RedeliveryJournal.open(tmp_path)
+    journal.prune_every = 3
+    with journal.lock:
+        journal.record(10, RedeliveredCopy("orders", 0, 0, 100), min_offset=0)
+        journal.record(20, RedeliveredCopy("orders", 0, 1, 200), min_offset=0)
+        journal.record(30, RedeliveredCopy("orders", 0, 2, 300), min_offset=15)  # prunes
+        journal.record(40, RedeliveredCopy("orders", 0, 3, 400), min_offset=15)
+    journal.sync()
+    assert (journal.lookup(10), len(journal)) == (None, 3)
+    reopened = RedeliveryJournal.open(tmp_path)
+    assert sorted(o for o in (10, 20, 30, 40) if reopened.lookup(o)) == [20, 30, 40]
