@@ -12,7 +12,8 @@ retry (docs/DELAY.md, "Why not the store's idempotent put"). Entries whose sched
 deleted with its segment are dropped when the journal is opened and every ``prune_every``
 records (the file is then rewritten): such a record cannot be named any more.
 
-Does not own: what a redelivery stores (``redelivery.py``), the put (``service.py``).
+``redeliver_once`` is the whole idempotent step: look up, resolve (``redelivery.py``), put,
+journal. Does not own: what a redelivery stores (``redelivery.py``), the reply (``service.py``).
 """
 
 from __future__ import annotations
@@ -22,11 +23,19 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
+from rmq_spark.broker.redelivery import NotDue, RedeliveryRef, resolve_redelivery
 from rmq_spark.errors import StoreMetadataError
+from rmq_spark.store.put import PutResult, PutStatus
 
-__all__ = ["JOURNAL_FILE", "RedeliveredCopy", "RedeliveryJournal"]
+__all__ = [
+    "JOURNAL_FILE",
+    "RedeliveredCopy",
+    "RedeliveryJournal",
+    "redeliver_once",
+    "store_min_offset",
+]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -131,6 +140,36 @@ class RedeliveryJournal:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+
+def store_min_offset(store: Any) -> int:
+    """The store's first CommitLog offset (records below it were deleted)."""
+    lowest = getattr(store, "min_offset", 0)
+    return int(lowest() if callable(lowest) else lowest)
+
+
+def redeliver_once(
+    journal: RedeliveryJournal, store: Any, ref: RedeliveryRef, now_ms: int
+) -> RedeliveredCopy | PutResult | str:
+    """Redeliver ``ref`` unless it was: its first copy (nothing put), the put's result
+    (journaled when OK), or why it is refused. Puts synchronously (``store.put``; a
+    ``StoreError`` propagates)."""
+    with journal.lock:
+        copy = journal.lookup(ref.physical_offset)
+        if copy is not None:
+            return copy
+        found = resolve_redelivery(store, ref, now_ms)
+        if isinstance(found, NotDue):
+            return f"not due until {found.due_ms}"
+        if isinstance(found, str):
+            return found
+        result: PutResult = store.put(found)
+        if result.status is PutStatus.PUT_OK:
+            copy = RedeliveredCopy(
+                result.topic, result.queue_id, result.queue_offset, result.physical_offset
+            )
+            journal.record(ref.physical_offset, copy, store_min_offset(store))
+        return result
 
 
 def _line(schedule_offset: int, copy: RedeliveredCopy) -> str:

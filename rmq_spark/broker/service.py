@@ -21,16 +21,15 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
-from rmq_spark.broker.redelivery import (
-    REDELIVERY_REFUSED,
-    NotDue,
-    RedeliveryRef,
-    resolve_redelivery,
+from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, RedeliveryRef
+from rmq_spark.broker.redelivery_journal import (
+    RedeliveredCopy,
+    RedeliveryJournal,
+    redeliver_once,
+    store_min_offset,
 )
-from rmq_spark.broker.redelivery_journal import RedeliveredCopy, RedeliveryJournal
 from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
@@ -414,36 +413,25 @@ class BrokerService:
         ``send_async``: ``grpc_api`` runs redeliveries on its executor)."""
         if isinstance(ref, str):  # the wire layer could not read the request
             return self._refuse_redelivery(ref, message_id)
-        journal = self.redelivery_journal()
-        with journal.lock:
-            copy = journal.lookup(ref.physical_offset)
-            if copy is not None:
-                return SendOutcome(
-                    SendCode.OK,
-                    message_id=message_id,
-                    topic=copy.topic,
-                    queue_id=copy.queue_id,
-                    queue_offset=copy.queue_offset,
-                    physical_offset=copy.physical_offset,
-                    duplicate=True,
-                )
-            found = resolve_redelivery(self._store, ref, self._clock.now_ms())
-            if isinstance(found, NotDue):
-                return self._refuse_redelivery(f"not due until {found.due_ms}", message_id)
-            if isinstance(found, str):
-                return self._refuse_redelivery(found, message_id)
-            try:
-                store: Any = self._store
-                result: PutResult = store.put(found)
-            except StoreError as err:
-                return _store_failure(err, message_id)
-            outcome = _put_outcome(result, message_id)
-            if outcome.ok:
-                copy = RedeliveredCopy(
-                    outcome.topic, outcome.queue_id, outcome.queue_offset, outcome.physical_offset
-                )
-                journal.record(ref.physical_offset, copy, self._store_min_offset())
-            return outcome
+        try:
+            found = redeliver_once(
+                self.redelivery_journal(), self._store, ref, self._clock.now_ms()
+            )
+        except StoreError as err:
+            return _store_failure(err, message_id)
+        if isinstance(found, str):
+            return self._refuse_redelivery(found, message_id)
+        if isinstance(found, RedeliveredCopy):  # redelivered before: its first copy
+            return SendOutcome(
+                SendCode.OK,
+                message_id=message_id,
+                topic=found.topic,
+                queue_id=found.queue_id,
+                queue_offset=found.queue_offset,
+                physical_offset=found.physical_offset,
+                duplicate=True,
+            )
+        return _put_outcome(found, message_id)
 
     @staticmethod
     def _refuse_redelivery(reason: str, message_id: str) -> SendOutcome:
@@ -465,12 +453,10 @@ class BrokerService:
         with self._journal_lock:
             if self._journal is None:
                 root = Path(getattr(self._store, "root_dir", "."))
-                self._journal = RedeliveryJournal.open(root / "config", self._store_min_offset())
+                self._journal = RedeliveryJournal.open(
+                    root / "config", store_min_offset(self._store)
+                )
             return self._journal
-
-    def _store_min_offset(self) -> int:
-        lowest = getattr(self._store, "min_offset", 0)
-        return int(lowest() if callable(lowest) else lowest)
 
     def sync_redeliveries(self) -> None:
         """Make the journal lines of the redeliveries answered so far durable: call before
