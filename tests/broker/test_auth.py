@@ -318,3 +318,12 @@ def test_our_producer_and_consumer_sign_with_credentials(
         received = wait_for(lambda: consumer.receive(8, 30_000, wait_ms=1000), 30, "a receive")
         assert [m.body for m in received] == [b"signed"]
     assert bodies(broker, "orders") == [b"signed"]
+
+
+def test_a_missing_users_file_stops_the_start_with_one_line_naming_it(tmp_path: Path) -> None:
+    missing = tmp_path / "nope.toml"
+    settings = ("broker.auth_enabled=true", f"broker.auth_users_file={missing}")
+    with pytest.raises(AssertionError, match="broker exited with 2") as failure:
+        start_broker(tmp_path / "store", tmp_path / "work", *settings)
+    assert f"broker error: broker.auth_users_file: cannot read {missing}" in str(failure.value)
+    assert "Traceback" not in str(failure.value)
