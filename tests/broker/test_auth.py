@@ -38,6 +38,7 @@ user_type = "Super"
 ALICE = ("alice", "alice-secret-1")
 ADMIN = ("admin", "admin-secret-1")
 _SKEW_MS = 15 * 60 * 1000
+SMALL = "store.segment_size_bytes=16777216"  # 16 MiB segments: the disk is shared
 
 
 @pytest.fixture
@@ -49,7 +50,7 @@ def auth_broker(
 
     def start(*settings: str) -> BrokerProcess:
         return broker_factory(
-            "broker.auth_enabled=true", f"broker.auth_users_file={users}", *settings
+            "broker.auth_enabled=true", f"broker.auth_users_file={users}", SMALL, *settings
         )
 
     return start
@@ -272,12 +273,12 @@ def test_committing_a_group_offset_needs_the_update_right(
 def test_the_quick_start_needs_no_credentials_and_a_public_listen_without_auth_warns(
     broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
-    broker = broker_factory()
+    broker = broker_factory(SMALL)
     response = call(broker.address, "SendMessage", send_request("orders", b"open"))
     assert response.status.code == pb.OK
     assert "auth off" not in broker.log_text()
 
-    public = start_broker(tmp_path / "public", tmp_path / "work", listen="0.0.0.0:0")
+    public = start_broker(tmp_path / "public", tmp_path / "work", SMALL, listen="0.0.0.0:0")
     try:
         assert "with auth off: anyone who can reach the port" in public.log_text()
     finally:

@@ -29,6 +29,7 @@ from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import MessageRecord
 
 _SKEW_MS = 15 * 60 * 1000
+SMALL = "store.segment_size_bytes=16777216"  # 16 MiB segments: the disk is shared
 USERS = """
 [users.alice]
 secret_key = "alice-secret-1"
@@ -107,7 +108,7 @@ def copies(broker: BrokerProcess) -> list[MessageRecord]:
 def test_a_forged_redelivery_stores_nothing_and_every_refusal_reads_the_same(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    broker = broker_factory()
+    broker = broker_factory(SMALL)
     schedule, plain = due_timer_record(broker)
     secret = read_redelivery_secret(broker.store_dir) or "no secret yet"
     stale_ms = now_ms() - _SKEW_MS - 60_000
@@ -134,7 +135,7 @@ def test_a_forged_redelivery_stores_nothing_and_every_refusal_reads_the_same(
 def test_a_repeated_redelivery_returns_the_first_copy_and_stores_one_also_after_a_restart(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
-    broker = broker_factory()
+    broker = broker_factory(SMALL)
     schedule, _plain = due_timer_record(broker)
     message = ref_to_message(ref_of(schedule))
     signed = store_signed(broker.store_dir)
@@ -147,7 +148,7 @@ def test_a_repeated_redelivery_returns_the_first_copy_and_stores_one_also_after_
     assert len(copies(broker)) == 1
 
     assert broker.stop() == 0
-    restarted = broker_factory(store_dir=broker.store_dir)
+    restarted = broker_factory(SMALL, store_dir=broker.store_dir)
     later = send(restarted.address, message, store_signed(restarted.store_dir))
     assert later.status.code == pb.OK
     assert later.entries[0].offset == first.entries[0].offset
@@ -164,7 +165,7 @@ def test_with_auth_on_only_a_redeliver_user_or_the_store_identity_may_redeliver(
 ) -> None:
     users = tmp_path / "users.toml"
     users.write_text(USERS, encoding="utf-8")
-    broker = broker_factory("broker.auth_enabled=true", f"broker.auth_users_file={users}")
+    broker = broker_factory("broker.auth_enabled=true", f"broker.auth_users_file={users}", SMALL)
     alice = signature_metadata("alice", "alice-secret-1", now_ms())
     assert send(broker.address, ordinary("orders", b"plain", "PLAIN1"), alice).status.code == (
         pb.OK
