@@ -23,6 +23,7 @@ from __future__ import annotations
 import calendar
 import hmac
 import ipaddress
+import logging
 import os
 import secrets
 import time
@@ -64,6 +65,7 @@ SIGNATURE_ALGORITHM = "MQv2-HMAC-SHA1"
 STORE_ACCESS_KEY = "rmq-spark-redeliver"
 """The access key of the store's own identity (the schedule job): never a users-file name."""
 REDELIVERY_SECRET_FILE = "redelivery.secret"
+log = logging.getLogger("rmq_spark.broker")
 _DATE_TIME_FORMAT = "%Y%m%dT%H%M%SZ"
 _SECRET_BYTES = 32
 
@@ -299,6 +301,13 @@ def authenticator_for(config: BrokerConfig, store_root: Path | None, clock: Cloc
     """
     users = load_users(Path(config.auth_users_file)) if config.auth_enabled else {}
     secret = ensure_redelivery_secret(store_root) if store_root is not None else None
+    if config.auth_enabled:
+        log.info(
+            "broker: auth on: %d users from %s, clock skew up to %d ms",
+            len(users),
+            config.auth_users_file,
+            config.auth_skew_ms,
+        )
     return Authenticator(
         users,
         enabled=config.auth_enabled,

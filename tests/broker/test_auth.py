@@ -136,6 +136,7 @@ def test_the_official_client_with_correct_credentials_produces_and_consumes(
     assert (message.message_id, message.body) == (sent, b"paid")
     consumer.ack(message)
     assert bodies(broker, "orders") == [b"paid"]
+    assert "broker: auth on: 2 users from" in broker.log_text()
 
 
 @pytest.mark.parametrize(
