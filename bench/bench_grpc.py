@@ -5,9 +5,11 @@ and drives it with ``rocketmq-python-client`` 5.1.2 Producers: 1 and 8 threads, 
 1 KiB bodies; reports messages/s and p50/p99 send latency. The baseline, measured in the same
 run over the same store settings, is the embedded broker (``rmq_spark.broker.embedded.Broker``)
 sending the same messages in-process with the same thread count; the table shows
-gRPC/embedded msgs/s as a ratio.
+gRPC/embedded msgs/s as a ratio. ``--auth both`` runs the gRPC cases twice in one run, against
+a broker with auth off and one with auth on (clients sign every request; a normal user whose
+ACL allows Pub on the topic), the case names ending in ``auth``.
 
-Usage: python bench/bench_grpc.py [--messages N] [--flush SYNC|ASYNC] [--json]
+Usage: python bench/bench_grpc.py [--messages N] [--flush SYNC|ASYNC] [--auth off|on|both] [--json]
 Default: 2000 messages per case (a few minutes in all on 2 cores).
 """
 
@@ -41,7 +43,18 @@ def _percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[index]
 
 
-def start_broker(store_dir: Path, flush: str, work_dir: Path) -> tuple[subprocess.Popen, str]:
+BENCH_USERS = """
+[users.bench]
+secret_key = "bench-secret-key"
+policies = [{ resource = "Topic:bench", actions = ["Pub"] }]
+"""
+BENCH_CREDENTIALS = ("bench", "bench-secret-key")
+
+
+def start_broker(
+    store_dir: Path, flush: str, work_dir: Path, *settings: str
+) -> tuple[subprocess.Popen, str]:
+    work_dir.mkdir(parents=True, exist_ok=True)
     ready = work_dir / "ready"
     log = (work_dir / "broker.log").open("wb")
     proc = subprocess.Popen(
@@ -57,6 +70,7 @@ def start_broker(store_dir: Path, flush: str, work_dir: Path) -> tuple[subproces
             str(ready),
             "--set",
             f"store.flush_policy={flush}",
+            *(arg for item in settings for arg in ("--set", item)),
         ],
         cwd=REPO_ROOT,
         stdout=log,
@@ -70,8 +84,16 @@ def start_broker(store_dir: Path, flush: str, work_dir: Path) -> tuple[subproces
     return proc, ready.read_text().strip()
 
 
-def grpc_case(rocketmq: Any, address: str, threads: int, body_size: int, total: int) -> dict:
-    config = rocketmq.ClientConfiguration(address, rocketmq.Credentials(), request_timeout=10)
+def grpc_case(
+    rocketmq: Any,
+    address: str,
+    threads: int,
+    body_size: int,
+    total: int,
+    credentials: tuple[str, str] | None = None,
+) -> dict:
+    signed = rocketmq.Credentials(*credentials) if credentials else rocketmq.Credentials()
+    config = rocketmq.ClientConfiguration(address, signed, request_timeout=10)
     producers = [rocketmq.Producer(config, ("bench",)) for _ in range(threads)]
     for producer in producers:
         producer.startup()
@@ -99,8 +121,10 @@ def grpc_case(rocketmq: Any, address: str, threads: int, body_size: int, total: 
     for producer in producers:
         producer.shutdown()
     flat = sorted(x for per in latencies for x in per)
+    plural = "s" if threads > 1 else ""
     return {
-        "case": f"grpc {threads} thread{'s' if threads > 1 else ''}",
+        "case": f"grpc {threads} thread{plural}{' auth' if credentials else ''}",
+        "auth": bool(credentials),
         "threads": threads,
         "body_bytes": body_size,
         "messages": len(flat),
@@ -149,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000, help="messages per case")
     parser.add_argument("--flush", choices=["SYNC", "ASYNC"], default="SYNC")
+    parser.add_argument(
+        "--auth", choices=["off", "on", "both"], default="off", help="broker auth for gRPC cases"
+    )
     parser.add_argument("--json", action="store_true", help="also print one JSON line per case")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
@@ -161,14 +188,26 @@ def main(argv: list[str] | None = None) -> int:
             for body_size in BODY_SIZES:
                 store_dir = tmp_dir / f"embedded-{threads}-{body_size}"
                 rows.append(embedded_case(store_dir, args.flush, threads, body_size, args.messages))
-        proc, address = start_broker(tmp_dir / "grpc-store", args.flush, tmp_dir)
-        try:
-            for threads in THREAD_COUNTS:
-                for body_size in BODY_SIZES:
-                    rows.append(grpc_case(rocketmq, address, threads, body_size, args.messages))
-        finally:
-            proc.terminate()
-            proc.wait(timeout=60)
+        users = tmp_dir / "users.toml"
+        users.write_text(BENCH_USERS, encoding="utf-8")
+        for auth in {"off": (False,), "on": (True,), "both": (False, True)}[args.auth]:
+            settings = ("broker.auth_enabled=true", f"broker.auth_users_file={users}")
+            name = "auth" if auth else "open"
+            proc, address = start_broker(
+                tmp_dir / f"grpc-store-{name}", args.flush, tmp_dir / name, *(settings * auth)
+            )
+            credentials = BENCH_CREDENTIALS if auth else None
+            try:
+                for threads in THREAD_COUNTS:
+                    for body_size in BODY_SIZES:
+                        rows.append(
+                            grpc_case(
+                                rocketmq, address, threads, body_size, args.messages, credentials
+                            )
+                        )
+            finally:
+                proc.terminate()
+                proc.wait(timeout=60)
     baseline = {
         (r["threads"], r["body_bytes"]): r["msgs_per_s"]
         for r in rows
@@ -178,11 +217,11 @@ def main(argv: list[str] | None = None) -> int:
         f"flush={args.flush}, {args.messages} messages per case; "
         "baseline = embedded sends, same threads and body size"
     )
-    print(f"{'case':<20} {'body':>6} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs embedded':>12}")
+    print(f"{'case':<25} {'body':>6} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs embedded':>12}")
     for row in rows:
         ratio = row["msgs_per_s"] / baseline[(row["threads"], row["body_bytes"])]
         print(
-            f"{row['case']:<20} {row['body_bytes']:>6} {row['msgs_per_s']:>9.0f} "
+            f"{row['case']:<25} {row['body_bytes']:>6} {row['msgs_per_s']:>9.0f} "
             f"{row['p50_ms']:>8.2f} {row['p99_ms']:>8.2f} {ratio:>11.2f}x"
         )
         if args.json:

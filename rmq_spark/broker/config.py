@@ -35,6 +35,9 @@ class BrokerConfig:
     delay_ms_max: int = 86_400_000  # furthest delivery time ahead (Java proxy: 1 day)
     timer_precision_ms: int = 1000  # TIMER_OUT_MS rounding step (RocketMQ timerPrecisionMs)
     send_max_attempts: int = 3  # send attempts the Telemetry settings tell clients to make
+    auth_enabled: bool = False  # every RPC signed by a user of auth_users_file, ACL applies
+    auth_users_file: str = ""  # TOML users and ACL policies (docs/BROKER.md); needed with auth
+    auth_skew_ms: int = 900_000  # largest x-mq-date-time distance from the broker's clock
     grpc_worker_threads: int = 8  # threads for puts to a store without put_async (else: the loop)
     shutdown_grace_ms: int = 5000  # how long a stop waits for in-flight requests
     event_loop: str = "asyncio"  # the server's loop: asyncio, uvloop, auto (uvloop if installed)
@@ -64,6 +67,10 @@ class BrokerConfig:
                 parse_topic_spec(spec, self.default_queue_count)
             except ValueError as err:
                 raise ValueError(f"topics: {err}") from None
+        if self.auth_enabled and not self.auth_users_file:
+            raise ValueError("auth_users_file: must name the users file when auth_enabled")
+        if self.auth_skew_ms < 1000:
+            raise ValueError(f"auth_skew_ms: must be >= 1000, got {self.auth_skew_ms}")
         if self.grpc_receive_limit_bytes < 1 * _MIB:
             raise ValueError(
                 f"grpc_receive_limit_bytes: must be >= 1 MiB, got {self.grpc_receive_limit_bytes}"

@@ -17,6 +17,7 @@ from typing import Any
 
 import grpc
 
+from rmq_spark.broker.auth import RequestSigner
 from rmq_spark.broker.consume_grpc import consume_status_code
 from rmq_spark.broker.consume_wire import delivered_message
 from rmq_spark.broker.consumer.service import Rejected, full_group_name
@@ -24,6 +25,7 @@ from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.topics import full_topic_name
+from rmq_spark.clock import SystemClock
 from rmq_spark.errors import BrokerError, ConsumeRejectedError
 
 __all__ = ["Consumer", "ReceivedMessage"]
@@ -90,6 +92,8 @@ class Consumer:
         RocketMQ namespace of the topic and group.
     request_timeout_s
         Deadline of an ack or change, and what a receive adds to its wait.
+    credentials
+        ``(access key, secret key)``: every call is signed (a broker with auth on).
     """
 
     def __init__(
@@ -102,6 +106,7 @@ class Consumer:
         filter_kind: str = "TAG",
         namespace: str = "",
         request_timeout_s: float = 3.0,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         if filter_kind not in _FILTER_TYPES:
             raise ValueError(f"filter_kind: must be TAG or SQL92, got {filter_kind!r}")
@@ -117,7 +122,8 @@ class Consumer:
                 target, options=[("grpc.max_receive_message_length", -1)]
             )
             self._stub = spb_grpc.MessagingServiceStub(self._channel)
-        self._metadata = (
+        self._sign = RequestSigner(credentials, SystemClock())  # signed per call (auth on)
+        self._unsigned_metadata = (
             ("x-mq-client-id", f"rmq-spark-consumer@{id(self):x}"),
             ("x-mq-language", "PYTHON"),
             ("x-mq-protocol", "GRPC_V2"),
@@ -152,7 +158,9 @@ class Consumer:
         status: Any = None
         try:
             for response in self._stub.ReceiveMessage(
-                request, timeout=wait_ms / 1000 + self._timeout_s, metadata=self._metadata
+                request,
+                timeout=wait_ms / 1000 + self._timeout_s,
+                metadata=self._sign(self._unsigned_metadata),
             ):
                 kind = response.WhichOneof("content")
                 if kind == "status":
@@ -242,7 +250,7 @@ class Consumer:
     def _call(self, method: str, request: Any) -> Any:
         try:
             return getattr(self._stub, method)(
-                request, timeout=self._timeout_s, metadata=self._metadata
+                request, timeout=self._timeout_s, metadata=self._sign(self._unsigned_metadata)
             )
         except grpc.RpcError as err:
             raise BrokerError(f"{method} failed: {err}") from err

@@ -325,18 +325,22 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             born_host = peer_address(context.peer())
             loop = asyncio.get_running_loop()
             entries = []
+            redelivered = False
             for message in request.messages:
                 entry = self._precheck(message)
                 if entry is None:
                     command = self._command(message, born_host)
-                    if self._service.puts_async:  # the put awaits its fsync on this loop
-                        outcome = await self._service.send_async(command)
+                    redelivered |= command.redelivery is not None  # put by a thread, journaled
+                    if self._service.puts_async and command.redelivery is None:
+                        outcome = await self._service.send_async(command)  # awaits its fsync
                     else:
                         outcome = await loop.run_in_executor(
                             self._executor, self._service.send, command
                         )
                     entry = self._entry(outcome)
                 entries.append(entry)
+            if redelivered:  # the redelivery journal is durable before the reply says OK
+                await loop.run_in_executor(self._executor, self._service.sync_redeliveries)
             codes = {entry.status.code for entry in entries}
             if len(codes) == 1:
                 top = entries[0].status

@@ -16,6 +16,7 @@ from typing import Any
 
 import grpc
 
+from rmq_spark.broker.auth import RequestSigner
 from rmq_spark.broker.message_id import MessageIdGenerator
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
@@ -65,6 +66,8 @@ class Producer:
         Attempts per message on transport errors and retryable broker errors.
     clock
         Source of born timestamps and message-id seconds.
+    credentials
+        ``(access key, secret key)``: every call is signed (a broker with auth on).
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class Producer:
         request_timeout_s: float = 3.0,
         max_attempts: int = 3,
         clock: Clock | None = None,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts: must be >= 1, got {max_attempts}")
@@ -97,7 +101,8 @@ class Producer:
             )
             self._stub = spb_grpc.MessagingServiceStub(self._channel)
         client_id = f"rmq-spark-producer@{self._ids.next_id()}"
-        self._metadata = (
+        self._sign = RequestSigner(credentials, self._clock)
+        self._unsigned_metadata = (
             ("x-mq-client-id", client_id),
             ("x-mq-language", "PYTHON"),
             ("x-mq-protocol", "GRPC_V2"),
@@ -188,7 +193,7 @@ class Producer:
         for _attempt in range(self._max_attempts):
             try:
                 response = self._stub.SendMessage(
-                    request, timeout=self._timeout_s, metadata=self._metadata
+                    request, timeout=self._timeout_s, metadata=self._sign(self._unsigned_metadata)
                 )
             except grpc.RpcError as err:
                 code = err.code() if hasattr(err, "code") else None

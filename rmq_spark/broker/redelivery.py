@@ -23,6 +23,12 @@ are refused (ILLEGAL_TOPIC), and a redelivery request stores nothing it brings a
 queue, body and properties come from a schedule record already in the store (whose
 REAL_TOPIC the broker or store set when it was enqueued), and only once it is due.
 
+Only the schedule job may ask: the request must be signed by the store's own identity
+(``auth.STORE_ACCESS_KEY``, whose secret is in ``<store>/config/``) or, with auth on, by a user
+with the ``Redeliver`` right (``auth_grpc.py`` checks it before the request reaches the
+service). Every refusal is the same reply (``REDELIVERY_REFUSED``), and a second request for
+one schedule record returns the first copy's position (``redelivery_journal.py``).
+
 Does not own the gRPC server (``broker/grpc_api.py`` recognises the request with
 ``is_redelivery_message``) nor the put (``broker/service.py``).
 """
@@ -49,6 +55,7 @@ from rmq_spark.store.put import PutRequest
 __all__ = [
     "NotDue",
     "REDELIVERY_HANDLE_PREFIX",
+    "REDELIVERY_REFUSED",
     "REDELIVERY_TOPICS",
     "RedeliveryRef",
     "is_redelivery_message",
@@ -63,6 +70,11 @@ REDELIVERY_TOPICS = frozenset({RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 
 REDELIVERY_HANDLE_PREFIX = "rmq-spark-redeliver:"
 """``system_properties.receipt_handle`` of a redelivery request: prefix + physical offset."""
+
+REDELIVERY_REFUSED = "redelivery refused"
+"""The status message of every refused redelivery request (``BAD_REQUEST``), whatever the
+reason (not allowed, no such record, not a schedule record, not due): a refusal tells the
+caller nothing about the store. The broker logs the reason."""
 
 
 @dataclass(frozen=True, slots=True)

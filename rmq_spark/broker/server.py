@@ -29,6 +29,8 @@ from typing import Any
 
 import grpc
 
+from rmq_spark.broker.auth import authenticator_for, open_listener_warning
+from rmq_spark.broker.auth_grpc import AuthInterceptor
 from rmq_spark.broker.config import BrokerConfig, parse_listen
 from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.consumer.service import ConsumeService
@@ -170,13 +172,17 @@ class GrpcEndpoint:
     async def _serve(self) -> None:
         self._shutdown = asyncio.Event()
         try:
+            authenticator = authenticator_for(
+                self._config, self._service.store_root, self._service.clock
+            )
             server = grpc.aio.server(
+                interceptors=[AuthInterceptor(authenticator)],
                 options=grpc_server_options(
                     max(
                         self._config.grpc_receive_limit_bytes,
                         self._service.max_message_size_bytes + 1024 * 1024,
                     )
-                )
+                ),
             )
             bind_host = f"[{self._host}]" if ":" in self._host else self._host
             try:
@@ -296,6 +302,9 @@ def run_broker(
         else "must exist",
         endpoint.loop_name,
     )
+    open_warning = open_listener_warning(broker_config)
+    if open_warning is not None:
+        log.warning("broker: %s", open_warning)
     if ready_file is not None:
         ready_file.write_text(f"{endpoint.address}\n", encoding="utf-8")
     try:

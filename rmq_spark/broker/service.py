@@ -15,13 +15,21 @@ from __future__ import annotations
 
 import contextvars
 import enum
+import logging
 import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
-from rmq_spark.broker.redelivery import NotDue, RedeliveryRef, resolve_redelivery
+from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, RedeliveryRef
+from rmq_spark.broker.redelivery_journal import (
+    RedeliveredCopy,
+    RedeliveryJournal,
+    redeliver_once,
+    store_min_offset,
+)
 from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
@@ -50,6 +58,8 @@ __all__ = [
     "SendCommand",
     "SendOutcome",
 ]
+
+log = logging.getLogger("rmq_spark.broker")
 
 # Properties the broker writes that properties.py has no constant for (FORMAT.md 2.2).
 BORN_HOST = "__BORNHOST"
@@ -263,6 +273,8 @@ class BrokerService:
             ],
         )
         self._state_lock = threading.Condition()
+        self._journal: RedeliveryJournal | None = None
+        self._journal_lock = threading.Lock()
         self._shutting_down = False
         self._in_flight = 0
 
@@ -436,17 +448,62 @@ class BrokerService:
 
     def _redeliver(self, ref: RedeliveryRef | str, message_id: str) -> SendOutcome:
         """Put back a due schedule record of this store exactly as the in-process schedule
-        job does (docs/DELAY.md, "Redelivery through a broker")."""
+        job does (docs/DELAY.md, "Redelivery through a broker"), once: a second request for
+        the same record answers the first copy's position. Every refusal is the same
+        ``REDELIVERY_REFUSED`` (the reason is logged). Puts synchronously (never from
+        ``send_async``: ``grpc_api`` runs redeliveries on its executor)."""
         if isinstance(ref, str):  # the wire layer could not read the request
-            return _reject(SendCode.BAD_REQUEST, ref, message_id)
-        found = resolve_redelivery(self._store, ref, self._clock.now_ms())
-        if isinstance(found, NotDue):
-            return _reject(
-                SendCode.ILLEGAL_DELIVERY_TIME, f"not due until {found.due_ms}", message_id
+            return self._refuse_redelivery(ref, message_id)
+        try:
+            found = redeliver_once(
+                self.redelivery_journal(), self._store, ref, self._clock.now_ms()
             )
+        except StoreError as err:
+            return _store_failure(err, message_id)
         if isinstance(found, str):
-            return _reject(SendCode.BAD_REQUEST, found, message_id)
-        return self._put(found, message_id)
+            return self._refuse_redelivery(found, message_id)
+        if isinstance(found, RedeliveredCopy):  # redelivered before: its first copy
+            return SendOutcome(
+                SendCode.OK,
+                message_id=message_id,
+                topic=found.topic,
+                queue_id=found.queue_id,
+                queue_offset=found.queue_offset,
+                physical_offset=found.physical_offset,
+                duplicate=True,
+            )
+        return _put_outcome(found, message_id)
+
+    @staticmethod
+    def _refuse_redelivery(reason: str, message_id: str) -> SendOutcome:
+        log.info("broker: redelivery request %r refused: %s", message_id, reason)
+        return _reject(SendCode.BAD_REQUEST, REDELIVERY_REFUSED, message_id)
+
+    @property
+    def store_root(self) -> Path | None:
+        """The store's root directory (``None`` for a store without one)."""
+        root = getattr(self._store, "root_dir", None)
+        return Path(root) if root is not None else None
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def redelivery_journal(self) -> RedeliveryJournal:
+        """The journal of redeliveries (``<store>/config/redelivered.log``), opened once."""
+        with self._journal_lock:
+            if self._journal is None:
+                root = Path(getattr(self._store, "root_dir", "."))
+                self._journal = RedeliveryJournal.open(
+                    root / "config", store_min_offset(self._store)
+                )
+            return self._journal
+
+    def sync_redeliveries(self) -> None:
+        """Make the journal lines of the redeliveries answered so far durable: call before
+        replying to a request that redelivered."""
+        if self._journal is not None:
+            self._journal.sync()
 
     def _put(self, request: PutRequest, message_id: str) -> SendOutcome:
         if _PUT_LATER.get():  # inside send_async: it awaits the put itself

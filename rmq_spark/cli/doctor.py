@@ -7,10 +7,12 @@ import platform
 import sys
 from importlib import metadata
 
+from rmq_spark.broker.auth import open_listener_warning
+from rmq_spark.cli.common import add_config_arguments, config_from_args
 from rmq_spark.envcheck import check_java, find_delta_jars
-from rmq_spark.errors import EnvironmentCheckError
+from rmq_spark.errors import EnvironmentCheckError, RmqError
 
-__all__ = ["register", "run_checks"]
+__all__ = ["register", "run_checks", "security_warnings"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -19,8 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         help="check Python, Java, Spark, Delta and the jars",
         description="Check that this machine can run rmq-spark: Python >= 3.11, Java >= 17, "
         "pyspark and delta-spark installed, the Delta Lake jars fetched. Exits 1 and says "
-        "what to do if anything is missing.",
+        "what to do if anything is missing. Warns (exit code unchanged) when the configured "
+        "broker would listen beyond loopback with auth off.",
     )
+    add_config_arguments(parser)
     parser.set_defaults(handler=_handle)
 
 
@@ -47,9 +51,22 @@ def run_checks() -> list[tuple[str, bool, str]]:
     return results
 
 
+def security_warnings(args: argparse.Namespace) -> list[tuple[str, str]]:
+    """(name, detail) for each configuration that is unsafe but runs (the broker's auth)."""
+    try:
+        config = config_from_args(args)
+    except RmqError as err:
+        return [("config", f"cannot check the broker's security: {err}")]
+    warning = open_listener_warning(config.broker)
+    return [] if warning is None else [("broker auth", warning)]
+
+
 def _handle(args: argparse.Namespace) -> int:
     results = run_checks()
+    warnings = security_warnings(args)
     width = max(len(name) for name, _, _ in results)
     for name, ok, detail in results:
         print(f"{'ok ' if ok else 'BAD'} {name:<{width}}  {detail}")
+    for name, detail in warnings:
+        print(f"WARN {name}  {detail}")
     return 0 if all(ok for _, ok, _ in results) else 1

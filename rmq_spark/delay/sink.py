@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
 from rmq_spark.broker.redelivery import RedeliveryRef, redelivery_put_request, ref_to_message
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.delay.log_reader import LogReader
@@ -152,7 +153,12 @@ class GrpcSink:
     address
         ``host:port`` of the broker.
     store_dir
-        The broker's store, read (never written) to find where the next put can land.
+        The broker's store, read (never written) to find where the next put can land, and
+        where the broker keeps the redelivery secret (``config/redelivery.secret``) that
+        signs each request as the store's identity (``broker.auth.STORE_ACCESS_KEY``).
+    credentials
+        ``(access key, secret key)`` of a user with the ``Redeliver`` right to sign with
+        instead (auth on); ``None``: the store's secret.
     """
 
     name = "grpc"
@@ -167,6 +173,7 @@ class GrpcSink:
         *,
         clock: Clock | None = None,
         request_timeout_s: float = 10.0,
+        credentials: tuple[str, str] | None = None,
     ) -> None:
         import grpc
 
@@ -188,6 +195,8 @@ class GrpcSink:
             ("x-mq-language", "PYTHON"),
             ("x-mq-protocol", "GRPC_V2"),
         )
+        self._store_dir = Path(store_dir)
+        self._credentials = credentials
         self._reader = LogReader(store_dir)
         # The checkpoint's confirmed offset is a record boundary at or below the log's end:
         # the first scan for the end starts there, not at the oldest segment.
@@ -225,7 +234,7 @@ class GrpcSink:
             request = spb.SendMessageRequest(messages=[ref_to_message(ref) for ref in chunk])
             try:
                 response = self._stub.SendMessage(
-                    request, timeout=self._timeout_s, metadata=self._metadata
+                    request, timeout=self._timeout_s, metadata=self._signed_metadata()
                 )
             except grpc.RpcError as err:
                 code = err.code() if hasattr(err, "code") else None
@@ -249,6 +258,16 @@ class GrpcSink:
                 else:
                     out.append(SinkResult(PutOutcome.REFUSED, reason=reason))
         return out
+
+    def _signed_metadata(self) -> tuple[tuple[str, str], ...]:
+        """The request headers, signed now (the broker refuses a stale signature)."""
+        if self._credentials is None:
+            secret = read_redelivery_secret(self._store_dir)  # made by the broker's first start
+            if secret is None:
+                return self._metadata  # unsigned: the broker refuses, the job retries later
+            self._credentials = (STORE_ACCESS_KEY, secret)
+        access_key, secret_key = self._credentials
+        return self._metadata + signature_metadata(access_key, secret_key, self._clock.now_ms())
 
     def close(self) -> None:
         self._channel.close()

@@ -13,11 +13,17 @@ import grpc
 import pytest
 from delay_world import START_MS, TEST_LEVELS, DelayWorld, make_world, store_config
 
+from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
 from rmq_spark.broker.embedded import Broker
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
-from rmq_spark.broker.redelivery import REDELIVERY_HANDLE_PREFIX, RedeliveryRef, ref_to_message
+from rmq_spark.broker.redelivery import (
+    REDELIVERY_HANDLE_PREFIX,
+    REDELIVERY_REFUSED,
+    RedeliveryRef,
+    ref_to_message,
+)
 from rmq_spark.clock import ManualClock
 from rmq_spark.config import load_config
 from rmq_spark.delay.job import ScheduleJobSpec, run_schedule
@@ -162,11 +168,12 @@ def test_redelivery_over_grpc_stores_exactly_what_the_in_process_job_stores(
     assert timer["TIMER_DEQUEUE_MS"] == str(START_MS + 2000)
 
 
-def send_raw(address: str, message: object) -> object:
+def send_raw(address: str, message: object, metadata: tuple[tuple[str, str], ...] = ()) -> object:
     channel = grpc.insecure_channel(address)
     try:
         stub = spb_grpc.MessagingServiceStub(channel)
-        response = stub.SendMessage(spb.SendMessageRequest(messages=[message]), timeout=10)
+        request = spb.SendMessageRequest(messages=[message])
+        response = stub.SendMessage(request, timeout=10, metadata=metadata)
         return response.entries[0].status
     finally:
         channel.close()
@@ -189,12 +196,17 @@ def test_a_redelivery_request_cannot_store_anything_but_a_due_schedule_record(
         ref = RedeliveryRef(
             "SCHEDULE_TOPIC_XXXX", 1, 0, level_2.physical_offset, clock.now_ms(), "UA"
         )
-        status = send_raw(broker.address, ref_to_message(ref))
-        assert status.code == pb.ILLEGAL_DELIVERY_TIME, status  # not due: never early
+        # Signed as the schedule job (the store's secret); every refusal is the same reply.
+        secret = read_redelivery_secret(root)
+        assert secret is not None
+        signed = signature_metadata(STORE_ACCESS_KEY, secret, clock.now_ms())
+        refused = (pb.BAD_REQUEST, REDELIVERY_REFUSED)
+        status = send_raw(broker.address, ref_to_message(ref), signed)
+        assert (status.code, status.message) == refused, status  # not due: never early
 
         wrong_queue = dataclasses.replace(ref, queue_id=0)  # names another record
-        status = send_raw(broker.address, ref_to_message(wrong_queue))
-        assert status.code == pb.BAD_REQUEST and "holds" in status.message, status
+        status = send_raw(broker.address, ref_to_message(wrong_queue), signed)
+        assert (status.code, status.message) == refused, status
 
         with_body = ref_to_message(dataclasses.replace(ref, queue_id=0, queue_offset=0))
         with_body.system_properties.receipt_handle = (
@@ -203,10 +215,10 @@ def test_a_redelivery_request_cannot_store_anything_but_a_due_schedule_record(
         with_body.body = b"smuggled"  # content of its own: refused, nothing stored
         bad_handle = ref_to_message(ref)
         bad_handle.system_properties.receipt_handle = f"{REDELIVERY_HANDLE_PREFIX}x"
-        status = send_raw(broker.address, bad_handle)
-        assert status.code == pb.BAD_REQUEST and "receipt_handle" in status.message, status
-        status = send_raw(broker.address, with_body)
-        assert status.code == pb.BAD_REQUEST and "no body" in status.message, status
+        status = send_raw(broker.address, bad_handle, signed)
+        assert (status.code, status.message) == refused, status
+        status = send_raw(broker.address, with_body, signed)
+        assert (status.code, status.message) == refused, status
 
         ordinary = pb.Message(body=b"x")  # an ordinary send to the schedule topic
         ordinary.topic.name = "SCHEDULE_TOPIC_XXXX"
@@ -222,7 +234,7 @@ def test_a_redelivery_request_cannot_store_anything_but_a_due_schedule_record(
         due = dataclasses.replace(
             ref, queue_id=0, physical_offset=level_1.physical_offset, message_id="UB"
         )
-        assert send_raw(broker.address, ref_to_message(due)).code == pb.OK
+        assert send_raw(broker.address, ref_to_message(due), signed).code == pb.OK
         broker.store.flush()
         assert [r.body for r in world.records("orders")] == [b"b"]
     finally:
