@@ -15,9 +15,10 @@ from rmq_spark.errors import StoreError
 __all__ = [
     "add_config_arguments",
     "check_store_path",
-    "require_store",
     "config_from_args",
+    "local_path",
     "print_json_line",
+    "require_store",
     "setup_logging",
 ]
 
@@ -60,6 +61,18 @@ def setup_logging(level: str = "INFO") -> None:
 def print_json_line(obj: Any, out: IO[str] | None = None) -> None:
     stream = out or sys.stdout
     stream.write(json.dumps(obj, ensure_ascii=False, separators=(", ", ": ")) + "\n")
+
+
+def local_path(text: str) -> Path:
+    """An argparse ``type`` for store and table directories: a local path or a ``file://``
+    URI (what Spark users write); other schemes are refused in one line (a store is a local
+    directory: its segments are memory-mapped)."""
+    from rmq_spark.store.paths import local_fs_path
+
+    try:
+        return local_fs_path(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def require_store(root: Path) -> None:

@@ -13,9 +13,9 @@ import base64
 import sys
 from collections.abc import Mapping
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
+from rmq_spark.cli.common import local_path
 from rmq_spark.cli.store_commands import text_or_none
 from rmq_spark.errors import ConfigError
 
@@ -39,8 +39,8 @@ def register(subparsers: Any) -> None:
             "          rmq-spark query --store ./store --msg-id 7F00000100002A9F0000000000000000"
         ),
     )
-    parser.add_argument("--tables", type=Path, default=None, help="reput tables directory")
-    parser.add_argument("--store", type=Path, default=None, help="store directory (--msg-id)")
+    parser.add_argument("--tables", type=local_path, default=None, help="reput tables directory")
+    parser.add_argument("--store", type=local_path, default=None, help="store directory (--msg-id)")
     parser.add_argument("--topic", default=None, help="topic (with --key or a time range)")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--key", default=None, help="a UNIQ_KEY or one KEYS token")

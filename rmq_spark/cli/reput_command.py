@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from rmq_spark.cli.common import local_path
 from rmq_spark.errors import ConfigError
 
 __all__ = [
@@ -46,16 +47,16 @@ def add_reput_arguments(parser: argparse.ArgumentParser) -> None:
     """The reput options shared by ``rmq-spark reput`` and ``jobs/reput.py``."""
     from rmq_spark.cli.common import add_config_arguments
 
-    parser.add_argument("--store", type=Path, required=True, help="store directory to read")
+    parser.add_argument("--store", type=local_path, required=True, help="store directory to read")
     parser.add_argument(
         "--tables",
-        type=Path,
+        type=local_path,
         default=None,
         help="Delta tables directory (default: reput.tables_dir)",
     )
     parser.add_argument(
         "--checkpoint",
-        type=Path,
+        type=local_path,
         default=None,
         help="stream checkpoint directory (default: <tables>/_checkpoints/reput)",
     )

@@ -11,8 +11,9 @@ import argparse
 import re
 import signal
 import threading
-from pathlib import Path
 from typing import Any
+
+from rmq_spark.cli.common import local_path
 
 __all__ = [
     "add_schedule_arguments",
@@ -45,11 +46,14 @@ def parse_duration_ms(text: str) -> int:
 def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     """The job's own arguments (config flags are added separately)."""
     parser.add_argument(
-        "--store", type=Path, required=True, help="the store directory (its commitlog/, config/)"
+        "--store",
+        type=local_path,
+        required=True,
+        help="the store directory (its commitlog/, config/)",
     )
     parser.add_argument(
         "--tables",
-        type=Path,
+        type=local_path,
         default=None,
         help="the reput job's tables directory; its consume_queue table says what is due "
         "(without it, or before it exists, SCHEDULE_TOPIC_XXXX is read from the CommitLog)",

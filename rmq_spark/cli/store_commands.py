@@ -18,13 +18,13 @@ import base64
 import dataclasses
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from rmq_spark.cli.common import (
     add_config_arguments,
     check_store_path,
     config_from_args,
+    local_path,
     print_json_line,
     require_store,
 )
@@ -58,7 +58,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
 
 def _store_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--store", required=True, type=Path, metavar="DIR", help="store root directory"
+        "--store", required=True, type=local_path, metavar="DIR", help="store root directory"
     )
 
 

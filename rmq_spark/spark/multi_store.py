@@ -37,6 +37,7 @@ from pyspark.sql.streaming.datasource import (
 from rmq_spark.errors import SourceError
 from rmq_spark.spark.options import EndingMode, SourceOptions, StartingMode
 from rmq_spark.spark.schema import arrow_schema_for, spark_schema
+from rmq_spark.store.paths import local_fs_path
 
 if TYPE_CHECKING:
     from pyspark.sql.types import StructType
@@ -57,10 +58,15 @@ _STORES_KEY = "stores"
 
 
 def split_paths(path: str) -> tuple[str, ...]:
-    """The stores a ``path`` option names: one, or several separated by commas."""
-    paths = tuple(part.strip() for part in path.split(","))
-    if any(not part for part in paths):
+    """The stores a ``path`` option names: one, or several separated by commas; each a local
+    path or a ``file://`` URI."""
+    parts = tuple(part.strip() for part in path.split(","))
+    if any(not part for part in parts):
         raise SourceError(f"path {path!r}: an empty store path between commas")
+    try:
+        paths = tuple(str(local_fs_path(part)) for part in parts)  # file:// URIs too
+    except ValueError as err:
+        raise SourceError(f"path {err}") from None
     if len(set(paths)) != len(paths):
         raise SourceError(f"path {path!r}: a store is named twice")
     return paths
