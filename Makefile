@@ -4,6 +4,7 @@
 #   make bench   the benchmarks in bench/ (figures go to BENCHMARKS.md by hand)
 #   make bench-peers  reput catch-up vs Kafka -> Delta, side by side (BENCH_ARGS=--short)
 #   make lint    ruff check + ruff format --check
+#   make package dist/rmq_spark-<version>.zip for a cluster's executors (spark-submit --py-files)
 SHELL := /bin/bash
 VENV ?= .venv
 BIN := $(VENV)/bin
@@ -12,10 +13,10 @@ JARS_STAMP := jars/manifest.txt
 LINK_STAMP := $(VENV)/.delta-jars-linked
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast lint format bench bench-peers clean help
+.PHONY: setup run test test-fast lint format bench bench-peers package clean help
 
 help:
-	@sed -n '1,7p' Makefile
+	@sed -n '1,8p' Makefile
 
 setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP)
 
@@ -52,6 +53,9 @@ bench: setup
 
 bench-peers: setup
 	flock /tmp/bench.lock $(BIN)/python bench/peers/run.py $(BENCH_ARGS)
+
+package: $(DEPS_STAMP)
+	$(BIN)/python scripts/package.py
 
 clean:
 	rm -rf .pytest_cache .ruff_cache .hypothesis spark-warehouse metastore_db derby.log work

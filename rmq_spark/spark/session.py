@@ -42,7 +42,7 @@ CHECKPOINT_FILE_MANAGER = (
 
 def session_conf(config: SparkConfig) -> dict[str, str]:
     """The Spark settings ``build_session`` applies, as strings (also used for spark-submit)."""
-    jars = find_delta_jars(config.jars_dir)
+    jars = _delta_jars(config.jars_dir)
     conf = {
         "spark.sql.extensions": DELTA_EXTENSION,
         "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
@@ -66,7 +66,7 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     }
-    if not _jars_in_pyspark(jars):
+    if jars and not _jars_in_pyspark(jars):
         # `make setup` links the jars into pyspark/jars (needed by spark-submit); when they
         # are not there, the session started from Python still gets them this way.
         conf["spark.jars"] = ",".join(str(jar) for jar in jars)
@@ -219,6 +219,26 @@ def _register_sources(spark: SparkSession) -> None:
     from rmq_spark.spark import source
 
     source.register(spark)
+
+
+def _delta_jars(jars_dir: Path | None) -> list[Path]:
+    """The Delta jars to add: those of ``jars_dir`` (default: the checkout's jars/), or none
+    when the package runs without a checkout (a wheel shipped with ``--py-files``) and Spark
+    already has Delta in its own jars folder (``make setup`` links them there)."""
+    try:
+        return find_delta_jars(jars_dir)
+    except EnvironmentCheckError:
+        if jars_dir is None and any((_spark_home() / "jars").glob("delta-spark_*")):
+            return []
+        raise
+
+
+def _spark_home() -> Path:
+    """The Spark installation this driver runs (``SPARK_HOME`` under spark-submit, where
+    ``pyspark`` may be imported from ``python/lib/pyspark.zip``)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    return Path(_find_spark_home())
 
 
 def _jars_in_pyspark(jars: list[Path]) -> bool:

@@ -1,0 +1,33 @@
+"""Build dist/rmq_spark-<version>.zip: the package for Spark executors (``--py-files``).
+
+The executors of a real cluster need ``rmq_spark`` (the source's readers and the reput job's
+writers run there); its dependencies (numpy, pyarrow, grpcio, deltalake ...) come from the
+workers' Python, as for any PySpark job. Usage: ``python scripts/package.py [OUT_DIR]``;
+prints the zip's path.
+"""
+
+from __future__ import annotations
+
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def main(argv: list[str]) -> int:
+    out_dir = Path(argv[0]) if argv else ROOT / "dist"
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    target = out_dir / f"rmq_spark-{version}.zip"
+    with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
+        for path in sorted((ROOT / "rmq_spark").rglob("*")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                archive.write(path, path.relative_to(ROOT))
+    print(target)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
