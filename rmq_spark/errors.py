@@ -30,7 +30,8 @@ they happen::
     │   └── RemoteProtocolError    the peer sent something invalid
     ├── SourceError                bad Spark option, or an offset we did not issue
     │   ├── DataLossError          data the query needed was deleted (failOnDataLoss=true)
-    │   └── EntrySourceError       reading the consume_queue table for due entries failed
+    │   ├── EntrySourceError       reading the consume_queue table for due entries failed
+    │   └── GroupOffsetError       a consumerGroup commit or read of group offsets failed
     ├── TableError                 a reput table cannot be created, registered or written
     │   └── SchemaMismatchError    rows whose columns or types differ from the table's
     ├── ReputError                 the reput stream failed (Spark's reason)
@@ -66,6 +67,7 @@ __all__ = [
     "EntrySourceError",
     "EnvironmentCheckError",
     "FilterExpressionError",
+    "GroupOffsetError",
     "InteropError",
     "InvalidMessageError",
     "InvalidMessageIdError",
@@ -387,3 +389,8 @@ class ConsumeRejectedError(BrokerError):
         self.code_name = code_name
         self.reason = reason
         super().__init__(f"{code_name} ({code}): {reason}")
+
+
+class GroupOffsetError(SourceError):
+    """A ``consumerGroup`` query could not commit or read the group's offsets (broker refused,
+    or a broker holds the store and the ``brokers`` option is missing)."""

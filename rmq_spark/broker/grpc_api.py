@@ -26,6 +26,7 @@ import grpc
 from google.protobuf import message_factory
 
 from rmq_spark.broker.consume_grpc import ConsumerRpcs
+from rmq_spark.broker.offset_grpc import OffsetRpcs
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
@@ -511,14 +512,27 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         yield spb.PullMessageResponse(status=_not_implemented("PullMessage"))
 
+    async def _offset_call(
+        self, method: str, request: Any, context: Any, response_cls: type, handler: Any
+    ) -> Any:
+        """Run the ``OffsetRpcs`` method ``handler`` under ``_guard``."""
+        if self._consumers is None:
+            return response_cls(status=_not_implemented(method))
+        rpcs = OffsetRpcs(self._consumers.service)
+        work = lambda: handler(rpcs, request, context)  # noqa: E731
+        return await self._guard(method, request, response_cls, work)
+
     async def UpdateOffset(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.UpdateOffsetResponse(status=_not_implemented("UpdateOffset"))
+        response_cls, handler = spb.UpdateOffsetResponse, OffsetRpcs.update_offset
+        return await self._offset_call("UpdateOffset", request, context, response_cls, handler)
 
     async def GetOffset(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.GetOffsetResponse(status=_not_implemented("GetOffset"))
+        response_cls, handler = spb.GetOffsetResponse, OffsetRpcs.get_offset
+        return await self._offset_call("GetOffset", request, context, response_cls, handler)
 
     async def QueryOffset(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.QueryOffsetResponse(status=_not_implemented("QueryOffset"))
+        response_cls, handler = spb.QueryOffsetResponse, OffsetRpcs.query_offset
+        return await self._offset_call("QueryOffset", request, context, response_cls, handler)
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:  # noqa: N802
         return spb.EndTransactionResponse(

@@ -64,6 +64,7 @@ __all__ = [
     "Rejected",
     "dlq_topic",
     "full_group_name",
+    "valid_group_name",
 ]
 
 INVISIBLE_MS_MIN = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv (receive only)
@@ -450,6 +451,29 @@ class ConsumeService:
             self._broker.topics.add_internal(request.topic)
         return stored
 
+    # --- offsets (UpdateOffset / GetOffset / QueryOffset) --------------------------------------
+
+    def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min, max) queue offset of a queue of the store."""
+        return self.source.min_offset(topic, queue_id), self.source.max_offset(topic, queue_id)
+
+    def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit ``offset`` for the group (clamped to the queue's bounds) and save soon."""
+        low, high = self.queue_bounds(topic, queue_id)
+        self.groups.set_committed(group, topic, queue_id, max(low, min(offset, high)))
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (max offset if none)."""
+        search = getattr(self.source, "offset_for_time", None)
+        if search is None:
+            return self.source.max_offset(topic, queue_id)
+        stamp = lambda offset: self._store.read_decoded(offset).record.store_timestamp_ms  # noqa: E731
+        return int(search(topic, queue_id, timestamp_ms, stamp))
+
+    def save_offsets_now(self) -> None:
+        """Write the offsets files now (an offset update is durable on return)."""
+        self._saver.save_now()
+
     # --- lifecycle ---------------------------------------------------------------------------
 
     def begin_shutdown(self) -> None:
@@ -472,6 +496,10 @@ class ConsumeService:
             close = getattr(self.source, "close", None)
             if close is not None:
                 close()
+
+
+def valid_group_name(group: str) -> bool:
+    return bool(_GROUP_RE.match(group))
 
 
 def full_group_name(group: str, namespace: str) -> str:

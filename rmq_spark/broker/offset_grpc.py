@@ -1,0 +1,104 @@
+"""The offset RPCs of ``apache.rocketmq.v2.MessagingService``: UpdateOffset, GetOffset, QueryOffset.
+
+As the 5.x proxy's ``OffsetActivity`` and ``ConsumerProcessor``: UpdateOffset commits a group's
+offset in one queue (``ConsumerOffsetManager.commitOffset``: it may move back; the broker
+clamps it to the queue's bounds), GetOffset answers the committed one (OFFSET_NOT_FOUND when
+the group never committed there), QueryOffset answers the queue's min (BEGINNING), max (END)
+or the first offset stored at or after a time (TIMESTAMP). An update is saved to
+consumerOffset.json before the reply (``rmq-spark groups`` sees it at once). ``MessagingServicer``
+delegates to ``OffsetRpcs``; the rules are ``consumer/service.py``'s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rmq_spark.broker.consumer.service import ConsumeService, full_group_name, valid_group_name
+from rmq_spark.broker.proto import definition_pb2 as pb
+from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.service import SendCode
+
+__all__ = ["OffsetRpcs"]
+
+
+def _status(code: int, message: str = "") -> Any:
+    return pb.Status(code=code, message=message or pb.Code.Name(code))
+
+
+class OffsetRpcs:
+    """The three offset RPC handlers over one ``ConsumeService``."""
+
+    def __init__(self, service: ConsumeService) -> None:
+        self.service = service
+
+    def _queue(self, queue: Any) -> tuple[str, int] | Any:
+        """(stored topic, queue id) of a request's message queue, or the refusal status."""
+        route = self.service.route(queue.topic.name, queue.topic.resource_namespace)
+        if route.code is not SendCode.OK:
+            missing = route.code is SendCode.TOPIC_NOT_FOUND
+            return _status(pb.TOPIC_NOT_FOUND if missing else pb.ILLEGAL_TOPIC, route.reason)
+        if not 0 <= queue.id < route.queue_count:
+            return _status(
+                pb.BAD_REQUEST,
+                f"queue {queue.id} of topic {route.topic!r} does not exist "
+                f"(it has {route.queue_count})",
+            )
+        return route.topic, int(queue.id)
+
+    def _group(self, group: Any) -> str | Any:
+        if not valid_group_name(group.name):
+            return _status(pb.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group.name!r}")
+        return full_group_name(group.name, group.resource_namespace)
+
+    async def update_offset(self, request: Any, context: Any) -> Any:
+        group, queue = self._group(request.group), self._queue(request.message_queue)
+        for refused in (group, queue):
+            if isinstance(refused, pb.Status):
+                return spb.UpdateOffsetResponse(status=refused)
+        if request.offset < 0:
+            return spb.UpdateOffsetResponse(
+                status=_status(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
+            )
+        topic, queue_id = queue
+        self.service.update_offset(group, topic, queue_id, request.offset)
+        await asyncio.get_running_loop().run_in_executor(None, self.service.save_offsets_now)
+        return spb.UpdateOffsetResponse(status=_status(pb.OK))
+
+    async def get_offset(self, request: Any, context: Any) -> Any:
+        group, queue = self._group(request.group), self._queue(request.message_queue)
+        for refused in (group, queue):
+            if isinstance(refused, pb.Status):
+                return spb.GetOffsetResponse(status=refused)
+        topic, queue_id = queue
+        offset = self.service.groups.committed_offset(group, topic, queue_id)
+        if offset is None:
+            return spb.GetOffsetResponse(
+                status=_status(
+                    pb.OFFSET_NOT_FOUND,
+                    f"group {group!r} has no offset in queue {queue_id} of {topic!r}",
+                )
+            )
+        return spb.GetOffsetResponse(status=_status(pb.OK), offset=offset)
+
+    async def query_offset(self, request: Any, context: Any) -> Any:
+        queue = self._queue(request.message_queue)
+        if isinstance(queue, pb.Status):
+            return spb.QueryOffsetResponse(status=queue)
+        topic, queue_id = queue
+        low, high = self.service.queue_bounds(topic, queue_id)
+        policy = request.query_offset_policy
+        if policy == pb.BEGINNING:
+            return spb.QueryOffsetResponse(status=_status(pb.OK), offset=low)
+        if policy == pb.END:
+            return spb.QueryOffsetResponse(status=_status(pb.OK), offset=high)
+        if not request.HasField("timestamp"):
+            return spb.QueryOffsetResponse(
+                status=_status(
+                    pb.BAD_REQUEST, "timestamp is required for TIMESTAMP query offset policy"
+                )
+            )
+        offset = await asyncio.get_running_loop().run_in_executor(
+            None, self.service.offset_for_time, topic, queue_id, request.timestamp.ToMilliseconds()
+        )
+        return spb.QueryOffsetResponse(status=_status(pb.OK), offset=offset)
