@@ -26,7 +26,7 @@ import grpc
 from google.protobuf import message_factory
 
 from rmq_spark.broker.consume_grpc import ConsumerRpcs
-from rmq_spark.broker.offset_grpc import OffsetRpcs
+from rmq_spark.broker.offset_grpc import OffsetRpcs, is_send_back_message, send_back_entry
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
@@ -328,6 +328,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             entries = []
             for message in request.messages:
                 entry = self._precheck(message)
+                if entry is None and is_send_back_message(message):  # spark/retry.py's
+                    entry = await self._send_back(message)
                 if entry is None:
                     command = self._command(message, born_host)
                     if self._service.puts_async:  # the put awaits its fsync on this loop
@@ -346,6 +348,14 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             return spb.SendMessageResponse(status=top, entries=entries)
 
         return await self._guard("SendMessage", request, spb.SendMessageResponse, work)
+
+    async def _send_back(self, message: Any) -> Any:
+        """A send-back request (``offset_grpc.send_back_entry``): a copy of a stored message."""
+        if self._consumers is None:
+            return spb.SendResultEntry(status=_not_implemented("send-back"))
+        service = self._consumers.service
+        work = lambda: send_back_entry(service, message)  # noqa: E731
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def _precheck(self, message: Any) -> Any | None:
         """Wire-level problems (encoding, digest, unknown type) as a ready result entry."""
