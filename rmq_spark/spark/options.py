@@ -34,6 +34,7 @@ class StartingMode(enum.Enum):
     LATEST = "latest"  # the durable end when the query starts
     OFFSET = "offset"  # an explicit physical offset (startingOffsets JSON)
     TIMESTAMP = "timestamp"  # the first record stored at or after startingTimestamp
+    GROUP = "group"  # where consumerGroup's committed offsets point (group_offsets.py)
 
 
 class EndingMode(enum.Enum):
@@ -69,6 +70,8 @@ class SourceOptions:
     check_crc: bool = True  # verify each body's BODYCRC while reading
     driver_read_max_bytes: int = 0  # streaming: read batches this small on the driver; 0 = off
     streaming: bool = False  # parsed for a streaming query (changes defaults and checks)
+    consumer_group: str = ""  # commit progress as this RocketMQ group's offsets; "" = none
+    brokers: str = ""  # the broker holding the store (gRPC host:port) for group commits
 
     def __post_init__(self) -> None:
         if self.min_partitions < 0:
@@ -92,7 +95,7 @@ _SYNTAX: dict[str, str] = {
     "path": "a store directory (normally given to load())",
     "topics": "a comma-separated list of topic names",
     "topicPattern": "a regular expression a whole topic name must match",
-    "startingOffsets": 'earliest, latest or a JSON object {"physical_offset": N}',
+    "startingOffsets": 'earliest, latest, group or a JSON object {"physical_offset": N}',
     "startingTimestamp": "store time in epoch milliseconds (an integer >= 0)",
     "endingOffsets": 'latest or a JSON object {"physical_offset": N} (batch queries only)',
     "endingTimestamp": "store time in epoch milliseconds (batch queries only)",
@@ -104,6 +107,8 @@ _SYNTAX: dict[str, str] = {
     "includeBody": "true or false",
     "checkCrc": "true or false",
     "driverReadMaxBytes": "a number of bytes >= 0, e.g. 4m; 0 turns it off (streaming only)",
+    "consumerGroup": "a RocketMQ consumer group name (letters, digits, %|_-; 255 at most)",
+    "brokers": "the gRPC address host:port of the broker that holds the store",
 }
 
 OPTION_NAMES: tuple[str, ...] = tuple(_SYNTAX)
@@ -240,6 +245,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         values["topic_pattern"] = _pattern("topicPattern", raw["topicPattern"])
 
     values.update(_starting(raw, streaming))
+    values.update(_group(raw, values))
     values.update(_ending(raw, streaming))
 
     for name, key in (
@@ -286,12 +292,41 @@ def _starting(raw: dict[str, str], streaming: bool) -> dict[str, object]:
         if not streaming:
             raise _bad("startingOffsets", text, "latest is for streaming queries only")
         return {"starting_mode": StartingMode.LATEST}
+    if text.lower() == "group":
+        if not streaming:
+            raise _bad("startingOffsets", text, "group is for streaming queries only")
+        return {"starting_mode": StartingMode.GROUP}
     if text.startswith("{"):
         return {
             "starting_mode": StartingMode.OFFSET,
             "starting_physical_offset": _offset_json("startingOffsets", text),
         }
     raise _bad("startingOffsets", text)
+
+
+def _group(raw: dict[str, str], values: dict[str, object]) -> dict[str, object]:
+    """consumerGroup and brokers; a group's query reads its %RETRY% topic too."""
+    found: dict[str, object] = {}
+    if "brokers" in raw:
+        if not re.fullmatch(r"[^\s,]+:\d+", raw["brokers"].strip()):
+            raise _bad("brokers", raw["brokers"])
+        found["brokers"] = raw["brokers"].strip()
+    if "consumerGroup" not in raw:
+        if values.get("starting_mode") is StartingMode.GROUP:
+            raise SourceError("startingOffsets=group needs the option consumerGroup")
+        return found
+    group = raw["consumerGroup"].strip()
+    if not re.fullmatch(r"[%|a-zA-Z0-9_-]{1,255}", group):
+        raise _bad("consumerGroup", raw["consumerGroup"])
+    found["consumer_group"] = group
+    retry = f"%RETRY%{group}"
+    topics = values.get("topics")
+    if isinstance(topics, tuple) and retry not in topics:
+        found["topics"] = (*topics, retry)
+    pattern = values.get("topic_pattern")
+    if isinstance(pattern, str) and pattern:
+        found["topic_pattern"] = f"(?:{pattern})|{re.escape(retry)}"
+    return found
 
 
 def _ending(raw: dict[str, str], streaming: bool) -> dict[str, object]:
