@@ -23,7 +23,6 @@ one SendMessage per batch of rows, each a send-back request naming the message
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,7 +99,6 @@ def _embedded(
     retried = dead = duplicates = 0
     with Broker(root, store_config=config) as broker:
         revived = broker.consume.reviver.revive_due()
-        end = 0
         for offset in offsets:
             result = broker.consume.send_back(group, offset)
             if not isinstance(result, PutResult):
@@ -109,24 +107,13 @@ def _embedded(
                 raise GroupOffsetError(
                     f"{root}: send-back of {offset} for {group!r} not stored: {result.status}"
                 )
-            end = max(end, result.physical_offset + result.total_size)
             if result.duplicate:
                 duplicates += 1
             elif result.topic.startswith("%DLQ%"):
                 dead += 1
             else:
                 retried += 1
-        _wait_dispatched(broker.store, end)
     return SendBackReport(retried, dead, duplicates, revived)
-
-
-def _wait_dispatched(store: Any, end: int, deadline_s: float = 10.0) -> None:
-    """Close only once the ConsumeQueue has the copies' units: an embedded broker closed
-    right after a put into a new queue can leave that queue's first unit a pre-blank
-    filler (a store issue; reported)."""
-    stop = time.monotonic() + deadline_s
-    while store.consume_queues.dispatched_offset < end and time.monotonic() < stop:
-        time.sleep(0.005)
 
 
 def _through_broker(address: str, group: str, offsets: list[int]) -> SendBackReport:

@@ -446,7 +446,7 @@ class ConsumeService:
         self.waiters.wake_all()
 
     def close(self) -> None:
-        """Stop long polls, save progress a last time, stop the queue source's thread."""
+        """Stop long polls, save progress a last time, close a queue source of our own."""
         with self._close_lock:
             if self._closed:
                 return
@@ -457,8 +457,13 @@ class ConsumeService:
         try:
             self._saver.close()
         finally:
+            # The store's own ConsumeQueues stay open: the store still dispatches the last
+            # puts into them and closes them itself (closing them here made it re-create a
+            # queue and write the pre-blank filler over its first unit).
             close = getattr(self.source, "close", None)
-            if close is not None:
+            if close is not None and self.source is not getattr(
+                self._store, "consume_queues", None
+            ):
                 close()
 
 
