@@ -30,7 +30,8 @@ they happen::
     │   └── RemoteProtocolError    the peer sent something invalid
     ├── SourceError                bad Spark option, or an offset we did not issue
     │   ├── DataLossError          data the query needed was deleted (failOnDataLoss=true)
-    │   └── EntrySourceError       reading the consume_queue table for due entries failed
+    │   ├── EntrySourceError       reading the consume_queue table for due entries failed
+    │   └── GroupOffsetError       a consumerGroup commit or read of group offsets failed
     ├── TableError                 a reput table cannot be created, registered or written
     │   └── SchemaMismatchError    rows whose columns or types differ from the table's
     ├── ReputError                 the reput stream failed (Spark's reason)
@@ -68,6 +69,7 @@ __all__ = [
     "EntrySourceError",
     "EnvironmentCheckError",
     "FilterExpressionError",
+    "GroupOffsetError",
     "InteropError",
     "InvalidMessageError",
     "InvalidMessageIdError",
@@ -408,3 +410,8 @@ class SinkRowError(SinkError):
         self.row = row
         self.uniq_key = uniq_key
         self.reason = reason
+
+
+class GroupOffsetError(SourceError):
+    """A ``consumerGroup`` query could not commit or read the group's offsets (broker refused,
+    or a broker holds the store and the ``brokers`` option is missing)."""

@@ -26,6 +26,7 @@ import grpc
 from google.protobuf import message_factory
 
 from rmq_spark.broker.consume_grpc import ConsumerRpcs
+from rmq_spark.broker.offset_grpc import OffsetRpcs, is_send_back_message, send_back_entry
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
@@ -328,6 +329,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             redelivered = False
             for message in request.messages:
                 entry = self._precheck(message)
+                if entry is None and is_send_back_message(message):  # spark/retry.py's
+                    entry = await self._send_back(message)
                 if entry is None:
                     command = self._command(message, born_host)
                     redelivered |= command.redelivery is not None  # put by a thread, journaled
@@ -349,6 +352,14 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             return spb.SendMessageResponse(status=top, entries=entries)
 
         return await self._guard("SendMessage", request, spb.SendMessageResponse, work)
+
+    async def _send_back(self, message: Any) -> Any:
+        """A send-back request (``offset_grpc.send_back_entry``): a copy of a stored message."""
+        if self._consumers is None:
+            return spb.SendResultEntry(status=_not_implemented("send-back"))
+        service = self._consumers.service
+        work = lambda: send_back_entry(service, message)  # noqa: E731
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def _precheck(self, message: Any) -> Any | None:
         """Wire-level problems (encoding, digest, unknown type) as a ready result entry."""
@@ -515,14 +526,27 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
     async def PullMessage(self, request: Any, context: Any) -> AsyncIterator[Any]:  # noqa: N802
         yield spb.PullMessageResponse(status=_not_implemented("PullMessage"))
 
+    async def _offset_call(
+        self, method: str, request: Any, context: Any, response_cls: type, handler: Any
+    ) -> Any:
+        """Run the ``OffsetRpcs`` method ``handler`` under ``_guard``."""
+        if self._consumers is None:
+            return response_cls(status=_not_implemented(method))
+        rpcs = OffsetRpcs(self._consumers.service)
+        work = lambda: handler(rpcs, request, context)  # noqa: E731
+        return await self._guard(method, request, response_cls, work)
+
     async def UpdateOffset(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.UpdateOffsetResponse(status=_not_implemented("UpdateOffset"))
+        response_cls, handler = spb.UpdateOffsetResponse, OffsetRpcs.update_offset
+        return await self._offset_call("UpdateOffset", request, context, response_cls, handler)
 
     async def GetOffset(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.GetOffsetResponse(status=_not_implemented("GetOffset"))
+        response_cls, handler = spb.GetOffsetResponse, OffsetRpcs.get_offset
+        return await self._offset_call("GetOffset", request, context, response_cls, handler)
 
     async def QueryOffset(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.QueryOffsetResponse(status=_not_implemented("QueryOffset"))
+        response_cls, handler = spb.QueryOffsetResponse, OffsetRpcs.query_offset
+        return await self._offset_call("QueryOffset", request, context, response_cls, handler)
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:  # noqa: N802
         return spb.EndTransactionResponse(

@@ -40,6 +40,7 @@ class StartingMode(enum.Enum):
     OFFSET = "offset"  # an explicit physical offset (startingOffsets JSON)
     TIMESTAMP = "timestamp"  # the first record stored at or after startingTimestamp
     QUEUES = "queues"  # per queue: startingOffsets {"topic": {"queue": n}} or ...ByTimestamp
+    GROUP = "group"  # where consumerGroup's committed offsets point (group_offsets.py)
 
 
 class EndingMode(enum.Enum):
@@ -91,6 +92,8 @@ class SourceOptions:
     timestamp_strategy_latest: bool = False  # no record at/after a queue's time: its end
     ending_queues: QueuePositions = ()  # EndingMode.QUEUES: per-queue queue offsets (excl.)
     ending_queue_times: QueuePositions = ()  # EndingMode.QUEUES: per-queue store times
+    consumer_group: str = ""  # commit progress as this RocketMQ group's offsets; "" = none
+    brokers: str = ""  # the broker holding the store (gRPC host:port) for group commits
 
     def __post_init__(self) -> None:
         if self.min_partitions < 0:
@@ -122,7 +125,7 @@ _SYNTAX: dict[str, str] = {
     "topics": "a comma-separated list of topic names",
     "topicPattern": "a regular expression a whole topic name must match",
     "startingOffsets": (
-        'earliest, latest, a JSON object {"physical_offset": N} or per queue '
+        'earliest, latest, group, a JSON object {"physical_offset": N} or per queue '
         '{"topic": {"queueId": queueOffset}} (-2 earliest, -1 latest)'
     ),
     "startingTimestamp": "store time in epoch milliseconds (an integer >= 0)",
@@ -145,6 +148,8 @@ _SYNTAX: dict[str, str] = {
     "startingOffsetsByTimestamp": 'per queue {"topic": {"queueId": epochMillis}}',
     "startingOffsetsByTimestampStrategy": "error or latest",
     "endingOffsetsByTimestamp": 'per queue {"topic": {"queueId": epochMillis}} (batch only)',
+    "consumerGroup": "a RocketMQ consumer group name (letters, digits, %|_-; 255 at most)",
+    "brokers": "the gRPC address host:port of the broker that holds the store",
 }
 
 OPTION_NAMES: tuple[str, ...] = tuple(_SYNTAX)
@@ -294,6 +299,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         values["topic_pattern"] = _pattern("topicPattern", raw["topicPattern"])
 
     values.update(_starting(raw, streaming))
+    values.update(_group(raw, values))
     values.update(_ending(raw, streaming))
 
     for name, key in (
@@ -437,6 +443,10 @@ def _starting(raw: dict[str, str], streaming: bool) -> dict[str, object]:
         if any(n == LATEST_QUEUE_OFFSET for _, _, n in queues):  # docs/SOURCE.md: why not
             raise _bad("startingOffsets", text, "-1 (latest) per queue is not supported")
         return {"starting_mode": StartingMode.QUEUES, "starting_queues": queues}
+    if text.lower() == "group":
+        if not streaming:
+            raise _bad("startingOffsets", text, "group is for streaming queries only")
+        return {"starting_mode": StartingMode.GROUP}
     if text.startswith("{"):
         return {
             "starting_mode": StartingMode.OFFSET,
@@ -456,6 +466,31 @@ def _is_queue_json(text: str) -> bool:
         and bool(parsed)
         and all(isinstance(v, dict) for v in parsed.values())
     )
+
+
+def _group(raw: dict[str, str], values: dict[str, object]) -> dict[str, object]:
+    """consumerGroup and brokers; a group's query reads its %RETRY% topic too."""
+    found: dict[str, object] = {}
+    if "brokers" in raw:
+        if not re.fullmatch(r"[^\s,]+:\d+", raw["brokers"].strip()):
+            raise _bad("brokers", raw["brokers"])
+        found["brokers"] = raw["brokers"].strip()
+    if "consumerGroup" not in raw:
+        if values.get("starting_mode") is StartingMode.GROUP:
+            raise SourceError("startingOffsets=group needs the option consumerGroup")
+        return found
+    group = raw["consumerGroup"].strip()
+    if not re.fullmatch(r"[%|a-zA-Z0-9_-]{1,255}", group):
+        raise _bad("consumerGroup", raw["consumerGroup"])
+    found["consumer_group"] = group
+    retry = f"%RETRY%{group}"
+    topics = values.get("topics")
+    if isinstance(topics, tuple) and retry not in topics:
+        found["topics"] = (*topics, retry)
+    pattern = values.get("topic_pattern")
+    if isinstance(pattern, str) and pattern:
+        found["topic_pattern"] = f"(?:{pattern})|{re.escape(retry)}"
+    return found
 
 
 def _ending(raw: dict[str, str], streaming: bool) -> dict[str, object]:

@@ -23,9 +23,9 @@ from pyspark.sql.streaming.datasource import (
 )
 
 from rmq_spark.errors import DataLossError
-from rmq_spark.spark import planner
+from rmq_spark.spark import group_offsets, planner
 from rmq_spark.spark.offsets import offset_dict, parse_offset
-from rmq_spark.spark.options import SourceOptions
+from rmq_spark.spark.options import SourceOptions, StartingMode
 from rmq_spark.spark.partitions import (
     LogPartition,
     open_view,
@@ -62,6 +62,7 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._trigger: tuple[StoreView, int] | None = None
         self.skipped_ranges: list[tuple[int, int]] = []
         self._last_trigger_ms = 0  # minMessagesPerTrigger: when the last batch was admitted
+        self._group = group_offsets.GroupSync(options) if options.consumer_group else None
 
     def _look(self) -> tuple[StoreView, int]:
         """A fresh view of the store and its readable end (not capped by AvailableNow)."""
@@ -75,6 +76,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict:
         view, end = self._look()
+        if self.options.starting_mode is StartingMode.GROUP:
+            return offset_dict(group_offsets.start_of_group(view, self.options, self._capped(end)))
         return offset_dict(resolve_start(view, self.options, self._capped(end)))
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -87,6 +90,8 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadAllAvailable()
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self._group is not None:  # every batch before ``start`` is in the commit log
+            self._group.advance(parse_offset(start, what="start offset"))
         self._trigger = self._look()
         begin = parse_offset(start, what="start offset")
         planned = self._batch_end(begin, limit)
@@ -212,7 +217,11 @@ class RocketMQStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_partition(partition, self.options, self.schema)
 
     def commit(self, end: dict) -> None:
-        parse_offset(end, what="committed offset")
+        """Spark committed the batch ending at ``end`` (Spark calls this only when it plans
+        the batch after): with ``consumerGroup``, so does the group (forward only)."""
+        stop = parse_offset(end, what="committed offset")
+        if self._group is not None:
+            self._group.advance(stop)
 
     def metrics(self, latest_consumed_offset: dict | None = None) -> dict[str, str]:
         """Backlog behind the durable end, in the shape of Spark's ``ReportsSourceMetrics``.

@@ -361,6 +361,21 @@ class ConsumerGroups:
         progress.clamp(min_offset)
         return progress
 
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed offset in the queue; None when it never committed there."""
+        with self._lock:
+            progress = self._progress.get((group, topic, queue_id))
+            if progress is not None:
+                return progress.committed
+            return self._committed.get((topic, group), {}).get(queue_id)
+
+    def set_committed(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit ``offset`` as the group's position (RocketMQ's UpdateOffset: it may move
+        back); what was in flight or acknowledged in the queue is forgotten."""
+        with self._lock:
+            self._progress[(group, topic, queue_id)] = QueueProgress(offset)
+            self.changes += 1
+
     def next_deadline_ms(self, group: str, topic: str) -> int | None:
         """When the earliest invisible message of (group, topic) becomes visible again."""
         with self._lock:

@@ -9,25 +9,45 @@ that needs no transaction (either file alone describes a safe state: see ``save`
 
 ``ProgressSaver`` writes both every ``interval_s`` when something changed, and once more on
 ``close``.
+
+Offline writers (a Spark query's ``consumerGroup`` commits with no broker running) and a
+starting broker exclude each other through ``config/consumerOffset.lock`` (``flock``): the
+writer takes it, checks that no process holds the store's ``lock`` and only then rewrites
+consumerOffset.json; a broker takes the store's ``lock`` first and then loads the files under
+``consumerOffset.lock``. So the broker either loads after the write ended (and keeps it) or
+the writer sees the broker and leaves the file to it (``commit_offsets_offline``).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import logging
+import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 from rmq_spark.broker.consumer.ports import ConsumerWiring
-from rmq_spark.errors import StoreMetadataError
+from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets, write_consumer_offsets
+from rmq_spark.errors import StoreLockedError, StoreMetadataError
 from rmq_spark.store.fileio import make_dirs_durably, write_file_atomically
+from rmq_spark.store.view import broker_has_store_open
 
-__all__ = ["INFLIGHT_FILE", "ProgressFiles", "ProgressSaver"]
+__all__ = [
+    "INFLIGHT_FILE",
+    "OFFSETS_LOCK_FILE",
+    "ProgressFiles",
+    "ProgressSaver",
+    "commit_offsets_offline",
+    "offsets_file_lock",
+]
 
 log = logging.getLogger("rmq_spark.broker")
 
 INFLIGHT_FILE = Path("config") / "consumerInflight.json"
+OFFSETS_LOCK_FILE = Path("config") / "consumerOffset.lock"
 
 Offsets = dict[tuple[str, str], dict[int, int]]
 Extra = dict[str, dict[str, dict[str, object]]]
@@ -48,7 +68,8 @@ class ProgressFiles:
         StoreMetadataError
             A file is not in its format.
         """
-        offsets = self._wiring.read_offsets(self._root)
+        with offsets_file_lock(self._root):  # an offline writer's rewrite ends first
+            offsets = self._wiring.read_offsets(self._root)
         path = self._root / INFLIGHT_FILE
         try:
             text = path.read_text(encoding="utf-8")
@@ -70,6 +91,49 @@ class ProgressFiles:
         data = json.dumps({"inflightTable": extra}, sort_keys=True, separators=(",", ":"))
         write_file_atomically(path, data.encode("utf-8"))
         self._wiring.write_offsets(self._root, offsets)
+
+
+@contextlib.contextmanager
+def offsets_file_lock(root: Path) -> Iterator[None]:
+    """Hold ``<root>/config/consumerOffset.lock`` exclusively (waits for the holder)."""
+    path = Path(root) / OFFSETS_LOCK_FILE
+    make_dirs_durably(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)  # per open file: threads of one process exclude too
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def commit_offsets_offline(
+    root: Path, group: str, offsets: Mapping[tuple[str, int], int]
+) -> dict[tuple[str, int], int]:
+    """Move ``group``'s committed offsets forward in consumerOffset.json while no broker runs.
+
+    ``offsets`` maps (topic, queue id) to a queue offset; an offset at or below the one on
+    file is left alone (a replayed commit never moves a group back). Returns what was written.
+
+    Raises
+    ------
+    StoreLockedError
+        A process (a broker) holds the store: commit through it instead.
+    """
+    root = Path(root)
+    with offsets_file_lock(root):
+        if broker_has_store_open(root):
+            raise StoreLockedError(
+                f"{root}: a broker holds the store; commit group {group!r} through it"
+            )
+        table = read_consumer_offsets(root)
+        moved: dict[tuple[str, int], int] = {}
+        for (topic, queue_id), offset in offsets.items():
+            queues = table.setdefault((topic, group), {})
+            if queues.get(queue_id, -1) < offset:
+                queues[queue_id] = moved[(topic, queue_id)] = offset
+        if moved:
+            write_consumer_offsets(root, table)
+        return moved
 
 
 class ProgressSaver:

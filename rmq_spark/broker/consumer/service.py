@@ -20,6 +20,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from rmq_spark.broker.consumer.copies import (
+    dlq_properties,
+    group_copy_request,
+    retry_properties,
+    send_back_request,
+)
 from rmq_spark.broker.consumer.groups import (
     ConsumerGroups,
     Delivery,
@@ -38,22 +44,8 @@ from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
-from rmq_spark.store.msg_id import offset_msg_id
-from rmq_spark.store.properties import (
-    DELAY,
-    DLQ_ORIGIN_MESSAGE_ID,
-    DLQ_ORIGIN_TOPIC,
-    MAX_RECONSUME_TIMES,
-    ORIGIN_MESSAGE_ID,
-    REAL_QID,
-    REAL_TOPIC,
-    RECONSUME_TIME,
-    RETRY_TOPIC,
-    UNIQ_KEY,
-    WAIT,
-    parse_properties,
-)
-from rmq_spark.store.put import PutRequest, PutStatus
+from rmq_spark.store.properties import parse_properties
+from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
 __all__ = [
     "BATCH_MAX",
@@ -64,6 +56,7 @@ __all__ = [
     "Rejected",
     "dlq_topic",
     "full_group_name",
+    "valid_group_name",
 ]
 
 INVISIBLE_MS_MIN = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv (receive only)
@@ -74,7 +67,6 @@ BATCH_MAX = 32  # grpcClientConsumerLongPollingBatchSize
 CLIENT_ALIVE_MS = 30_000  # a client unheard of for this long no longer renews its messages
 _GROUP_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 _DLQ_PREFIX = "%DLQ%"
-_RETRY_BASE_LEVEL = 3  # a retry's delay level: 3 + reconsume times (10 s, 30 s, 1 m, ...)
 _MATCH_ALL = "*"  # the retry topic is read unfiltered: its copies matched when first taken
 
 
@@ -382,73 +374,69 @@ class ConsumeService:
         self, group: str, record: DecodedRecord, properties: dict[str, str], attempts: int
     ) -> bool:
         """Store a copy in ``%DLQ%<group>`` queue 0 as RocketMQ's send-back does (spec 11)."""
-        copy = self._copy_properties(group, record, properties, (DELAY,), attempts)
-        copy[DLQ_ORIGIN_TOPIC] = copy[RETRY_TOPIC]
-        copy[DLQ_ORIGIN_MESSAGE_ID] = properties.get(UNIQ_KEY, copy[ORIGIN_MESSAGE_ID])
-        return self._put_group_copy(dlq_topic(group), record, copy, attempts, idempotent=True)
+        copy = dlq_properties(record, properties, attempts, self._max_reconsume(group))
+        request = group_copy_request(dlq_topic(group), record, copy, attempts, idempotent=True)
+        return self._put_group_copy(request)
 
     def _to_retry(
         self, group: str, record: DecodedRecord, properties: dict[str, str], reconsume: int
     ) -> bool:
-        """Store a copy bound for ``%RETRY%<group>`` queue 0 with delay level 2 + ``reconsume``
-        (3 + the reconsume times before this failure), as RocketMQ's send-back (spec 11):
+        """Store a copy bound for ``%RETRY%<group>`` queue 0 (``copies.retry_properties``):
         the put path turns DELAY into a SCHEDULE_TOPIC_XXXX record (REAL_TOPIC = the retry
         topic) that ``RetryReviver`` puts back when due."""
-        copy = self._copy_properties(group, record, properties, (REAL_TOPIC, REAL_QID), reconsume)
-        copy[WAIT] = "false"
-        copy[DELAY] = str(_RETRY_BASE_LEVEL - 1 + reconsume)
+        copy = retry_properties(record, properties, reconsume, self._max_reconsume(group))
         # Not idempotent: every retry of a message keeps its UNIQ_KEY.
-        return self._put_group_copy(retry_topic(group), record, copy, reconsume, idempotent=False)
+        request = group_copy_request(retry_topic(group), record, copy, reconsume, idempotent=False)
+        return self._put_group_copy(request)
 
-    def _copy_properties(
-        self,
-        group: str,
-        record: DecodedRecord,
-        properties: dict[str, str],
-        dropped: tuple[str, ...],
-        reconsume: int,
-    ) -> dict[str, str]:
-        """A retry or DLQ copy's properties (spec 11): the original's without its timer
-        properties and ``dropped``, with where it came from and how often it was consumed."""
-        original = record.record
-        copy = {
-            k: v for k, v in properties.items() if k not in dropped and not k.startswith("TIMER_")
-        }
-        copy.setdefault(RETRY_TOPIC, original.topic)
-        copy.setdefault(ORIGIN_MESSAGE_ID, offset_msg_id(original.store_host, record.position))
-        copy[RECONSUME_TIME] = str(reconsume)
-        copy[MAX_RECONSUME_TIMES] = str(self.settings_of(group).retry_max_times)
-        return copy
+    def _max_reconsume(self, group: str) -> int:
+        return self.settings_of(group).retry_max_times
 
-    def _put_group_copy(
-        self,
-        topic: str,
-        record: DecodedRecord,
-        properties: dict[str, str],
-        reconsume: int,
-        *,
-        idempotent: bool,
-    ) -> bool:
-        """Put a retry or DLQ copy of ``record`` into queue 0 of ``topic``; the topic joins
-        the topic table (topics.json), readable by consumers and a RocketMQ broker, never by
-        producers."""
-        original = record.record
-        request = PutRequest(
-            topic=topic,
-            queue_id=0,
-            body=original.body,
-            properties=properties,
-            flag=original.flag,
-            sys_flag=original.sys_flag,
-            born_timestamp_ms=original.born_timestamp_ms,
-            born_host=original.born_host,
-            reconsume_times=reconsume,
-            idempotent=idempotent,
-        )
+    def send_back(self, group: str, physical_offset: int) -> PutResult | Rejected:
+        """A consumer (the Spark retry helper) failed the message at ``physical_offset``:
+        store its idempotent retry or DLQ copy (``copies.send_back_request``)."""
+        if not _GROUP_RE.match(group):
+            return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group!r}")
+        try:
+            record = self._store.read_decoded(physical_offset)
+        except (OffsetOutOfRangeError, CorruptRecordError) as err:
+            return Rejected(ConsumeCode.INVALID_RECEIPT_HANDLE, f"no message to send back: {err}")
+        request = send_back_request(record, group, self._max_reconsume(group))
+        result = self._store.put(request)
+        if result.status is PutStatus.PUT_OK:
+            self._broker.topics.add_internal(request.topic)
+        return result
+
+    def _put_group_copy(self, request: PutRequest) -> bool:
+        """Put a retry or DLQ copy; the topic joins the topic table (topics.json), readable
+        by consumers and a RocketMQ broker, never by producers."""
         stored = self._store.put(request).status is PutStatus.PUT_OK
         if stored:
             self._broker.topics.add_internal(request.topic)
         return stored
+
+    # --- offsets (UpdateOffset / GetOffset / QueryOffset) --------------------------------------
+
+    def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min, max) queue offset of a queue of the store."""
+        return self.source.min_offset(topic, queue_id), self.source.max_offset(topic, queue_id)
+
+    def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Commit ``offset`` for the group (clamped to the queue's bounds) and save soon."""
+        low, high = self.queue_bounds(topic, queue_id)
+        self.groups.set_committed(group, topic, queue_id, max(low, min(offset, high)))
+
+    def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset stored at or after ``timestamp_ms`` (max offset if none)."""
+        search = getattr(self.source, "offset_for_time", None)
+        if search is None:
+            return self.source.max_offset(topic, queue_id)
+        stamp = lambda offset: self._store.read_decoded(offset).record.store_timestamp_ms  # noqa: E731
+        return int(search(topic, queue_id, timestamp_ms, stamp))
+
+    def save_offsets_now(self) -> None:
+        """Write the offsets files now (an offset update is durable on return)."""
+        self._saver.save_now()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -458,7 +446,7 @@ class ConsumeService:
         self.waiters.wake_all()
 
     def close(self) -> None:
-        """Stop long polls, save progress a last time, stop the queue source's thread."""
+        """Stop long polls, save progress a last time, close a queue source of our own."""
         with self._close_lock:
             if self._closed:
                 return
@@ -469,9 +457,18 @@ class ConsumeService:
         try:
             self._saver.close()
         finally:
+            # The store's own ConsumeQueues stay open: the store still dispatches the last
+            # puts into them and closes them itself (closing them here made it re-create a
+            # queue and write the pre-blank filler over its first unit).
             close = getattr(self.source, "close", None)
-            if close is not None:
+            if close is not None and self.source is not getattr(
+                self._store, "consume_queues", None
+            ):
                 close()
+
+
+def valid_group_name(group: str) -> bool:
+    return bool(_GROUP_RE.match(group))
 
 
 def full_group_name(group: str, namespace: str) -> str:

@@ -1,0 +1,370 @@
+"""A Spark query as a RocketMQ consumer group: physical offsets <-> the group's queue offsets.
+
+Owns (1) translating the end of a committed micro-batch (one CommitLog offset) into a queue
+offset per (topic, queue) of the query's topics: the first unit whose record starts at or
+after the end, by binary search in the ConsumeQueue files (read-only, as ``rmq-spark groups``
+reads them); a queue whose ConsumeQueue lags behind the end gets what is dispatched, so the
+group never runs ahead of Spark's commit; (2) committing them forward only, through a running
+broker (gRPC GetOffset + UpdateOffset) or, with none, into consumerOffset.json under the
+offsets lock (``persist.commit_offsets_offline``); (3) the other way for
+``startingOffsets=group``: the smallest physical offset that skips no unit at or after any
+queue's committed offset. The Spark checkpoint stays the query's source of truth; this is
+what other tools see.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rmq_spark.broker.consumer.persist import commit_offsets_offline
+from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets
+from rmq_spark.errors import GroupOffsetError, StoreLockedError
+from rmq_spark.spark.options import SourceOptions
+from rmq_spark.store.consume_queue import PRE_BLANK_UNIT
+from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
+from rmq_spark.store.view import StoreView
+
+__all__ = [
+    "GroupCommitter",
+    "GroupSync",
+    "QueueIndex",
+    "committer_for",
+    "group_start_offset",
+    "group_topics",
+    "queue_offsets_at",
+    "retry_topic_of",
+    "start_of_group",
+]
+
+log = logging.getLogger("rmq_spark.spark")
+
+_UNIT = struct.Struct(">qiq")  # CommitLog offset, size, tags code (FORMAT.md 6)
+_SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "%LMQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_")
+_RPC_TIMEOUT_S = 10.0
+
+
+def retry_topic_of(group: str) -> str:
+    return f"%RETRY%{group}"
+
+
+class QueueIndex:
+    """One ConsumeQueue's units, read-only: queue offsets ``[min_offset, max_offset)``.
+
+    The written end is found by binary search over the last files (units are written in
+    order; the unwritten rest of a file is zeros), so a look costs a few ``pread`` calls.
+    """
+
+    def __init__(self, directory: Path) -> None:
+        names = sorted(p.name for p in directory.iterdir() if p.name.isdigit())
+        self._files = [(int(name) // _UNIT.size, directory / name) for name in names]
+        self.min_offset = self._files[0][0] if self._files else 0
+        self.max_offset = self.min_offset
+        for base, path in reversed(self._files[-2:]):
+            count = _written_units(path)
+            if count:
+                self.max_offset = base + count
+                break
+
+    def _unit(self, index: int) -> tuple[int, int]:
+        base, path = max((f for f in self._files if f[0] <= index), key=lambda f: f[0])
+        with path.open("rb") as handle:
+            handle.seek((index - base) * _UNIT.size)
+            physical, size, _tags = _UNIT.unpack(handle.read(_UNIT.size))
+        return physical, size
+
+    def physical_at(self, index: int) -> int:
+        """The CommitLog offset of the unit at queue offset ``index`` (-1: the pre-blank)."""
+        physical, size = self._unit(index)
+        return -1 if size == PRE_BLANK_UNIT.size else physical
+
+    def record_end(self, index: int) -> int:
+        """Where the record of the unit at ``index`` ends in the CommitLog."""
+        physical, size = self._unit(index)
+        return physical + size
+
+    def first_at_or_after(self, physical: int) -> int:
+        """The first queue offset whose record starts at or after ``physical`` (the queue's
+        max offset when every dispatched unit is before it)."""
+        low, high = self.min_offset, self.max_offset
+        while low < high:
+            middle = (low + high) // 2
+            if self.physical_at(middle) >= physical:
+                high = middle
+            else:
+                low = middle + 1
+        return low
+
+
+def _written_units(path: Path) -> int:
+    """How many units at the start of a ConsumeQueue file are written (offset >= 0, size > 0)."""
+    with path.open("rb") as handle:
+        total = os.fstat(handle.fileno()).st_size // _UNIT.size
+
+        def written(index: int) -> bool:
+            physical, size, _tags = _UNIT.unpack(
+                os.pread(handle.fileno(), _UNIT.size, index * _UNIT.size)
+            )
+            return physical >= 0 and size > 0
+
+        low, high = 0, total
+        while low < high:
+            middle = (low + high) // 2
+            if written(middle):
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+
+def _queue_dirs(root: Path, topic: str) -> dict[int, Path]:
+    directory = Path(root) / CONSUME_QUEUE_DIR / topic
+    if not directory.is_dir():
+        return {}
+    return {int(p.name): p for p in directory.iterdir() if p.name.isdigit()}
+
+
+def group_topics(
+    root: Path, group: str, topics: Iterable[str] = (), topic_pattern: str = ""
+) -> list[str]:
+    """The topics a query with ``consumerGroup=group`` consumes as the group: its topics (or
+    every non-system topic with a ConsumeQueue matching the pattern, or every one) and the
+    group's retry topic."""
+    named = list(topics)
+    if not named:
+        directory = Path(root) / CONSUME_QUEUE_DIR
+        found = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
+        named = [t for t in found if not t.startswith(_SYSTEM_PREFIXES)]
+        if topic_pattern:
+            named = [t for t in named if re.fullmatch(topic_pattern, t)]
+    retry = retry_topic_of(group)
+    return [t for t in named if t != retry] + [retry]
+
+
+def queue_offsets_at(root: Path, topics: Iterable[str], end: int) -> dict[tuple[str, int], int]:
+    """(topic, queue) -> the queue offset of the first record at or after CommitLog ``end``."""
+    offsets: dict[tuple[str, int], int] = {}
+    for topic in topics:
+        for queue_id, directory in sorted(_queue_dirs(root, topic).items()):
+            offsets[(topic, queue_id)] = QueueIndex(directory).first_at_or_after(end)
+    return offsets
+
+
+def group_start_offset(
+    root: Path, topics: Iterable[str], committed: Mapping[tuple[str, int], int]
+) -> int | None:
+    """The smallest CommitLog offset from which no unit at or after any queue's committed
+    offset is skipped; None when no queue of ``topics`` has a unit.
+
+    A queue the group never committed in counts from its oldest unit (as the broker serves a
+    new group); a queue consumed to its end bounds the start by the end of its last record.
+    """
+    bounds: list[int] = []
+    for topic in topics:
+        for queue_id, directory in _queue_dirs(root, topic).items():
+            index = QueueIndex(directory)
+            position = max(committed.get((topic, queue_id), index.min_offset), index.min_offset)
+            while position < index.max_offset and index.physical_at(position) < 0:
+                position += 1  # the pre-blank filler names no record
+            if position < index.max_offset:
+                bounds.append(index.physical_at(position))
+            elif index.max_offset > index.min_offset:
+                bounds.append(index.record_end(index.max_offset - 1))
+    return min(bounds, default=None)
+
+
+def committed_offsets(root: Path, group: str) -> dict[tuple[str, int], int]:
+    """(topic, queue) -> committed offset of ``group`` in consumerOffset.json."""
+    return {
+        (topic, queue_id): offset
+        for (topic, name), queues in read_consumer_offsets(Path(root)).items()
+        if name == group
+        for queue_id, offset in queues.items()
+    }
+
+
+@dataclass
+class GroupCommitter:
+    """Commits a query's progress as ``group``'s offsets, forward only.
+
+    ``brokers`` is a broker's gRPC address (``host:port``); without it, a broker found holding
+    the store is an error (its address is needed) and a store nobody holds gets the file.
+    """
+
+    root: Path
+    group: str
+    topics: tuple[str, ...]
+    brokers: str = ""
+
+    def commit(self, end: int) -> dict[tuple[str, int], int]:
+        """Commit the queue offsets at CommitLog ``end``; returns the ones that moved."""
+        return self.commit_offsets(queue_offsets_at(self.root, self.topics, end))
+
+    def commit_offsets(self, wanted: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        """Commit ``wanted`` (forward only); returns the offsets that moved."""
+        if not wanted:
+            return {}
+        if self.brokers:
+            return self._commit_rpc(wanted)
+        try:
+            return commit_offsets_offline(self.root, self.group, wanted)
+        except StoreLockedError as err:
+            raise GroupOffsetError(
+                f"{self.root}: a broker holds the store; give the source option brokers "
+                f"(its gRPC host:port) to commit group {self.group!r} through it"
+            ) from err
+
+    def committed(self) -> dict[tuple[str, int], int]:
+        """The group's committed offsets (through the broker when there is one)."""
+        if self.brokers:
+            with _OffsetClient(self.brokers) as client:
+                return {
+                    key: found
+                    for key in queue_offsets_at(self.root, self.topics, 0)
+                    if (found := client.get(self.group, *key)) is not None
+                }
+        return committed_offsets(self.root, self.group)
+
+    def _commit_rpc(self, wanted: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
+        moved: dict[tuple[str, int], int] = {}
+        with _OffsetClient(self.brokers) as client:
+            for (topic, queue_id), offset in wanted.items():
+                current = client.get(self.group, topic, queue_id)
+                if current is not None and current >= offset:
+                    continue
+                if client.update(self.group, topic, queue_id, offset):
+                    moved[(topic, queue_id)] = offset
+        return moved
+
+
+class _OffsetClient:
+    """GetOffset / UpdateOffset over one gRPC channel."""
+
+    def __init__(self, address: str) -> None:
+        import grpc
+
+        from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
+
+        self._address = address
+        self._channel = grpc.insecure_channel(address)
+        self._stub = spb_grpc.MessagingServiceStub(self._channel)
+
+    def __enter__(self) -> _OffsetClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._channel.close()
+
+    @staticmethod
+    def _queue(topic: str, queue_id: int) -> Any:
+        from rmq_spark.broker.proto import definition_pb2 as pb
+
+        return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
+
+    def _call(self, method: str, request: Any) -> Any:
+        import grpc
+
+        try:
+            return getattr(self._stub, method)(request, timeout=_RPC_TIMEOUT_S)
+        except grpc.RpcError as err:
+            raise GroupOffsetError(f"{self._address}: {method} failed: {err}") from err
+
+    def get(self, group: str, topic: str, queue_id: int) -> int | None:
+        from rmq_spark.broker.proto import definition_pb2 as pb
+        from rmq_spark.broker.proto import service_pb2 as spb
+
+        request = spb.GetOffsetRequest(
+            group=pb.Resource(name=group), message_queue=self._queue(topic, queue_id)
+        )
+        reply = self._call("GetOffset", request)
+        if reply.status.code == pb.OFFSET_NOT_FOUND:
+            return None
+        if reply.status.code in (pb.TOPIC_NOT_FOUND, pb.BAD_REQUEST):
+            return None  # not a topic/queue the broker serves (yet): nothing to compare
+        if reply.status.code != pb.OK:
+            raise GroupOffsetError(
+                f"{self._address}: GetOffset {topic}/{queue_id} of {group!r}: "
+                f"{pb.Code.Name(reply.status.code)} {reply.status.message}"
+            )
+        return int(reply.offset)
+
+    def update(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
+        """True when committed; False for a topic or queue the broker does not serve."""
+        from rmq_spark.broker.proto import definition_pb2 as pb
+        from rmq_spark.broker.proto import service_pb2 as spb
+
+        request = spb.UpdateOffsetRequest(
+            group=pb.Resource(name=group),
+            message_queue=self._queue(topic, queue_id),
+            offset=offset,
+        )
+        reply = self._call("UpdateOffset", request)
+        if reply.status.code in (pb.TOPIC_NOT_FOUND, pb.BAD_REQUEST):
+            log.warning("group %s: %s/%d not served by %s", group, topic, queue_id, self._address)
+            return False
+        if reply.status.code != pb.OK:
+            raise GroupOffsetError(
+                f"{self._address}: UpdateOffset {topic}/{queue_id} of {group!r} to {offset}: "
+                f"{pb.Code.Name(reply.status.code)} {reply.status.message}"
+            )
+        return True
+
+
+class GroupSync:
+    """A ``consumerGroup`` query's link to its group: ``advance(end)`` once Spark committed the
+    batch ending at ``end``. Sends only what changed since the last success; a broker that
+    cannot be reached is logged, not raised (the group stays behind and catches up with a
+    later batch: the checkpoint is the truth); a broker holding the store without the
+    ``brokers`` option is raised."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self._options = options
+        self._sent: dict[tuple[str, int], int] = {}
+
+    def advance(self, end: int) -> None:
+        committer = committer_for(self._options)
+        wanted = queue_offsets_at(committer.root, committer.topics, end)
+        if wanted == self._sent:
+            return
+        try:
+            committer.commit_offsets(wanted)
+        except GroupOffsetError as err:
+            if not committer.brokers:
+                raise
+            log.error(
+                "group %s: commit through %s failed: %s", committer.group, committer.brokers, err
+            )
+            return
+        self._sent = wanted
+
+
+def committer_for(options: SourceOptions) -> GroupCommitter:
+    """The committer of a ``consumerGroup`` query (its topics looked up now: new ones join)."""
+    root = Path(options.path)
+    group = options.consumer_group
+    topics = group_topics(root, group, options.topics, options.topic_pattern)
+    return GroupCommitter(root, group, tuple(topics), options.brokers)
+
+
+def start_of_group(view: StoreView, options: SourceOptions, end: int) -> int:
+    """``startingOffsets=group``: where the group's committed offsets say to start (a queue
+    without one from its oldest unit; the oldest stored byte when the topics have no unit),
+    within ``[view.min_offset, end]``."""
+    committer = committer_for(options)
+    start = group_start_offset(committer.root, committer.topics, committer.committed())
+    if start is None:
+        start = view.min_offset
+    if start < view.min_offset:
+        log.warning(
+            "group %s: committed offsets point at %d, deleted; starting at %d",
+            options.consumer_group,
+            start,
+            view.min_offset,
+        )
+    return min(max(start, view.min_offset), end)
