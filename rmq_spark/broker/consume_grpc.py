@@ -61,7 +61,10 @@ def _rejected_status(rejected: Rejected) -> Any:
     return _status(consume_status_code(rejected.code), rejected.reason)
 
 
-def _client_id(context: Any) -> str:
+_CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER, pb.LITE_PUSH_CONSUMER)
+
+
+def client_id_of(context: Any) -> str:
     for key, value in context.invocation_metadata() or ():
         if key == "x-mq-client-id":
             return str(value)
@@ -142,7 +145,7 @@ class ConsumerRpcs:
             batch_size=request.batch_size,
             invisible_ms=request.invisible_duration.ToMilliseconds(),
             auto_renew=request.auto_renew,
-            client_id=_client_id(context),
+            client_id=client_id_of(context),
         )
 
     @staticmethod
@@ -215,7 +218,7 @@ class ConsumerRpcs:
         return spb.ForwardMessageToDeadLetterQueueResponse(status=status)
 
     async def query_assignment(self, request: Any, context: Any) -> Any:
-        self.service.seen(_client_id(context))
+        self.service.seen(client_id_of(context))
         route = self.service.route(request.topic.name, request.topic.resource_namespace)
         if route.code is not SendCode.OK:
             missing = route.code is SendCode.TOPIC_NOT_FOUND
@@ -243,21 +246,24 @@ class ConsumerRpcs:
         return spb.QueryAssignmentResponse(status=_status(pb.OK), assignments=assignments)
 
     async def heartbeat(self, request: Any, context: Any) -> Any:
-        self.service.seen(_client_id(context))
+        group = ""
+        if request.group.name and request.client_type in _CONSUMER_TYPES:
+            group = full_group_name(request.group.name, request.group.resource_namespace)
+        self.service.seen(client_id_of(context), group)
         return spb.HeartbeatResponse(status=_status(pb.OK))
 
     async def notify_client_termination(self, request: Any, context: Any) -> Any:
-        released = self.service.terminated(_client_id(context))
+        released = self.service.terminated(client_id_of(context))
         if released:
-            log.debug("client %s ended with %d messages in flight", _client_id(context), released)
+            log.debug("client %s ended with %d messages in flight", client_id_of(context), released)
         return spb.NotifyClientTerminationResponse(status=_status(pb.OK))
 
     # --- Telemetry -----------------------------------------------------------------------
 
     def settings_reply(self, reply: Any, client_id: str) -> None:
         """Complete a consumer's settings reply (``reply`` already echoes its settings)."""
-        self.service.seen(client_id)
         group = full_group_name(
             reply.subscription.group.name, reply.subscription.group.resource_namespace
         )
+        self.service.seen(client_id, group)
         consumer_settings(reply, self.service.settings_of(group))

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from rmq_spark.broker.consume_grpc import client_id_of
 from rmq_spark.broker.consumer.copies import SEND_BACK_HANDLE_PREFIX
 from rmq_spark.broker.consumer.groups import RETRY_PREFIX
 from rmq_spark.broker.consumer.service import (
@@ -74,6 +75,18 @@ class OffsetRpcs:
                 status=_status(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
             )
         topic, queue_id = queue
+        current = self.service.groups.committed_offset(group, topic, queue_id)
+        others = self.service.consumers_of(group, besides=client_id_of(context))
+        if current is not None and request.offset < current and others:
+            # A group moved back under its running consumers would have their in-flight
+            # messages forgotten mid-delivery (mqadmin resetOffsetByTime's rule: stop them).
+            return spb.UpdateOffsetResponse(
+                status=_status(
+                    pb.FORBIDDEN,
+                    f"group {group!r} has {len(others)} consumer(s) connected; stop them "
+                    f"before moving its offset back ({current} -> {request.offset})",
+                )
+            )
         self.service.update_offset(group, topic, queue_id, request.offset)
         await asyncio.get_running_loop().run_in_executor(None, self.service.save_offsets_now)
         return spb.UpdateOffsetResponse(status=_status(pb.OK))

@@ -7,7 +7,8 @@ read-only, never recovered or truncated: units past the last written one are ign
 works while a broker runs (what it shows is as of the broker's last save, at most a second
 old). The reset rewrites consumerOffset.json and drops the group's in-flight state for the
 topic, and refuses while a process holds the store's lock (a running broker would overwrite
-it within a second).
+it within a second); with ``--broker`` it asks that running broker instead (UpdateOffset per
+queue), which refuses while consumers of the group are connected.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.broker.consumer.persist import INFLIGHT_FILE
+from rmq_spark.broker.consumer.persist import INFLIGHT_FILE, offsets_file_lock
 from rmq_spark.broker.consumer.revive import REVIVE_GROUP
 from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets, write_consumer_offsets
 from rmq_spark.errors import ConfigError, StoreLockedError, StoreMetadataError
@@ -30,7 +31,14 @@ from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
 from rmq_spark.store.fileio import write_file_atomically
 from rmq_spark.store.view import StoreView, broker_has_store_open
 
-__all__ = ["GroupQueueRow", "QueueFiles", "group_rows", "register", "reset_offsets"]
+__all__ = [
+    "GroupQueueRow",
+    "QueueFiles",
+    "group_rows",
+    "register",
+    "reset_offsets",
+    "reset_offsets_on_broker",
+]
 
 _UNIT = struct.Struct(">qiq")  # CommitLog offset, size, tags code (FORMAT.md 6)
 
@@ -207,13 +215,46 @@ def reset_offsets(
         else:
             wanted = to_offset if to_offset is not None else queue.min_offset
             new[queue_id] = max(queue.min_offset, min(wanted, queue.max_offset))
-    offsets = read_consumer_offsets(root)
-    offsets[(topic, group)] = new
-    inflight = _inflight(root)
-    if inflight.pop(f"{topic}@{group}", None) is not None:
-        data = json.dumps({"inflightTable": inflight}, sort_keys=True, separators=(",", ":"))
-        write_file_atomically(root / INFLIGHT_FILE, data.encode("utf-8"))
-    write_consumer_offsets(root, offsets)
+    with offsets_file_lock(root):  # a broker starting now loads the files after this
+        if broker_has_store_open(root):
+            raise StoreLockedError(f"{root}: a broker opened the store; use --broker")
+        offsets = read_consumer_offsets(root)
+        offsets[(topic, group)] = new
+        inflight = _inflight(root)
+        if inflight.pop(f"{topic}@{group}", None) is not None:
+            data = json.dumps({"inflightTable": inflight}, sort_keys=True, separators=(",", ":"))
+            write_file_atomically(root / INFLIGHT_FILE, data.encode("utf-8"))
+        write_consumer_offsets(root, offsets)
+    return new
+
+
+def reset_offsets_on_broker(
+    root: Path,
+    address: str,
+    group: str,
+    topic: str,
+    *,
+    to_offset: int | None = None,
+    to_time_ms: int | None = None,
+) -> dict[int, int]:
+    """``reset_offsets`` through a running broker (UpdateOffset per queue, which drops the
+    group's in-flight state there); the broker refuses while consumers of ``group`` are
+    connected. Returns the offsets asked for (the broker clamps them to each queue)."""
+    from rmq_spark.broker.offset_client import OffsetClient
+
+    queues = _queues(root, topic)
+    if not queues:
+        raise ConfigError("--topic", f"topic {topic!r} has no ConsumeQueue in {root}")
+    new: dict[int, int] = {}
+    with OffsetClient(address) as client:
+        for queue_id, queue in sorted(queues.items()):
+            if to_time_ms is not None:
+                wanted = client.offset_for_time(topic, queue_id, to_time_ms)
+            else:
+                wanted = to_offset if to_offset is not None else queue.min_offset
+            new[queue_id] = max(queue.min_offset, min(wanted, queue.max_offset))
+            if not client.update(group, topic, queue_id, new[queue_id]):
+                raise ConfigError("--topic", f"{address} does not serve {topic!r} queue {queue_id}")
     return new
 
 
@@ -247,9 +288,12 @@ def _show(args: argparse.Namespace) -> int:
 
 def _reset(args: argparse.Namespace) -> int:
     to_time = _parse_time(args.to_time) if args.to_time is not None else None
-    new = reset_offsets(
-        Path(args.reset_store), args.group, args.topic, to_offset=args.to_offset, to_time_ms=to_time
-    )
+    root = Path(args.reset_store)
+    target = {"to_offset": args.to_offset, "to_time_ms": to_time}
+    if args.broker:
+        new = reset_offsets_on_broker(root, args.broker, args.group, args.topic, **target)
+    else:
+        new = reset_offsets(root, args.group, args.topic, **target)
     for queue_id, offset in sorted(new.items()):
         print(
             json.dumps(
@@ -277,15 +321,23 @@ def register(subparsers: Any) -> None:
     actions = parser.add_subparsers(dest="groups_action", metavar="ACTION")
     reset = actions.add_parser(
         "reset",
-        help="set a group's offsets in a topic (the broker must be stopped)",
+        help="set a group's offsets in a topic (offline, or --broker with no consumer running)",
         description=(
             "Set GROUP's committed offset in every queue of TOPIC to an offset (clamped to "
             "each queue) or to the first message stored at or after a time (mqadmin "
-            "resetOffsetByTime), and drop its in-flight state there. Refuses while a broker "
-            "holds the store's lock."
+            "resetOffsetByTime), and drop its in-flight state there. Offline it rewrites "
+            "config/consumerOffset.json (refused while a broker holds the store); with "
+            "--broker it goes through the running broker, which refuses while consumers of "
+            "the group are connected."
         ),
     )
     reset.add_argument("--store", dest="reset_store", metavar="DIR", required=True)
+    reset.add_argument(
+        "--broker",
+        metavar="HOST:PORT",
+        help="the broker that has the store open: reset through it (refused while consumers "
+        "of the group are connected)",
+    )
     reset.add_argument("--group", required=True)
     reset.add_argument("--topic", required=True)
     target = reset.add_mutually_exclusive_group(required=True)

@@ -18,14 +18,15 @@ import logging
 import os
 import re
 import struct
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rmq_spark.broker.consumer.persist import commit_offsets_offline
+from rmq_spark.broker.offset_client import OffsetClient
 from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets
-from rmq_spark.errors import GroupOffsetError, StoreLockedError
+from rmq_spark.errors import BrokerError, ConsumeRejectedError, GroupOffsetError, StoreLockedError
 from rmq_spark.spark.options import SourceOptions
 from rmq_spark.store.consume_queue import PRE_BLANK_UNIT
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
@@ -47,7 +48,6 @@ log = logging.getLogger("rmq_spark.spark")
 
 _UNIT = struct.Struct(">qiq")  # CommitLog offset, size, tags code (FORMAT.md 6)
 _SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "%LMQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_")
-_RPC_TIMEOUT_S = 10.0
 
 
 def retry_topic_of(group: str) -> str:
@@ -223,7 +223,7 @@ class GroupCommitter:
     def committed(self) -> dict[tuple[str, int], int]:
         """The group's committed offsets (through the broker when there is one)."""
         if self.brokers:
-            with _OffsetClient(self.brokers) as client:
+            with _client(self.brokers) as client:
                 return {
                     key: found
                     for key in queue_offsets_at(self.root, self.topics, 0)
@@ -233,7 +233,7 @@ class GroupCommitter:
 
     def _commit_rpc(self, wanted: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         moved: dict[tuple[str, int], int] = {}
-        with _OffsetClient(self.brokers) as client:
+        with _client(self.brokers) as client:
             for (topic, queue_id), offset in wanted.items():
                 current = client.get(self.group, topic, queue_id)
                 if current is not None and current >= offset:
@@ -243,77 +243,14 @@ class GroupCommitter:
         return moved
 
 
-class _OffsetClient:
-    """GetOffset / UpdateOffset over one gRPC channel."""
-
-    def __init__(self, address: str) -> None:
-        import grpc
-
-        from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
-
-        self._address = address
-        self._channel = grpc.insecure_channel(address)
-        self._stub = spb_grpc.MessagingServiceStub(self._channel)
-
-    def __enter__(self) -> _OffsetClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._channel.close()
-
-    @staticmethod
-    def _queue(topic: str, queue_id: int) -> Any:
-        from rmq_spark.broker.proto import definition_pb2 as pb
-
-        return pb.MessageQueue(topic=pb.Resource(name=topic), id=queue_id)
-
-    def _call(self, method: str, request: Any) -> Any:
-        import grpc
-
-        try:
-            return getattr(self._stub, method)(request, timeout=_RPC_TIMEOUT_S)
-        except grpc.RpcError as err:
-            raise GroupOffsetError(f"{self._address}: {method} failed: {err}") from err
-
-    def get(self, group: str, topic: str, queue_id: int) -> int | None:
-        from rmq_spark.broker.proto import definition_pb2 as pb
-        from rmq_spark.broker.proto import service_pb2 as spb
-
-        request = spb.GetOffsetRequest(
-            group=pb.Resource(name=group), message_queue=self._queue(topic, queue_id)
-        )
-        reply = self._call("GetOffset", request)
-        if reply.status.code == pb.OFFSET_NOT_FOUND:
-            return None
-        if reply.status.code in (pb.TOPIC_NOT_FOUND, pb.BAD_REQUEST):
-            return None  # not a topic/queue the broker serves (yet): nothing to compare
-        if reply.status.code != pb.OK:
-            raise GroupOffsetError(
-                f"{self._address}: GetOffset {topic}/{queue_id} of {group!r}: "
-                f"{pb.Code.Name(reply.status.code)} {reply.status.message}"
-            )
-        return int(reply.offset)
-
-    def update(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
-        """True when committed; False for a topic or queue the broker does not serve."""
-        from rmq_spark.broker.proto import definition_pb2 as pb
-        from rmq_spark.broker.proto import service_pb2 as spb
-
-        request = spb.UpdateOffsetRequest(
-            group=pb.Resource(name=group),
-            message_queue=self._queue(topic, queue_id),
-            offset=offset,
-        )
-        reply = self._call("UpdateOffset", request)
-        if reply.status.code in (pb.TOPIC_NOT_FOUND, pb.BAD_REQUEST):
-            log.warning("group %s: %s/%d not served by %s", group, topic, queue_id, self._address)
-            return False
-        if reply.status.code != pb.OK:
-            raise GroupOffsetError(
-                f"{self._address}: UpdateOffset {topic}/{queue_id} of {group!r} to {offset}: "
-                f"{pb.Code.Name(reply.status.code)} {reply.status.message}"
-            )
-        return True
+@contextmanager
+def _client(address: str) -> Iterator[OffsetClient]:
+    """The broker's offset RPCs; its errors as ``GroupOffsetError`` (the query's)."""
+    try:
+        with OffsetClient(address) as client:
+            yield client
+    except (BrokerError, ConsumeRejectedError) as err:
+        raise GroupOffsetError(f"consumer group offsets on {address}: {err}") from err
 
 
 class GroupSync:

@@ -132,6 +132,7 @@ class ConsumeService:
         self._clock = clock or SystemClock()
         self._wiring = wiring = wiring or broker_wiring(Path(store.root_dir), self._clock)
         self._clients: dict[str, int] = {}
+        self._members: dict[str, set[str]] = {}  # group -> clients that said they consume it
         self._closed = False
         self._stopping = False
         self.source = wiring.queue_source(store)
@@ -171,9 +172,16 @@ class ConsumeService:
     def settings_of(self, group: str) -> GroupSettingsLike:
         return self._wiring.group_settings.get(group)
 
-    def seen(self, client_id: str) -> None:
+    def seen(self, client_id: str, group: str = "") -> None:
         if client_id:
             self._clients[client_id] = self._clock.now_ms()
+            if group:
+                self._members.setdefault(group, set()).add(client_id)
+
+    def consumers_of(self, group: str, *, besides: str = "") -> list[str]:
+        """The live clients (heartbeat within the alive window) consuming ``group``."""
+        members = self._members.get(group, set())
+        return sorted(c for c in members if c != besides and self._alive(c))
 
     def _alive(self, client_id: str) -> bool:
         last = self._clients.get(client_id)
@@ -182,6 +190,8 @@ class ConsumeService:
     def terminated(self, client_id: str) -> int:
         """A client shut down: its auto-renewed messages come back; returns how many."""
         self._clients.pop(client_id, None)
+        for members in self._members.values():
+            members.discard(client_id)
         released = self.groups.release_client(client_id)
         if released:
             self.waiters.wake_all()  # waiting receives recompute when those come back
