@@ -33,3 +33,6 @@ def test_quickstart_notebook_runs_top_to_bottom(tmp_path: Path, monkeypatch) -> 
     assert any("image/png" in out.get("data", {}) for out in outputs), "the chart was drawn"
     text = "".join(out.get("text", "") for out in outputs if out.output_type == "stream")
     assert "SCHEDULE_TOPIC_XXXX" in text and "rmq_sys_wheel_timer" in text
+    assert "lag now: 0" in text  # the Spark consumer group caught up (section 5)
+    charts = [out for out in outputs if "image/png" in out.get("data", {})]
+    assert len(charts) == 2, "messages per topic, and the group's lag"
