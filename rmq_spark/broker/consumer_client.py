@@ -21,9 +21,9 @@ from rmq_spark.broker.auth import RequestSigner
 from rmq_spark.broker.consume_grpc import consume_status_code
 from rmq_spark.broker.consume_wire import delivered_message
 from rmq_spark.broker.consumer.service import Rejected, full_group_name
+from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.topics import full_topic_name
 from rmq_spark.clock import SystemClock
 from rmq_spark.errors import BrokerError, ConsumeRejectedError
@@ -118,17 +118,9 @@ class Consumer:
         self._channel: grpc.Channel | None = None
         self._stub: Any = None
         if isinstance(target, str):
-            self._channel = grpc.insecure_channel(
-                target, options=[("grpc.max_receive_message_length", -1)]
-            )
-            self._stub = spb_grpc.MessagingServiceStub(self._channel)
+            self._channel, self._stub = messaging_channel(target)
         self._sign = RequestSigner(credentials, SystemClock())  # signed per call (auth on)
-        self._unsigned_metadata = (
-            ("x-mq-client-id", f"rmq-spark-consumer@{id(self):x}"),
-            ("x-mq-language", "PYTHON"),
-            ("x-mq-protocol", "GRPC_V2"),
-            ("x-mq-namespace", namespace),
-        )
+        self._unsigned_metadata = client_metadata(f"rmq-spark-consumer@{id(self):x}", namespace)
 
     def receive(
         self, max_messages: int = 32, invisible_ms: int = 30_000, wait_ms: int = 0

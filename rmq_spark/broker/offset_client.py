@@ -14,6 +14,7 @@ import uuid
 from typing import Any
 
 from rmq_spark.broker.auth import RequestSigner
+from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
 from rmq_spark.clock import SystemClock
 from rmq_spark.errors import BrokerError, ConsumeRejectedError
 
@@ -26,14 +27,9 @@ class OffsetClient:
     """GetOffset / UpdateOffset / QueryOffset over one gRPC channel (a context manager)."""
 
     def __init__(self, address: str, *, credentials: tuple[str, str] | None = None) -> None:
-        import grpc
-
-        from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
-
         self.address = address
-        self._channel = grpc.insecure_channel(address)
-        self._stub = spb_grpc.MessagingServiceStub(self._channel)
-        self._metadata = (("x-mq-client-id", f"rmq-spark-offsets@{uuid.uuid4().hex[:12]}"),)
+        self._channel, self._stub = messaging_channel(address)
+        self._metadata = client_metadata(f"rmq-spark-offsets@{uuid.uuid4().hex[:12]}")
         self._sign = RequestSigner(credentials, SystemClock())
 
     def __enter__(self) -> OffsetClient:

@@ -17,10 +17,10 @@ from typing import Any
 import grpc
 
 from rmq_spark.broker.auth import RequestSigner
+from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.message_id import MessageIdGenerator
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import BrokerError, SendRejectedError
 
@@ -91,24 +91,10 @@ class Producer:
         self._channel: grpc.Channel | None = None
         self._stub: Any = None
         if isinstance(target, str):
-            self._channel = grpc.insecure_channel(
-                target,
-                options=[
-                    ("grpc.max_send_message_length", -1),
-                    ("grpc.max_receive_message_length", -1),
-                    ("grpc.enable_retries", 0),
-                ],
-            )
-            self._stub = spb_grpc.MessagingServiceStub(self._channel)
+            self._channel, self._stub = messaging_channel(target)
         client_id = f"rmq-spark-producer@{self._ids.next_id()}"
         self._sign = RequestSigner(credentials, self._clock)
-        self._unsigned_metadata = (
-            ("x-mq-client-id", client_id),
-            ("x-mq-language", "PYTHON"),
-            ("x-mq-protocol", "GRPC_V2"),
-            ("x-mq-client-version", "rmq-spark"),
-            ("x-mq-namespace", namespace),
-        )
+        self._unsigned_metadata = client_metadata(client_id, namespace)
 
     def send(
         self,

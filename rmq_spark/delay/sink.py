@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
+from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.redelivery import RedeliveryRef, redelivery_put_request, ref_to_message
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.delay.log_reader import LogReader
@@ -175,26 +176,10 @@ class GrpcSink:
         request_timeout_s: float = 10.0,
         credentials: tuple[str, str] | None = None,
     ) -> None:
-        import grpc
-
-        from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
-
         self._clock = clock or SystemClock()
         self._timeout_s = request_timeout_s
-        self._channel = grpc.insecure_channel(
-            address,
-            options=[
-                ("grpc.max_send_message_length", -1),
-                ("grpc.max_receive_message_length", -1),
-                ("grpc.enable_retries", 0),
-            ],
-        )
-        self._stub = spb_grpc.MessagingServiceStub(self._channel)
-        self._metadata = (
-            ("x-mq-client-id", f"rmq-spark-schedule@{address}"),
-            ("x-mq-language", "PYTHON"),
-            ("x-mq-protocol", "GRPC_V2"),
-        )
+        self._channel, self._stub = messaging_channel(address)
+        self._metadata = client_metadata(f"rmq-spark-schedule@{address}")
         self._store_dir = Path(store_dir)
         self._credentials = credentials
         self._reader = LogReader(store_dir)

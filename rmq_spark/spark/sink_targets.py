@@ -168,27 +168,13 @@ class GrpcTarget:
     max_delay_level = 0  # delay levels are refused at plan time through a broker
 
     def __init__(self, options: SinkOptions) -> None:
-        import grpc
-
+        from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
         from rmq_spark.broker.message_id import MessageIdGenerator
-        from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 
         self._options = options
-        self._channel = grpc.insecure_channel(
-            options.brokers,
-            options=[
-                ("grpc.max_send_message_length", -1),
-                ("grpc.max_receive_message_length", -1),
-                ("grpc.enable_retries", 0),
-            ],
-        )
-        self._stub = spb_grpc.MessagingServiceStub(self._channel)
-        self._metadata = (
-            ("x-mq-client-id", f"rmq-spark-sink@{MessageIdGenerator().next_id()}"),
-            ("x-mq-language", "PYTHON"),
-            ("x-mq-protocol", "GRPC_V2"),
-            ("x-mq-client-version", "rmq-spark"),
-            ("x-mq-namespace", options.namespace),
+        self._channel, self._stub = messaging_channel(options.brokers)
+        self._metadata = client_metadata(
+            f"rmq-spark-sink@{MessageIdGenerator().next_id()}", options.namespace
         )
         self._pool = ThreadPoolExecutor(max_workers=options.max_inflight_requests)
         self._clock = SystemClock()
