@@ -112,6 +112,29 @@ def delivery_timestamp_ms(timestamp: Any) -> int:
     return seconds * 1000 + int(timestamp.nanos) // 1_000_000
 
 
+# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+_TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)
+
+
+def _timestamp_problem(props: Any) -> tuple[int, str] | None:
+    """A delivery or born timestamp outside ``Timestamp``'s own rules (seconds in years
+    1..9999, nanos in [0, 10**9)) as ``(code, reason)``; the service checks the instant."""
+    for name, code in (
+        ("delivery_timestamp", pb.ILLEGAL_DELIVERY_TIME),
+        ("born_timestamp", pb.BAD_REQUEST),
+    ):
+        if not props.HasField(name):
+            continue
+        stamp = getattr(props, name)
+        low, high = _TIMESTAMP_SECONDS
+        if not low <= stamp.seconds <= high or not 0 <= stamp.nanos < 1_000_000_000:
+            return (
+                code,
+                f"{name} seconds={stamp.seconds} nanos={stamp.nanos} is not a valid Timestamp",
+            )
+    return None
+
+
 def peer_address(peer: str) -> HostAddress | None:
     """``ipv4:127.0.0.1:5000`` / ``ipv6:[::1]:5000`` (grpc's ``context.peer()``) as an address."""
     kind, _, rest = peer.partition(":")
@@ -370,6 +393,9 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             return spb.SendResultEntry(
                 status=_status(pb.MESSAGE_CORRUPTED, problem), message_id=mid
             )
+        bad_time = _timestamp_problem(props)
+        if bad_time is not None:
+            return spb.SendResultEntry(status=_status(*bad_time), message_id=mid)
         return None
 
     def _command(self, message: Any, born_host: HostAddress | None) -> SendCommand:
