@@ -32,13 +32,16 @@ import grpc
 from rmq_spark.broker.config import BrokerConfig, parse_listen
 from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.consumer.service import ConsumeService
+from rmq_spark.broker.front import Front, FrontSettings
 from rmq_spark.broker.grpc_api import (
     MessagingServicer,
     add_servicer_to_server,
     endpoints_of,
     grpc_server_options,
 )
+from rmq_spark.broker.limits import InflightBytes, connection_options, ensure_fd_limit
 from rmq_spark.broker.service import BrokerService
+from rmq_spark.broker.tls import TlsFiles, resolve_tls, server_credentials
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import BrokerError, RmqError, StoreLockedError
 from rmq_spark.eventloop import new_event_loop
@@ -51,6 +54,7 @@ log = logging.getLogger("rmq_spark.broker")
 
 EXIT_ERROR = 2
 _DEFAULT_STORE_HOST = StoreConfig().store_host
+_LOOPBACK = "127.0.0.1"  # grpc's own listeners behind the front
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -109,8 +113,14 @@ class GrpcEndpoint:
     """
 
     def __init__(
-        self, service: BrokerService, config: BrokerConfig, consume: ConsumeService | None = None
+        self,
+        service: BrokerService,
+        config: BrokerConfig,
+        consume: ConsumeService | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
+        self._tls = tls  # None: plaintext only (tls.resolve_tls decides)
+        self._front: Front | None = None
         self._service = service
         self._consume = consume
         self._config = config
@@ -177,12 +187,9 @@ class GrpcEndpoint:
                         self._service.max_message_size_bytes + 1024 * 1024,
                     )
                 )
+                + connection_options(self._config)
             )
-            bind_host = f"[{self._host}]" if ":" in self._host else self._host
-            try:
-                self.port = server.add_insecure_port(f"{bind_host}:{self._requested_port}")
-            except RuntimeError as err:
-                raise BrokerError(f"cannot listen on {self._config.listen}: {err}") from err
+            self.port = await self._bind_front(server)
             consumers = None
             if self._consume is not None:
                 consumers = ConsumerRpcs(
@@ -190,17 +197,24 @@ class GrpcEndpoint:
                     endpoints=endpoints_of(self._config.route_host, self.port),
                     broker_name=self._config.broker_name,
                 )
+            assert self._front is not None
             servicer = MessagingServicer(
                 self._service,
                 self._executor,
+                client_peer=self._front.client_peer,
                 route_host=self._config.route_host,
                 route_port=self.port,
                 shutdown=self._shutdown,
                 consumers=consumers,
             )
-            add_servicer_to_server(servicer, server)
+            inflight = InflightBytes(self._config.inflight_request_bytes_max)
+            add_servicer_to_server(servicer, server, inflight)
             await server.start()
+            assert self._front is not None
+            await self._front.serve()
         except BaseException as err:
+            if self._front is not None:
+                self._front.close()
             self._start_error = err
             self._started.set()
             return
@@ -209,6 +223,41 @@ class GrpcEndpoint:
         await self._shutdown.wait()
         # Telemetry handlers watch the same event and return; unary calls get the grace.
         await server.stop(self._grace_s)
+        self._front.close()
+
+    async def _bind_front(self, server: Any) -> int:
+        """grpc on 127.0.0.1 (plaintext, and TLS with a certificate), the front on the
+        public port (``front.py``); returns the public port."""
+        try:
+            plain_port = None
+            if self._tls is None or self._config.tls_mode != "enforcing":
+                plain_port = server.add_insecure_port(f"{_LOOPBACK}:0")
+            tls_port = None
+            if self._tls is not None:
+                tls_port = server.add_secure_port(f"{_LOOPBACK}:0", server_credentials(self._tls))
+        except RuntimeError as err:
+            raise BrokerError(f"cannot listen on {_LOOPBACK} for the front: {err}") from err
+        self._front = Front(
+            FrontSettings(
+                host=self._host,
+                port=self._requested_port,
+                plain_port=plain_port,
+                tls_port=tls_port,
+                max_connections=self._config.max_connections,
+                handshake_timeout_s=self._config.handshake_timeout_ms / 1000,
+            )
+        )
+        try:
+            port = await self._front.bind()
+        except OSError as err:
+            raise BrokerError(f"cannot listen on {self._config.listen}: {err.strerror}") from err
+        mode = "plaintext only"
+        if tls_port is not None:
+            mode = "TLS only" if plain_port is None else "TLS and plaintext"
+            mode += f" ({'self-signed ' if self._tls and self._tls.self_signed else ''}"
+            mode += f"certificate {self._tls.cert_file if self._tls else ''})"
+        log.info("broker: port %d serves %s", port, mode)
+        return port
 
     def stop(self, grace_s: float | None = None) -> None:
         """Stop serving: refuse sends, end streams, wait for in-flight calls, join the thread."""
@@ -278,7 +327,9 @@ def run_broker(
         _restore(previous)
         raise
     try:
-        endpoint = GrpcEndpoint(service, broker_config, consume).start()
+        ensure_fd_limit(broker_config.max_connections)
+        tls = resolve_tls(broker_config, store_config.root_dir)
+        endpoint = GrpcEndpoint(service, broker_config, consume, tls).start()
     except BaseException:
         consume.close()
         store.close()

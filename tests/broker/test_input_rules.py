@@ -63,7 +63,7 @@ def _send(stub: Any, message: Any) -> Any:
         (-5, 0),  # before 1970
         (1_700_000_000, -1),  # negative nanos
         (1_700_000_000, 10**9),  # nanos past a second
-        (253_402_300_800, 0),  # past 9999-12-31
+        (253_402_300_799_999 + 1, 0),  # past 9999-12-31 (as milliseconds)
     ],
 )
 def test_bad_delivery_timestamps_are_refused_and_not_stored(
