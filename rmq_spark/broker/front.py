@@ -11,8 +11,9 @@ passes through the front once per direction; the cost is measured by ``bench/ben
 
 Owns: admission (``max_connections``; at the cap the oldest connection that has sent nothing
 yet is closed to make room, else the new one is closed), closing a connection that sends
-nothing for ``handshake_timeout_ms``, refusing plaintext under ``tls_mode=enforcing`` (an
-HTTP/2 GOAWAY ``INADEQUATE_SECURITY`` saying why), and the client address behind each spliced
+nothing for ``handshake_timeout_ms``, refusing plaintext under ``tls_mode=enforcing`` (every
+call answered UNAVAILABLE "this port requires TLS" until the client hangs up or the handshake
+timeout passes), and the client address behind each spliced
 connection (``client_peer``: grpc only sees the front's address).
 
 Does not own: TLS itself and HTTP/2 (grpc), idle and dead connections after the handshake
@@ -35,7 +36,6 @@ log = logging.getLogger("rmq_spark.broker")
 
 TLS_RECORD_HANDSHAKE = 0x16  # the first byte of every TLS ClientHello
 _LOOPBACK = "127.0.0.1"
-_H2_GOAWAY, _H2_SETTINGS, _H2_INADEQUATE_SECURITY = 0x7, 0x4, 0xC
 _WARN_EVERY_S = 10.0
 
 
@@ -51,12 +51,64 @@ class FrontSettings:
     handshake_timeout_s: float
 
 
-def _goaway(reason: str) -> bytes:
-    """An HTTP/2 server preface (empty SETTINGS) and a GOAWAY INADEQUATE_SECURITY frame."""
-    settings = struct.pack(">I", 0)[1:] + bytes([_H2_SETTINGS, 0]) + struct.pack(">I", 0)
-    payload = struct.pack(">II", 0, _H2_INADEQUATE_SECURITY) + reason.encode()
-    goaway = struct.pack(">I", len(payload))[1:] + bytes([_H2_GOAWAY, 0]) + struct.pack(">I", 0)
-    return settings + goaway + payload
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+_H2_HEADERS, _H2_SETTINGS = 0x1, 0x4
+_GRPC_UNAVAILABLE = 14
+
+
+def _h2_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return (
+        struct.pack(">I", len(payload))[1:]
+        + bytes([kind, flags])
+        + struct.pack(">I", stream)
+        + payload
+    )
+
+
+def _literal(name: bytes, value: bytes) -> bytes:
+    # HPACK literal header field without indexing, new name; both shorter than 127 bytes.
+    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
+
+
+class _PlaintextRefusal:
+    """Answers every call of a plaintext HTTP/2 client with a gRPC status saying why.
+
+    A bare close or GOAWAY reaches the user as "Failed parsing HTTP/2" or a deadline; a
+    trailers-only response (``grpc-status`` 14, ``grpc-message``) is shown as it is.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self._buffer = bytearray()
+        self._preface_seen = False
+        self._trailers = (
+            b"\x88"  # :status 200 (HPACK static table entry 8)
+            + _literal(b"content-type", b"application/grpc")
+            + _literal(b"grpc-status", str(_GRPC_UNAVAILABLE).encode())
+            + _literal(b"grpc-message", reason.encode())
+        )
+
+    def feed(self, data: bytes) -> bytes:
+        """The client's bytes in, our answer out (settings, then one status per call)."""
+        self._buffer += data
+        out = bytearray()
+        if not self._preface_seen:
+            if len(self._buffer) < len(_H2_PREFACE):
+                return b""
+            self._preface_seen = True
+            del self._buffer[: len(_H2_PREFACE)]
+            out += _h2_frame(_H2_SETTINGS, 0, 0, b"")
+        while len(self._buffer) >= 9:
+            length = int.from_bytes(self._buffer[:3], "big")
+            if len(self._buffer) < 9 + length:
+                break
+            kind, flags = self._buffer[3], self._buffer[4]
+            stream = int.from_bytes(self._buffer[5:9], "big") & 0x7FFFFFFF
+            del self._buffer[: 9 + length]
+            if kind == _H2_SETTINGS and not flags & 0x1:
+                out += _h2_frame(_H2_SETTINGS, 0x1, 0, b"")  # ACK
+            elif kind == _H2_HEADERS:
+                out += _h2_frame(_H2_HEADERS, 0x5, stream, self._trailers)  # END_STREAM|HEADERS
+        return bytes(out)
 
 
 class Front:
@@ -149,6 +201,7 @@ class _Client(asyncio.Protocol):
         self.local_port: int | None = None
         self.peer = ""
         self._pending = bytearray()
+        self._refusal: _PlaintextRefusal | None = None
         self._connecting = False
         self._closed = False
         self._timer: asyncio.TimerHandle | None = None
@@ -170,6 +223,9 @@ class _Client(asyncio.Protocol):
         if self.backend is not None:
             self.backend.write(data)
             return
+        if self._refusal is not None:
+            self.transport.write(self._refusal.feed(data))
+            return
         self._pending += data
         if self._connecting or self._closed:
             return
@@ -179,9 +235,13 @@ class _Client(asyncio.Protocol):
             self._timer.cancel()  # grpc's handshake timeout takes over
         s = self.front.settings
         port = s.tls_port if data[0] == TLS_RECORD_HANDSHAKE else s.plain_port
-        if port is None:  # plaintext under tls_mode=enforcing
-            self.transport.write(_goaway("rmq-spark: this port requires TLS (tls_mode=enforcing)"))
-            self.close()
+        if port is None:  # plaintext under tls_mode=enforcing: answered until it hangs up
+            self._refusal = _PlaintextRefusal(
+                "rmq-spark: this port requires TLS (broker.tls_mode=enforcing)"
+            )
+            self.transport.write(self._refusal.feed(bytes(self._pending)))
+            loop = asyncio.get_running_loop()
+            self._timer = loop.call_later(self.front.settings.handshake_timeout_s, self.close)
             return
         self.transport.pause_reading()
         asyncio.ensure_future(self._connect(port))
