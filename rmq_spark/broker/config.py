@@ -42,12 +42,14 @@ class BrokerConfig:
     tls_mode: str = "permissive"  # permissive: TLS and plaintext on one port; enforcing; disabled
     tls_cert_file: str = ""  # PEM certificate chain; empty: self-signed in <store>/config/tls/
     tls_key_file: str = ""  # PEM private key of tls_cert_file
-    max_connections: int = 1000  # client connections at once; more are closed at accept
+    max_connections: int = 1000  # client connections at once (front.py says who gives way)
     handshake_timeout_ms: int = 10_000  # a connection silent (or mid-handshake) this long: closed
     connection_idle_timeout_ms: int = 300_000  # a connection without any call this long: closed
     keepalive_time_ms: int = 60_000  # ping a quiet client this often (finds dead peers)
     keepalive_timeout_ms: int = 20_000  # a ping unanswered this long: the connection is closed
-    inflight_request_bytes_max: int = 256 * _MIB  # send request bytes served at once; more: 429
+    inflight_request_bytes_max: int = (
+        256 * _MIB
+    )  # SendMessage bytes served at once; past it: TOO_MANY_REQUESTS
 
     def __post_init__(self) -> None:
         from rmq_spark.eventloop import EVENT_LOOPS
