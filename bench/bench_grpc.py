@@ -7,7 +7,13 @@ run over the same store settings, is the embedded broker (``rmq_spark.broker.emb
 sending the same messages in-process with the same thread count; the table shows
 gRPC/embedded msgs/s as a ratio.
 
-Usage: python bench/bench_grpc.py [--messages N] [--flush SYNC|ASYNC] [--json]
+With ``--tls-compare``: instead, send rate and p50/p99 of 1 KiB sends with TLS on vs off in
+the same run: one broker with the default ``tls_mode=permissive`` (its front serves TLS and
+plaintext on one port, self-signed certificate) driven over TLS and over plaintext, and one
+broker with ``tls_mode=disabled`` (grpc on the port itself, no front): the front's cost and
+TLS's cost, each a ratio to the front-less plaintext case.
+
+Usage: python bench/bench_grpc.py [--messages N] [--flush SYNC|ASYNC] [--json] [--tls-compare]
 Default: 2000 messages per case (a few minutes in all on 2 cores).
 """
 
@@ -41,8 +47,10 @@ def _percentile(sorted_values: list[float], fraction: float) -> float:
     return sorted_values[index]
 
 
-def start_broker(store_dir: Path, flush: str, work_dir: Path) -> tuple[subprocess.Popen, str]:
-    ready = work_dir / "ready"
+def start_broker(
+    store_dir: Path, flush: str, work_dir: Path, *settings: str
+) -> tuple[subprocess.Popen, str]:
+    ready = work_dir / f"ready-{store_dir.name}"
     log = (work_dir / "broker.log").open("wb")
     proc = subprocess.Popen(
         [
@@ -57,6 +65,7 @@ def start_broker(store_dir: Path, flush: str, work_dir: Path) -> tuple[subproces
             str(ready),
             "--set",
             f"store.flush_policy={flush}",
+            *(arg for setting in settings for arg in ("--set", setting)),
         ],
         cwd=REPO_ROOT,
         stdout=log,
@@ -70,9 +79,18 @@ def start_broker(store_dir: Path, flush: str, work_dir: Path) -> tuple[subproces
     return proc, ready.read_text().strip()
 
 
-def grpc_case(rocketmq: Any, address: str, threads: int, body_size: int, total: int) -> dict:
+def grpc_case(
+    rocketmq: Any,
+    address: str,
+    threads: int,
+    body_size: int,
+    total: int,
+    *,
+    tls: bool = False,
+    label: str = "grpc",
+) -> dict:
     config = rocketmq.ClientConfiguration(address, rocketmq.Credentials(), request_timeout=10)
-    producers = [rocketmq.Producer(config, ("bench",)) for _ in range(threads)]
+    producers = [rocketmq.Producer(config, ("bench",), tls_enable=tls) for _ in range(threads)]
     for producer in producers:
         producer.startup()
     body = os.urandom(body_size)
@@ -100,7 +118,7 @@ def grpc_case(rocketmq: Any, address: str, threads: int, body_size: int, total: 
         producer.shutdown()
     flat = sorted(x for per in latencies for x in per)
     return {
-        "case": f"grpc {threads} thread{'s' if threads > 1 else ''}",
+        "case": f"{label} {threads} thread{'s' if threads > 1 else ''}",
         "threads": threads,
         "body_bytes": body_size,
         "messages": len(flat),
@@ -145,16 +163,60 @@ def embedded_case(store_dir: Path, flush: str, threads: int, body_size: int, tot
     }
 
 
+def tls_compare(rocketmq: Any, tmp_dir: Path, flush: str, total: int) -> list[dict]:
+    """1 KiB sends: no front (tls_mode=disabled), plaintext and TLS through the front."""
+    front_store, direct_store = tmp_dir / "front-store", tmp_dir / "direct-store"
+    front, front_address = start_broker(front_store, flush, tmp_dir)
+    direct, direct_address = start_broker(direct_store, flush, tmp_dir, "broker.tls_mode=disabled")
+    # The client trusts grpc's default roots only; this is read when its first TLS channel opens.
+    os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(front_store / "config/tls/cert.pem")
+    rows = []
+    try:
+        for threads in THREAD_COUNTS:
+            for address, tls, label in (
+                (direct_address, False, "plain no front"),
+                (front_address, False, "plain via front"),
+                (front_address, True, "TLS via front"),
+            ):
+                rows.append(
+                    grpc_case(rocketmq, address, threads, 1024, total, tls=tls, label=label)
+                )
+    finally:
+        for proc in (front, direct):
+            proc.terminate()
+            proc.wait(timeout=60)
+    return rows
+
+
+def print_tls_compare(rows: list[dict], args: argparse.Namespace) -> None:
+    baseline = {r["threads"]: r for r in rows if r["case"].startswith("plain no front")}
+    print(f"flush={args.flush}, {args.messages} messages of 1 KiB per case; baseline = no front")
+    print(f"{'case':<26} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs no front':>12}")
+    for row in rows:
+        ratio = row["msgs_per_s"] / baseline[row["threads"]]["msgs_per_s"]
+        print(
+            f"{row['case']:<26} {row['msgs_per_s']:>9.0f} {row['p50_ms']:>8.2f} "
+            f"{row['p99_ms']:>8.2f} {ratio:>11.2f}x"
+        )
+        if args.json:
+            print(json.dumps({**row, "flush": args.flush, "ratio_vs_no_front": ratio}))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000, help="messages per case")
     parser.add_argument("--flush", choices=["SYNC", "ASYNC"], default="SYNC")
     parser.add_argument("--json", action="store_true", help="also print one JSON line per case")
+    parser.add_argument("--tls-compare", action="store_true", help="TLS on vs off (see above)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
         tmp_dir = Path(tmp)
         os.environ["HOME"] = str(tmp_dir)  # the client logs under ~/logs on import
         import rocketmq
+
+        if args.tls_compare:
+            print_tls_compare(tls_compare(rocketmq, tmp_dir, args.flush, args.messages), args)
+            return 0
 
         rows = []
         for threads in THREAD_COUNTS:

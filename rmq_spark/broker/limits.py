@@ -135,7 +135,12 @@ def connection_options(config: BrokerConfig) -> list[tuple[str, Any]]:
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.max_connection_idle_ms", config.connection_idle_timeout_ms),
         ("grpc.server_handshake_timeout_ms", config.handshake_timeout_ms),
-    ]
+    ] + (
+        # Without the front (tls_mode=disabled) grpc caps connections itself.
+        [("grpc.max_allowed_incoming_connections", config.max_connections)]
+        if config.tls_mode == "disabled"
+        else []
+    )
 
 
 def ensure_fd_limit(max_connections: int) -> None:

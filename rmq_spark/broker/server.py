@@ -189,7 +189,10 @@ class GrpcEndpoint:
                 )
                 + connection_options(self._config)
             )
-            self.port = await self._bind_front(server)
+            if self._config.tls_mode == "disabled":  # grpc on the public port, no front
+                self.port = self._bind_direct(server)
+            else:
+                self.port = await self._bind_front(server)
             consumers = None
             if self._consume is not None:
                 consumers = ConsumerRpcs(
@@ -197,11 +200,10 @@ class GrpcEndpoint:
                     endpoints=endpoints_of(self._config.route_host, self.port),
                     broker_name=self._config.broker_name,
                 )
-            assert self._front is not None
             servicer = MessagingServicer(
                 self._service,
                 self._executor,
-                client_peer=self._front.client_peer,
+                client_peer=self._front.client_peer if self._front else None,
                 route_host=self._config.route_host,
                 route_port=self.port,
                 shutdown=self._shutdown,
@@ -210,8 +212,8 @@ class GrpcEndpoint:
             inflight = InflightBytes(self._config.inflight_request_bytes_max)
             add_servicer_to_server(servicer, server, inflight)
             await server.start()
-            assert self._front is not None
-            await self._front.serve()
+            if self._front is not None:
+                await self._front.serve()
         except BaseException as err:
             if self._front is not None:
                 self._front.close()
@@ -223,7 +225,19 @@ class GrpcEndpoint:
         await self._shutdown.wait()
         # Telemetry handlers watch the same event and return; unary calls get the grace.
         await server.stop(self._grace_s)
-        self._front.close()
+        if self._front is not None:
+            self._front.close()
+
+    def _bind_direct(self, server: Any) -> int:
+        """``tls_mode=disabled``: grpc itself on the public port (no front: no byte copied;
+        its own cap, ``grpc.max_allowed_incoming_connections``, refuses at the cap)."""
+        bind_host = f"[{self._host}]" if ":" in self._host else self._host
+        try:
+            port: int = server.add_insecure_port(f"{bind_host}:{self._requested_port}")
+        except RuntimeError as err:
+            raise BrokerError(f"cannot listen on {self._config.listen}: {err}") from err
+        log.info("broker: port %d serves plaintext only (tls_mode=disabled)", port)
+        return port
 
     async def _bind_front(self, server: Any) -> int:
         """grpc on 127.0.0.1 (plaintext, and TLS with a certificate), the front on the
