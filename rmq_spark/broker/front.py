@@ -141,10 +141,14 @@ class Front:
         assert self._server is not None
         await self._server.start_serving()
 
-    def close(self) -> None:
-        """Stop accepting and close every spliced connection."""
+    def stop_accepting(self) -> None:
+        """Close the listening socket; spliced connections go on (their calls finish)."""
         if self._server is not None:
             self._server.close()
+
+    def close(self) -> None:
+        """Stop accepting and close every spliced connection."""
+        self.stop_accepting()
         for client in list(self._clients):
             client.close()
 

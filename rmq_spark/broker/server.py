@@ -223,6 +223,8 @@ class GrpcEndpoint:
         self._server = server
         self._started.set()
         await self._shutdown.wait()
+        if self._front is not None:
+            self._front.stop_accepting()
         # Telemetry handlers watch the same event and return; unary calls get the grace.
         await server.stop(self._grace_s)
         if self._front is not None:

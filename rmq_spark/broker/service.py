@@ -44,8 +44,8 @@ from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
 __all__ = [
     "BrokerService",
-    "MessageKind",
     "DELIVERY_MS_MAX",
+    "MessageKind",
     "RESERVED_PROPERTY_KEYS",
     "RouteOutcome",
     "SendCode",
