@@ -244,6 +244,8 @@ class GrpcEndpoint:
     async def _bind_front(self, server: Any) -> int:
         """grpc on 127.0.0.1 (plaintext, and TLS with a certificate), the front on the
         public port (``front.py``); returns the public port."""
+        if self._tls is None and self._config.tls_mode == "enforcing":
+            raise BrokerError("broker.tls_mode=enforcing: no certificate given to this endpoint")
         try:
             plain_port = None
             if self._tls is None or self._config.tls_mode != "enforcing":
