@@ -3,8 +3,9 @@
 Both default to TLS and trust any certificate (Java ``enableSsl`` true, Go ``EnableSsl``
 true with ``InsecureSkipVerify``); before the broker served TLS they failed (``UNAVAILABLE
 ... SslHandler``; ``context deadline exceeded``). The broker here serves a certificate made
-in the test on its one port (``tls_mode=permissive``); ``java/TlsCheck.java`` produces and
-consumes, ``go/consumecheck ... tls`` consumes with a push and a simple consumer.
+in the test (Java) or the self-signed one it makes itself (Go), on its one port
+(``tls_mode=permissive``); ``java/TlsCheck.java`` produces and consumes, ``go/consumecheck
+... tls`` consumes with a push and a simple consumer.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def test_go_client_default_enable_ssl_consumes_over_tls(
     tmp_path: Path,
 ) -> None:
     binary = _build(tmp_path)
-    broker = _tls_broker(broker_factory, tmp_path)
+    broker = broker_factory("broker.default_queue_count=2")  # its own self-signed certificate
     producer = official_producer(broker.address, ("go-tls-topic",))  # plaintext, same port
     sent = {}
     for body in ("fine", "fail once", "also fine"):
