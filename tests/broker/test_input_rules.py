@@ -123,3 +123,17 @@ def test_cli_send_still_stores_valid_messages(
     (record,) = read_records(store)
     assert props(record)["DELAY"] == "18"
     assert props(record)["k"] == "v"
+
+
+def test_cli_send_stdin_reports_a_refused_line_and_stores_the_others(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    store = tmp_path / "store"
+    monkeypatch.setattr("sys.stdin", io.StringIO("one\n\nthree\n"))
+    assert cli_main(["send", "--store", str(store), "--topic", "T", "--stdin"]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split('"')[3] for line in lines] == ["PUT_OK", "REFUSED", "PUT_OK"]
+    assert "--body: MESSAGE_BODY_EMPTY" in lines[1]
+    assert [bytes(r.body) for r in read_records(store)] == [b"one", b"three"]
