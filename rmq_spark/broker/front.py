@@ -30,7 +30,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Front", "FrontSettings", "TLS_RECORD_HANDSHAKE"]
+from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.tls import TlsFiles, server_credentials
+from rmq_spark.errors import BrokerError
+
+__all__ = ["Front", "FrontSettings", "TLS_RECORD_HANDSHAKE", "open_front"]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -312,3 +316,48 @@ class _Backend(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.client.close()
+
+
+async def open_front(
+    server: Any, config: BrokerConfig, host: str, port: int, tls: TlsFiles | None
+) -> Front:
+    """Add grpc's listeners on 127.0.0.1 to ``server`` (plaintext unless ``enforcing``, TLS
+    with a certificate) and bind a ``Front`` to ``host:port`` (serving once ``serve()``).
+
+    Raises
+    ------
+    BrokerError
+        A port cannot be bound, or ``enforcing`` without a certificate.
+    """
+    if tls is None and config.tls_mode == "enforcing":
+        raise BrokerError("broker.tls_mode=enforcing: no certificate given to this endpoint")
+    try:
+        plain_port = None
+        if tls is None or config.tls_mode != "enforcing":
+            plain_port = server.add_insecure_port(f"{_LOOPBACK}:0")
+        tls_port = None
+        if tls is not None:
+            tls_port = server.add_secure_port(f"{_LOOPBACK}:0", server_credentials(tls))
+    except RuntimeError as err:
+        raise BrokerError(f"cannot listen on {_LOOPBACK} for the front: {err}") from err
+    front = Front(
+        FrontSettings(
+            host=host,
+            port=port,
+            plain_port=plain_port,
+            tls_port=tls_port,
+            max_connections=config.max_connections,
+            handshake_timeout_s=config.handshake_timeout_ms / 1000,
+        )
+    )
+    try:
+        await front.bind()
+    except OSError as err:
+        raise BrokerError(f"cannot listen on {config.listen}: {err.strerror}") from err
+    mode = "plaintext only"
+    if tls is not None:
+        kind = "self-signed certificate" if tls.self_signed else "certificate"
+        mode = "TLS only" if plain_port is None else "TLS and plaintext"
+        mode += f" ({kind} {tls.cert_file})"
+    log.info("broker: port %d serves %s", front.port, mode)
+    return front

@@ -32,7 +32,7 @@ import grpc
 from rmq_spark.broker.config import BrokerConfig, parse_listen
 from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.consumer.service import ConsumeService
-from rmq_spark.broker.front import Front, FrontSettings
+from rmq_spark.broker.front import Front, open_front
 from rmq_spark.broker.grpc_api import (
     MessagingServicer,
     add_servicer_to_server,
@@ -41,7 +41,7 @@ from rmq_spark.broker.grpc_api import (
 )
 from rmq_spark.broker.limits import InflightBytes, connection_options, ensure_fd_limit
 from rmq_spark.broker.service import BrokerService
-from rmq_spark.broker.tls import TlsFiles, resolve_tls, server_credentials
+from rmq_spark.broker.tls import TlsFiles, resolve_tls
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import BrokerError, RmqError, StoreLockedError
 from rmq_spark.eventloop import new_event_loop
@@ -54,7 +54,6 @@ log = logging.getLogger("rmq_spark.broker")
 
 EXIT_ERROR = 2
 _DEFAULT_STORE_HOST = StoreConfig().store_host
-_LOOPBACK = "127.0.0.1"  # grpc's own listeners behind the front
 
 
 def check_port_free(host: str, port: int) -> None:
@@ -242,40 +241,11 @@ class GrpcEndpoint:
         return port
 
     async def _bind_front(self, server: Any) -> int:
-        """grpc on 127.0.0.1 (plaintext, and TLS with a certificate), the front on the
-        public port (``front.py``); returns the public port."""
-        if self._tls is None and self._config.tls_mode == "enforcing":
-            raise BrokerError("broker.tls_mode=enforcing: no certificate given to this endpoint")
-        try:
-            plain_port = None
-            if self._tls is None or self._config.tls_mode != "enforcing":
-                plain_port = server.add_insecure_port(f"{_LOOPBACK}:0")
-            tls_port = None
-            if self._tls is not None:
-                tls_port = server.add_secure_port(f"{_LOOPBACK}:0", server_credentials(self._tls))
-        except RuntimeError as err:
-            raise BrokerError(f"cannot listen on {_LOOPBACK} for the front: {err}") from err
-        self._front = Front(
-            FrontSettings(
-                host=self._host,
-                port=self._requested_port,
-                plain_port=plain_port,
-                tls_port=tls_port,
-                max_connections=self._config.max_connections,
-                handshake_timeout_s=self._config.handshake_timeout_ms / 1000,
-            )
+        """grpc on 127.0.0.1, the front on the public port; returns the public port."""
+        self._front = await open_front(
+            server, self._config, self._host, self._requested_port, self._tls
         )
-        try:
-            port = await self._front.bind()
-        except OSError as err:
-            raise BrokerError(f"cannot listen on {self._config.listen}: {err.strerror}") from err
-        mode = "plaintext only"
-        if tls_port is not None:
-            mode = "TLS only" if plain_port is None else "TLS and plaintext"
-            mode += f" ({'self-signed ' if self._tls and self._tls.self_signed else ''}"
-            mode += f"certificate {self._tls.cert_file if self._tls else ''})"
-        log.info("broker: port %d serves %s", port, mode)
-        return port
+        return self._front.port
 
     def stop(self, grace_s: float | None = None) -> None:
         """Stop serving: refuse sends, end streams, wait for in-flight calls, join the thread."""
