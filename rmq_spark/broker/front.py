@@ -242,7 +242,11 @@ class _Client(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()  # grpc's handshake timeout takes over
         s = self.front.settings
-        port = s.tls_port if data[0] == TLS_RECORD_HANDSHAKE else s.plain_port
+        is_tls = data[0] == TLS_RECORD_HANDSHAKE
+        port = s.tls_port if is_tls else s.plain_port
+        if port is None and is_tls:  # no certificate: the TLS client's handshake fails
+            self.close()
+            return
         if port is None:  # plaintext under tls_mode=enforcing: answered until it hangs up
             self._refusal = _PlaintextRefusal(
                 "rmq-spark: this port requires TLS (broker.tls_mode=enforcing)"

@@ -31,13 +31,13 @@ class _Echo:
         writer.close()
 
 
-async def _front(tls: _Echo, plain: _Echo | None) -> Front:
+async def _front(tls: _Echo | None, plain: _Echo | None) -> Front:
     front = Front(
         FrontSettings(
             host="127.0.0.1",
             port=0,
             plain_port=plain.port if plain else None,
-            tls_port=tls.port,
+            tls_port=tls.port if tls else None,
             max_connections=10,
             handshake_timeout_s=5,
         )
@@ -81,6 +81,21 @@ def test_enforcing_answers_plaintext_calls_with_a_grpc_status() -> None:
             answer += await asyncio.wait_for(reader.read(4096), 5)
         assert b"grpc-status\x0214" in answer
         assert not tls.peers  # never reached a listener
+        writer.close()
+        front.close()
+
+    asyncio.run(run())
+
+
+def test_without_a_certificate_a_tls_client_is_closed() -> None:
+    async def run() -> None:
+        plain = _Echo(b"P:")
+        await plain.start()
+        front = await _front(None, plain)
+        reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
+        writer.write(b"\x16\x03\x01")
+        assert await asyncio.wait_for(reader.read(100), 5) == b""
+        assert not plain.peers
         writer.close()
         front.close()
 
