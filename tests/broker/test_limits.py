@@ -140,8 +140,9 @@ def _rss_anon_kb(pid: int) -> int:
 
 # Stated bound: broker anonymous memory (heap, not the store's mapped files) stays under
 # this while 16 clients send 8 x 4 MiB batches at once with an in-flight budget of 16 MiB
-# (measured ~190 MB; with the budget at 1 GiB, as no budget, 471 MB).
-_RSS_ANON_BOUND_MB = 300
+# (measured 180-310 MB on a busy 2-core machine; with the budget at 1 GiB, i.e. none, up to
+# 471 MB). What is left above the budget is grpc's: it reads each request whole first.
+_RSS_ANON_BOUND_MB = 400
 
 
 def test_concurrent_4_mib_batches_keep_memory_bounded(
