@@ -9,7 +9,14 @@ gRPC/embedded msgs/s as a ratio. ``--auth both`` runs the gRPC cases twice in on
 a broker with auth off and one with auth on (clients sign every request; a normal user whose
 ACL allows Pub on the topic), the case names ending in ``auth``.
 
+With ``--tls-compare``: instead, send rate and p50/p99 of 1 KiB sends with TLS on vs off in
+the same run: one broker with the default ``tls_mode=permissive`` (its front serves TLS and
+plaintext on one port, self-signed certificate) driven over TLS and over plaintext, and one
+broker with ``tls_mode=disabled`` (grpc on the port itself, no front): the front's cost and
+TLS's cost, each a ratio to the front-less plaintext case.
+
 Usage: python bench/bench_grpc.py [--messages N] [--flush SYNC|ASYNC] [--auth off|on|both] [--json]
+       [--tls-compare]
 Default: 2000 messages per case (a few minutes in all on 2 cores).
 """
 
@@ -55,7 +62,7 @@ def start_broker(
     store_dir: Path, flush: str, work_dir: Path, *settings: str
 ) -> tuple[subprocess.Popen, str]:
     work_dir.mkdir(parents=True, exist_ok=True)
-    ready = work_dir / "ready"
+    ready = work_dir / f"ready-{store_dir.name}"
     log = (work_dir / "broker.log").open("wb")
     proc = subprocess.Popen(
         [
@@ -91,10 +98,13 @@ def grpc_case(
     body_size: int,
     total: int,
     credentials: tuple[str, str] | None = None,
+    *,
+    tls: bool = False,
+    label: str = "grpc",
 ) -> dict:
     signed = rocketmq.Credentials(*credentials) if credentials else rocketmq.Credentials()
     config = rocketmq.ClientConfiguration(address, signed, request_timeout=10)
-    producers = [rocketmq.Producer(config, ("bench",)) for _ in range(threads)]
+    producers = [rocketmq.Producer(config, ("bench",), tls_enable=tls) for _ in range(threads)]
     for producer in producers:
         producer.startup()
     body = os.urandom(body_size)
@@ -123,7 +133,7 @@ def grpc_case(
     flat = sorted(x for per in latencies for x in per)
     plural = "s" if threads > 1 else ""
     return {
-        "case": f"grpc {threads} thread{plural}{' auth' if credentials else ''}",
+        "case": f"{label} {threads} thread{plural}{' auth' if credentials else ''}",
         "auth": bool(credentials),
         "threads": threads,
         "body_bytes": body_size,
@@ -169,6 +179,45 @@ def embedded_case(store_dir: Path, flush: str, threads: int, body_size: int, tot
     }
 
 
+def tls_compare(rocketmq: Any, tmp_dir: Path, flush: str, total: int) -> list[dict]:
+    """1 KiB sends: no front (tls_mode=disabled), plaintext and TLS through the front."""
+    front_store, direct_store = tmp_dir / "front-store", tmp_dir / "direct-store"
+    front, front_address = start_broker(front_store, flush, tmp_dir)
+    direct, direct_address = start_broker(direct_store, flush, tmp_dir, "broker.tls_mode=disabled")
+    # The client trusts grpc's default roots only; this is read when its first TLS channel opens.
+    os.environ["GRPC_DEFAULT_SSL_ROOTS_FILE_PATH"] = str(front_store / "config/tls/cert.pem")
+    rows = []
+    try:
+        for threads in THREAD_COUNTS:
+            for address, tls, label in (
+                (direct_address, False, "plain no front"),
+                (front_address, False, "plain via front"),
+                (front_address, True, "TLS via front"),
+            ):
+                rows.append(
+                    grpc_case(rocketmq, address, threads, 1024, total, tls=tls, label=label)
+                )
+    finally:
+        for proc in (front, direct):
+            proc.terminate()
+            proc.wait(timeout=60)
+    return rows
+
+
+def print_tls_compare(rows: list[dict], args: argparse.Namespace) -> None:
+    baseline = {r["threads"]: r for r in rows if r["case"].startswith("plain no front")}
+    print(f"flush={args.flush}, {args.messages} messages of 1 KiB per case; baseline = no front")
+    print(f"{'case':<26} {'msgs/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'vs no front':>12}")
+    for row in rows:
+        ratio = row["msgs_per_s"] / baseline[row["threads"]]["msgs_per_s"]
+        print(
+            f"{row['case']:<26} {row['msgs_per_s']:>9.0f} {row['p50_ms']:>8.2f} "
+            f"{row['p99_ms']:>8.2f} {ratio:>11.2f}x"
+        )
+        if args.json:
+            print(json.dumps({**row, "flush": args.flush, "ratio_vs_no_front": ratio}))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000, help="messages per case")
@@ -177,11 +226,16 @@ def main(argv: list[str] | None = None) -> int:
         "--auth", choices=["off", "on", "both"], default="off", help="broker auth for gRPC cases"
     )
     parser.add_argument("--json", action="store_true", help="also print one JSON line per case")
+    parser.add_argument("--tls-compare", action="store_true", help="TLS on vs off (see above)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="bench-grpc-") as tmp:
         tmp_dir = Path(tmp)
         os.environ["HOME"] = str(tmp_dir)  # the client logs under ~/logs on import
         import rocketmq
+
+        if args.tls_compare:
+            print_tls_compare(tls_compare(rocketmq, tmp_dir, args.flush, args.messages), args)
+            return 0
 
         rows = []
         for threads in THREAD_COUNTS:

@@ -41,6 +41,18 @@ class BrokerConfig:
     grpc_worker_threads: int = 8  # threads for puts to a store without put_async (else: the loop)
     shutdown_grace_ms: int = 5000  # how long a stop waits for in-flight requests
     event_loop: str = "asyncio"  # the server's loop: asyncio, uvloop, auto (uvloop if installed)
+    # TLS and resource limits (docs/BROKER.md, "TLS and resource limits")
+    tls_mode: str = "permissive"  # permissive: TLS and plaintext on one port; enforcing; disabled
+    tls_cert_file: str = ""  # PEM certificate chain; empty: self-signed in <store>/config/tls/
+    tls_key_file: str = ""  # PEM private key of tls_cert_file
+    max_connections: int = 1000  # client connections at once (front.py says who gives way)
+    handshake_timeout_ms: int = 10_000  # a connection silent (or mid-handshake) this long: closed
+    connection_idle_timeout_ms: int = 300_000  # a connection without any call this long: closed
+    keepalive_time_ms: int = 60_000  # ping a quiet client this often (finds dead peers)
+    keepalive_timeout_ms: int = 20_000  # a ping unanswered this long: the connection is closed
+    inflight_request_bytes_max: int = (
+        256 * _MIB
+    )  # SendMessage bytes served at once; past it: TOO_MANY_REQUESTS
 
     def __post_init__(self) -> None:
         from rmq_spark.eventloop import EVENT_LOOPS
@@ -86,6 +98,7 @@ class BrokerConfig:
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
+        _check_tls_and_limits(self)
         if self.shutdown_grace_ms < 0:
             raise ValueError(f"shutdown_grace_ms: must be >= 0, got {self.shutdown_grace_ms}")
 
@@ -93,6 +106,32 @@ class BrokerConfig:
     def route_host(self) -> str:
         """The host clients are told to connect to (``advertised_host`` or the listen host)."""
         return self.advertised_host or parse_listen(self.listen)[0]
+
+
+_TLS_MODES = ("permissive", "enforcing", "disabled")  # RocketMQ's TlsMode values
+
+
+def _check_tls_and_limits(config: BrokerConfig) -> None:
+    if config.tls_mode not in _TLS_MODES:
+        raise ValueError(
+            f"tls_mode: must be one of {', '.join(_TLS_MODES)}, got {config.tls_mode!r}"
+        )
+    if bool(config.tls_cert_file) != bool(config.tls_key_file):
+        raise ValueError("tls_cert_file, tls_key_file: set both or neither")
+    for name in (
+        "max_connections",
+        "handshake_timeout_ms",
+        "connection_idle_timeout_ms",
+        "keepalive_time_ms",
+        "keepalive_timeout_ms",
+    ):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name}: must be >= 1, got {getattr(config, name)}")
+    if config.inflight_request_bytes_max < config.grpc_receive_limit_bytes:
+        raise ValueError(
+            f"inflight_request_bytes_max: must be >= grpc_receive_limit_bytes "
+            f"({config.grpc_receive_limit_bytes}), got {config.inflight_request_bytes_max}"
+        )
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -26,6 +26,7 @@ import grpc
 from google.protobuf import message_factory
 
 from rmq_spark.broker.consume_grpc import ConsumerRpcs
+from rmq_spark.broker.limits import InflightBytes
 from rmq_spark.broker.offset_grpc import OffsetRpcs, is_send_back_message, send_back_entry
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
@@ -113,6 +114,32 @@ def delivery_timestamp_ms(timestamp: Any) -> int:
     return seconds * 1000 + int(timestamp.nanos) // 1_000_000
 
 
+# google.protobuf.Timestamp's valid range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59Z.
+_TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)
+
+
+def _timestamp_problem(props: Any) -> tuple[int, str] | None:
+    """A delivery or born timestamp that breaks ``Timestamp``'s rules as ``(code, reason)``:
+    nanos outside [0, 10**9), born seconds outside years 1..9999. Delivery seconds may be
+    milliseconds (``delivery_timestamp_ms``): the service checks the instant they make."""
+    for name, code, seconds_range in (
+        ("delivery_timestamp", pb.ILLEGAL_DELIVERY_TIME, None),
+        ("born_timestamp", pb.BAD_REQUEST, _TIMESTAMP_SECONDS),
+    ):
+        if not props.HasField(name):
+            continue
+        stamp = getattr(props, name)
+        bad_seconds = seconds_range is not None and not (
+            seconds_range[0] <= stamp.seconds <= seconds_range[1]
+        )
+        if bad_seconds or not 0 <= stamp.nanos < 1_000_000_000:
+            return (
+                code,
+                f"{name} seconds={stamp.seconds} nanos={stamp.nanos} is not a valid Timestamp",
+            )
+    return None
+
+
 def peer_address(peer: str) -> HostAddress | None:
     """``ipv4:127.0.0.1:5000`` / ``ipv6:[::1]:5000`` (grpc's ``context.peer()``) as an address."""
     kind, _, rest = peer.partition(":")
@@ -168,10 +195,11 @@ class Malformed:
     (grpc would log a traceback and answer a bare UNKNOWN/INTERNAL).
     """
 
-    __slots__ = ("error",)
+    __slots__ = ("code", "error")
 
-    def __init__(self, error: str) -> None:
+    def __init__(self, error: str, code: int = pb.BAD_REQUEST) -> None:
         self.error = error
+        self.code = code  # TOO_MANY_REQUESTS: refused unparsed by limits.InflightBytes
 
 
 def _lenient(message_cls: Any) -> Callable[[bytes], Any]:
@@ -192,11 +220,14 @@ _HANDLER_FACTORIES = {
 }
 
 
-def add_servicer_to_server(servicer: MessagingServicer, server: Any) -> None:
+def add_servicer_to_server(
+    servicer: MessagingServicer, server: Any, inflight: InflightBytes | None = None
+) -> None:
     """Register ``servicer`` for every MessagingService method, with lenient deserializers.
 
     The same as the generated ``add_MessagingServiceServicer_to_server`` except that
-    undecodable request bytes reach the handler as ``Malformed`` (answered BAD_REQUEST).
+    undecodable request bytes reach the handler as ``Malformed`` (answered BAD_REQUEST), and
+    SendMessage requests book their bytes in ``inflight`` (over it: TOO_MANY_REQUESTS).
     """
     service = spb.DESCRIPTOR.services_by_name["MessagingService"]
     handlers = {}
@@ -204,9 +235,14 @@ def add_servicer_to_server(servicer: MessagingServicer, server: Any) -> None:
         request_cls = message_factory.GetMessageClass(method.input_type)
         response_cls = message_factory.GetMessageClass(method.output_type)
         factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
+        behaviour, deserialize = getattr(servicer, method.name), _lenient(request_cls)
+        if inflight is not None and method.name == "SendMessage":
+            refuse = lambda reason: Malformed(reason, pb.TOO_MANY_REQUESTS)  # noqa: E731
+            behaviour = inflight.release_after(behaviour)
+            deserialize = inflight.admit(deserialize, refuse)
         handlers[method.name] = factory(
-            getattr(servicer, method.name),
-            request_deserializer=_lenient(request_cls),
+            behaviour,
+            request_deserializer=deserialize,
             response_serializer=response_cls.SerializeToString,
         )
     server.add_generic_rpc_handlers(
@@ -233,6 +269,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         Set when the broker stops: Telemetry streams end, new sends are refused.
     consumers
         The consumer RPCs (``consume_grpc.py``); ``None``: they answer NOT_IMPLEMENTED.
+    client_peer
+        Maps grpc's ``context.peer()`` to the client's address (the front splices clients).
     """
 
     def __init__(
@@ -244,7 +282,9 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         route_port: int,
         shutdown: asyncio.Event,
         consumers: ConsumerRpcs | None = None,
+        client_peer: Callable[[str], str] | None = None,
     ) -> None:
+        self._client_peer = client_peer or (lambda peer: peer)  # front.Front.client_peer
         self._service = service
         self._consumers = consumers
         self._executor = executor
@@ -262,7 +302,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         INTERNAL_SERVER_ERROR; each is logged as one line."""
         if isinstance(request, Malformed):
             log.warning("broker error: %s: malformed request: %s", method, request.error)
-            return response_cls(status=_status(pb.BAD_REQUEST, request.error))
+            return response_cls(status=_status(request.code, request.error))
         try:
             return await work()
         except asyncio.CancelledError:
@@ -323,7 +363,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
                 return spb.SendMessageResponse(
                     status=_status(pb.BAD_REQUEST, "SendMessageRequest has no messages")
                 )
-            born_host = peer_address(context.peer())
+            born_host = peer_address(self._client_peer(context.peer()))
             loop = asyncio.get_running_loop()
             entries = []
             redelivered = False
@@ -385,6 +425,9 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             return spb.SendResultEntry(
                 status=_status(pb.MESSAGE_CORRUPTED, problem), message_id=mid
             )
+        bad_time = _timestamp_problem(props)
+        if bad_time is not None:
+            return spb.SendResultEntry(status=_status(*bad_time), message_id=mid)
         return None
 
     def _command(self, message: Any, born_host: HostAddress | None) -> SendCommand:

@@ -34,13 +34,16 @@ from rmq_spark.broker.auth_grpc import AuthInterceptor
 from rmq_spark.broker.config import BrokerConfig, parse_listen
 from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.consumer.service import ConsumeService
+from rmq_spark.broker.front import Front, open_front
 from rmq_spark.broker.grpc_api import (
     MessagingServicer,
     add_servicer_to_server,
     endpoints_of,
     grpc_server_options,
 )
+from rmq_spark.broker.limits import InflightBytes, connection_options, ensure_fd_limit
 from rmq_spark.broker.service import BrokerService
+from rmq_spark.broker.tls import TlsFiles, resolve_tls
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import BrokerError, RmqError, StoreLockedError
 from rmq_spark.eventloop import new_event_loop
@@ -111,8 +114,14 @@ class GrpcEndpoint:
     """
 
     def __init__(
-        self, service: BrokerService, config: BrokerConfig, consume: ConsumeService | None = None
+        self,
+        service: BrokerService,
+        config: BrokerConfig,
+        consume: ConsumeService | None = None,
+        tls: TlsFiles | None = None,
     ) -> None:
+        self._tls = tls  # None: plaintext only (tls.resolve_tls decides)
+        self._front: Front | None = None
         self._service = service
         self._consume = consume
         self._config = config
@@ -182,13 +191,13 @@ class GrpcEndpoint:
                         self._config.grpc_receive_limit_bytes,
                         self._service.max_message_size_bytes + 1024 * 1024,
                     )
-                ),
+                )
+                + connection_options(self._config),
             )
-            bind_host = f"[{self._host}]" if ":" in self._host else self._host
-            try:
-                self.port = server.add_insecure_port(f"{bind_host}:{self._requested_port}")
-            except RuntimeError as err:
-                raise BrokerError(f"cannot listen on {self._config.listen}: {err}") from err
+            if self._config.tls_mode == "disabled":  # grpc on the public port, no front
+                self.port = self._bind_direct(server)
+            else:
+                self.port = await self._bind_front(server)
             consumers = None
             if self._consume is not None:
                 consumers = ConsumerRpcs(
@@ -199,22 +208,50 @@ class GrpcEndpoint:
             servicer = MessagingServicer(
                 self._service,
                 self._executor,
+                client_peer=self._front.client_peer if self._front else None,
                 route_host=self._config.route_host,
                 route_port=self.port,
                 shutdown=self._shutdown,
                 consumers=consumers,
             )
-            add_servicer_to_server(servicer, server)
+            inflight = InflightBytes(self._config.inflight_request_bytes_max)
+            add_servicer_to_server(servicer, server, inflight)
             await server.start()
+            if self._front is not None:
+                await self._front.serve()
         except BaseException as err:
+            if self._front is not None:
+                self._front.close()
             self._start_error = err
             self._started.set()
             return
         self._server = server
         self._started.set()
         await self._shutdown.wait()
+        if self._front is not None:
+            self._front.stop_accepting()
         # Telemetry handlers watch the same event and return; unary calls get the grace.
         await server.stop(self._grace_s)
+        if self._front is not None:
+            self._front.close()
+
+    def _bind_direct(self, server: Any) -> int:
+        """``tls_mode=disabled``: grpc itself on the public port (no front: no byte copied;
+        its own cap, ``grpc.max_allowed_incoming_connections``, refuses at the cap)."""
+        bind_host = f"[{self._host}]" if ":" in self._host else self._host
+        try:
+            port: int = server.add_insecure_port(f"{bind_host}:{self._requested_port}")
+        except RuntimeError as err:
+            raise BrokerError(f"cannot listen on {self._config.listen}: {err}") from err
+        log.info("broker: port %d serves plaintext only (tls_mode=disabled)", port)
+        return port
+
+    async def _bind_front(self, server: Any) -> int:
+        """grpc on 127.0.0.1, the front on the public port; returns the public port."""
+        self._front = await open_front(
+            server, self._config, self._host, self._requested_port, self._tls
+        )
+        return self._front.port
 
     def stop(self, grace_s: float | None = None) -> None:
         """Stop serving: refuse sends, end streams, wait for in-flight calls, join the thread."""
@@ -284,7 +321,9 @@ def run_broker(
         _restore(previous)
         raise
     try:
-        endpoint = GrpcEndpoint(service, broker_config, consume).start()
+        ensure_fd_limit(broker_config.max_connections)
+        tls = resolve_tls(broker_config, store_config.root_dir)
+        endpoint = GrpcEndpoint(service, broker_config, consume, tls).start()
     except BaseException:
         consume.close()
         store.close()

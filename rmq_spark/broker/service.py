@@ -33,6 +33,7 @@ from rmq_spark.broker.redelivery_journal import (
 from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
+from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
 from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import LOCALHOST, HostAddress
 from rmq_spark.store.properties import (
@@ -51,6 +52,7 @@ from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
 __all__ = [
     "BrokerService",
+    "DELIVERY_MS_MAX",
     "MessageKind",
     "RESERVED_PROPERTY_KEYS",
     "RouteOutcome",
@@ -84,6 +86,9 @@ RESERVED_PROPERTY_KEYS = frozenset(
     }
 )  # fmt: skip
 _MESSAGE_ID_LENGTH_MAX = 128
+# google.protobuf.Timestamp's range ends at 9999-12-31T23:59:59.999Z; a Java reader parses
+# TIMER_DELIVER_MS as a long, so anything wider must never be stored.
+DELIVERY_MS_MAX = 253_402_300_799_999
 _KEY_LENGTH_MAX = 128 * 1024
 
 
@@ -272,6 +277,10 @@ class BrokerService:
                 for spec in self._config.topics
             ],
         )
+        # Delay levels past the last are refused (the store alone would clamp them silently).
+        store_config = getattr(store, "config", None)
+        levels = getattr(store_config, "message_delay_level", DEFAULT_MESSAGE_DELAY_LEVEL)
+        self._delay_level_max = len(parse_message_delay_level(levels))
         self._state_lock = threading.Condition()
         self._journal: RedeliveryJournal | None = None
         self._journal_lock = threading.Lock()
@@ -516,6 +525,11 @@ class BrokerService:
 
     # --- the pieces -----------------------------------------------------------------------
 
+    def validate(self, command: SendCommand) -> SendOutcome | None:
+        """The broker's rules for one message, without storing it: ``None`` when it may be
+        sent, else the refusal ``send`` would answer (the CLI's ``send`` applies them too)."""
+        return self._validate(command)
+
     def _validate(self, command: SendCommand) -> SendOutcome | None:
         cfg, mid = self._config, command.message_id
         if not mid or len(mid) > _MESSAGE_ID_LENGTH_MAX or _has_control_chars(mid):
@@ -537,10 +551,11 @@ class BrokerService:
         has_group = command.message_group is not None
         has_delay = command.delivery_timestamp_ms is not None
         if command.delay_level is not None:
-            if command.delay_level < 1:
+            if not 1 <= command.delay_level <= self._delay_level_max:
                 return _reject(
                     SendCode.BAD_REQUEST,
-                    f"delay_level must be >= 1, got {command.delay_level}",
+                    f"delay_level must be in [1, {self._delay_level_max}], "
+                    f"got {command.delay_level}",
                     mid,
                 )
             if has_group or has_delay:
@@ -549,6 +564,13 @@ class BrokerService:
                     "delay_level cannot be combined with message_group or delivery_timestamp_ms",
                     mid,
                 )
+        if has_delay and not 0 <= (command.delivery_timestamp_ms or 0) <= DELIVERY_MS_MAX:
+            return _reject(
+                SendCode.ILLEGAL_DELIVERY_TIME,
+                f"delivery time {command.delivery_timestamp_ms} ms is outside "
+                f"[0, {DELIVERY_MS_MAX}] (1970 to 9999)",
+                mid,
+            )
         conflict = (
             (kind is MessageKind.NORMAL and (has_group or has_delay))
             or (kind is MessageKind.FIFO and not has_group)

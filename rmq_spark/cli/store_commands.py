@@ -214,20 +214,29 @@ def _handle_send(args: argparse.Namespace) -> int:
         if not sep or not key:
             raise _usage_error(f"--property {item!r}: expected K=V")
         properties[key] = value
-    if args.delay_level:
-        properties[DELAY] = str(args.delay_level)
     bodies = (
         (line.rstrip("\n").encode() for line in sys.stdin) if args.stdin else [args.body.encode()]
     )
     failures = 0
     check_store_path(args.store)
     with MessageStore.open(_store_config(args)) as store:
+        rules = _broker_rules(args, store)
         for body in bodies:
+            refused = _refusal(rules, args, body, properties)
+            if refused is not None and not args.stdin:
+                raise refused
+            if refused is not None:  # one bad line of many: reported like a refused put
+                failures += 1
+                print_json_line({"status": "REFUSED", "detail": str(refused)})
+                continue
+            stored = dict(properties)
+            if args.delay_level:
+                stored[DELAY] = str(args.delay_level)
             request = PutRequest(
                 args.topic,
                 body,
                 queue_id=args.queue_id,
-                properties=properties or None,
+                properties=stored or None,
                 tags=args.tags,
                 keys=tuple(args.keys),
             )
@@ -248,6 +257,52 @@ def _handle_send(args: argparse.Namespace) -> int:
                 }
             )
     return EXIT_FAILED if failures else EXIT_OK
+
+
+# Which option a broker refusal is about, for the one-line error.
+_OPTION_OF_CODE = {
+    "MESSAGE_BODY_EMPTY": "--body",
+    "MESSAGE_BODY_TOO_LARGE": "--body",
+    "ILLEGAL_MESSAGE_TAG": "--tags",
+    "ILLEGAL_MESSAGE_KEY": "--keys",
+    "ILLEGAL_MESSAGE_PROPERTY_KEY": "--property",
+    "MESSAGE_PROPERTIES_TOO_LARGE": "--property",
+    "BAD_REQUEST": "--delay-level",
+}
+
+
+def _broker_rules(args: argparse.Namespace, store: Any) -> Any:
+    """The broker's validation over this store: one owner of the rules (``service.py``)."""
+    from rmq_spark.broker.service import BrokerService
+
+    return BrokerService(
+        store,
+        config_from_args(args).broker,
+        max_message_size_bytes=store.config.max_message_size_bytes,
+    )
+
+
+def _refusal(
+    rules: Any, args: argparse.Namespace, body: bytes, properties: dict[str, str]
+) -> RmqError | None:
+    """``InvalidMessageError`` naming the option when the broker would refuse this message."""
+    from rmq_spark.broker.service import SendCommand
+    from rmq_spark.errors import InvalidMessageError
+
+    command = SendCommand(
+        topic=args.topic,
+        body=body,
+        message_id="rmq-spark-send",  # the store assigns UNIQ_KEY; the id is not checked here
+        tag=args.tags,
+        keys=tuple(args.keys),
+        user_properties=properties,
+        delay_level=args.delay_level or None,
+    )
+    outcome = rules.validate(command)
+    if outcome is None:
+        return None
+    option = _OPTION_OF_CODE.get(outcome.code.name, "message")
+    return InvalidMessageError(option, f"{outcome.code.name}: {outcome.reason}")
 
 
 def _usage_error(message: str, command: str = "send") -> RmqError:

@@ -7,7 +7,8 @@
 //
 // and "DONE" once the push listener acknowledged `expected` messages (the failed one at
 // attempt 2) and the simple consumer received `expected` messages, or "TIMEOUT".
-// Usage: consumecheck <endpoint> <topic> <expected>
+// Usage: consumecheck <endpoint> <topic> <expected> [tls]
+// With "tls" the client keeps its default EnableSsl (true: TLS, any certificate trusted).
 package main
 
 import (
@@ -45,7 +46,9 @@ func fail(what string, err error) {
 func main() {
 	endpoint, topic := os.Args[1], os.Args[2]
 	expected, _ := strconv.Atoi(os.Args[3])
-	rmq.EnableSsl = false // the broker's quick start serves plaintext gRPC
+	if len(os.Args) < 5 || os.Args[4] != "tls" {
+		rmq.EnableSsl = false // plaintext gRPC; the broker's port serves both
+	}
 	all := map[string]*rmq.FilterExpression{topic: rmq.SUB_ALL}
 
 	var mu sync.Mutex
