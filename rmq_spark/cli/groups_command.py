@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import struct
 import sys
 from dataclasses import asdict, dataclass
@@ -236,6 +237,7 @@ def reset_offsets_on_broker(
     *,
     to_offset: int | None = None,
     to_time_ms: int | None = None,
+    credentials: tuple[str, str] | None = None,
 ) -> dict[int, int]:
     """``reset_offsets`` through a running broker (UpdateOffset per queue, which drops the
     group's in-flight state there); the broker refuses while consumers of ``group`` are
@@ -246,7 +248,7 @@ def reset_offsets_on_broker(
     if not queues:
         raise ConfigError("--topic", f"topic {topic!r} has no ConsumeQueue in {root}")
     new: dict[int, int] = {}
-    with OffsetClient(address) as client:
+    with OffsetClient(address, credentials=credentials) as client:
         for queue_id, queue in sorted(queues.items()):
             if to_time_ms is not None:
                 wanted = client.offset_for_time(topic, queue_id, to_time_ms)
@@ -286,12 +288,26 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _credentials(access_key: str | None) -> tuple[str, str] | None:
+    """``--access-key`` with its secret from ``RMQ_SECRET_KEY`` (never on the command line,
+    where ``ps`` shows it)."""
+    if access_key is None:
+        return None
+    secret = os.environ.get("RMQ_SECRET_KEY")
+    if not secret:
+        raise ConfigError("--access-key", "set the secret key in the RMQ_SECRET_KEY variable")
+    return access_key, secret
+
+
 def _reset(args: argparse.Namespace) -> int:
     to_time = _parse_time(args.to_time) if args.to_time is not None else None
     root = Path(args.reset_store)
     target = {"to_offset": args.to_offset, "to_time_ms": to_time}
     if args.broker:
-        new = reset_offsets_on_broker(root, args.broker, args.group, args.topic, **target)
+        credentials = _credentials(args.access_key)
+        new = reset_offsets_on_broker(
+            root, args.broker, args.group, args.topic, credentials=credentials, **target
+        )
     else:
         new = reset_offsets(root, args.group, args.topic, **target)
     for queue_id, offset in sorted(new.items()):
@@ -337,6 +353,12 @@ def register(subparsers: Any) -> None:
         metavar="HOST:PORT",
         help="the broker that has the store open: reset through it (refused while consumers "
         "of the group are connected)",
+    )
+    reset.add_argument(
+        "--access-key",
+        metavar="AK",
+        help="with --broker and auth on: a user with the Update right on the group (its secret "
+        "key in the RMQ_SECRET_KEY variable)",
     )
     reset.add_argument("--group", required=True)
     reset.add_argument("--topic", required=True)

@@ -201,6 +201,7 @@ class GroupCommitter:
     group: str
     topics: tuple[str, ...]
     brokers: str = ""
+    credentials: tuple[str, str] | None = None  # signs the offset RPCs (broker auth on)
 
     def commit(self, end: int) -> dict[tuple[str, int], int]:
         """Commit the queue offsets at CommitLog ``end``; returns the ones that moved."""
@@ -223,7 +224,7 @@ class GroupCommitter:
     def committed(self) -> dict[tuple[str, int], int]:
         """The group's committed offsets (through the broker when there is one)."""
         if self.brokers:
-            with _client(self.brokers) as client:
+            with _client(self.brokers, self.credentials) as client:
                 return {
                     key: found
                     for key in queue_offsets_at(self.root, self.topics, 0)
@@ -233,7 +234,7 @@ class GroupCommitter:
 
     def _commit_rpc(self, wanted: Mapping[tuple[str, int], int]) -> dict[tuple[str, int], int]:
         moved: dict[tuple[str, int], int] = {}
-        with _client(self.brokers) as client:
+        with _client(self.brokers, self.credentials) as client:
             for (topic, queue_id), offset in wanted.items():
                 current = client.get(self.group, topic, queue_id)
                 if current is not None and current >= offset:
@@ -244,10 +245,10 @@ class GroupCommitter:
 
 
 @contextmanager
-def _client(address: str) -> Iterator[OffsetClient]:
+def _client(address: str, credentials: tuple[str, str] | None) -> Iterator[OffsetClient]:
     """The broker's offset RPCs; its errors as ``GroupOffsetError`` (the query's)."""
     try:
-        with OffsetClient(address) as client:
+        with OffsetClient(address, credentials=credentials) as client:
             yield client
     except (BrokerError, ConsumeRejectedError) as err:
         raise GroupOffsetError(f"consumer group offsets on {address}: {err}") from err
@@ -286,7 +287,7 @@ def committer_for(options: SourceOptions) -> GroupCommitter:
     root = Path(options.path)
     group = options.consumer_group
     topics = group_topics(root, group, options.topics, options.topic_pattern)
-    return GroupCommitter(root, group, tuple(topics), options.brokers)
+    return GroupCommitter(root, group, tuple(topics), options.brokers, options.credentials)
 
 
 def start_of_group(view: StoreView, options: SourceOptions, end: int) -> int:

@@ -94,6 +94,7 @@ class SourceOptions:
     ending_queue_times: QueuePositions = ()  # EndingMode.QUEUES: per-queue store times
     consumer_group: str = ""  # commit progress as this RocketMQ group's offsets; "" = none
     brokers: str = ""  # the broker holding the store (gRPC host:port) for group commits
+    credentials: tuple[str, str] | None = None  # accessKey/secretKey: signs the group commits
 
     def __post_init__(self) -> None:
         if self.min_partitions < 0:
@@ -150,6 +151,8 @@ _SYNTAX: dict[str, str] = {
     "endingOffsetsByTimestamp": 'per queue {"topic": {"queueId": epochMillis}} (batch only)',
     "consumerGroup": "a RocketMQ consumer group name (letters, digits, %|_-; 255 at most)",
     "brokers": "the gRPC address host:port of the broker that holds the store",
+    "accessKey": "the access key the broker's authentication knows (with secretKey)",
+    "secretKey": "the secret key of accessKey (Spark redacts it from plans and logs)",
 }
 
 OPTION_NAMES: tuple[str, ...] = tuple(_SYNTAX)
@@ -300,6 +303,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
 
     values.update(_starting(raw, streaming))
     values.update(_group(raw, values))
+    values.update(_credentials(raw))
     values.update(_ending(raw, streaming))
 
     for name, key in (
@@ -466,6 +470,15 @@ def _is_queue_json(text: str) -> bool:
         and bool(parsed)
         and all(isinstance(v, dict) for v in parsed.values())
     )
+
+
+def _credentials(raw: dict[str, str]) -> dict[str, object]:
+    """accessKey + secretKey (both or neither): what our gRPC calls sign with."""
+    if ("accessKey" in raw) != ("secretKey" in raw):
+        raise SourceError("options accessKey and secretKey go together; give both or neither")
+    if "accessKey" not in raw:
+        return {}
+    return {"credentials": (raw["accessKey"].strip(), raw["secretKey"])}
 
 
 def _group(raw: dict[str, str], values: dict[str, object]) -> dict[str, object]:

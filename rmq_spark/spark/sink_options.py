@@ -37,6 +37,7 @@ _REQUIRED = ("topic", "body")
 SINK_OPTION_NAMES = (
     "path", "brokers", "namespace", "keyColumn", "writeId", "lockTimeoutMs", "batchMessages",
     "maxInflightRequests", "requestTimeoutMs", "maxAttempts", "config", "checkpointLocation",
+    "accessKey", "secretKey",
 )  # fmt: skip
 # store.* and broker.* options are configuration overrides of the embedded broker.
 _OVERRIDE_SECTIONS = ("store.", "broker.")
@@ -59,6 +60,7 @@ class SinkOptions:
     max_attempts: int = 5  # through a broker: attempts of one request (same ids)
     config: str = ""  # embedded: TOML configuration file (as --config)
     overrides: tuple[tuple[str, str], ...] = field(default=())  # embedded: store.*/broker.*
+    credentials: tuple[str, str] | None = None  # through a broker with auth: accessKey/secretKey
 
     @property
     def embedded(self) -> bool:
@@ -125,9 +127,15 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
             "options config, store.* and broker.* configure the embedded sink; "
             "with brokers the broker's own configuration applies"
         )
+    if ("accessKey" in raw) != ("secretKey" in raw):
+        raise SinkError("options accessKey and secretKey go together; give both or neither")
+    if "accessKey" in raw and not brokers:
+        raise SinkError("options accessKey/secretKey sign requests to a broker: give brokers")
+    credentials = (raw["accessKey"], raw["secretKey"]) if "accessKey" in raw else None
     return SinkOptions(
         path=path,
         brokers=brokers,
+        credentials=credentials,
         namespace=raw.get("namespace", ""),
         key_column=raw.get("keyColumn", ""),
         write_id=write_id,

@@ -168,6 +168,7 @@ class GrpcTarget:
     max_delay_level = 0  # delay levels are refused at plan time through a broker
 
     def __init__(self, options: SinkOptions) -> None:
+        from rmq_spark.broker.auth import RequestSigner
         from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
         from rmq_spark.broker.message_id import MessageIdGenerator
 
@@ -176,6 +177,7 @@ class GrpcTarget:
         self._metadata = client_metadata(
             f"rmq-spark-sink@{MessageIdGenerator().next_id()}", options.namespace
         )
+        self._sign = RequestSigner(options.credentials, SystemClock())
         self._pool = ThreadPoolExecutor(max_workers=options.max_inflight_requests)
         self._clock = SystemClock()
 
@@ -238,7 +240,7 @@ class GrpcTarget:
                 response = self._stub.SendMessage(
                     request,
                     timeout=self._options.request_timeout_ms / 1000,
-                    metadata=self._metadata,
+                    metadata=self._sign(self._metadata),
                 )
             except grpc.RpcError as err:
                 code = err.code() if hasattr(err, "code") else None

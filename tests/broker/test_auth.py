@@ -8,6 +8,7 @@ Raw requests are built with grpc and the broker's protos, signed with ``auth.sig
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -329,3 +330,27 @@ def test_a_missing_users_file_stops_the_start_with_one_line_naming_it(tmp_path: 
         start_broker(tmp_path / "store", tmp_path / "work", *settings)
     assert f"broker error: broker.auth_users_file: cannot read {missing}" in str(failure.value)
     assert "Traceback" not in str(failure.value)
+
+
+def test_groups_reset_through_an_auth_broker_signs_with_the_operators_key(
+    auth_broker: Callable[..., BrokerProcess],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from rmq_spark.broker.producer import Producer
+    from rmq_spark.cli.main import main
+
+    broker = auth_broker("broker.default_queue_count=1")
+    with Producer(broker.address, credentials=ALICE) as producer:
+        producer.send("orders", b"one")
+    argv = ["groups", "reset", "--store", str(broker.store_dir), "--broker", broker.address,
+            "--group", "billing", "--topic", "orders", "--to-offset", "1"]  # fmt: skip
+    capsys.readouterr()
+    assert main(argv) != 0  # unsigned: refused
+    assert "UNAUTHORIZED" in capsys.readouterr().err
+    monkeypatch.delenv("RMQ_SECRET_KEY", raising=False)
+    assert main([*argv, "--access-key", "admin"]) != 0
+    assert "RMQ_SECRET_KEY" in capsys.readouterr().err
+    monkeypatch.setenv("RMQ_SECRET_KEY", ADMIN[1])
+    assert main([*argv, "--access-key", "admin"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[0])["offset"] == 1

@@ -118,3 +118,13 @@ def test_a_broker_holding_the_store_needs_the_brokers_option(
     )
     with Broker(root), pytest.raises(GroupOffsetError, match="give the source option brokers"):
         GroupSync(options).advance(placed[("orders", 0)][1])
+
+
+def test_group_commits_sign_with_the_credentials_options() -> None:
+    from rmq_spark.errors import SourceError
+    from rmq_spark.spark.options import parse_options
+
+    raw = {"path": "/s", "consumerGroup": "g", "accessKey": "ak", "secretKey": "sk"}
+    assert parse_options(raw, streaming=True).credentials == ("ak", "sk")
+    with pytest.raises(SourceError, match="go together"):
+        parse_options({"path": "/s", "accessKey": "ak"}, streaming=True)

@@ -227,3 +227,14 @@ def test_send_batch_answers_each_command_in_order_like_send(tmp_path: Path) -> N
         assert outcomes[3].physical_offset == outcomes[0].physical_offset
         single = service.send(commands[0])
         assert single.duplicate and single.physical_offset == outcomes[0].physical_offset
+
+
+def test_sink_credentials_go_with_brokers_and_together() -> None:
+    from rmq_spark.spark.sink_options import parse_sink_options
+
+    signed = parse_sink_options({"brokers": "127.0.0.1:1", "accessKey": "a", "secretKey": "s"})
+    assert signed.credentials == ("a", "s")
+    with pytest.raises(SinkError, match="go together"):
+        parse_sink_options({"brokers": "127.0.0.1:1", "accessKey": "a"})
+    with pytest.raises(SinkError, match="give brokers"):
+        parse_sink_options({"path": "/s", "accessKey": "a", "secretKey": "s"})
