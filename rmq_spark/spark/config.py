@@ -7,6 +7,7 @@ from pathlib import Path
 
 __all__ = ["SparkConfig"]
 
+_CATALOGS = ("in-memory", "hive")
 _LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 
 
@@ -20,6 +21,10 @@ class SparkConfig:
     ui_enabled: bool = False  # start the Spark web UI
     driver_memory: str = "2g"  # spark.driver.memory (only honoured when Spark starts the JVM)
     warehouse_dir: Path | None = None  # spark.sql.warehouse.dir; None: Spark's default
+    # "hive": rmq.* persist in a Hive metastore (Derby at metastore_dir: one JVM at a time);
+    # "in-memory": every session registers them (build_session(tables_dir=...)).
+    catalog: str = "in-memory"
+    metastore_dir: Path | None = None  # catalog = "hive": Derby's folder; None: ./metastore_db
     extra_conf: tuple[str, ...] = ()  # more Spark settings as "key=value" strings
 
     def __post_init__(self) -> None:
@@ -27,6 +32,8 @@ class SparkConfig:
             raise ValueError("master: must not be empty")
         if self.log_level.upper() not in _LOG_LEVELS:
             raise ValueError(f"log_level: {self.log_level!r} is not one of {list(_LOG_LEVELS)}")
+        if self.catalog not in _CATALOGS:
+            raise ValueError(f"catalog: {self.catalog!r} is not one of {list(_CATALOGS)}")
         if self.shuffle_partitions < 1:
             raise ValueError(f"shuffle_partitions: must be >= 1, got {self.shuffle_partitions}")
         for item in self.extra_conf:

@@ -77,6 +77,8 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         conf["spark.executor.extraJavaOptions"] = option
     if config.warehouse_dir is not None:
         conf["spark.sql.warehouse.dir"] = str(config.warehouse_dir)
+    if config.catalog == "hive":
+        conf.update(_hive_conf(config.metastore_dir))
     for item in config.extra_conf:
         key, _, value = item.partition("=")
         conf[key.strip()] = value.strip()
@@ -219,6 +221,20 @@ def _register_sources(spark: SparkSession) -> None:
     from rmq_spark.spark import source
 
     source.register(spark)
+
+
+def _hive_conf(metastore_dir: Path | None) -> dict[str, str]:
+    """Spark's built-in Hive metastore in Derby at ``metastore_dir``: catalog entries (the
+    reput job's ``rmq.*``) outlive the session, and ``spark-sql`` given the same setting sees
+    them. Embedded Derby admits one JVM at a time; concurrent sessions need an external
+    metastore (``extra_conf``: ``spark.hadoop.javax.jdo.option.ConnectionURL`` and driver)."""
+    folder = (metastore_dir or Path("metastore_db")).absolute()
+    return {
+        "spark.sql.catalogImplementation": "hive",
+        "spark.hadoop.javax.jdo.option.ConnectionURL": (
+            f"jdbc:derby:;databaseName={folder};create=true"
+        ),
+    }
 
 
 def _delta_jars(jars_dir: Path | None) -> list[Path]:
