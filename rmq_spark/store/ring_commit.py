@@ -209,7 +209,7 @@ class RingCommit:
         if self.ready():
             self.rescues += 1
             if self.rescues == 1:
-                _log.info("io_uring: an fsync's end was found by the timer, not the eventfd")
+                _log.debug("io_uring: an fsync's end was found by the timer, not the eventfd")
             self.pump()
         elif time.monotonic() - self.in_flight[0].submitted_s > _LOST_AFTER_S:
             self._rescue()

@@ -153,7 +153,7 @@ class FsyncRing:
         try:
             return cls()
         except OSError as err:
-            _log.info("io_uring is not available (%s); SYNC puts use a flush thread", err)
+            _log.debug("io_uring is not available (%s); SYNC puts use a flush thread", err)
             return None
 
     def submit_fdatasync(self, fds: list[int], user_data: int) -> None:
