@@ -115,7 +115,7 @@ def resolve_batch_end(view: StoreView, options: SourceOptions, start: int, end: 
         raise SourceError(
             f"endingOffsets physical_offset {offset} is past the readable end {end} of the log"
         )
-    planner.check_boundary(view, offset, end)
+    planner.check_boundary(view, offset, end, "endingOffsets")
     return offset
 
 

@@ -331,16 +331,17 @@ def first_store_time(view: StoreView, start: int, end: int) -> int:
     return -1
 
 
-def check_boundary(view: StoreView, offset: int, end: int) -> None:
-    """Raise ``SourceError`` unless ``offset`` is a place a query may start: a record start,
-    a BLANK record, a segment start, or the readable end ``end``.
+def check_boundary(view: StoreView, offset: int, end: int, option: str = "startingOffsets") -> None:
+    """Raise ``SourceError`` unless ``offset`` is a place a query may start or stop: a record
+    start, a BLANK record, a segment start, or the readable end ``end``; the message names
+    ``option`` (the one that gave the offset).
     """
     if offset == end or any(s.base_offset == offset for s in view.spans):
         return
     span = view.span_at(offset)
     if span is None or offset > end:
         raise SourceError(
-            f"startingOffsets physical_offset {offset} is outside the readable log "
+            f"{option} physical_offset {offset} is outside the readable log "
             f"[{view.min_offset}, {end}]"
         )
     with MappedSegment(view.segment_path(span.base_offset)) as mapped:
@@ -353,7 +354,7 @@ def check_boundary(view: StoreView, offset: int, end: int) -> None:
             return
         nearest = sync_forward(mapped.buffer, span.base_offset, position, limit)
     raise SourceError(
-        f"startingOffsets physical_offset {offset} is not the start of a record "
+        f"{option} physical_offset {offset} is not the start of a record "
         f"(the next record starts at {span.base_offset + nearest})"
     )
 

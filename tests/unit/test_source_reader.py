@@ -412,3 +412,10 @@ def test_driver_read_stream_is_exactly_once_under_admission_control(log):
         start, batches = end, batches + 1
     assert got == [r["physical_offset"] for r in reference_rows(log.records)]
     assert batches == 9  # 80 messages, 9 per batch
+
+
+def test_an_ending_offset_inside_a_record_names_endingOffsets(log):
+    inside = log.records[1].physical_offset + 7
+    reader = batch(log.store_dir, endingOffsets=json.dumps({"physical_offset": inside}))
+    with pytest.raises(SourceError, match="^endingOffsets physical_offset .* is not the start"):
+        reader.partitions()
