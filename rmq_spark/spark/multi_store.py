@@ -133,7 +133,7 @@ def _tagged(
 ) -> Iterator[pa.RecordBatch]:
     for batch in batches:
         columns = {name: batch.column(name) for name in batch.schema.names}
-        columns[STORE_COLUMN] = pa.array([store] * batch.num_rows, pa.string())
+        columns[STORE_COLUMN] = pa.repeat(pa.scalar(store, pa.string()), batch.num_rows)
         yield pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
