@@ -26,6 +26,7 @@ from google.protobuf import message_factory
 
 from rmq_spark.broker.acl import Action, Need, allowed, missing_rights, needs_of
 from rmq_spark.broker.auth import Authenticator, Identity, Refusal
+from rmq_spark.broker.limits import Admitted
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, is_redelivery_message
@@ -59,6 +60,8 @@ class Gate:
                 "secret key)"
             )
             return self._unauthorized(reason)
+        if isinstance(request, Admitted):  # a SendMessage booked in the in-flight budget
+            request = request.message
         if not hasattr(request, "DESCRIPTOR"):  # Malformed: the handler answers BAD_REQUEST
             return None
         if self.method == "SendMessage":
