@@ -7,7 +7,10 @@ not pay a JVM's start for one message, so this module reads the same Delta table
 pyarrow's dataset scanner, whose filters skip Parquet row groups by their statistics (the
 tables are written in log order, so ``physical_offset`` and ``store_timestamp`` ranges are
 tight). The same filters as ``query.py``: the index is searched by ``key_hash`` and then the
-real topic and key, so a hash collision never leaks through.
+real topic and key, so a hash collision never leaks through. Only numeric columns go to the
+scanner: a Delta file whose strings are longer than the stats prefix has no min/max for them,
+which deltalake turns into a guarantee no string value meets (every file skipped); topics and
+keys are compared after the scan.
 """
 
 from __future__ import annotations
@@ -55,6 +58,10 @@ def _both(a: ds.Expression, b: ds.Expression | None) -> ds.Expression:
     return a if b is None else a & b
 
 
+def _where(table: pa.Table, column: str, value: str) -> pa.Table:
+    return table.filter(pc.equal(table.column(column), value))
+
+
 def local_messages_by_key(
     tables_dir: str | Path,
     topic: str,
@@ -64,27 +71,25 @@ def local_messages_by_key(
     end_ms: int | None = None,
 ) -> pa.Table:
     """``query.messages_by_key`` without Spark: ``messages`` rows in log order."""
-    index = _dataset(tables_dir, MESSAGE_INDEX).to_table(
-        columns=["physical_offset", "store_timestamp"],
+    hits = _dataset(tables_dir, MESSAGE_INDEX).to_table(
+        columns=["topic", "key", "physical_offset", "store_timestamp"],
         filter=_both(
-            (ds.field("key_hash") == index_key_hash(f"{topic}#{key}"))
-            & (ds.field("topic") == topic)
-            & (ds.field("key") == key),
+            ds.field("key_hash") == index_key_hash(f"{topic}#{key}"),
             _time_filter(begin_ms, end_ms),
         ),
     )
+    index = _where(_where(hits, "topic", topic), "key", key)
     messages = _dataset(tables_dir, MESSAGES)
     if index.num_rows == 0:
         return messages.schema.empty_table()
     offsets = pc.unique(index.column("physical_offset"))
     times = index.column("store_timestamp")
     found = messages.to_table(
-        filter=(ds.field("topic") == topic)
-        & (ds.field("store_timestamp") >= pc.min(times))
+        filter=(ds.field("store_timestamp") >= pc.min(times))
         & (ds.field("store_timestamp") <= pc.max(times))
         & ds.field("physical_offset").isin(offsets)
     )
-    return found.sort_by("physical_offset")
+    return _where(found, "topic", topic).sort_by("physical_offset")
 
 
 def local_messages_by_time(
@@ -95,7 +100,7 @@ def local_messages_by_time(
 ) -> pa.Table:
     """``query.messages_by_time`` without Spark: ``messages`` rows of ``topic`` stored in
     ``[begin_ms, end_ms)`` (either end open), in log order."""
-    found = _dataset(tables_dir, MESSAGES).to_table(
-        filter=_both(ds.field("topic") == topic, _time_filter(begin_ms, end_ms))
-    )
-    return found.sort_by("physical_offset")
+    dataset = _dataset(tables_dir, MESSAGES)
+    window = _time_filter(begin_ms, end_ms)
+    found = dataset.to_table() if window is None else dataset.to_table(filter=window)
+    return _where(found, "topic", topic).sort_by("physical_offset")
