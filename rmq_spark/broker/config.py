@@ -41,8 +41,7 @@ class BrokerConfig:
     grpc_worker_threads: int = 8  # threads for puts to a store without put_async (else: the loop)
     shutdown_grace_ms: int = 5000  # how long a stop waits for in-flight requests
     event_loop: str = "asyncio"  # the server's loop: asyncio, uvloop, auto (uvloop if installed)
-    # Prometheus /metrics on host:port (e.g. 127.0.0.1:9105); empty: no metrics port
-    metrics_listen: str = ""
+    metrics_listen: str = ""  # Prometheus /metrics on host:port (127.0.0.1:9105); empty: off
     # TLS and resource limits (docs/BROKER.md, "TLS and resource limits")
     tls_mode: str = "permissive"  # permissive: TLS and plaintext on one port; enforcing; disabled
     tls_cert_file: str = ""  # PEM certificate chain; empty: self-signed in <store>/config/tls/
