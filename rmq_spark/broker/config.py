@@ -41,6 +41,7 @@ class BrokerConfig:
     grpc_worker_threads: int = 8  # threads for puts to a store without put_async (else: the loop)
     shutdown_grace_ms: int = 5000  # how long a stop waits for in-flight requests
     event_loop: str = "asyncio"  # the server's loop: asyncio, uvloop, auto (uvloop if installed)
+    metrics_listen: str = ""  # Prometheus /metrics on host:port (127.0.0.1:9105); empty: off
     # TLS and resource limits (docs/BROKER.md, "TLS and resource limits")
     tls_mode: str = "permissive"  # permissive: TLS and plaintext on one port; enforcing; disabled
     tls_cert_file: str = ""  # PEM certificate chain; empty: self-signed in <store>/config/tls/
@@ -65,6 +66,11 @@ class BrokerConfig:
             parse_listen(self.listen)
         except ValueError as err:
             raise ValueError(f"listen: {err}") from None
+        if self.metrics_listen:
+            try:
+                parse_listen(self.metrics_listen)
+            except ValueError as err:
+                raise ValueError(f"metrics_listen: {err}") from None
         if not self.broker_name or "|" in self.broker_name:
             raise ValueError(
                 f"broker_name: must be non-empty without '|', got {self.broker_name!r}"

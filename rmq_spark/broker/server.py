@@ -42,6 +42,7 @@ from rmq_spark.broker.grpc_api import (
     grpc_server_options,
 )
 from rmq_spark.broker.limits import InflightBytes, connection_options, ensure_fd_limit
+from rmq_spark.broker.metrics import MetricsEndpoint
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.broker.tls import TlsFiles, resolve_tls
 from rmq_spark.clock import Clock, SystemClock
@@ -329,9 +330,18 @@ def run_broker(
         store.close()
         _restore(previous)
         raise
+    try:
+        metrics = _start_metrics(broker_config, service, consume, store)
+    except BaseException:
+        endpoint.stop()
+        consume.close()
+        store.close()
+        _restore(previous)
+        raise
     started_s = time.monotonic()
     log.info(
-        "broker started: listening on %s (pid %d), store %s, flush %s, topics %s, loop %s",
+        "broker started: listening on %s (pid %d), store %s, flush %s, topics %s, loop %s, "
+        "metrics %s",
         endpoint.address,
         os.getpid(),
         store_config.root_dir,
@@ -340,6 +350,7 @@ def run_broker(
         if broker_config.auto_create_topics
         else "must exist",
         endpoint.loop_name,
+        metrics.url if metrics is not None else "off",
     )
     open_warning = open_listener_warning(broker_config)
     if open_warning is not None:
@@ -352,6 +363,8 @@ def run_broker(
     finally:
         service.begin_shutdown()
         consume.begin_shutdown()
+        if metrics is not None:
+            metrics.stop()
         endpoint.stop()
         idle = service.wait_idle(broker_config.shutdown_grace_ms / 1000)
         try:
@@ -366,6 +379,15 @@ def run_broker(
         "" if idle else " (some sends were still running at the deadline)",
     )
     return 0
+
+
+def _start_metrics(
+    config: BrokerConfig, service: BrokerService, consume: ConsumeService, store: Any
+) -> MetricsEndpoint | None:
+    """The Prometheus endpoint of ``broker.metrics_listen``; ``None`` when it is not set."""
+    if not config.metrics_listen:
+        return None
+    return MetricsEndpoint(config.metrics_listen, service, consume, store).start()
 
 
 def take_own_cpu_share() -> bool:

@@ -18,6 +18,7 @@ import enum
 import logging
 import re
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,7 @@ from rmq_spark.broker.redelivery_journal import (
     store_min_offset,
 )
 from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id
+from rmq_spark.broker.traffic import TrafficStats
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
 from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
@@ -286,6 +288,7 @@ class BrokerService:
         self._journal_lock = threading.Lock()
         self._shutting_down = False
         self._in_flight = 0
+        self.traffic = TrafficStats()  # read by metrics.py at scrape time
 
     @property
     def config(self) -> BrokerConfig:
@@ -342,10 +345,12 @@ class BrokerService:
                 request, message_id = later.request, later.message_id
             finally:
                 _PUT_LATER.reset(token)
+            started = time.perf_counter()
             try:
                 result: PutResult = await self._store.put_async(request)  # type: ignore[attr-defined]
             except StoreError as err:
                 return _store_failure(err, message_id)
+            self.traffic.put_done((result,), time.perf_counter() - started)
             return _put_outcome(result, message_id)
         finally:
             with self._state_lock:
@@ -392,12 +397,14 @@ class BrokerService:
         try:
             placed = [self._place(command) for command in commands]
             requests = [p for p in placed if isinstance(p, PutRequest)]
+            started = time.perf_counter()
             try:
                 results: list[PutResult] = (
                     self._store.put_batch(requests) if requests else []  # type: ignore[attr-defined]
                 )
             except StoreError as err:
                 return [_store_failure(err, c.message_id) for c in commands]
+            self.traffic.put_done(results, time.perf_counter() - started)
             stored = iter(results)
             return [
                 _put_outcome(next(stored), c.message_id) if isinstance(p, PutRequest) else p
@@ -471,6 +478,8 @@ class BrokerService:
             return _store_failure(err, message_id)
         if isinstance(found, str):
             return self._refuse_redelivery(found, message_id)
+        if not isinstance(found, RedeliveredCopy):
+            self.traffic.put_done((found,), None)
         if isinstance(found, RedeliveredCopy):  # redelivered before: its first copy
             return SendOutcome(
                 SendCode.OK,
@@ -517,10 +526,12 @@ class BrokerService:
     def _put(self, request: PutRequest, message_id: str) -> SendOutcome:
         if _PUT_LATER.get():  # inside send_async: it awaits the put itself
             raise _PutLater(request, message_id)
+        started = time.perf_counter()
         try:
             result: PutResult = self._store.put(request)  # type: ignore[attr-defined]
         except StoreError as err:
             return _store_failure(err, message_id)
+        self.traffic.put_done((result,), time.perf_counter() - started)
         return _put_outcome(result, message_id)
 
     # --- the pieces -----------------------------------------------------------------------

@@ -37,6 +37,7 @@ from rmq_spark.errors import BrokerError, ConfigError, RedeliveryFailedError, Rm
 from rmq_spark.store.delay_levels import parse_message_delay_level
 
 __all__ = [
+    "SCHEDULE_JOB_GROUP",
     "ScheduleJobSpec",
     "open_redeliverer",
     "run_continuous",
@@ -47,6 +48,9 @@ __all__ = [
 log = logging.getLogger("rmq_spark.delay")
 
 _ONCE_PASSES_MAX = 10_000
+# The job is a loop of passes, not a streaming query: its Spark jobs (consume_queue reads)
+# carry this job group in the UI and the status tracker, as the reput query carries its name.
+SCHEDULE_JOB_GROUP = "rmq-schedule"
 _LAG_CHECK_INTERVAL_MS = 10_000
 
 
@@ -253,6 +257,7 @@ def run_schedule(
         ):
             if consume_queue_table_exists(spec.tables_dir) and spark_factory is not None:
                 spark = spark_factory()
+                spark.sparkContext.setJobGroup(SCHEDULE_JOB_GROUP, "rmq-spark schedule job")
         sink = _open_sink(spec, config, clock, stack)
         redeliverer = open_redeliverer(
             spec.store_dir,

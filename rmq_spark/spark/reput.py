@@ -66,6 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "BatchReport",
+    "REPUT_QUERY_NAME",
     "ReputBatchWriter",
     "ReputLag",
     "fresh_start_offset",
@@ -79,6 +80,8 @@ __all__ = [
 ]
 
 log = logging.getLogger("rmq_spark.reput")
+
+REPUT_QUERY_NAME = "rmq-reput"  # the streaming query's name (Spark UI, spark.streams, progress)
 
 
 @dataclass(frozen=True, slots=True)
@@ -376,6 +379,7 @@ def start_reput(
     stream = (
         reader.load(str(Path(store_dir).absolute()))
         .writeStream.foreachBatch(writer)
+        .queryName(REPUT_QUERY_NAME)
         .option("checkpointLocation", str(checkpoint.absolute()))
     )
     if config.available_now:

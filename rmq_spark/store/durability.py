@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Callable
 
 from rmq_spark.store.async_commit import AsyncGroupCommit, resolve_waves
@@ -27,6 +28,7 @@ from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.fileio import MmapFile, OsFile
 from rmq_spark.store.flush import FlushWait, GroupCommit
+from rmq_spark.store.latency import LatencyStats
 from rmq_spark.store.put import PutResult, PutStatus
 from rmq_spark.store.ring_commit import RingCommit
 from rmq_spark.store.segment import Segment
@@ -76,6 +78,7 @@ class Durability:
         self._published_ts = 0
         self.group = GroupCommit(self._flush_and_publish, lambda: commitlog.max_offset, end)
         self._async_commit: AsyncGroupCommit | None = None
+        self.fsync_stats = LatencyStats()  # fsyncs that made new bytes durable (metrics)
 
     @property
     def flushed_offset(self) -> int:
@@ -131,7 +134,11 @@ class Durability:
         publishing is serialised and only ever moves the offsets forward.
         """
         last_ts = self._last_store_ts()  # of a record written before the fsync reads positions
-        flushed = self._commitlog.flush(self._flushed_offset)
+        before = self._flushed_offset
+        started = time.perf_counter()
+        flushed = self._commitlog.flush(before)
+        if flushed > before:  # an idle periodic flush is no fsync worth timing
+            self.fsync_stats.record(time.perf_counter() - started)
         return self._publish_flushed(flushed, last_ts)
 
     def _publish_flushed(self, flushed: int, last_ts: int) -> int:
@@ -221,11 +228,13 @@ class Durability:
                 assert isinstance(file, MmapFile | OsFile)  # as _new_ring checked
                 fds.append(file.fileno())
                 targets.append((segment, position))
-        return fds, covering, _RingToken(targets, last_ts)
+        return fds, covering, _RingToken(targets, last_ts, time.perf_counter())
 
     def _ring_finish(self, token: object, covering: int) -> None:
         """After the fdatasyncs of ``_ring_start``: record and publish ``covering``."""
         assert isinstance(token, _RingToken)
+        if token.targets:
+            self.fsync_stats.record(time.perf_counter() - token.started)
         for segment, position in token.targets:
             if position > segment.flushed_position:
                 segment.flushed_position = position
@@ -236,11 +245,12 @@ class Durability:
 class _RingToken:
     """What ``_ring_finish`` needs of its ``_ring_start``."""
 
-    __slots__ = ("targets", "last_ts")
+    __slots__ = ("targets", "last_ts", "started")
 
-    def __init__(self, targets: list[tuple[Segment, int]], last_ts: int) -> None:
+    def __init__(self, targets: list[tuple[Segment, int]], last_ts: int, started: float) -> None:
         self.targets = targets
         self.last_ts = last_ts
+        self.started = started  # perf_counter() before the fdatasyncs were submitted
 
 
 def _apply(results: list[PutResult], status: tuple[PutStatus, str] | None) -> None:

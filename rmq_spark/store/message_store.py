@@ -50,6 +50,7 @@ from rmq_spark.store.cq_service import ConsumeQueueService
 from rmq_spark.store.durability import Durability
 from rmq_spark.store.fileio import FileOpener, OsOpener
 from rmq_spark.store.flush import Housekeeper, PeriodicTask
+from rmq_spark.store.latency import LatencySnapshot
 from rmq_spark.store.layout import (
     MAX_PROPERTIES_SIZE_BYTES,
     MAX_TOPIC_LENGTH_V1,
@@ -353,6 +354,11 @@ class MessageStore:
         """A copy of the whole queue-offset table."""
         with self._put_lock:
             return dict(self._appender.queue_offsets)
+
+    @property
+    def fsync_stats(self) -> LatencySnapshot:
+        """Durations of the fsyncs that made new records durable (for the broker's metrics)."""
+        return self._durable.fsync_stats.snapshot()
 
     @property
     def failure(self) -> OSError | None:

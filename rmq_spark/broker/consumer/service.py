@@ -260,6 +260,8 @@ class ConsumeService:
         room = receive.request.batch_size - len(found)
         if receive.retry is not None and room > 0:
             found += self.groups.pop(replace(receive.retry, batch_size=room), (0,))
+        if found:
+            self._broker.traffic.received(receive.request.group, len(found))
         return found
 
     @staticmethod
@@ -337,6 +339,7 @@ class ConsumeService:
             return handle
         if self.groups.ack(group, topic, handle) is HandleCode.INVALID:
             return _stale(receipt_handle)
+        self._broker.traffic.acked(group)
         return None
 
     def change_invisible(

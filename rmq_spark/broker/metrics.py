@@ -1,0 +1,214 @@
+"""The broker's Prometheus metrics: collectors that read the broker's state at scrape time.
+
+Owns the metric names (docs/BROKER.md, "Metrics") and the HTTP endpoint that serves them
+(``broker.metrics_listen``; off by default). Every value is read when Prometheus scrapes:
+the send and consume paths only count into ``traffic.TrafficStats`` and the store only times
+its fsyncs (``store/latency.py``), so neither imports ``prometheus_client`` and a broker
+without metrics pays no more than those counters.
+
+Does not own: the counting itself (``traffic.py``, ``store/durability.py``), the consumer
+groups' offsets (``consumer/groups.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.process_collector import ProcessCollector
+
+from rmq_spark.broker.config import parse_listen
+from rmq_spark.broker.consumer.groups import retry_topic
+from rmq_spark.broker.consumer.revive import REVIVE_GROUP
+from rmq_spark.broker.consumer.service import ConsumeService
+from rmq_spark.broker.service import BrokerService
+from rmq_spark.errors import BrokerError
+from rmq_spark.store.latency import LatencySnapshot
+
+__all__ = ["BrokerCollector", "MetricsEndpoint", "group_lags", "is_loopback"]
+
+log = logging.getLogger("rmq_spark.broker")
+
+
+class BrokerCollector:
+    """A ``prometheus_client`` collector over one broker: service, consumers and store."""
+
+    def __init__(self, service: BrokerService, consume: ConsumeService | None, store: Any) -> None:
+        self._service = service
+        self._consume = consume
+        self._store = store
+
+    def describe(self) -> list[Metric]:
+        return []  # names are not checked against other collectors: one broker per registry
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._traffic()
+        yield from self._store_metrics()
+        topics = self._service.topics.snapshot()
+        gauge = GaugeMetricFamily("rmq_topics", "Topics in the broker's table (internal too)")
+        gauge.add_metric([], len(topics))
+        yield gauge
+        if self._consume is not None:
+            yield from self._groups(topics)
+
+    def _traffic(self) -> Iterator[Metric]:
+        traffic = self._service.traffic.snapshot()
+        messages = CounterMetricFamily(
+            "rmq_put_messages", "Messages stored by the broker", labels=["topic"]
+        )
+        size = CounterMetricFamily(
+            "rmq_put_bytes", "Bytes of stored records (CommitLog record size)", labels=["topic"]
+        )
+        for topic, (count, total) in sorted(traffic.puts.items()):
+            messages.add_metric([topic], count)
+            size.add_metric([topic], total)
+        yield messages
+        yield size
+        yield _histogram(
+            "rmq_put_latency_seconds",
+            "Store put time of a send, fsync wait included under SYNC",
+            traffic.put_latency,
+        )
+        for name, help_text, table in (
+            ("rmq_consumer_received_messages", "Messages delivered to consumers", "received"),
+            ("rmq_consumer_acked_messages", "Messages acknowledged by consumers", "acked"),
+        ):
+            family = CounterMetricFamily(name, help_text, labels=["group"])
+            for group, count in sorted(getattr(traffic, table).items()):
+                family.add_metric([group], count)
+            yield family
+
+    def _store_metrics(self) -> Iterator[Metric]:
+        store = self._store
+        for name, help_text, value in (
+            ("rmq_commitlog_max_offset_bytes", "End of the last written record", "max_offset"),
+            ("rmq_commitlog_min_offset_bytes", "Oldest readable byte of the log", "min_offset"),
+        ):
+            gauge = GaugeMetricFamily(name, help_text)
+            gauge.add_metric([], getattr(store, value))
+            yield gauge
+        gauge = GaugeMetricFamily("rmq_store_disk_bytes", "Disk space the store directory uses")
+        gauge.add_metric([], disk_usage(Path(store.root_dir)))
+        yield gauge
+        stats = getattr(store, "fsync_stats", None)
+        if stats is not None:
+            yield _histogram(
+                "rmq_store_fsync_seconds", "fsyncs that made new records durable", stats
+            )
+
+    def _groups(self, topics: dict[str, int]) -> Iterator[Metric]:
+        assert self._consume is not None
+        lags = group_lags(self._consume, topics)
+        groups = GaugeMetricFamily("rmq_consumer_groups", "Consumer groups with progress")
+        groups.add_metric([], len({group for group, _topic in lags}))
+        yield groups
+        lag = GaugeMetricFamily(
+            "rmq_consumer_lag_messages",
+            "Messages stored but not acknowledged by the group (all queues of the topic)",
+            labels=["group", "topic"],
+        )
+        for (group, topic), value in sorted(lags.items()):
+            lag.add_metric([group, topic], value)
+        yield lag
+
+
+def group_lags(consume: ConsumeService, topics: dict[str, int]) -> dict[tuple[str, str], int]:
+    """(group, topic) -> messages past the group's committed offsets, over every queue of the
+    topic (a queue the group never read counts from its oldest message, where it would start).
+    The broker's retry reviver and the groups' ``%RETRY%`` topics are left out."""
+    offsets, _extra = consume.groups.snapshot()
+    lags: dict[tuple[str, str], int] = {}
+    for (topic, group), committed in offsets.items():
+        if group == REVIVE_GROUP or topic == retry_topic(group):
+            continue
+        total = 0
+        for queue_id in set(committed) | set(range(topics.get(topic, 0))):
+            low, high = consume.queue_bounds(topic, queue_id)
+            total += max(0, high - max(low, committed.get(queue_id, low)))
+        lags[(group, topic)] = total
+    return lags
+
+
+def disk_usage(root: Path) -> int:
+    """Bytes allocated to the files under ``root`` (segments are preallocated: their whole
+    size counts, as ``du`` says); files removed meanwhile are skipped."""
+    total = 0
+    for directory, _dirs, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(directory, name)).st_blocks * 512
+            except OSError:
+                continue
+    return total
+
+
+def _histogram(name: str, help_text: str, stats: LatencySnapshot) -> HistogramMetricFamily:
+    buckets: list[tuple[str, float]] = []
+    running = 0
+    for bound, count in zip(stats.bounds, stats.counts, strict=False):
+        running += count
+        buckets.append((repr(bound), running))
+    buckets.append(("+Inf", stats.count))
+    return HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=stats.sum_s)
+
+
+def is_loopback(host: str) -> bool:
+    return host in ("localhost", "::1") or host.startswith("127.")
+
+
+class MetricsEndpoint:
+    """``/metrics`` over HTTP on ``listen`` (``host:port``; port 0: any free port), served by
+    ``prometheus_client``'s threaded server from a registry of its own (one per broker)."""
+
+    def __init__(
+        self, listen: str, service: BrokerService, consume: ConsumeService | None, store: Any
+    ) -> None:
+        self._host, self._requested_port = parse_listen(listen)
+        self.registry = CollectorRegistry()
+        self.registry.register(BrokerCollector(service, consume, store))
+        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, memory, fds
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        host = f"[{self._host}]" if ":" in self._host else self._host
+        return f"http://{host}:{self.port}/metrics"
+
+    def start(self) -> MetricsEndpoint:
+        """Bind and serve (raises ``BrokerError`` naming the address if it cannot bind)."""
+        try:
+            self._server, self._thread = start_http_server(
+                self._requested_port, addr=self._host, registry=self.registry
+            )
+        except OSError as err:
+            raise BrokerError(
+                f"cannot serve metrics on {self._host}:{self._requested_port}: {err.strerror}"
+            ) from err
+        self.port = int(self._server.server_port)
+        if not is_loopback(self._host):
+            log.warning(
+                "broker: metrics on %s are readable by anyone who can reach it (no auth)",
+                self.url,
+            )
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
