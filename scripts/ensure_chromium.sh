@@ -15,12 +15,12 @@ if [[ -z "$(find_browser)" || -z "$(find_driver)" ]]; then
         exit 1
     fi
     export DEBIAN_FRONTEND=noninteractive
-    install() { apt-get install -y -q --no-install-recommends chromium chromium-driver >&2; }
+    apt_install() { apt-get install -y -q --no-install-recommends chromium chromium-driver >&2; }
     # The package lists may be missing or stale (a candidate that was since replaced on the
     # mirror answers 404): refresh them once and try again.
-    if ! install; then
+    if ! apt_install; then
         apt-get update -q >&2
-        install
+        apt_install
     fi
 fi
 browser="$(find_browser)"
