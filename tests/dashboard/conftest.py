@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from dashboard_world import World, build_world
 
@@ -9,8 +7,3 @@ from dashboard_world import World, build_world
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> World:
     return build_world(tmp_path_factory.mktemp("dashboard") / "store")
-
-
-@pytest.fixture
-def store(world: World) -> Path:
-    return world.root
