@@ -4,22 +4,18 @@ consumer groups and their lag, the reput and delay jobs' progress.
 Owns turning the store's files into plain rows (frozen dataclasses) for the pages; knows
 nothing of HTTP (``app.py``) nor of message lookups and traffic (``lookup.py``). Never takes
 the store's lock nor opens a file for writing: every read here is one a running broker
-allows (ConsumeQueue files through ``QueueFiles``, the CommitLog through ``StoreView``, the
+allows (ConsumeQueue and CommitLog files through ``files.py``, the
 JSON progress files as the broker last saved them).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
-from rmq_spark.cli.groups_command import GroupQueueRow, QueueFiles, group_rows
+from rmq_spark.cli.groups_command import GroupQueueRow, group_rows
+from rmq_spark.dashboard.files import LogReader, QueueSnapshot, topic_queue_snapshots
 from rmq_spark.delay.progress import ProgressFiles
-from rmq_spark.errors import RmqError
-from rmq_spark.store.codec import DecodedRecord, decode_record
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.reader_progress import read_reader_progress
@@ -32,8 +28,7 @@ __all__ = [
     "ReaderRow",
     "StoreSummary",
     "TopicRow",
-    "all_queues",
-    "decoded_at",
+    "application_queues",
     "delay_rows",
     "group_rows",
     "is_system_topic",
@@ -41,12 +36,10 @@ __all__ = [
     "reader_rows",
     "store_end",
     "store_summary",
-    "store_time_of_unit",
     "topic_queues",
     "topic_rows",
 ]
 
-_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])  # FORMAT.md 6
 _SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", RMQ_SYS_SCHEDULE_TOPIC)
 
 
@@ -79,39 +72,12 @@ class TopicRow:
     system: bool
 
 
-def _queue_size_bytes(queue: QueueFiles) -> int:
-    """The sizes of the units in ``[min_offset, max_offset)`` added up, file by file with
-    numpy (a Python loop over a million units would cost a page load half a second)."""
-    total = 0
-    for path in sorted(_numbered(queue.directory), key=_by_number):
-        base = int(path.name) // _UNIT.itemsize
-        start, end = max(queue.min_offset, base) - base, queue.max_offset - base
-        if end <= 0:
-            continue
-        with path.open("rb") as handle:
-            handle.seek(start * _UNIT.itemsize)
-            data = handle.read((end - start) * _UNIT.itemsize)
-        units = np.frombuffer(data, dtype=_UNIT, count=len(data) // _UNIT.itemsize)
-        total += int(units["size"][units["size"] > 0].sum(dtype=np.int64))
-    return total
-
-
 def topic_queues(root: Path, topic: str) -> list[QueueRow]:
     """Every queue of ``topic`` in the ConsumeQueue, by queue id (``[]``: no such topic)."""
-    rows = []
-    for queue in all_queues(root, topic):
-        size = _queue_size_bytes(queue)
-        queue_id = int(queue.directory.name)
-        rows.append(QueueRow(topic, queue_id, queue.min_offset, queue.max_offset, size))
-    return rows
-
-
-def _numbered(directory: Path) -> list[Path]:
-    return [p for p in directory.iterdir() if p.name.isdigit()]
-
-
-def _by_number(path: Path) -> int:
-    return int(path.name)
+    return [
+        QueueRow(topic, q.queue_id, q.min_offset, q.max_offset, q.size_bytes)
+        for q in topic_queue_snapshots(root, topic)
+    ]
 
 
 def topic_rows(root: Path) -> list[TopicRow]:
@@ -186,13 +152,14 @@ def reader_rows(root: Path) -> list[ReaderRow]:
         return []
     view = StoreView.open(root)
     end = store_end(view)
-    queues = [q for t in topic_rows(root) for q in all_queues(root, t.topic)]
-    newest_ms = newest_store_time_ms(view, queues)
+    queues = [q for qs in application_queues(root).values() for q in qs]
+    with LogReader(view) as log:
+        newest_ms = newest_store_time_ms(log, queues)
     rows = []
     for reader in readers:
         lag_seconds: float | None = None
         if reader.physical_offset < end and newest_ms >= 0:
-            next_ms = _store_time_at(root, reader.physical_offset)
+            next_ms = _store_time_at(view, reader.physical_offset)
             if next_ms is not None:
                 lag_seconds = max(0, newest_ms - next_ms) / 1000
         rows.append(
@@ -207,50 +174,29 @@ def reader_rows(root: Path) -> list[ReaderRow]:
     return rows
 
 
-def _store_time_at(root: Path, physical_offset: int) -> int | None:
-    from rmq_spark.spark.query import record_at
-
-    try:
-        return record_at(root, physical_offset).record.store_timestamp_ms
-    except RmqError:
-        return None  # not a record start (a reader parked at a segment's end), or gone
+def _store_time_at(view: StoreView, physical_offset: int) -> int | None:
+    with LogReader(view) as log:
+        found = log.store_time_ms(physical_offset)
+    return found if found >= 0 else None  # not a record start (a segment's end), or gone
 
 
-def decoded_at(view: StoreView, physical_offset: int, size: int) -> DecodedRecord | None:
-    """The record a ConsumeQueue unit points at; ``None`` when retention deleted it."""
-    span = view.span_at(physical_offset)
-    if span is None:
-        return None
-    with view.segment(span) as segment:
-        data = segment.read(physical_offset - span.base_offset, size)
-        decoded = decode_record(data, 0, path=str(segment.path), check_crc=False)
-    if not isinstance(decoded, DecodedRecord):
-        return None
-    return dataclasses.replace(decoded, position=physical_offset)
-
-
-def store_time_of_unit(view: StoreView, physical_offset: int, size: int) -> int:
-    """The store time of the record a unit points at; -1 when it is gone (older than any)."""
-    decoded = decoded_at(view, physical_offset, size)
-    return decoded.record.store_timestamp_ms if decoded is not None else -1
-
-
-def all_queues(root: Path, topic: str) -> list[QueueFiles]:
-    """``topic``'s ConsumeQueues by queue id, read-only (``[]``: no such topic)."""
-    directory = root / CONSUME_QUEUE_DIR / topic
-    if not directory.is_dir():
-        return []
-    return [QueueFiles(p) for p in sorted(_numbered(directory), key=_by_number)]
-
-
-def newest_store_time_ms(view: StoreView, queues: list[QueueFiles]) -> int:
+def newest_store_time_ms(log: LogReader, queues: list[QueueSnapshot]) -> int:
     """The newest store time among the queues' last messages; -1 when they hold none."""
     newest = -1
     for queue in queues:
         if queue.max_offset > queue.min_offset:
-            [(offset, size)] = queue.units(queue.max_offset - 1, queue.max_offset)
-            newest = max(newest, store_time_of_unit(view, offset, size))
+            offset, _size = queue.unit(queue.max_offset - 1)
+            newest = max(newest, log.store_time_ms(offset))
     return newest
+
+
+def application_queues(root: Path) -> dict[str, list[QueueSnapshot]]:
+    """The ConsumeQueues of every application topic (system topics left out), by topic."""
+    directory = root / CONSUME_QUEUE_DIR
+    if not directory.is_dir():
+        return {}
+    topics = sorted(p.name for p in directory.iterdir() if p.is_dir())
+    return {t: topic_queue_snapshots(root, t) for t in topics if not is_system_topic(t)}
 
 
 @dataclass(frozen=True, slots=True)

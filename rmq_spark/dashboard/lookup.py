@@ -17,16 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.cli.groups_command import QueueFiles
 from rmq_spark.cli.query_command import record_json, row_json
-from rmq_spark.dashboard.data import (
-    all_queues,
-    decoded_at,
-    is_system_topic,
-    newest_store_time_ms,
-    store_time_of_unit,
-    topic_rows,
-)
+from rmq_spark.dashboard.data import application_queues, newest_store_time_ms
+from rmq_spark.dashboard.files import LogReader, QueueSnapshot, topic_queue_snapshots
 from rmq_spark.errors import ConfigError
 from rmq_spark.store.view import StoreView
 
@@ -61,14 +54,13 @@ def parse_time_ms(text: str, what: str) -> int:
     return round(moment.timestamp() * 1000)
 
 
-def offset_for_time(view: StoreView, queue: QueueFiles, timestamp_ms: int, low: int = 0) -> int:
+def offset_for_time(log: LogReader, queue: QueueSnapshot, timestamp_ms: int, low: int = 0) -> int:
     """The first queue offset (at or above ``low``) stored at or after ``timestamp_ms``;
     ``queue.max_offset`` if none."""
     low, high = max(low, queue.min_offset), queue.max_offset
     while low < high:
         middle = (low + high) // 2
-        [(offset, size)] = queue.units(middle, middle + 1)
-        if store_time_of_unit(view, offset, size) >= timestamp_ms:
+        if log.store_time_ms(queue.unit(middle)[0]) >= timestamp_ms:
             high = middle
         else:
             low = middle + 1
@@ -95,23 +87,28 @@ def traffic(root: Path, now_ms: int, minutes: int = 60) -> Traffic:
     the store has been quiet for longer than that (a copied or idle store still shows its
     last hour of traffic)."""
     minutes = max(1, min(minutes, MINUTES_MAX))
-    view = StoreView.open(root)
-    queues = {t.topic: all_queues(root, t.topic) for t in topic_rows(root) if not t.system}
-    newest = newest_store_time_ms(view, [q for qs in queues.values() for q in qs])
-    end_ms = now_ms if newest < 0 or newest >= now_ms - minutes * MINUTE_MS else newest + 1
-    end_ms = -(-end_ms // MINUTE_MS) * MINUTE_MS  # the next whole minute
-    start_ms = end_ms - minutes * MINUTE_MS
-    counts: dict[str, list[int]] = {}
-    for topic, topic_queues in sorted(queues.items()):
-        row = [0] * minutes
-        for queue in topic_queues:
-            offset = offset_for_time(view, queue, start_ms)
-            for index in range(minutes):
-                after = offset_for_time(view, queue, start_ms + (index + 1) * MINUTE_MS, offset)
-                row[index] += after - offset
-                offset = after
-        counts[topic] = row
+    queues = application_queues(root)
+    with LogReader(StoreView.open(root)) as log:
+        newest = newest_store_time_ms(log, [q for qs in queues.values() for q in qs])
+        quiet = newest < 0 or newest >= now_ms - minutes * MINUTE_MS
+        end_ms = now_ms if quiet else newest + 1
+        end_ms = -(-end_ms // MINUTE_MS) * MINUTE_MS  # the next whole minute
+        start_ms = end_ms - minutes * MINUTE_MS
+        counts = {topic: _per_minute(log, qs, start_ms, minutes) for topic, qs in queues.items()}
     return Traffic(start_ms, minutes, counts)
+
+
+def _per_minute(
+    log: LogReader, queues: list[QueueSnapshot], start_ms: int, minutes: int
+) -> list[int]:
+    row = [0] * minutes
+    for queue in queues:
+        offset = offset_for_time(log, queue, start_ms)
+        for index in range(minutes):
+            after = offset_for_time(log, queue, start_ms + (index + 1) * MINUTE_MS, offset)
+            row[index] += after - offset
+            offset = after
+    return row
 
 
 def message_by_msg_id(root: Path, msg_id: str) -> dict[str, Any]:
@@ -138,16 +135,16 @@ def messages_by_time(
     first, and how many there are in all."""
     if end_ms <= begin_ms:
         raise ConfigError("end", f"the end ({end_ms}) must be after the begin ({begin_ms})")
-    view = StoreView.open(root)
     total, found = 0, []
-    for queue in all_queues(root, topic):
-        first = offset_for_time(view, queue, begin_ms)
-        after = offset_for_time(view, queue, end_ms, first)
-        total += after - first
-        for offset, size in queue.units(first, min(after, first + limit)):
-            decoded = decoded_at(view, offset, size)
-            if decoded is not None:
-                found.append(decoded)
+    with LogReader(StoreView.open(root)) as log:
+        for queue in topic_queue_snapshots(root, topic):
+            first = offset_for_time(log, queue, begin_ms)
+            after = offset_for_time(log, queue, end_ms, first)
+            total += after - first
+            for queue_offset in range(first, min(after, first + limit)):
+                decoded = log.decoded(*queue.unit(queue_offset))
+                if decoded is not None:
+                    found.append(decoded)
     found.sort(key=lambda d: (d.record.store_timestamp_ms, d.position))
     return [record_json(decoded) for decoded in found[:limit]], total
 
@@ -176,4 +173,4 @@ def messages_by_key(
 
 def application_topics(root: Path) -> list[str]:
     """Topic names a lookup form offers (the system ones left out)."""
-    return [row.topic for row in topic_rows(root) if not is_system_topic(row.topic)]
+    return sorted(application_queues(root))
