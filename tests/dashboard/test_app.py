@@ -5,14 +5,20 @@ from __future__ import annotations
 
 import html
 import re
+from pathlib import Path
 
 import pytest
 from dashboard_world import ACKED, PAYMENTS, World
 from flask.testing import FlaskClient
 
+from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.embedded import Broker
 from rmq_spark.cli.dashboard_command import parse_listen
+from rmq_spark.cli.main import EXIT_ERROR, main
+from rmq_spark.clock import ManualClock
 from rmq_spark.dashboard.app import DashboardSettings, create_app
 from rmq_spark.errors import ConfigError
+from rmq_spark.store.view import broker_has_store_open
 
 
 @pytest.fixture(scope="module")
@@ -71,3 +77,32 @@ def test_listen_address_parsing() -> None:
     assert parse_listen("[::1]:0") == ("::1", 0)
     with pytest.raises(ConfigError, match="--listen: expected HOST:PORT"):
         parse_listen("8088")
+
+
+def test_pages_work_while_a_broker_has_the_store_open(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    config = BrokerConfig(default_queue_count=2)
+    with Broker(root, broker_config=config, clock=ManualClock()) as broker:
+        for i in range(6):
+            assert broker.send("live", f"live {i}".encode()).ok
+        assert broker.store.consume_queues.wait_dispatched(broker.store.confirmed_offset, 10)
+        client = create_app(DashboardSettings(store_dir=root)).test_client()
+        page = client.get("/")
+        assert page.status_code == 200 and "a broker has the store open" in page.text
+        assert re.search(r"live</a></td>\s*<td class=\"num\">2</td>", page.text)
+        assert client.get("/groups").status_code == 200
+        assert client.get("/jobs").status_code == 200
+        assert "live 3" in client.get("/messages?topic=live&begin=0").text
+        # The store's lock is a POSIX lock, dropped when any descriptor of the lock file in
+        # the broker's process closes: the dashboard (here in that process) never opens it.
+        assert broker_has_store_open(root)
+
+
+def test_cli_refuses_a_missing_store_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["dashboard", "--store", str(tmp_path / "nope")]) == EXIT_ERROR
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == f"rmq-spark dashboard: error: {tmp_path / 'nope'} is not a store: it does not exist"
+    )

@@ -84,3 +84,18 @@ def test_bad_lookups_raise_one_line_errors(world: World) -> None:
         lookup.messages_by_key(None, "orders", "order-1")
     assert lookup.parse_time_ms("2025-11-24T16:00", "begin") == START_MS
     assert lookup.parse_time_ms(str(START_MS), "begin") == START_MS
+
+
+def test_queue_snapshots_agree_with_groups_queue_files(world: World) -> None:
+    from rmq_spark.cli.groups_command import QueueFiles
+    from rmq_spark.dashboard.files import topic_queue_snapshots
+
+    for topic in ("orders", "payments", "SCHEDULE_TOPIC_XXXX"):
+        for snapshot in topic_queue_snapshots(world.root, topic):
+            files = QueueFiles(snapshot.directory)
+            assert (snapshot.min_offset, snapshot.max_offset) == (
+                files.min_offset,
+                files.max_offset,
+            )
+            units = files.units(files.min_offset, files.max_offset)
+            assert [snapshot.unit(i) for i in range(files.min_offset, files.max_offset)] == units
