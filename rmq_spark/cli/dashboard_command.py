@@ -1,6 +1,6 @@
 """``rmq-spark dashboard``: a read-only web view of a store (RocketMQ Dashboard's job).
 
-Parses the arguments, builds the app (``rmq_spark/dashboard/app.py``) and serves it until
+Parses the arguments, builds the app (``rmq_spark/cli/dashboard/app.py``) and serves it until
 Ctrl-C. Binds to loopback unless ``--listen`` says otherwise: the pages have no login, and
 message bodies are on them.
 """
@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from rmq_spark.cli.common import require_store
-    from rmq_spark.dashboard.app import DashboardSettings, create_app, serve
+    from rmq_spark.cli.dashboard.app import DashboardSettings, create_app, serve
 
     host, port = parse_listen(args.listen)
     require_store(args.store)

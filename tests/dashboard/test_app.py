@@ -13,10 +13,10 @@ from flask.testing import FlaskClient
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.embedded import Broker
+from rmq_spark.cli.dashboard.app import DashboardSettings, create_app
 from rmq_spark.cli.dashboard_command import parse_listen
 from rmq_spark.cli.main import EXIT_ERROR, main
 from rmq_spark.clock import ManualClock
-from rmq_spark.dashboard.app import DashboardSettings, create_app
 from rmq_spark.errors import ConfigError
 from rmq_spark.store.view import broker_has_store_open
 

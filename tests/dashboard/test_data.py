@@ -1,12 +1,12 @@
-"""``rmq_spark.dashboard.data`` and ``lookup``: what the pages show, without HTTP."""
+"""``rmq_spark.cli.dashboard.data`` and ``lookup``: what the pages show, without HTTP."""
 
 from __future__ import annotations
 
 import pytest
 from dashboard_world import ACKED, ORDERS, PAYMENTS, READER, START_MS, World
 
-from rmq_spark.dashboard import data, lookup
-from rmq_spark.dashboard.chart import traffic_svg
+from rmq_spark.cli.dashboard import data, lookup
+from rmq_spark.cli.dashboard.chart import traffic_svg
 from rmq_spark.errors import ConfigError, InvalidMessageIdError, OffsetOutOfRangeError
 
 MINUTE = lookup.MINUTE_MS
@@ -87,8 +87,8 @@ def test_bad_lookups_raise_one_line_errors(world: World) -> None:
 
 
 def test_queue_snapshots_agree_with_groups_queue_files(world: World) -> None:
+    from rmq_spark.cli.dashboard.files import topic_queue_snapshots
     from rmq_spark.cli.groups_command import QueueFiles
-    from rmq_spark.dashboard.files import topic_queue_snapshots
 
     for topic in ("orders", "payments", "SCHEDULE_TOPIC_XXXX"):
         for snapshot in topic_queue_snapshots(world.root, topic):

@@ -10,7 +10,7 @@ import pytest
 from dashboard_world import World
 from flask.testing import FlaskClient
 
-from rmq_spark.dashboard.app import DashboardSettings, create_app
+from rmq_spark.cli.dashboard.app import DashboardSettings, create_app
 from rmq_spark.spark.reput import run_reput
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmq_spark.cli.dashboard.files import LogReader, QueueSnapshot, topic_queue_snapshots
 from rmq_spark.cli.groups_command import GroupQueueRow, group_rows
-from rmq_spark.dashboard.files import LogReader, QueueSnapshot, topic_queue_snapshots
 from rmq_spark.delay.progress import ProgressFiles
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rmq_spark.cli.dashboard.data import application_queues, newest_store_time_ms
+from rmq_spark.cli.dashboard.files import LogReader, QueueSnapshot, topic_queue_snapshots
 from rmq_spark.cli.query_command import record_json, row_json
-from rmq_spark.dashboard.data import application_queues, newest_store_time_ms
-from rmq_spark.dashboard.files import LogReader, QueueSnapshot, topic_queue_snapshots
 from rmq_spark.errors import ConfigError
 from rmq_spark.store.view import StoreView
 

@@ -19,8 +19,8 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from rmq_spark.dashboard import data, lookup
-from rmq_spark.dashboard.chart import COLORS, traffic_svg
+from rmq_spark.cli.dashboard import data, lookup
+from rmq_spark.cli.dashboard.chart import COLORS, traffic_svg
 from rmq_spark.errors import (
     ConfigError,
     InvalidMessageError,
