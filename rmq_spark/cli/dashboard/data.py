@@ -113,10 +113,8 @@ class StoreSummary:
 
 
 def store_end(view: StoreView) -> int:
-    """Where readers may read up to: the broker's published end while one runs, else the
-    end-of-log rule every reader uses (``planner.readable_end``)."""
-    if view.broker_open and view.publishes_end:
-        return view.confirm_offset
+    """Where readers may read up to: the end-of-log rule every reader uses (a running
+    broker's published end; a closed store's last valid record)."""
     from rmq_spark.spark.planner import readable_end
 
     return readable_end(view)
