@@ -26,6 +26,7 @@ _COMMAND_MODULES = (
     "rmq_spark.cli.query_command",
     "rmq_spark.cli.schedule_command",
     "rmq_spark.cli.groups_command",
+    "rmq_spark.cli.dashboard_command",
 )
 
 EXIT_ERROR = 2

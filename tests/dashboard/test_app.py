@@ -1,0 +1,108 @@
+"""The dashboard's pages through Flask's test client: each renders the store's data, and bad
+input gets a 4xx page with a one-line reason (never a traceback)."""
+
+from __future__ import annotations
+
+import html
+import re
+from pathlib import Path
+
+import pytest
+from dashboard_world import ACKED, PAYMENTS, World
+from flask.testing import FlaskClient
+
+from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.embedded import Broker
+from rmq_spark.cli.dashboard.app import DashboardSettings, create_app
+from rmq_spark.cli.dashboard_command import parse_listen
+from rmq_spark.cli.main import EXIT_ERROR, main
+from rmq_spark.clock import ManualClock
+from rmq_spark.errors import ConfigError
+from rmq_spark.store.view import broker_has_store_open
+
+
+@pytest.fixture(scope="module")
+def client(world: World) -> FlaskClient:
+    return create_app(DashboardSettings(store_dir=world.root)).test_client()
+
+
+def _reason(page: str) -> str:
+    found = re.search(r'<p class="error" id="reason">(.*?)</p>', page, re.S)
+    assert found is not None, page
+    return html.unescape(found.group(1))
+
+
+def test_every_page_renders_the_store(client: FlaskClient, world: World) -> None:
+    overview = client.get("/").get_data(as_text=True)
+    assert "orders" in overview and "payments" in overview and "<svg" in overview
+    topic = client.get("/topics/orders").get_data(as_text=True)
+    assert 'id="queues"' in topic and "<polyline" in topic
+    groups = client.get("/groups").get_data(as_text=True)
+    assert re.search(rf'<td class="num lag">{PAYMENTS - ACKED}</td>', groups)
+    jobs = client.get("/jobs").get_data(as_text=True)
+    assert "reput:/data/tables" in jobs and "level 2" in jobs
+    found = client.get("/messages", query_string={"msg_id": world.msg_id})
+    assert found.status_code == 200 and world.body in found.get_data(as_text=True)
+    browse = client.get("/messages", query_string={"topic": "orders", "begin": "0"})
+    assert "12 message(s)" in browse.get_data(as_text=True)
+
+
+@pytest.mark.parametrize(
+    ("query", "status", "reason"),
+    [
+        ({"msg_id": "zz-not-hex"}, 400, "msg_id: 'zz-not-hex'"),
+        ({"msg_id": "7F00000100002A9F00000000FFFFFFFF"}, 404, "outside the readable range"),
+        ({"topic": "orders", "begin": "yesterday"}, 400, "begin: not epoch milliseconds"),
+        ({"topic": "orders", "key": "order-1"}, 400, "start the dashboard with --tables"),
+        ({"key": "order-1"}, 400, "topic: a key lookup needs the topic"),
+    ],
+)
+def test_bad_lookups_get_a_4xx_page_with_one_line(
+    client: FlaskClient, query: dict[str, str], status: int, reason: str
+) -> None:
+    response = client.get("/messages", query_string=query)
+    assert response.status_code == status
+    line = _reason(response.get_data(as_text=True))
+    assert reason in line and "\n" not in line and "Traceback" not in line
+
+
+def test_unknown_topic_and_page_get_404(client: FlaskClient) -> None:
+    response = client.get("/topics/nope")
+    assert response.status_code == 404 and "no topic 'nope'" in _reason(response.text)
+    assert client.get("/nowhere").status_code == 404
+
+
+def test_listen_address_parsing() -> None:
+    assert parse_listen("127.0.0.1:8088") == ("127.0.0.1", 8088)
+    assert parse_listen("[::1]:0") == ("::1", 0)
+    with pytest.raises(ConfigError, match="--listen: expected HOST:PORT"):
+        parse_listen("8088")
+
+
+def test_pages_work_while_a_broker_has_the_store_open(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    config = BrokerConfig(default_queue_count=2)
+    with Broker(root, broker_config=config, clock=ManualClock()) as broker:
+        for i in range(6):
+            assert broker.send("live", f"live {i}".encode()).ok
+        assert broker.store.consume_queues.wait_dispatched(broker.store.confirmed_offset, 10)
+        client = create_app(DashboardSettings(store_dir=root)).test_client()
+        page = client.get("/")
+        assert page.status_code == 200 and "a broker has the store open" in page.text
+        assert re.search(r"live</a></td>\s*<td class=\"num\">2</td>", page.text)
+        assert client.get("/groups").status_code == 200
+        assert client.get("/jobs").status_code == 200
+        assert "live 3" in client.get("/messages?topic=live&begin=0").text
+        # The store's lock is a POSIX lock, dropped when any descriptor of the lock file in
+        # the broker's process closes: the dashboard (here in that process) never opens it.
+        assert broker_has_store_open(root)
+
+
+def test_cli_refuses_a_missing_store_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["dashboard", "--store", str(tmp_path / "nope")]) == EXIT_ERROR
+    err = capsys.readouterr().err.strip()
+    assert (
+        err == f"rmq-spark dashboard: error: {tmp_path / 'nope'} is not a store: it does not exist"
+    )
