@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import ReputError, StoreIOError
 from rmq_spark.spark.delta_append import commit_files_once
+from rmq_spark.spark.interrupt import stop_requested
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.partitions import open_view, plan
 from rmq_spark.spark.reput_config import ReputConfig
@@ -418,14 +419,19 @@ def run_reput(
     )
     from pyspark.errors import StreamingQueryException
 
+    stopped = False
     try:
-        while query.isActive:
-            query.awaitTermination(1)
-    except KeyboardInterrupt:
-        log.info("reput: stopping")
-        query.stop()
+        with stop_requested() as stop:  # Ctrl-C/TERM: a flag, so py4j is never interrupted
+            while query.isActive and not stop.is_set():
+                query.awaitTermination(1)
+            stopped = stop.is_set()
+    except KeyboardInterrupt:  # arrived before the handlers were swapped in
+        stopped = True
     except StreamingQueryException as err:
         raise ReputError(f"the reput stream failed: {err}") from err
+    if stopped:
+        log.info("reput: stopping")
+        query.stop()
     writer.maintenance.wait()
     error = query.exception()
     if error is not None:
