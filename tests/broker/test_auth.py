@@ -343,6 +343,10 @@ def test_groups_reset_through_an_auth_broker_signs_with_the_operators_key(
     broker = auth_broker("broker.default_queue_count=1")
     with Producer(broker.address, credentials=ALICE) as producer:
         producer.send("orders", b"one")
+    queue = broker.store_dir / "consumequeue" / "orders" / "0"
+    deadline = time.monotonic() + 30  # the dispatch writes the unit just after the ack
+    while not any(queue.glob("0*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
     argv = ["groups", "reset", "--store", str(broker.store_dir), "--broker", broker.address,
             "--group", "billing", "--topic", "orders", "--to-offset", "1"]  # fmt: skip
     capsys.readouterr()

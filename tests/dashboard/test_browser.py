@@ -67,6 +67,17 @@ def browser(chromium: tuple[str, str]) -> Iterator[object]:
         driver.quit()
 
 
+def _wait_for(browser: object, css: str) -> list[object]:
+    """The elements matching ``css`` once the page a click navigated to shows them (a click
+    returns before the next page has loaded); bounded."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, 60).until(  # type: ignore[no-any-return]
+        lambda driver: driver.find_elements(By.CSS_SELECTOR, css) or False
+    )
+
+
 def _png_size(path: Path) -> tuple[int, int]:
     data = path.read_bytes()
     assert data[:8] == _PNG_MAGIC and data[12:16] == b"IHDR", "not a PNG"
@@ -91,14 +102,14 @@ def test_pages_show_topics_lag_and_a_looked_up_body(
     assert width >= 800 and height >= 600 and screenshot.stat().st_size > 10_000
 
     browser.find_element(By.LINK_TEXT, "Consumer groups").click()
-    lags = [cell.text for cell in browser.find_elements(By.CSS_SELECTOR, "#groups td.lag")]
+    lags = [cell.text for cell in _wait_for(browser, "#groups td.lag")]
     assert lags == [str(PAYMENTS - ACKED)]
 
     browser.find_element(By.LINK_TEXT, "Messages").click()
     field = browser.find_element(By.CSS_SELECTOR, "#by-id input[name=msg_id]")
     field.send_keys(world.msg_id)
     browser.find_element(By.CSS_SELECTOR, "#by-id button").click()
-    bodies = [element.text for element in browser.find_elements(By.CSS_SELECTOR, "pre.body")]
+    bodies = [element.text for element in _wait_for(browser, "pre.body")]
     assert bodies == [world.body]
 
     browser.get(dashboard_url + "messages?msg_id=not-an-id")
