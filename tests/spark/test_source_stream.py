@@ -276,6 +276,9 @@ def test_stream_over_a_store_a_broker_is_writing(spark, tmp_path, options):
             producer = threading.Thread(target=produce, args=(400,))
             producer.start()
             producer.join()
+            # ASYNC publishes its written end every confirm_publish_interval_ms, and readers
+            # see only what is published: publish now, or the last puts may come a tick late.
+            store.flush()
             query.processAllAvailable()
     finally:
         query.stop()
