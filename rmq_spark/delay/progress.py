@@ -5,8 +5,9 @@ Owns reading and writing them durably:
 - ``scheduleJournal.json`` (ours, authoritative): level offsets, timer progress and the
   intent of the batch in flight. Written atomically (temp file, fsync, rename, fsync of the
   directory), so after a crash it is either the old or the new content.
-- ``delayOffset.json`` (+ ``.bak``): RocketMQ's file, a mirror of the level offsets written
-  after the journal, through ``rmq_spark.broker.rocketmq_config_files`` (the owner of every
+- ``delayOffset.json`` (+ ``.bak``) and ``timercheck``: RocketMQ's files, mirrors of the level
+  offsets and of the timer queue's low-water mark (``rocketmq_timercheck``) written after the
+  journal, through ``rmq_spark.broker.rocketmq_config_files`` (the owner of every
   RocketMQ config file: format, ``.bak``, atomic replace, ``dataVersion``). A mirror that
   cannot be read at all is ignored with a warning: the journal is authoritative.
 - ``schedule.lock``: an ``flock`` held while a job runs, so that two jobs never redeliver from
@@ -30,6 +31,7 @@ from rmq_spark.broker.rocketmq_config_files import (
     read_delay_offsets,
     write_delay_offsets,
 )
+from rmq_spark.broker.rocketmq_timercheck import write_timer_checkpoint
 from rmq_spark.clock import ManualClock
 from rmq_spark.delay.offsets import Journal, format_journal, parse_journal
 from rmq_spark.delay.schedule import QueueProgress
@@ -156,6 +158,11 @@ class ProgressFiles:
         """Write delayOffset.json as a 5.x broker does (old content to ``.bak`` first)."""
         self._require_lock()
         write_delay_offsets(self.store_dir, level_offsets, clock=ManualClock(now_ms))
+
+    def save_timer_checkpoint(self, timer_low_water: int, now_ms: int) -> None:
+        """Write RocketMQ's ``timercheck``: its timer resumes at ``timer_low_water``."""
+        self._require_lock()
+        write_timer_checkpoint(self.store_dir, timer_low_water, now_ms, now_ms)
 
     def _require_lock(self) -> None:
         if self._lock_fd is None:

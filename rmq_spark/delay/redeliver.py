@@ -553,6 +553,8 @@ class Redeliverer:
     def _write_mirror(self, now_ms: int) -> None:
         offsets = {level: p.low_water for level, p in self.journal.levels.items()}
         self.files.save_delay_offsets(offsets, now_ms)
+        if self.config.timer_enabled:
+            self.files.save_timer_checkpoint(self.journal.timer.low_water, now_ms)
         self._mirror_written_ms = now_ms
         self._mirror_dirty = False
 

@@ -1,13 +1,17 @@
 """A real RocketMQ 5.3.3 broker takes over a store our broker wrote, without ``updateTopic``.
 
-Our embedded ``Broker`` writes NORMAL and FIFO messages to two auto-created topics,
-``subscriptionGroup.json`` gives group ``G1`` a retry max of 3 and ``consumerOffset.json`` marks
-all but the last message of every queue consumed by ``G1``. RocketMQ's name server and proxy
-(broker in-process, ``bench/peers/rocketmq_peer.py``) then start on a copy of the store, and
-with the official Python client:
+Our embedded ``Broker`` writes NORMAL and FIFO messages to two auto-created topics, and
+delayed ones (two timer messages, two delay-level ones) to a third; our schedule job delivers
+the first of each kind, which is due, and records it in ``delayOffset.json`` and
+``timercheck``. ``subscriptionGroup.json`` gives group ``G1`` a retry max of 3 and
+``consumerOffset.json`` marks all but the last message of every NORMAL and FIFO queue consumed
+by ``G1``. RocketMQ's name server and proxy (broker in-process, ``bench/peers/rocketmq_peer.py``)
+then start on a copy of the store, and with the official Python client:
 
 * a send of each type to its topic succeeds (the topics route from ``topics.json``);
-* ``G1`` receives exactly what its offsets left unconsumed and the new ones;
+* ``G1`` receives exactly what its offsets left unconsumed and the new ones, and every delayed
+  message exactly once: the two our job delivered (RocketMQ's schedule service and timer do
+  not deliver them again) and the two it had not (RocketMQ delivers them);
 * the ConsumeQueue units RocketMQ serves begin with ours, unit for unit;
 * on stop RocketMQ has rewritten ``subscriptionGroup.json`` with ``G1``'s retry max still 3,
   and ``consumerOffset.json`` with ``G1``'s offsets moved on from ours.
@@ -30,12 +34,17 @@ from rmq_spark.broker.rocketmq_config_files import (
     write_consumer_offsets,
 )
 from rmq_spark.broker.service import SendOutcome
+from rmq_spark.clock import SystemClock
+from rmq_spark.delay.config import DelayConfig
+from rmq_spark.delay.job import open_redeliverer
+from rmq_spark.delay.sink import StoreSink
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.consume_queue import CQ_UNIT_SIZE_BYTES, decode_cq_unit
+from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
 
 pytestmark = pytest.mark.slow
 
-NORMAL, FIFO = "HandNormal", "HandFifo"
+NORMAL, FIFO, DELAY = "HandNormal", "HandFifo", "HandDelay"
 GROUP = "G1"
 QUEUES = 8  # our auto-created topics' queue count (RocketMQ's default too)
 SEGMENT_BYTES = 16 << 20  # small CommitLog segments; RocketMQ is told the same size
@@ -55,9 +64,10 @@ def _write_our_store(store: Path) -> set[str]:
             group = f"order-{i % 5}"
             body = f"fifo-{i}"
             sent[body] = broker.send(FIFO, body.encode(), tag="T", message_group=group)
+        delayed = _send_delayed_and_deliver_the_due_ones(broker)
     assert all(outcome.ok for outcome in sent.values()), sent
     offsets: dict[tuple[str, str], dict[int, int]] = {}
-    for topic in (NORMAL, FIFO):
+    for topic in (NORMAL, FIFO, DELAY):
         offsets[(topic, GROUP)] = dict.fromkeys(range(QUEUES), 0)
     for outcome in sent.values():
         queues = offsets[(outcome.topic, GROUP)]
@@ -70,7 +80,33 @@ def _write_our_store(store: Path) -> set[str]:
         if outcome.queue_offset >= offsets[(outcome.topic, GROUP)][outcome.queue_id]
     }  # fmt: skip
     assert len(unconsumed) < len(sent)  # the offsets leave something consumed
-    return unconsumed
+    return unconsumed | delayed
+
+
+def _send_delayed_and_deliver_the_due_ones(broker: Broker) -> set[str]:
+    """A timer and a delay-level message due now, delivered by our schedule job, and one of
+    each due later (after the job's pass, before RocketMQ is up); returns their bodies."""
+    now_ms = int(time.time() * 1000)
+    outcomes = [
+        broker.send(DELAY, b"timer-done", tag="T", delivery_timestamp_ms=now_ms + 1_000),
+        broker.send(DELAY, b"timer-later", tag="T", delivery_timestamp_ms=now_ms + 6_000),
+        broker.send(DELAY, b"level-done", tag="T", delay_level=1),  # 1 s
+        broker.send(DELAY, b"level-later", tag="T", delay_level=2),  # 5 s
+    ]
+    assert all(outcome.ok for outcome in outcomes), outcomes
+    time.sleep(1.5)
+    redeliverer = open_redeliverer(
+        broker.store.root_dir,
+        StoreSink(broker),
+        config=DelayConfig(),
+        delay_levels_ms=parse_message_delay_level(DEFAULT_MESSAGE_DELAY_LEVEL),
+        clock=SystemClock(),
+    )
+    try:
+        assert redeliverer.run_pass().delivered == 2
+    finally:
+        redeliverer.close()
+    return {"timer-done", "timer-later", "level-done", "level-later"}
 
 
 def _consume_queue_units(store: Path) -> Units:
@@ -130,7 +166,7 @@ def _receive_batch(consumer: Any, deadline: float) -> list[Any]:
 
 
 def _receive(rocketmq: ModuleType, config: object, expected: set[str]) -> list[str]:
-    subscription = {topic: rocketmq.FilterExpression("*") for topic in (NORMAL, FIFO)}
+    subscription = {topic: rocketmq.FilterExpression("*") for topic in (NORMAL, FIFO, DELAY)}
     consumer = rocketmq.SimpleConsumer(config, GROUP, subscription, await_duration=3)
     consumer.startup()
     received: list[str] = []
@@ -158,7 +194,8 @@ def test_rocketmq_5_3_3_serves_our_store_without_update_topic(
     expected = _write_our_store(ours)
     shutil.copytree(ours, copy)
     our_units = _consume_queue_units(ours)
-    assert {topic for topic, _ in our_units} >= {NORMAL, FIFO}
+    assert {topic for topic, _ in our_units} >= {NORMAL, FIFO, DELAY, "rmq_sys_wheel_timer"}
+    assert (copy / "config" / "timercheck").exists()
 
     with RocketMQBroker(
         store_dir=copy,
