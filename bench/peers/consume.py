@@ -5,7 +5,9 @@ For each system (``--systems``; SYNC flush both, each started as ``produce.py`` 
 * **put -> receive**: one SimpleConsumer long-polls (``receive(32, 30 s)`` with a 10 s await
   duration, acking each message) while 2 producers send ``--rate`` msgs/s for ``--seconds``
   (``send_async``, paced); each body carries its send time (ns, one clock), and the latency is
-  the receive's return minus that (the send's own latency included). p50 / p99 / max.
+  the receive's return minus that (the send's own latency included). p50 / p99 / max of the
+  messages sent after a ``--warmup`` (5 s; connections, routes, the JVM's JIT), which are
+  received and acked but not timed, for every system and client alike.
 * **backlog drain**: ``--backlog`` messages are sent first to a second topic (32 in flight
   per producer, not timed), then 2 SimpleConsumer threads of one group receive and ack until
   every message came; msgs/s from the first receive to the last ack. The in-process consumer
@@ -92,28 +94,34 @@ def _pct(values: list[float], fraction: float) -> float:
     return values[min(len(values) - 1, int(len(values) * fraction))] if values else float("nan")
 
 
-def put_to_receive(rocketmq: ModuleType, endpoint: str, rate: int, seconds: float) -> str:
-    """The put -> receive latencies of a long-polling consumer under a paced producer."""
+def put_to_receive(
+    rocketmq: ModuleType, endpoint: str, rate: int, seconds: float, warmup: float
+) -> str:
+    """The put -> receive latencies of a long-polling consumer under a paced producer, of the
+    messages sent after ``warmup`` seconds."""
     consumer = _consumer(rocketmq, endpoint, GROUP + "-latency")
     latencies_ms: list[float] = []
+    received = [0]
     stop = threading.Event()
+    measured_from = time.time_ns() + int(warmup * 1e9)
 
     def receive() -> None:
         while not stop.is_set():
             for message in _receive(consumer):
                 now = time.time_ns()
                 (sent,) = _STAMP.unpack_from(message.body)
-                if sent > 0:
+                if sent >= measured_from:
                     latencies_ms.append((now - sent) / 1e6)
+                received[0] += 1
                 consumer.ack(message)
 
     thread = threading.Thread(target=receive, daemon=True)
     thread.start()
     producers = make_producers(rocketmq, endpoint, 2)
     try:
-        result = paced(rocketmq, producers, TOPIC, b"", rate, seconds, [], 0, stamp=_stamp)
+        result = paced(rocketmq, producers, TOPIC, b"", rate, warmup + seconds, [], 0, stamp=_stamp)
         deadline = time.monotonic() + 60
-        while len(latencies_ms) < result.sent - result.failed and time.monotonic() < deadline:
+        while received[0] < result.sent - result.failed and time.monotonic() < deadline:
             time.sleep(0.1)
     finally:
         stop.set()
@@ -121,10 +129,10 @@ def put_to_receive(rocketmq: ModuleType, endpoint: str, rate: int, seconds: floa
             producer.shutdown()
         thread.join(45)
         consumer.shutdown()
-    got = len(latencies_ms)
     worst = max(latencies_ms, default=float("nan"))
     return (
-        f"{got:,} of {result.sent:,} received, p50 {_pct(latencies_ms, 0.5):.1f} ms, "
+        f"{received[0]:,} of {result.sent:,} received ({len(latencies_ms):,} timed), "
+        f"p50 {_pct(latencies_ms, 0.5):.1f} ms, "
         f"p99 {_pct(latencies_ms, 0.99):.1f} ms, max {worst:.1f} ms"
     )
 
@@ -171,7 +179,7 @@ def drain(rocketmq: ModuleType, endpoint: str, backlog: int) -> str:
     return f"{total:,} of {sent.sent:,} in {seconds:.1f} s = {total / seconds:,.0f} msgs/s"
 
 
-def _java(mode: str, endpoint: str, topic: str, a: int, b: float) -> dict[str, str]:
+def _java(mode: str, endpoint: str, topic: str, *args: float) -> dict[str, str]:
     """Run ``ConsumeBench`` once; its result line as a dict."""
     from java_client import POM, compile_program
     from peer_common import fetch_jars, java_command
@@ -179,7 +187,7 @@ def _java(mode: str, endpoint: str, topic: str, a: int, b: float) -> dict[str, s
     classpath = compile_program(JAVA_PROGRAM, fetch_jars("java-client", POM))
     with tempfile.TemporaryDirectory(prefix="consume-java-") as home:
         command = [*java_command("512m", classpath, f"-Duser.home={home}"), "ConsumeBench",
-                   mode, endpoint, topic, f"{GROUP}-java-{mode}", str(a), str(b)]  # fmt: skip
+                   mode, endpoint, topic, f"{GROUP}-java-{mode}", *map(str, args)]  # fmt: skip
         done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
     lines = [line for line in done.stdout.splitlines() if line.startswith("received=")]
     if not lines:
@@ -188,10 +196,11 @@ def _java(mode: str, endpoint: str, topic: str, a: int, b: float) -> dict[str, s
     return dict(item.split("=", 1) for item in lines[-1].split())
 
 
-def java_put_to_receive(endpoint: str, rate: int, seconds: float) -> str:
-    got = _java("latency", endpoint, JAVA_TOPIC, rate, seconds)
+def java_put_to_receive(endpoint: str, rate: int, seconds: float, warmup: float) -> str:
+    got = _java("latency", endpoint, JAVA_TOPIC, rate, seconds, warmup)
     return (
-        f"{int(got['received']):,} of {int(got['sent']):,} received, p50 {got['p50_ms']} ms, "
+        f"{int(got['received']):,} of {int(got['sent']):,} received "
+        f"({int(got['measured']):,} timed), p50 {got['p50_ms']} ms, "
         f"p99 {got['p99_ms']} ms, max {got['max_ms']} ms"
     )
 
@@ -227,14 +236,21 @@ def embedded_drain(backlog: int) -> str:
 
 
 def _cases(rocketmq: ModuleType, endpoint: str, args: argparse.Namespace) -> dict[str, str]:
-    paced_label = f"put -> receive, {args.rate} msgs/s for {args.seconds:.0f} s, long polling"
+    paced_label = (
+        f"put -> receive, {args.rate} msgs/s for {args.seconds:.0f} s after a "
+        f"{args.warmup:.0f} s warm-up, long polling"
+    )
     drain_label = f"drain a backlog of {args.backlog:,}, 2 consumers of one group"
     rows: dict[str, str] = {}
     if args.client in ("python", "both"):
-        rows[f"Python: {paced_label}"] = put_to_receive(rocketmq, endpoint, args.rate, args.seconds)
+        rows[f"Python: {paced_label}"] = put_to_receive(
+            rocketmq, endpoint, args.rate, args.seconds, args.warmup
+        )
         rows[f"Python: {drain_label}"] = drain(rocketmq, endpoint, args.backlog)
     if args.client in ("java", "both"):
-        rows[f"Java: {paced_label}"] = java_put_to_receive(endpoint, args.rate, args.seconds)
+        rows[f"Java: {paced_label}"] = java_put_to_receive(
+            endpoint, args.rate, args.seconds, args.warmup
+        )
         rows[f"Java: {drain_label}"] = java_drain(endpoint, args.backlog)
     return rows
 
@@ -243,6 +259,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=int, default=200, help="paced msgs/s (200)")
     parser.add_argument("--seconds", type=float, default=30.0, help="paced seconds (30)")
+    parser.add_argument(
+        "--warmup", type=float, default=5.0, help="seconds sent but not timed first (5)"
+    )
     parser.add_argument("--backlog", type=int, default=20_000, help="drained messages (20,000)")
     parser.add_argument("--systems", default="rmq-spark,rocketmq", help="(both)")
     parser.add_argument(
