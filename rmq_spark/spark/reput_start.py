@@ -1,6 +1,7 @@
 """Where a reput micro-batch lies in the log, and where a reput stream starts.
 
-Owns reading a batch's ``[start, end)`` from the stream's own offset log (no Spark job) and
+Owns reading a batch's ``[start, end)`` (per store, for a stream over several stores) from
+the stream's own offset log (no Spark job) and
 the start of a stream whose checkpoint is fresh over existing tables (``fresh_start_offset``,
 PURE, and ``starting_offsets``). Re-exported by ``reput.py``. Does not own the writes.
 """
@@ -23,7 +24,9 @@ __all__ = [
     "fresh_start_offset",
     "has_progress",
     "logged_batch_range",
+    "logged_store_ranges",
     "parse_offset_log_entry",
+    "parse_store_offsets",
     "starting_offsets",
 ]
 
@@ -44,6 +47,47 @@ def parse_offset_log_entry(text: str) -> int | None:
     if not isinstance(offset, dict) or not isinstance(offset.get("physical_offset"), int):
         return None
     return int(offset["physical_offset"])
+
+
+def parse_store_offsets(text: str) -> dict[str, int] | None:
+    """Each store's ``physical_offset`` in a Spark offset-log file of a query over several
+    stores (``{"stores": {path: {"physical_offset": N}}}``, ``multi_store.py``; PURE);
+    ``None`` when the text is not that shape."""
+    lines = text.splitlines()
+    if len(lines) != 3 or not lines[0].startswith("v"):
+        return None
+    try:
+        offset = json.loads(lines[2])
+    except ValueError:
+        return None
+    stores = offset.get("stores") if isinstance(offset, dict) else None
+    if not isinstance(stores, dict):
+        return None
+    result: dict[str, int] = {}
+    for store, value in stores.items():
+        position = value.get("physical_offset") if isinstance(value, dict) else None
+        if not isinstance(position, int):
+            return None
+        result[store] = position
+    return result
+
+
+def _read_store_offsets(offset_log: Path, batch_id: int) -> dict[str, int] | None:
+    try:
+        return parse_store_offsets((offset_log / str(batch_id)).read_text())
+    except OSError:
+        return None
+
+
+def logged_store_ranges(offset_log: Path, batch_id: int) -> dict[str, tuple[int, int]] | None:
+    """``{store: (start, end)}`` of micro-batch ``batch_id`` of a stream over several stores,
+    from its offset log (as ``logged_batch_range``: a store missing from the previous entry,
+    or no previous entry, starts at 0). ``None`` when the entry is missing or unreadable."""
+    ends = _read_store_offsets(offset_log, batch_id)
+    if ends is None:
+        return None
+    starts = (_read_store_offsets(offset_log, batch_id - 1) if batch_id > 0 else None) or {}
+    return {store: (starts.get(store, 0), end) for store, end in ends.items()}
 
 
 def logged_batch_range(offset_log: Path, batch_id: int) -> tuple[int, int] | None:
@@ -94,8 +138,15 @@ def fresh_start_offset(progress: Mapping[str, tuple[int, int | None]]) -> int | 
     return min(starts)
 
 
-def starting_offsets(spark: SparkSession, config: ReputConfig) -> str:
-    """Where a query with a fresh checkpoint starts: after what the tables already hold."""
+def starting_offsets(spark: SparkSession, config: ReputConfig, several: bool = False) -> str:
+    """Where a query with a fresh checkpoint starts: after what the tables already hold.
+
+    Over ``several`` stores: ``earliest`` (the source takes no one-store JSON offset there);
+    each store's writer then drops what its tables hold (its floors), so nothing is written
+    twice, at the cost of reading the logs again.
+    """
+    if several:
+        return "earliest"
     versions: dict[str, int] = {}
     for name in TABLE_NAMES:
         path = table_path(config.tables_dir, name)
