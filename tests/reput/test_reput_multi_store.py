@@ -67,6 +67,7 @@ def _units_by_store(spark, tables: Path) -> dict[str, list]:  # noqa: ANN001
 
 
 @pytest.mark.spark
+@pytest.mark.slow
 def test_reput_over_two_stores_matches_each_stores_consume_queue_across_a_failed_batch(
     spark, tmp_path: Path
 ) -> None:
