@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,11 +47,13 @@ from rmq_spark.spark.reput_files import (
 from rmq_spark.spark.reput_maintenance import TableMaintenance
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
 from rmq_spark.spark.reput_start import (
+    StoreDirs,
     fresh_start_offset,
     has_progress,
     logged_batch_range,
     parse_offset_log_entry,
     starting_offsets,
+    store_list,
 )
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
@@ -70,8 +72,6 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
     from rmq_spark.spark.reput_multi import MultiStoreReputWriter
-
-StoreDirs = str | Path | Sequence[str | Path]
 
 __all__ = [
     "BatchReport",
@@ -374,24 +374,6 @@ def _committed(name: str, future: Future[int]) -> int:
         raise
     except Exception as err:
         raise ReputError(f"committing to {name} failed: {err}") from err
-
-
-def store_list(store_dir: StoreDirs) -> tuple[str, ...]:
-    """The absolute paths of the stores ``store_dir`` names: one path, a comma-separated
-    list (as the source's ``load("s1,s2")``) or a sequence of paths.
-
-    Raises
-    ------
-    SourceError
-        An empty path, a store named twice, a URI that is not local.
-    """
-    from rmq_spark.spark.multi_store import split_paths
-
-    if isinstance(store_dir, str | Path):
-        named = split_paths(str(store_dir))
-    else:
-        named = split_paths(",".join(str(path) for path in store_dir))
-    return tuple(str(Path(path).absolute()) for path in named)
 
 
 def start_reput(

@@ -1,15 +1,16 @@
 """Where a reput micro-batch lies in the log, and where a reput stream starts.
 
-Owns reading a batch's ``[start, end)`` (per store, for a stream over several stores) from
-the stream's own offset log (no Spark job) and
-the start of a stream whose checkpoint is fresh over existing tables (``fresh_start_offset``,
-PURE, and ``starting_offsets``). Re-exported by ``reput.py``. Does not own the writes.
+Owns which stores a job reads (``store_list``), reading a batch's ``[start, end)`` (per
+store, for a stream over several stores) from the stream's own offset log (no Spark job),
+and the start of a stream whose checkpoint is fresh over existing tables
+(``fresh_start_offset``, PURE, and ``starting_offsets``). Re-exported by ``reput.py``.
+Does not own the writes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "StoreDirs",
     "fresh_start_offset",
     "has_progress",
     "logged_batch_range",
@@ -28,7 +30,11 @@ __all__ = [
     "parse_offset_log_entry",
     "parse_store_offsets",
     "starting_offsets",
+    "store_list",
 ]
+
+StoreDirs = str | Path | Sequence[str | Path]
+"""One store, a comma-separated list of stores, or a sequence of them."""
 
 
 def parse_offset_log_entry(text: str) -> int | None:
@@ -161,3 +167,21 @@ def starting_offsets(spark: SparkSession, config: ReputConfig, several: bool = F
     }
     start = fresh_start_offset(progress)
     return "earliest" if start is None else json.dumps({"physical_offset": start})
+
+
+def store_list(store_dir: StoreDirs) -> tuple[str, ...]:
+    """The absolute paths of the stores ``store_dir`` names: one path, a comma-separated
+    list (as the source's ``load("s1,s2")``) or a sequence of paths.
+
+    Raises
+    ------
+    SourceError
+        An empty path, a store named twice, a URI that is not local.
+    """
+    from rmq_spark.spark.multi_store import split_paths
+
+    if isinstance(store_dir, str | Path):
+        named = split_paths(str(store_dir))
+    else:
+        named = split_paths(",".join(str(path) for path in store_dir))
+    return tuple(str(Path(path).absolute()) for path in named)
