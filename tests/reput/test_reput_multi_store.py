@@ -113,3 +113,23 @@ def test_reput_over_two_stores_matches_each_stores_consume_queue_across_a_failed
     with pytest.raises(StoreLayoutMismatchError, match="one store, now asked .* several"):
         run_reput(spark, [s1, s2], one, LEVELS_MS)
     assert _units_by_store(spark, tables) == live
+
+
+def test_reput_command_takes_repeated_stores_comma_lists_or_the_config(tmp_path: Path) -> None:
+    import argparse
+
+    from rmq_spark.cli import reput_command
+    from rmq_spark.errors import ConfigError
+
+    parser = argparse.ArgumentParser()
+    reput_command.add_reput_arguments(parser)
+    args = parser.parse_args(["--store", "a,b", "--store", "c"])
+    stores = reput_command.store_dirs(args, ReputConfig())
+    assert [store.name for store in stores] == ["a", "b", "c"]
+    args = parser.parse_args([])
+    configured = ReputConfig(stores=(tmp_path / "x", tmp_path / "y"))
+    assert reput_command.store_dirs(args, configured) == [tmp_path / "x", tmp_path / "y"]
+    with pytest.raises(ConfigError, match="--store: no store given"):
+        reput_command.store_dirs(args, ReputConfig())
+    with pytest.raises(ConfigError, match="named twice"):
+        reput_command.store_dirs(parser.parse_args(["--store", "a", "--store", "a"]), configured)
