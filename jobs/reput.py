@@ -1,11 +1,13 @@
 """spark-submit entry point of the reput job: log -> consume_queue, message_index, messages.
 
-    spark-submit jobs/reput.py --store DIR --tables DIR [--checkpoint DIR]
+    spark-submit jobs/reput.py --store DIR [--store DIR ...] --tables DIR [--checkpoint DIR]
                                [--trigger 1s | --available-now]
 
 (also ``python jobs/reput.py ...`` and ``rmq-spark reput ...``, same options). The session
 builder adds the Delta jars through ``spark.jars``; Spark loads them into the driver at
-session start, so no ``--jars`` is needed with a local master (docs/TABLES.md).
+session start, so no ``--jars`` is needed with a local master (docs/TABLES.md). Several
+stores (``--store`` repeated or a comma list, or ``reput.stores``): one query over all of
+them, tables with a ``store`` column (docs/TABLES.md, "Several stores").
 """
 
 from __future__ import annotations

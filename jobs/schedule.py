@@ -1,12 +1,14 @@
 """spark-submit entry point of the delay-level and timer redelivery job.
 
-    spark-submit jobs/schedule.py --store DIR [--tables DIR] [--broker HOST:PORT]
-                                  [--trigger 1s | --once]
+    spark-submit jobs/schedule.py --store DIR [--store DIR ...] [--tables DIR]
+                                  [--broker HOST:PORT ...] [--trigger 1s | --once]
 
 (also ``python jobs/schedule.py ...`` and ``rmq-spark schedule ...``, same options). Parses
 the arguments, loads the config and calls ``rmq_spark.delay.job.run_schedule``; no logic
-lives here (docs/DELAY.md). A SparkSession is built only when a consume_queue table is there
-to read; without one the job reads the schedule topics from the CommitLog.
+lives here (docs/DELAY.md). Several ``--store`` (or a comma list): the one-store job per
+store, each store's due messages back into that store (``rmq_spark/delay/stores.py``). A
+SparkSession is built only when a consume_queue table is there to read; without one the
+job reads the schedule topics from the CommitLog.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ they happen::
     │   ├── EntrySourceError       reading the consume_queue table for due entries failed
     │   └── GroupOffsetError       a consumerGroup commit or read of group offsets failed
     ├── TableError                 a reput table cannot be created, registered or written
-    │   └── SchemaMismatchError    rows whose columns or types differ from the table's
+    │   ├── SchemaMismatchError    rows whose columns or types differ from the table's
+    │   └── StoreLayoutMismatchError  one-store tables opened over several stores, or back
     ├── ReputError                 the reput stream failed (Spark's reason)
     ├── MessageNotFoundError       no message where a lookup pointed (deleted, never written)
     ├── FilterExpressionError      a consumer's TAG / SQL92 filter that does not compile: column
@@ -94,6 +95,7 @@ __all__ = [
     "StoreClosedError",
     "StoreError",
     "StoreIOError",
+    "StoreLayoutMismatchError",
     "StoreLockedError",
     "StoreMetadataError",
     "TableError",
@@ -279,6 +281,11 @@ class ReputError(RmqError):
 
 class SchemaMismatchError(TableError, ValueError):
     """The rows' columns or types differ from the table's (nullability aside)."""
+
+
+class StoreLayoutMismatchError(TableError):
+    """Tables built from one store opened by a job over several (no ``store`` column), or
+    the other way round; names the tables directory and both layouts."""
 
 
 class InvalidMessageError(StoreError):

@@ -22,6 +22,7 @@ __all__ = [
     "register",
     "reput_config",
     "run",
+    "store_dirs",
     "unregister",
 ]
 
@@ -47,7 +48,15 @@ def add_reput_arguments(parser: argparse.ArgumentParser) -> None:
     """The reput options shared by ``rmq-spark reput`` and ``jobs/reput.py``."""
     from rmq_spark.cli.common import add_config_arguments
 
-    parser.add_argument("--store", type=local_path, required=True, help="store directory to read")
+    parser.add_argument(
+        "--store",
+        action="append",
+        default=None,
+        help=(
+            "store directory to read; repeat it or list stores with commas to read several "
+            "(one per broker: the tables get a store column). Default: reput.stores"
+        ),
+    )
     parser.add_argument(
         "--tables",
         type=local_path,
@@ -97,7 +106,10 @@ def register(subparsers: Any) -> None:
             "(registered as rmq.*), idempotently. Runs until Ctrl-C, or with --available-now "
             "until the log is caught up."
         ),
-        epilog="example: rmq-spark reput --store ./store --tables ./tables --available-now",
+        epilog=(
+            "example: rmq-spark reput --store ./store --tables ./tables --available-now; "
+            "several stores (one per broker): --store ./a --store ./b (or --store ./a,./b)"
+        ),
     )
     add_reput_arguments(parser)
     parser.set_defaults(handler=run)
@@ -126,6 +138,29 @@ def reput_config(args: argparse.Namespace, config: Any) -> Any:
         raise ConfigError(f"reput.{str(err).partition(':')[0]}", str(err)) from err
 
 
+def store_dirs(args: argparse.Namespace, reput: Any) -> list[Path]:
+    """The stores to read: every ``--store`` (each one path or a comma-separated list), else
+    ``reput.stores``.
+
+    Raises
+    ------
+    ConfigError
+        No store given, a path that is not local, or a store named twice.
+    """
+    named = [part for value in args.store or () for part in value.split(",")]
+    if not named:
+        named = [str(path) for path in reput.stores]
+    if not named:
+        raise ConfigError("--store", "no store given (or set reput.stores in the config)")
+    try:
+        stores = [local_path(part.strip()) for part in named]
+    except argparse.ArgumentTypeError as err:
+        raise ConfigError("--store", str(err)) from None
+    if len({store.absolute() for store in stores}) != len(stores):
+        raise ConfigError("--store", f"a store is named twice: {', '.join(named)}")
+    return stores
+
+
 def run(args: argparse.Namespace) -> int:
     """Load the config, build the session, run the reput stream until it ends."""
     from rmq_spark.cli.common import config_from_args, require_store
@@ -135,13 +170,17 @@ def run(args: argparse.Namespace) -> int:
 
     config = config_from_args(args)
     reput = reput_config(args, config)
+    stores = store_dirs(args, reput)
     if args.unregister:
-        return unregister(args.store, reput.reader_name)
-    require_store(args.store)  # before Spark starts or any table is created
+        for store in stores:
+            unregister(store, reput.reader_name)
+        return 0
+    for store in stores:
+        require_store(store)  # before Spark starts or any table is created
     levels = parse_message_delay_level(config.store.message_delay_level)
     spark = build_session(config.spark)
     try:
-        run_reput(spark, args.store, reput, levels)
+        run_reput(spark, stores, reput, levels)
     finally:
         spark.stop()
     return 0

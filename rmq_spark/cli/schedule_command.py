@@ -11,6 +11,7 @@ import argparse
 import re
 import signal
 import threading
+from pathlib import Path
 from typing import Any
 
 from rmq_spark.cli.common import local_path
@@ -21,6 +22,7 @@ __all__ = [
     "register",
     "run_from_args",
     "spec_from_args",
+    "specs_from_args",
 ]
 
 _DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h)?\s*$")
@@ -47,9 +49,11 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     """The job's own arguments (config flags are added separately)."""
     parser.add_argument(
         "--store",
-        type=local_path,
+        action="append",
         required=True,
-        help="the store directory (its commitlog/, config/)",
+        help="the store directory (its commitlog/, config/); repeat it or list stores with "
+        "commas to run over several (one per broker): each store's due messages go back into "
+        "that store",
     )
     parser.add_argument(
         "--tables",
@@ -61,9 +65,11 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--broker",
         metavar="HOST:PORT",
+        action="append",
         default=None,
         help="put redelivered messages through this broker over gRPC (needed while a broker "
-        "runs on --store); default: open the store in this process",
+        "runs on --store); default: open the store in this process. With several stores: "
+        "one --broker per --store, in the same order",
     )
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument(
@@ -80,21 +86,55 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def spec_from_args(args: argparse.Namespace) -> Any:
-    from rmq_spark.delay.job import ScheduleJobSpec
+def _stores(args: argparse.Namespace) -> list[Path]:
+    from rmq_spark.errors import ConfigError
 
-    return ScheduleJobSpec(
-        store_dir=args.store,
+    try:
+        return [local_path(part.strip()) for value in args.store for part in value.split(",")]
+    except argparse.ArgumentTypeError as err:
+        raise ConfigError("--store", str(err)) from None
+
+
+def specs_from_args(args: argparse.Namespace) -> list[Any]:
+    """One ``ScheduleJobSpec`` per store named by ``--store`` (``delay/stores.py``).
+
+    Raises
+    ------
+    ConfigError
+        A store named twice, a bad path, or not one ``--broker`` per store.
+    """
+    from rmq_spark.delay.job import ScheduleJobSpec
+    from rmq_spark.delay.stores import store_specs
+
+    spec = ScheduleJobSpec(
+        store_dir=Path(),
         tables_dir=args.tables,
-        broker=args.broker,
         once=args.once,
         trigger_interval_ms=args.trigger,
     )
+    return store_specs(spec, _stores(args), args.broker or ())
+
+
+def spec_from_args(args: argparse.Namespace) -> Any:
+    """The spec of a run over one store (``specs_from_args`` for several).
+
+    Raises
+    ------
+    ConfigError
+        Several stores named.
+    """
+    from rmq_spark.errors import ConfigError
+
+    specs = specs_from_args(args)
+    if len(specs) != 1:
+        raise ConfigError("--store", f"{len(specs)} stores: use specs_from_args")
+    return specs[0]
 
 
 def run_from_args(args: argparse.Namespace, config: Any) -> int:
     """Run the job as the arguments say; SIGTERM/SIGINT stop a continuous run cleanly."""
     from rmq_spark.delay.job import run_schedule
+    from rmq_spark.delay.stores import run_schedule_stores
     from rmq_spark.spark.session import build_session
 
     stop = threading.Event()
@@ -102,9 +142,14 @@ def run_from_args(args: argparse.Namespace, config: Any) -> int:
     if threading.current_thread() is threading.main_thread():
         for signum in (signal.SIGTERM, signal.SIGINT):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
+    specs = specs_from_args(args)
     try:
+        if len(specs) > 1:
+            return run_schedule_stores(
+                specs, config, spark_factory=lambda: build_session(config.spark), stop=stop
+            )
         return run_schedule(
-            spec_from_args(args),
+            specs[0],
             config,
             spark_factory=lambda: build_session(config.spark),
             stop=stop,
@@ -129,7 +174,8 @@ def register(subparsers: Any) -> None:
         ),
         epilog=(
             "examples: rmq-spark schedule --store ./store --tables ./tables --once\n"
-            "          rmq-spark schedule --store ./store --broker 127.0.0.1:8081 --trigger 1s"
+            "          rmq-spark schedule --store ./store --broker 127.0.0.1:8081 --trigger 1s\n"
+            "          rmq-spark schedule --store ./a --store ./b --once   (several stores)"
         ),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

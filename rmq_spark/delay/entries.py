@@ -6,6 +6,7 @@ of every delay level from these queue offsets" and "the timer units due by now":
 - ``TableEntrySource`` reads the Delta table ``consume_queue`` the reput job writes (one
   small Spark query per question). tagsCode there is the delivery time fixed when the reput
   job saw the message, so a later change of the delay levels affects only new messages.
+  Tables built from several stores (a ``store`` column) are read for this job's store only.
 - ``LogEntrySource`` reads ``SCHEDULE_TOPIC_XXXX`` and ``rmq_sys_wheel_timer`` records
   straight from the CommitLog (no Spark): the fallback when the table is not there, and what
   the chaos test's plain-Python job uses. It computes delivery times itself from the
@@ -97,16 +98,25 @@ class TableEntrySource:
         The reput job's tables directory.
     lookahead_ms
         Timer units due this far ahead are fetched too, to know the next due time.
+    store
+        The store redelivered into: in tables of several stores, only its rows (``store``
+        column = its absolute path, as the reput job wrote it) are entries.
     """
 
     name = "consume_queue"
 
     def __init__(
-        self, spark: SparkSession, tables_dir: str | Path, *, lookahead_ms: int = 1000
+        self,
+        spark: SparkSession,
+        tables_dir: str | Path,
+        *,
+        lookahead_ms: int = 1000,
+        store: str | Path | None = None,
     ) -> None:
         self._spark = spark
         self._path = str(Path(tables_dir).absolute() / "consume_queue")
         self.lookahead_ms = lookahead_ms
+        self.store = None if store is None else str(Path(store).absolute())
 
     def candidates(
         self,
@@ -157,11 +167,12 @@ class TableEntrySource:
         from pyspark.sql import functions as F
 
         # Epoch milliseconds instead of a timestamp: Arrow conversion of timestamps is slow.
-        table = (
-            self._spark.read.format("delta")
-            .load(self._path)
-            .withColumn("store_timestamp", F.unix_millis("store_timestamp"))
-        )
+        table = self._spark.read.format("delta").load(self._path)
+        if _STORE_COLUMN in table.columns:  # tables of several stores: this store's rows
+            if self.store is None:
+                raise EntrySourceError(f"{self._path} holds several stores: name the store")
+            table = table.where(F.col(_STORE_COLUMN) == F.lit(self.store))
+        table = table.withColumn("store_timestamp", F.unix_millis("store_timestamp"))
         low, high = F.lit(0), F.lit(limit)
         for queue_id, queue in sorted(levels.items(), key=lambda item: item[0]):
             extra = limit + queue.done_count_above_low_water
@@ -199,6 +210,7 @@ class TableEntrySource:
         return query.toArrow()
 
 
+_STORE_COLUMN = "store"  # tables.STORE_COLUMN (delay imports no reput module here)
 _COLUMNS = (
     "queue_id",
     "queue_offset",

@@ -86,7 +86,7 @@ def open_redeliverer(
     """
     files = ProgressFiles(store_dir)
     reader = LogReader(store_dir)
-    source = _entry_source(config, reader, delay_levels_ms, spark, tables_dir)
+    source = _entry_source(config, reader, delay_levels_ms, spark, tables_dir, store_dir)
     redeliverer = Redeliverer(files, source, reader, sink, clock, config)
     redeliverer.open()
     if isinstance(source, LogEntrySource):
@@ -100,6 +100,7 @@ def _entry_source(
     delay_levels_ms: tuple[int, ...],
     spark: Any,
     tables_dir: str | Path | None,
+    store_dir: str | Path,
 ) -> EntrySource:
     kind = config.entry_source
     has_table = tables_dir is not None and consume_queue_table_exists(tables_dir)
@@ -112,7 +113,7 @@ def _entry_source(
         )
     if kind is not EntrySourceKind.COMMITLOG and has_table and spark is not None:
         assert tables_dir is not None
-        return TableEntrySource(spark, tables_dir)
+        return TableEntrySource(spark, tables_dir, store=store_dir)
     if kind is EntrySourceKind.AUTO:
         log.warning(
             "no consume_queue table at %s: reading %s straight from the CommitLog instead "
@@ -322,8 +323,10 @@ def _lag_checker(
         from rmq_spark.spark.reput import tables_lag
 
         try:
-            lag = tables_lag(spark, spec.store_dir, tables_dir, clock=clock)
-        except RmqError as err:
+            table = spark.read.format("delta").load(str(Path(tables_dir) / "consume_queue"))
+            several = "store" in table.columns  # tables of several stores: this store's lag
+            lag = tables_lag(spark, spec.store_dir, tables_dir, clock=clock, several=several)
+        except Exception as err:  # RmqError, or Py4J/Delta: a note, not a failed pass
             return f"could not measure the consume_queue lag: {err}"
         if lag.behind_bytes > config.lag_warn_bytes:
             return (

@@ -15,6 +15,9 @@ After each committed
 batch (and at start) the job publishes the log position its tables are complete up to as
 reader ``ReputConfig.reader_name`` in the store (``store/reader_progress.py``), so that
 retention keeps what the tables do not hold yet; ``rmq-spark reput --unregister`` removes it.
+Over several stores (``start_reput`` given a list) the stream reads them all in one query
+and ``reput_multi.py`` runs one ``ReputBatchWriter`` per store, each with its own Delta txn
+app id, floors and published progress, all into the same tables (with a ``store`` column).
 Does not own table schemas (``tables.py``), the source (``source.py``) or argument parsing.
 """
 
@@ -44,16 +47,19 @@ from rmq_spark.spark.reput_files import (
 from rmq_spark.spark.reput_maintenance import TableMaintenance
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
 from rmq_spark.spark.reput_start import (
+    StoreDirs,
     fresh_start_offset,
     has_progress,
     logged_batch_range,
     parse_offset_log_entry,
     starting_offsets,
+    store_list,
 )
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
     MESSAGES,
+    check_store_layout,
     committed_floors,
     ensure_tables,
     register_tables,
@@ -65,17 +71,21 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
+    from rmq_spark.spark.reput_multi import MultiStoreReputWriter
+
 __all__ = [
     "BatchReport",
     "REPUT_QUERY_NAME",
     "ReputBatchWriter",
     "ReputLag",
+    "StoreDirs",
     "fresh_start_offset",
     "logged_batch_range",
     "parse_offset_log_entry",
     "reput_lag",
     "run_reput",
     "start_reput",
+    "store_list",
     "tables_lag",
     "warm_python_workers",
 ]
@@ -99,6 +109,7 @@ class BatchReport:
     stats_ms: float  # finding the batch's log range (a Spark job only without an offset log)
     write_ms: float  # the data files and the three Delta commits (in parallel)
     consume_queue_visible_ms: int | None = None  # clock time the consume_queue commit landed
+    store: str | None = None  # the store the batch's rows came from (tables of several stores)
 
 
 def _batch_range(batch: DataFrame) -> tuple[int, int, int]:
@@ -125,6 +136,11 @@ class ReputBatchWriter:
     Keeps, per table, the physical offset from which rows are missing (``floors``: its last
     reput version); rows below it are left out, which matters only in the first batch after a
     restart over a fresh checkpoint.
+
+    With ``store_tag`` the writer is one store's among several writing the same tables
+    (``reput_multi.py``): its rows carry ``store = store_tag``, its commits the txn app id
+    ``<txn_app_id>:<store_tag>`` (so each store's log position is its own txn version), and
+    the shared ``maintenance`` is driven by the caller.
     """
 
     def __init__(
@@ -137,8 +153,13 @@ class ReputBatchWriter:
         clock: Clock | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
         offset_log: Path | None = None,
+        store_tag: str | None = None,
+        maintenance: TableMaintenance | None = None,
     ) -> None:
         self.spark = spark
+        self.store_tag = store_tag
+        several = store_tag is not None
+        self.app_id = config.txn_app_id if store_tag is None else f"{config.txn_app_id}:{store_tag}"
         self.offset_log = offset_log  # the stream's <checkpoint>/offsets: each batch's range
         self.store_dir = Path(store_dir)
         self.config = config
@@ -147,14 +168,16 @@ class ReputBatchWriter:
         self.on_batch = on_batch
         store_path = str(self.store_dir.absolute())
         self.source_options = parse_options({"path": store_path}, streaming=True)
-        ensure_tables(spark, config.tables_dir)
-        self.floors = committed_floors(spark, config.tables_dir, config.txn_app_id)
+        check_store_layout(spark, config.tables_dir, several)
+        ensure_tables(spark, config.tables_dir, several=several)
+        self.floors = committed_floors(spark, config.tables_dir, self.app_id, store_tag)
         self.batches_written = 0
         self.messages_written = 0
         self.skipped_ranges: list[tuple[int, int]] = []
         self.last_report: BatchReport | None = None
         self.consume_queue_visible_ms: int | None = None
-        self.maintenance = TableMaintenance(
+        self._drives_maintenance = maintenance is None
+        self.maintenance = maintenance or TableMaintenance(
             spark,
             config.tables_dir,
             optimize_interval=config.optimize_interval_batches,
@@ -198,14 +221,14 @@ class ReputBatchWriter:
         return rdd.mapPartitions(lambda parts: run_partitions(task, parts)).collect()
 
     def _commit(
-        self, name: str, adds: list[dict[str, Any]], version: int, metadata: dict[str, int]
+        self, name: str, adds: list[dict[str, Any]], version: int, metadata: dict[str, object]
     ) -> int:
         written = commit_files_once(
             self.spark,
             str(table_path(self.config.tables_dir, name)),
             adds,
-            schema_json=file_schema_json(name),
-            app_id=self.config.txn_app_id,
+            schema_json=file_schema_json(name, self.store_tag is not None),
+            app_id=self.app_id,
             version=version,
             metadata=metadata,
         )
@@ -218,13 +241,23 @@ class ReputBatchWriter:
         """Write and commit ``[start, version)`` to every table that lacks it; rows per table."""
         pending = {name: floor for name, floor in self.floors.items() if version > floor}
         task = ReputFileTask(
-            self.source_options, str(self.config.tables_dir), pending, self.delay_levels_ms
+            self.source_options,
+            str(self.config.tables_dir),
+            pending,
+            self.delay_levels_ms,
+            self.store_tag,
         )
         try:
             parts = self._write_files(start, version, task)
         except Exception as err:
             raise ReputError(f"batch {batch_id}: writing [{start}, {version}): {err}") from err
-        metadata = {"batch_id": batch_id, "start_offset": start, "end_offset": version}
+        metadata: dict[str, object] = {
+            "batch_id": batch_id,
+            "start_offset": start,
+            "end_offset": version,
+        }
+        if self.store_tag is not None:
+            metadata["store"] = self.store_tag  # tables_lag finds each store's last commit
         self.consume_queue_visible_ms = None
         # consume_queue first: its rows are the ones consumers wait for (put-to-visible).
         order = [name for name in (CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES) if name in pending]
@@ -240,20 +273,26 @@ class ReputBatchWriter:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started_ms = self.clock.monotonic_ms()
         span = self._range(batch_df, batch_id)
-        if span is None:
-            return
-        start, version = span
+        if span is not None:
+            self.write_span(span[0], span[1], batch_id, started_ms)
+
+    def write_span(self, start: int, version: int, batch_id: int, started_ms: float) -> bool:
+        """Write the batch's ``[start, version)`` of this writer's store to the tables that
+        lack it, publish the progress and report; ``False``: every table had it (a replay).
+        ``started_ms`` (monotonic) is when the batch began."""
         if version <= min(self.floors.values()):
             self.publish_progress(version)
-            return  # every table holds the whole batch already (a replay)
+            return False
         stats_ms = self.clock.monotonic_ms() - started_ms
         written = self.write_range(start, version, batch_id)
         write_ms = self.clock.monotonic_ms() - started_ms - stats_ms
         self.publish_progress(version)
         self.batches_written += 1
         self.messages_written += written.get(MESSAGES, 0)
-        self.maintenance.batch_committed(self.batches_written)
+        if self._drives_maintenance:
+            self.maintenance.batch_committed(self.batches_written)
         self._report(batch_id, start, version, written, stats_ms, write_ms)
+        return True
 
     def _report(
         self,
@@ -281,12 +320,14 @@ class ReputBatchWriter:
             stats_ms=stats_ms,
             write_ms=write_ms,
             consume_queue_visible_ms=self.consume_queue_visible_ms,
+            store=self.store_tag,
         )
         self.last_report = report
         log.info(
-            "reput batch %d: %d messages, %d bytes, log [%d, %d) -> consume_queue %d rows, "
+            "reput batch %d%s: %d messages, %d bytes, log [%d, %d) -> consume_queue %d rows, "
             "message_index %d rows (range %.0f ms, write %.0f ms); %s",
             batch_id,
+            "" if self.store_tag is None else f" ({self.store_tag})",
             report.message_count,
             report.log_bytes,
             report.start_offset,
@@ -337,19 +378,20 @@ def _committed(name: str, future: Future[int]) -> int:
 
 def start_reput(
     spark: SparkSession,
-    store_dir: str | Path,
+    store_dir: StoreDirs,
     config: ReputConfig,
     delay_levels_ms: tuple[int, ...],
     *,
     clock: Clock | None = None,
     on_batch: Callable[[BatchReport], None] | None = None,
-) -> tuple[StreamingQuery, ReputBatchWriter]:
+) -> tuple[StreamingQuery, ReputBatchWriter | MultiStoreReputWriter]:
     """Register the tables and start the reput stream; returns the query and its writer.
 
     Parameters
     ----------
     store_dir
-        The store root (the directory holding ``commitlog/`` and ``checkpoint``).
+        The store root (the directory holding ``commitlog/`` and ``checkpoint``), or several
+        (``store_list``): one query reads them all, the tables get a ``store`` column.
     config
         The ``[reput]`` section: tables and checkpoint directories, trigger, limits.
     delay_levels_ms
@@ -358,27 +400,44 @@ def start_reput(
     Raises
     ------
     TableError
-        The tables cannot be created or registered.
+        The tables cannot be created or registered (``StoreLayoutMismatchError``: they were
+        built from one store and are asked for several, or the other way round).
     """
-    register_tables(spark, config.tables_dir, config.database)
+    from rmq_spark.spark.reput_multi import MultiStoreReputWriter  # it imports this module
+
+    stores = store_list(store_dir)
+    several = len(stores) > 1
     checkpoint = config.resolved_checkpoint_dir
+    writer: ReputBatchWriter | MultiStoreReputWriter
+    if several:  # the writers create the tables with the right columns before registering
+        writer = MultiStoreReputWriter(
+            spark,
+            stores,
+            config,
+            delay_levels_ms,
+            clock=clock,
+            on_batch=on_batch,
+            offset_log=checkpoint / "offsets",
+        )
+    else:
+        writer = ReputBatchWriter(
+            spark,
+            stores[0],
+            config,
+            delay_levels_ms,
+            clock=clock,
+            on_batch=on_batch,
+            offset_log=checkpoint / "offsets",
+        )
+    register_tables(spark, config.tables_dir, config.database)
     reader = spark.readStream.format("rocketmq")
     if not has_progress(checkpoint):
-        reader = reader.option("startingOffsets", starting_offsets(spark, config))
+        reader = reader.option("startingOffsets", starting_offsets(spark, config, several))
     if config.max_bytes_per_trigger:
         reader = reader.option("maxBytesPerTrigger", str(config.max_bytes_per_trigger))
-    writer = ReputBatchWriter(
-        spark,
-        store_dir,
-        config,
-        delay_levels_ms,
-        clock=clock,
-        on_batch=on_batch,
-        offset_log=checkpoint / "offsets",
-    )
     warm_python_workers(spark)
     stream = (
-        reader.load(str(Path(store_dir).absolute()))
+        reader.load(",".join(stores))
         .writeStream.foreachBatch(writer)
         .queryName(REPUT_QUERY_NAME)
         .option("checkpointLocation", str(checkpoint.absolute()))
@@ -392,13 +451,14 @@ def start_reput(
 
 def run_reput(
     spark: SparkSession,
-    store_dir: str | Path,
+    store_dir: StoreDirs,
     config: ReputConfig,
     delay_levels_ms: tuple[int, ...],
     *,
     clock: Clock | None = None,
-) -> ReputBatchWriter:
+) -> ReputBatchWriter | MultiStoreReputWriter:
     """Run the reput stream until it ends (``available_now``) or is interrupted (Ctrl-C/TERM).
+    ``store_dir``: one store or several (``start_reput``).
 
     Returns the writer (``batches_written``, ``messages_written``, ``last_report``).
 

@@ -19,6 +19,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 @dataclass(frozen=True, slots=True)
 class ReputConfig:
     tables_dir: Path = Path("tables")  # Delta tables: consume_queue/, message_index/, messages/
+    stores: tuple[Path, ...] = ()  # stores to read without --store; several: a store column
     checkpoint_dir: Path | None = None  # stream checkpoint; None: <tables_dir>/_checkpoints/reput
     database: str = "rmq"  # catalog database the tables are registered in
     trigger_interval_ms: int = 1000  # micro-batch interval of a continuous run

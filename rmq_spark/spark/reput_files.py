@@ -7,7 +7,8 @@ as one new data file per table (``delta_files.py``), in one pass, on an executor
 driver for a small batch). What comes back are the files' Delta ``add`` actions, which the
 driver commits (``reput.py``). A failed task deletes its files; a file whose task succeeded
 but whose batch never commits stays unreferenced (Delta ignores it; VACUUM removes it).
-Does not own the stream, the commits or the row logic.
+A task of a job over several stores reads one store and adds its ``store`` column to every
+table's rows. Does not own the stream, the commits or the row logic.
 """
 
 from __future__ import annotations
@@ -29,12 +30,19 @@ from rmq_spark.spark.reput_rows import (
     message_index_rows,
 )
 from rmq_spark.spark.schema import ARROW_SCHEMA
-from rmq_spark.spark.tables import CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES, table_path
+from rmq_spark.spark.tables import (
+    CONSUME_QUEUE,
+    MESSAGE_INDEX,
+    MESSAGES,
+    STORE_COLUMN,
+    table_path,
+)
 
 __all__ = [
     "FILE_SCHEMAS",
     "PartitionFiles",
     "ReputFileTask",
+    "file_schema",
     "file_schema_json",
     "run_partitions",
     "write_partition_files",
@@ -48,12 +56,18 @@ FILE_SCHEMAS: Mapping[str, pa.Schema] = {
 """The Arrow schema of each table's data files (equal to its DDL: a test checks it)."""
 
 
-def file_schema_json(name: str) -> str:
+def file_schema(name: str, several: bool = False) -> pa.Schema:
+    """Table ``name``'s file schema; with ``several`` stores, the ``store`` column last."""
+    schema = FILE_SCHEMAS[name]
+    return schema.append(pa.field(STORE_COLUMN, pa.string(), False)) if several else schema
+
+
+def file_schema_json(name: str, several: bool = False) -> str:
     """Table ``name``'s file schema as a Spark ``StructType`` JSON (what a commit checks the
     table's schema against)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return str(from_arrow_schema(FILE_SCHEMAS[name]).json())
+    return str(from_arrow_schema(file_schema(name, several)).json())
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +78,7 @@ class ReputFileTask:
     tables_dir: str
     floors: Mapping[str, int]  # per pending table: rows below this physical offset are kept out
     delay_levels_ms: tuple[int, ...]
+    store: str | None = None  # the ``store`` column's value (tables of several stores)
 
 
 @dataclass(slots=True)
@@ -79,10 +94,15 @@ def _rows_for(name: str, batch: pa.Table, task: ReputFileTask) -> pa.Table:
     if floor > 0:
         batch = batch.filter(pc.greater_equal(batch.column("physical_offset"), floor))
     if name == CONSUME_QUEUE:
-        return consume_queue_rows(batch, task.delay_levels_ms)
-    if name == MESSAGE_INDEX:
-        return message_index_rows(batch)
-    return batch
+        rows = consume_queue_rows(batch, task.delay_levels_ms)
+    elif name == MESSAGE_INDEX:
+        rows = message_index_rows(batch)
+    else:
+        rows = batch
+    if task.store is None:
+        return rows
+    tag = pa.repeat(pa.scalar(task.store, pa.string()), rows.num_rows)
+    return rows.append_column(pa.field(STORE_COLUMN, pa.string(), False), tag)
 
 
 def write_partition_files(task: ReputFileTask, partition: LogPartition) -> PartitionFiles:
@@ -96,7 +116,9 @@ def write_partition_files(task: ReputFileTask, partition: LogPartition) -> Parti
         A data file cannot be written (no file is left).
     """
     writers = {
-        name: DataFileWriter(table_path(task.tables_dir, name), FILE_SCHEMAS[name])
+        name: DataFileWriter(
+            table_path(task.tables_dir, name), file_schema(name, task.store is not None)
+        )
         for name in task.floors
     }
     result = PartitionFiles()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.clock import Clock, SystemClock
-from rmq_spark.spark.tables import MESSAGES, TABLE_NAMES, table_path
+from rmq_spark.spark.tables import MESSAGES, STORE_COLUMN, TABLE_NAMES, table_path
 from rmq_spark.store.codec import (
     BlankPadding,
     DecodedRecord,
@@ -122,8 +122,9 @@ def _store_timestamp_ms(buf: object, position: int, path: Path) -> int | None:
     return None
 
 
-def _committed_end(spark: SparkSession, path: Path) -> int | None:
-    """The log position a table is complete up to: ``end_offset`` of its newest reput commit."""
+def _committed_end(spark: SparkSession, path: Path, store: str | None) -> int | None:
+    """The log position a table is complete up to: ``end_offset`` of its newest reput commit
+    (of ``store``'s rows, in tables of several stores)."""
     from delta.tables import DeltaTable
 
     if not (path / "_delta_log").is_dir():
@@ -131,7 +132,9 @@ def _committed_end(spark: SparkSession, path: Path) -> int | None:
     history = DeltaTable.forPath(spark, str(path)).history(_HISTORY_DEPTH)
     for row in history.select("userMetadata").collect():
         if row.userMetadata and "end_offset" in row.userMetadata:
-            return int(json.loads(row.userMetadata)["end_offset"])
+            metadata = json.loads(row.userMetadata)
+            if metadata.get("store") == store:
+                return int(metadata["end_offset"])
     return None
 
 
@@ -142,8 +145,10 @@ def tables_lag(
     *,
     clock: Clock | None = None,
     scan_messages_max: int = 100_000,
+    several: bool = False,
 ) -> ReputLag:
-    """How far the tables under ``tables_dir`` are behind the log of ``store_dir`` now.
+    """How far the tables under ``tables_dir`` are behind the log of ``store_dir`` now
+    (tables of ``several`` stores: behind that store's log, by its rows).
 
     The tables' position is the smallest ``end_offset`` among the three tables' newest reput
     commits (each commit records it next to its Delta txn version); when a table's recent
@@ -151,7 +156,8 @@ def tables_lag(
     """
     from pyspark.sql import functions as F
 
-    ends = [_committed_end(spark, table_path(tables_dir, name)) for name in TABLE_NAMES]
+    store = str(Path(store_dir).absolute()) if several else None
+    ends = [_committed_end(spark, table_path(tables_dir, name), store) for name in TABLE_NAMES]
     if all(end is not None for end in ends):
         reput_offset = min(end for end in ends if end is not None)
     else:
@@ -159,6 +165,8 @@ def tables_lag(
         path = table_path(tables_dir, MESSAGES)
         if (path / "_delta_log").is_dir():
             table = spark.read.format("delta").load(str(path))
+            if store is not None:
+                table = table.where(F.col(STORE_COLUMN) == F.lit(store))
             top = table.agg(F.max("physical_offset")).first()[0]
             if top is not None:
                 size = table.where(F.col("physical_offset") == F.lit(top)).first()["total_size"]

@@ -1,14 +1,16 @@
 """Where a reput micro-batch lies in the log, and where a reput stream starts.
 
-Owns reading a batch's ``[start, end)`` from the stream's own offset log (no Spark job) and
-the start of a stream whose checkpoint is fresh over existing tables (``fresh_start_offset``,
-PURE, and ``starting_offsets``). Re-exported by ``reput.py``. Does not own the writes.
+Owns which stores a job reads (``store_list``), reading a batch's ``[start, end)`` (per
+store, for a stream over several stores) from the stream's own offset log (no Spark job),
+and the start of a stream whose checkpoint is fresh over existing tables
+(``fresh_start_offset``, PURE, and ``starting_offsets``). Re-exported by ``reput.py``.
+Does not own the writes.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,12 +22,19 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
+    "StoreDirs",
     "fresh_start_offset",
     "has_progress",
     "logged_batch_range",
+    "logged_store_ranges",
     "parse_offset_log_entry",
+    "parse_store_offsets",
     "starting_offsets",
+    "store_list",
 ]
+
+StoreDirs = str | Path | Sequence[str | Path]
+"""One store, a comma-separated list of stores, or a sequence of them."""
 
 
 def parse_offset_log_entry(text: str) -> int | None:
@@ -44,6 +53,47 @@ def parse_offset_log_entry(text: str) -> int | None:
     if not isinstance(offset, dict) or not isinstance(offset.get("physical_offset"), int):
         return None
     return int(offset["physical_offset"])
+
+
+def parse_store_offsets(text: str) -> dict[str, int] | None:
+    """Each store's ``physical_offset`` in a Spark offset-log file of a query over several
+    stores (``{"stores": {path: {"physical_offset": N}}}``, ``multi_store.py``; PURE);
+    ``None`` when the text is not that shape."""
+    lines = text.splitlines()
+    if len(lines) != 3 or not lines[0].startswith("v"):
+        return None
+    try:
+        offset = json.loads(lines[2])
+    except ValueError:
+        return None
+    stores = offset.get("stores") if isinstance(offset, dict) else None
+    if not isinstance(stores, dict):
+        return None
+    result: dict[str, int] = {}
+    for store, value in stores.items():
+        position = value.get("physical_offset") if isinstance(value, dict) else None
+        if not isinstance(position, int):
+            return None
+        result[store] = position
+    return result
+
+
+def _read_store_offsets(offset_log: Path, batch_id: int) -> dict[str, int] | None:
+    try:
+        return parse_store_offsets((offset_log / str(batch_id)).read_text())
+    except OSError:
+        return None
+
+
+def logged_store_ranges(offset_log: Path, batch_id: int) -> dict[str, tuple[int, int]] | None:
+    """``{store: (start, end)}`` of micro-batch ``batch_id`` of a stream over several stores,
+    from its offset log (as ``logged_batch_range``: a store missing from the previous entry,
+    or no previous entry, starts at 0). ``None`` when the entry is missing or unreadable."""
+    ends = _read_store_offsets(offset_log, batch_id)
+    if ends is None:
+        return None
+    starts = (_read_store_offsets(offset_log, batch_id - 1) if batch_id > 0 else None) or {}
+    return {store: (starts.get(store, 0), end) for store, end in ends.items()}
 
 
 def logged_batch_range(offset_log: Path, batch_id: int) -> tuple[int, int] | None:
@@ -94,8 +144,15 @@ def fresh_start_offset(progress: Mapping[str, tuple[int, int | None]]) -> int | 
     return min(starts)
 
 
-def starting_offsets(spark: SparkSession, config: ReputConfig) -> str:
-    """Where a query with a fresh checkpoint starts: after what the tables already hold."""
+def starting_offsets(spark: SparkSession, config: ReputConfig, several: bool = False) -> str:
+    """Where a query with a fresh checkpoint starts: after what the tables already hold.
+
+    Over ``several`` stores: ``earliest`` (the source takes no one-store JSON offset there);
+    each store's writer then drops what its tables hold (its floors), so nothing is written
+    twice, at the cost of reading the logs again.
+    """
+    if several:
+        return "earliest"
     versions: dict[str, int] = {}
     for name in TABLE_NAMES:
         path = table_path(config.tables_dir, name)
@@ -110,3 +167,21 @@ def starting_offsets(spark: SparkSession, config: ReputConfig) -> str:
     }
     start = fresh_start_offset(progress)
     return "earliest" if start is None else json.dumps({"physical_offset": start})
+
+
+def store_list(store_dir: StoreDirs) -> tuple[str, ...]:
+    """The absolute paths of the stores ``store_dir`` names: one path, a comma-separated
+    list (as the source's ``load("s1,s2")``) or a sequence of paths.
+
+    Raises
+    ------
+    SourceError
+        An empty path, a store named twice, a URI that is not local.
+    """
+    from rmq_spark.spark.multi_store import split_paths
+
+    if isinstance(store_dir, str | Path):
+        named = split_paths(str(store_dir))
+    else:
+        named = split_paths(",".join(str(path) for path in store_dir))
+    return tuple(str(Path(path).absolute()) for path in named)

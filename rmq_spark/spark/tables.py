@@ -7,9 +7,12 @@ Owns the three tables under one ``tables_dir`` (docs/TABLES.md describes them):
 * ``messages``       every message, the ``rocketmq`` source's full schema,
 
 their creation, registration in the catalog, the reput's commit floors and compaction
-(OPTIMIZE). Does not own the rows (``reput_rows.py``), the data files and commits
-(``reput_files.py``, ``delta_files.py``, ``delta_append.py``), the stream (``reput.py``) nor
-queries (``query.py``).
+(OPTIMIZE). Tables built from several stores have one more column, ``store`` (last, the
+store's absolute path, as the source's ``store`` column), and cluster ``consume_queue`` by
+``store`` first; tables of one store keep the one-store schema. A tables directory is one
+or the other for life (``check_store_layout``). Does not own the rows (``reput_rows.py``),
+the data files and commits (``reput_files.py``, ``delta_files.py``, ``delta_append.py``),
+the stream (``reput.py``) nor queries (``query.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rmq_spark.errors import TableError
+from rmq_spark.errors import StoreLayoutMismatchError, TableError
 from rmq_spark.spark.delta_append import committed_file_count, committed_txn_version
 from rmq_spark.spark.schema import SCHEMA_DDL
 
@@ -34,14 +37,17 @@ __all__ = [
     "MESSAGES_DDL",
     "MESSAGE_INDEX",
     "MESSAGE_INDEX_DDL",
+    "STORE_COLUMN",
     "TABLE_DDL",
     "TABLE_NAMES",
+    "check_store_layout",
     "checkpoint_tables",
     "committed_floors",
     "ensure_tables",
     "max_physical_offset",
     "optimize_tables",
     "register_tables",
+    "table_ddl",
     "table_path",
 ]
 
@@ -81,6 +87,19 @@ CLUSTER_COLUMNS: Mapping[str, tuple[str, ...]] = {
 # maintenance thread checkpoints the tables itself, beside the stream (``checkpoint_tables``,
 # ``reput_maintenance.py``), so the interval Delta would use is set out of reach.
 _TABLE_PROPERTIES = "'delta.checkpointInterval' = '1000000'"
+STORE_COLUMN = "store"  # the source's name for it (``multi_store.STORE_COLUMN``)
+
+
+def table_ddl(name: str, several: bool = False) -> str:
+    """Table ``name``'s columns; with ``several`` stores, the ``store`` column last."""
+    ddl = TABLE_DDL[name]
+    return f"{ddl}, {STORE_COLUMN} string not null" if several else ddl
+
+
+def _cluster_columns(name: str, several: bool) -> tuple[str, ...]:
+    if several and name == CONSUME_QUEUE:  # the key is (store, topic, queue_id, queue_offset)
+        return (STORE_COLUMN, *CLUSTER_COLUMNS[name])
+    return CLUSTER_COLUMNS[name]
 
 
 def table_path(tables_dir: str | Path, name: str) -> Path:
@@ -105,8 +124,9 @@ def _is_delta_table(path: Path) -> bool:
     return (path / "_delta_log").is_dir() and any((path / "_delta_log").glob("*.json"))
 
 
-def ensure_tables(spark: SparkSession, tables_dir: str | Path) -> None:
-    """Create the three Delta tables under ``tables_dir`` where they do not exist yet.
+def ensure_tables(spark: SparkSession, tables_dir: str | Path, *, several: bool = False) -> None:
+    """Create the three Delta tables under ``tables_dir`` where they do not exist yet (with
+    the ``store`` column when they are built from ``several`` stores).
 
     Raises
     ------
@@ -118,10 +138,11 @@ def ensure_tables(spark: SparkSession, tables_dir: str | Path) -> None:
         path = table_path(tables_dir, name)
         if _is_delta_table(path):
             return
-        cluster = ", ".join(CLUSTER_COLUMNS[name])
+        cluster = ", ".join(_cluster_columns(name, several))
         try:
             spark.sql(
-                f"CREATE TABLE IF NOT EXISTS {_sql_path(path)} ({TABLE_DDL[name]}) USING delta "
+                f"CREATE TABLE IF NOT EXISTS {_sql_path(path)} ({table_ddl(name, several)}) "
+                "USING delta "
                 f"CLUSTER BY ({cluster}) TBLPROPERTIES ({_TABLE_PROPERTIES})"
             )
         except Exception as err:  # Py4J/Delta errors: re-raised as ours
@@ -130,6 +151,32 @@ def ensure_tables(spark: SparkSession, tables_dir: str | Path) -> None:
             raise TableError(f"{name}: cannot create the Delta table at {path}: {err}") from err
 
     _for_each_table(create)
+
+
+def check_store_layout(spark: SparkSession, tables_dir: str | Path, several: bool) -> None:
+    """Refuse to add rows of ``several`` stores to one-store tables, or the other way round:
+    a one-store table has no ``store`` column to tell the stores' rows (and queue offsets)
+    apart, and a table of several stores needs it in every row.
+
+    Raises
+    ------
+    StoreLayoutMismatchError
+        An existing table under ``tables_dir`` was built the other way.
+    """
+    for name in TABLE_NAMES:
+        path = table_path(tables_dir, name)
+        if not _is_delta_table(path):
+            continue
+        has_store = STORE_COLUMN in spark.read.format("delta").load(str(path)).columns
+        if has_store != several:
+            raise StoreLayoutMismatchError(
+                f"{path}: built from {_layout(has_store)}, now asked to index "
+                f"{_layout(several)}; use another tables directory (docs/TABLES.md)"
+            )
+
+
+def _layout(several: bool) -> str:
+    return "several stores" if several else "one store"
 
 
 def _for_each_table(action: Callable[[str], None]) -> None:
@@ -203,27 +250,37 @@ def _same_location(location: str, path: Path) -> bool:
     return location.removeprefix("file:").rstrip("/") == str(path).rstrip("/")
 
 
-def max_physical_offset(spark: SparkSession, tables_dir: str | Path, name: str) -> int | None:
-    """The largest ``physical_offset`` in table ``name`` (``None``: no rows). An empty table
-    is known from its version checksum without a Spark job."""
+def max_physical_offset(
+    spark: SparkSession, tables_dir: str | Path, name: str, store: str | None = None
+) -> int | None:
+    """The largest ``physical_offset`` in table ``name`` (of ``store``'s rows when given;
+    ``None``: no rows). An empty table is known from its version checksum without a Spark
+    job."""
     from pyspark.sql import functions as F
 
     path = table_path(tables_dir, name)
     if committed_file_count(spark, str(path)) == 0:
         return None
-    top = spark.read.format("delta").load(str(path)).agg(F.max("physical_offset")).first()[0]
+    table = spark.read.format("delta").load(str(path))
+    if store is not None:
+        table = table.where(F.col(STORE_COLUMN) == F.lit(store))
+    top = table.agg(F.max("physical_offset")).first()[0]
     return None if top is None else int(top)
 
 
 def committed_floors(
-    spark: SparkSession, tables_dir: str | Path, app_id: str = "rmq-reput"
+    spark: SparkSession,
+    tables_dir: str | Path,
+    app_id: str = "rmq-reput",
+    store: str | None = None,
 ) -> dict[str, int]:
     """Per table, the physical offset from which its rows are still missing.
 
     The table's last ``txnVersion`` of ``app_id``: the log position its newest reput commit
     ends at, written atomically with that commit's rows, so the table holds every message
     below it. A table without a reput commit (empty, or filled by something else) gets
-    ``max(physical_offset) + 1`` (0 when empty).
+    ``max(physical_offset) + 1`` (0 when empty); with ``store``, of that store's rows (a
+    table of several stores: ``app_id`` is then that store's).
     """
     floors: dict[str, int] = {}
     for name in TABLE_NAMES:
@@ -235,7 +292,7 @@ def committed_floors(
         if version >= 0:
             floors[name] = version
             continue
-        top = max_physical_offset(spark, tables_dir, name)
+        top = max_physical_offset(spark, tables_dir, name, store)
         floors[name] = 0 if top is None else top + 1
     return floors
 
