@@ -84,6 +84,8 @@ def row_json(row: Mapping[str, Any], *, with_body: bool = True) -> dict[str, Any
         "body_text": text_or_none(bytes(row["body"] or b"")),
         "msg_id": row["msg_id"],
     }
+    if "store" in row:  # tables built from several stores
+        out["store"] = row["store"]
     if not with_body:
         del out["body_base64"]
     return out

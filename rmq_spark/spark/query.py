@@ -17,7 +17,13 @@ from rmq_spark.errors import (
     MessageNotFoundError,
     OffsetOutOfRangeError,
 )
-from rmq_spark.spark.tables import CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES, table_path
+from rmq_spark.spark.tables import (
+    CONSUME_QUEUE,
+    MESSAGE_INDEX,
+    MESSAGES,
+    STORE_COLUMN,
+    table_path,
+)
 from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record, peek_header
 from rmq_spark.store.hashing import index_key_hash
 from rmq_spark.store.layout import MESSAGE_MAGIC_CODES
@@ -77,17 +83,33 @@ def messages_by_key(
         & (F.col("key") == F.lit(key))
     )
     index = _time_range(index, begin_ms, end_ms)
-    hits = index.select("physical_offset", "store_timestamp").distinct().collect()
+    several = STORE_COLUMN in index.columns  # physical offsets repeat across stores
+    wanted = ["physical_offset", "store_timestamp"] + ([STORE_COLUMN] if several else [])
+    hits = index.select(*wanted).distinct().collect()
     messages = _table(spark, tables_dir, MESSAGES)
     if not hits:
         return messages.limit(0)
-    offsets = sorted({row.physical_offset for row in hits})
     times = [row.store_timestamp for row in hits]
-    return messages.where(
+    found = messages.where(
         (F.col("topic") == F.lit(topic))
         & F.col("store_timestamp").between(F.lit(min(times)), F.lit(max(times)))
-        & F.col("physical_offset").isin(offsets)
-    ).orderBy("physical_offset")
+    )
+    by_store: dict[str | None, set[int]] = {}
+    for row in hits:
+        by_store.setdefault(row[STORE_COLUMN] if several else None, set()).add(row.physical_offset)
+    match = None
+    for store, offsets in by_store.items():
+        one = F.col("physical_offset").isin(sorted(offsets))
+        one = one if store is None else one & (F.col(STORE_COLUMN) == F.lit(store))
+        match = one if match is None else match | one
+    return _log_order(found.where(match))
+
+
+def _log_order(frame: DataFrame) -> DataFrame:
+    """Log order: by physical offset, within each store for tables of several stores."""
+    if STORE_COLUMN in frame.columns:
+        return frame.orderBy(STORE_COLUMN, "physical_offset")
+    return frame.orderBy("physical_offset")
 
 
 def _time_range(frame: DataFrame, begin_ms: int | None, end_ms: int | None) -> DataFrame:
@@ -111,7 +133,7 @@ def messages_by_time(
     from pyspark.sql import functions as F
 
     frame = _table(spark, tables_dir, MESSAGES).where(F.col("topic") == F.lit(topic))
-    return _time_range(frame, begin_ms, end_ms).orderBy("physical_offset")
+    return _log_order(_time_range(frame, begin_ms, end_ms))
 
 
 def consume_queue_range(
@@ -132,6 +154,8 @@ def consume_queue_range(
     )
     if end_queue_offset is not None:
         frame = frame.where(F.col("queue_offset") < F.lit(end_queue_offset))
+    if STORE_COLUMN in frame.columns:  # the queue of each store (a queue is a broker's)
+        return frame.orderBy(STORE_COLUMN, "queue_offset")
     return frame.orderBy("queue_offset")
 
 

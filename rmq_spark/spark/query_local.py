@@ -10,7 +10,8 @@ tight). The same filters as ``query.py``: the index is searched by ``key_hash`` 
 real topic and key, so a hash collision never leaks through. Only numeric columns go to the
 scanner: a Delta file whose strings are longer than the stats prefix has no min/max for them,
 which deltalake turns into a guarantee no string value meets (every file skipped); topics and
-keys are compared after the scan.
+keys are compared after the scan. Tables built from several stores (a ``store`` column) pair
+an index hit with the message of the same store: physical offsets repeat across stores.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 
 from rmq_spark.errors import TableError
-from rmq_spark.spark.tables import MESSAGE_INDEX, MESSAGES, table_path
+from rmq_spark.spark.tables import MESSAGE_INDEX, MESSAGES, STORE_COLUMN, table_path
 from rmq_spark.store.hashing import index_key_hash
 
 __all__ = ["local_messages_by_key", "local_messages_by_time"]
@@ -71,8 +72,11 @@ def local_messages_by_key(
     end_ms: int | None = None,
 ) -> pa.Table:
     """``query.messages_by_key`` without Spark: ``messages`` rows in log order."""
-    hits = _dataset(tables_dir, MESSAGE_INDEX).to_table(
-        columns=["topic", "key", "physical_offset", "store_timestamp"],
+    index_set = _dataset(tables_dir, MESSAGE_INDEX)
+    several = STORE_COLUMN in index_set.schema.names
+    hits = index_set.to_table(
+        columns=["topic", "key", "physical_offset", "store_timestamp"]
+        + ([STORE_COLUMN] if several else []),
         filter=_both(
             ds.field("key_hash") == index_key_hash(f"{topic}#{key}"),
             _time_filter(begin_ms, end_ms),
@@ -89,7 +93,23 @@ def local_messages_by_key(
         & (ds.field("store_timestamp") <= pc.max(times))
         & ds.field("physical_offset").isin(offsets)
     )
-    return _where(found, "topic", topic).sort_by("physical_offset")
+    found = _where(found, "topic", topic)
+    if several:
+        found = found.filter(pc.is_in(_store_and_offset(found), _store_and_offset(index)))
+    return _log_order(found)
+
+
+def _store_and_offset(table: pa.Table) -> pa.Array:
+    """``store|physical_offset`` per row: a message's identity over several stores."""
+    offsets = pc.cast(table.column("physical_offset"), pa.string())
+    return pc.binary_join_element_wise(table.column(STORE_COLUMN), offsets, "|")
+
+
+def _log_order(table: pa.Table) -> pa.Table:
+    """Log order: by physical offset, within each store for tables of several stores."""
+    if STORE_COLUMN in table.schema.names:
+        return table.sort_by([(STORE_COLUMN, "ascending"), ("physical_offset", "ascending")])
+    return table.sort_by("physical_offset")
 
 
 def local_messages_by_time(
@@ -103,4 +123,4 @@ def local_messages_by_time(
     dataset = _dataset(tables_dir, MESSAGES)
     window = _time_filter(begin_ms, end_ms)
     found = dataset.to_table() if window is None else dataset.to_table(filter=window)
-    return _where(found, "topic", topic).sort_by("physical_offset")
+    return _log_order(_where(found, "topic", topic))

@@ -111,7 +111,7 @@ class PutRequest:
     queue_id: int = 0
     properties: Mapping[str, str] | None = None
     tags: str | None = None
-    keys: tuple[str, ...] = ()
+    keys: tuple[str, ...] | str = ()  # a str is one KEYS value (space-separated keys)
     flag: int = 0
     sys_flag: int = 0
     born_timestamp_ms: int | None = None  # None: the store timestamp clock's now
@@ -308,7 +308,7 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
         if request.tags:
             props[TAGS] = request.tags
         if request.keys:
-            props[KEYS] = " ".join(request.keys)
+            props[KEYS] = _keys_text(request.keys)
         uniq_key = props.get(UNIQ_KEY)
         if not uniq_key:
             uniq_key = props[UNIQ_KEY] = ctx.new_uniq_key()
@@ -390,7 +390,13 @@ _STORE_TS_POSITIONS = {0: store_timestamp_position(0), 0x10: store_timestamp_pos
 _simple_orders: dict[tuple[bool, bool], tuple[str, ...]] = {}
 
 
-def _simple_properties(uniq_key: str, tags: str | None, keys: tuple[str, ...]) -> str | None:
+def _keys_text(keys: tuple[str, ...] | str) -> str:
+    """The KEYS property of ``PutRequest.keys``: a str as it is (RocketMQ's
+    ``Message.setKeys(String)``), never joined letter by letter."""
+    return keys if isinstance(keys, str) else " ".join(keys)
+
+
+def _simple_properties(uniq_key: str, tags: str | None, keys: tuple[str, ...] | str) -> str | None:
     """UNIQ_KEY, TAGS and KEYS in Java ``HashMap(128)`` order, or ``None`` if a value holds a
     separator."""
     if not tags and not keys:
@@ -399,7 +405,7 @@ def _simple_properties(uniq_key: str, tags: str | None, keys: tuple[str, ...]) -
     if tags:
         values[TAGS] = tags
     if keys:
-        values[KEYS] = " ".join(keys)
+        values[KEYS] = _keys_text(keys)
     shape = (bool(tags), bool(keys))
     order = _simple_orders.get(shape)
     if order is None:

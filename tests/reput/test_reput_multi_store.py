@@ -133,3 +133,33 @@ def test_reput_command_takes_repeated_stores_comma_lists_or_the_config(tmp_path:
         reput_command.store_dirs(args, ReputConfig())
     with pytest.raises(ConfigError, match="named twice"):
         reput_command.store_dirs(parser.parse_args(["--store", "a", "--store", "a"]), configured)
+
+
+@pytest.mark.spark
+def test_key_lookups_over_two_stores_pair_each_hit_with_its_own_stores_message(
+    spark, tmp_path: Path
+) -> None:
+    """Physical offsets repeat across stores: a key found in one store must not bring the
+    message at the same offset of the other store (same topic, same size) along."""
+    from rmq_spark.spark.query import messages_by_key
+    from rmq_spark.spark.query_local import local_messages_by_key
+
+    s1, s2, tables = tmp_path / "s1", tmp_path / "s2", tmp_path / "tables"
+    # Equal sizes, so each store's second message is at the same offset, and stored in this
+    # order, so s2's second one falls between s1's two in time as well.
+    _fill(s1, [PutRequest("orders", b"one-1", keys="K-one")])
+    _fill(s2, [PutRequest("orders", b"two-1", keys="K-two")])
+    _fill(s2, [PutRequest("orders", b"two-2", keys="K-two")])
+    _fill(s1, [PutRequest("orders", b"one-2", keys="K-one")])
+    run_reput(spark, [s1, s2], ReputConfig(tables_dir=tables, available_now=True), LEVELS_MS)
+
+    local = local_messages_by_key(tables, "orders", "K-one").to_pylist()
+    assert [(row["store"], row["body"]) for row in local] == [
+        (str(s1), b"one-1"),
+        (str(s1), b"one-2"),
+    ]
+    rows = messages_by_key(spark, tables, "orders", "K-two").collect()
+    assert [(row["store"], bytes(row["body"])) for row in rows] == [
+        (str(s2), b"two-1"),
+        (str(s2), b"two-2"),
+    ]
