@@ -48,7 +48,17 @@ def validate_send(
     max_message_size_bytes: int,
     delay_level_max: int,
 ) -> SendOutcome | None:
-    """``None`` when ``command`` may be sent, else the refusal (``BrokerService.validate``)."""
+    """``None`` when ``command`` may be sent, else the refusal (``BrokerService.validate``):
+    the first broken rule, checked in this order: id and body, type, fields, user properties."""
+    return (
+        _check_id_and_body(command, max_message_size_bytes)
+        or _check_type(command, delay_level_max)
+        or _check_fields(command, cfg)
+        or _validate_user_properties(command.user_properties, command.message_id, cfg)
+    )
+
+
+def _check_id_and_body(command: SendCommand, max_message_size_bytes: int) -> SendOutcome | None:
     mid = command.message_id
     if not mid or len(mid) > _MESSAGE_ID_LENGTH_MAX or has_control_chars(mid):
         return reject(SendCode.ILLEGAL_MESSAGE_ID, f"bad message id {mid!r}", mid)
@@ -60,7 +70,12 @@ def validate_send(
             f"message body is {len(command.body)} bytes, the limit is {max_message_size_bytes}",
             mid,
         )
-    kind = command.kind
+    return None
+
+
+def _check_type(command: SendCommand, delay_level_max: int) -> SendOutcome | None:
+    """The message type against its group, delivery time and delay level."""
+    mid, kind = command.message_id, command.kind
     if kind in (MessageKind.TRANSACTION, MessageKind.LITE, MessageKind.PRIORITY):
         return reject(
             SendCode.UNSUPPORTED, f"{kind.name} messages are not supported by this broker", mid
@@ -101,6 +116,12 @@ def validate_send(
             f"delivery_timestamp_ms={command.delivery_timestamp_ms!r}",
             mid,
         )
+    return None
+
+
+def _check_fields(command: SendCommand, cfg: BrokerConfig) -> SendOutcome | None:
+    """Tag, keys and message group."""
+    mid = command.message_id
     if command.tag is not None and (
         not command.tag.strip() or "|" in command.tag or has_control_chars(command.tag)
     ):
@@ -108,7 +129,7 @@ def validate_send(
     for key in command.keys:
         if not key.strip() or has_control_chars(key) or len(key) > _KEY_LENGTH_MAX:
             return reject(SendCode.ILLEGAL_MESSAGE_KEY, f"bad message key {key!r}", mid)
-    if has_group:
+    if command.message_group is not None:
         group = command.message_group or ""
         if (
             not group.strip()
@@ -121,7 +142,7 @@ def validate_send(
                 "characters, no control characters)",
                 mid,
             )
-    return _validate_user_properties(command.user_properties, mid, cfg)
+    return None
 
 
 def _validate_user_properties(
