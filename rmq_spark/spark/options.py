@@ -191,7 +191,15 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     values.update(_group(raw, values))
     values.update(_credentials(raw))
     values.update(ending_values(raw, streaming))
+    values.update(_sizes_and_flags(raw, streaming))
+    values.update(_trigger_wait(raw, streaming))
+    _check_queue_topics(values)
+    return SourceOptions(**values)  # type: ignore[arg-type]
 
+
+def _sizes_and_flags(raw: dict[str, str], streaming: bool) -> dict[str, object]:
+    """Trigger limits, partition sizes, ``driverReadMaxBytes`` and the boolean options."""
+    values: dict[str, object] = {}
     for name, key in (
         ("maxBytesPerTrigger", "max_bytes_per_trigger"),
         ("maxMessagesPerTrigger", "max_messages_per_trigger"),
@@ -223,9 +231,7 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     ):
         if name in raw:
             values[key] = bool_value(name, raw[name])
-    values.update(_trigger_wait(raw, streaming))
-    _check_queue_topics(values)
-    return SourceOptions(**values)  # type: ignore[arg-type]
+    return values
 
 
 def _trigger_wait(raw: dict[str, str], streaming: bool) -> dict[str, object]:
