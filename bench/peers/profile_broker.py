@@ -79,7 +79,7 @@ def classify(frames: Sequence[str]) -> str:
             if module == "warm.py":
                 return WARMER
             return "store: put (encode, CRC, append)"
-        if module == "grpc_api.py":
+        if module in ("grpc_api.py", "grpc_producer.py", "grpc_telemetry.py", "grpc_wire.py"):
             return "broker: grpc_api.py (protobuf <-> command, checks)"
         return "broker: service and the rest of broker/"
     return MACHINERY

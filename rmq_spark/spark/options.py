@@ -1,21 +1,38 @@
 """PURE: the ``rocketmq`` source's option strings -> one frozen ``SourceOptions``.
 
-Owns option names (Spark's Kafka/Delta spelling), defaults, value syntax and the errors for
-unknown options and bad values. Spark hands options over case-insensitively (lower-cased
-keys); every error names the option in its documented spelling and lists what is valid.
-Does not touch the store (whether an offset exists is checked in ``planner.py``).
+Owns ``SourceOptions`` (every option parsed, with its default) and ``parse_options`` /
+``check_options``: which options apply to streaming or batch queries, which go together or
+exclude each other, and the error for an unknown option. Spark hands options over
+case-insensitively (lower-cased keys); every error names the option in its documented
+spelling and lists what is valid. Does not touch the store (whether an offset exists is
+checked in ``planner.py``).
+
+The syntax of one value lives in ``option_values.py``, the starting and ending modes in
+``option_modes.py``; the names callers import from here are re-exported.
 """
 
 from __future__ import annotations
 
-import enum
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rmq_spark.errors import SourceError
 from rmq_spark.spark.option_hints import unknown_option
+from rmq_spark.spark.option_modes import EndingMode, StartingMode, ending_values, starting_values
+from rmq_spark.spark.option_values import (
+    EARLIEST_QUEUE_OFFSET,
+    LATEST_QUEUE_OFFSET,
+    OPTION_NAMES,
+    QueuePositions,
+    bad_value,
+    bool_value,
+    bytes_value,
+    duration_ms_value,
+    int_value,
+    pattern_value,
+    topics_value,
+)
 
 __all__ = [
     "EARLIEST_QUEUE_OFFSET",
@@ -30,32 +47,6 @@ __all__ = [
 ]
 
 _MIB = 1 << 20
-
-
-class StartingMode(enum.Enum):
-    """Where a query starts reading."""
-
-    EARLIEST = "earliest"  # the oldest byte still stored
-    LATEST = "latest"  # the durable end when the query starts
-    OFFSET = "offset"  # an explicit physical offset (startingOffsets JSON)
-    TIMESTAMP = "timestamp"  # the first record stored at or after startingTimestamp
-    QUEUES = "queues"  # per queue: startingOffsets {"topic": {"queue": n}} or ...ByTimestamp
-    GROUP = "group"  # where consumerGroup's committed offsets point (group_offsets.py)
-
-
-class EndingMode(enum.Enum):
-    """Where a batch query stops reading."""
-
-    LATEST = "latest"  # the durable end when the query is planned
-    OFFSET = "offset"  # an explicit physical offset (endingOffsets JSON)
-    TIMESTAMP = "timestamp"  # the first record stored at or after endingTimestamp
-    QUEUES = "queues"  # per queue: endingOffsets {"topic": {"queue": n}}
-
-
-# (topic, queue id, queue offset or store time in ms); offsets -2 = earliest, -1 = latest
-QueuePositions = tuple[tuple[str, int, int], ...]
-EARLIEST_QUEUE_OFFSET = -2  # Kafka's spelling in per-partition JSON
-LATEST_QUEUE_OFFSET = -1
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,112 +111,7 @@ class SourceOptions:
         return bool(self.topics) or bool(self.topic_pattern)
 
 
-# Documented spelling -> (value syntax shown in errors). Order is the order in the docs.
-_SYNTAX: dict[str, str] = {
-    "path": "a store directory (normally given to load())",
-    "topics": "a comma-separated list of topic names",
-    "topicPattern": "a regular expression a whole topic name must match",
-    "startingOffsets": (
-        'earliest, latest, group, a JSON object {"physical_offset": N} or per queue '
-        '{"topic": {"queueId": queueOffset}} (-2 earliest, -1 latest)'
-    ),
-    "startingTimestamp": "store time in epoch milliseconds (an integer >= 0)",
-    "endingOffsets": (
-        'latest, a JSON object {"physical_offset": N} or per queue '
-        '{"topic": {"queueId": queueOffset}} (-1 latest; batch queries only)'
-    ),
-    "endingTimestamp": "store time in epoch milliseconds (batch queries only)",
-    "maxBytesPerTrigger": "a positive number of bytes, e.g. 67108864 or 64m (streaming only)",
-    "maxMessagesPerTrigger": "a positive integer number of messages (streaming only)",
-    "minPartitions": "a positive integer",
-    "maxBytesPerPartition": "a positive number of bytes, e.g. 134217728 or 128m",
-    "failOnDataLoss": "true or false",
-    "includeBody": "true or false",
-    "checkCrc": "true or false",
-    "decompressBody": "true or false (false: compressed bodies as stored)",
-    "driverReadMaxBytes": "a number of bytes >= 0, e.g. 4m; 0 turns it off (streaming only)",
-    "minMessagesPerTrigger": "a positive integer number of messages (streaming only)",
-    "maxTriggerDelay": "a duration such as 500ms, 30s, 15m or 1h (streaming only)",
-    "startingOffsetsByTimestamp": 'per queue {"topic": {"queueId": epochMillis}}',
-    "startingOffsetsByTimestampStrategy": "error or latest",
-    "endingOffsetsByTimestamp": 'per queue {"topic": {"queueId": epochMillis}} (batch only)',
-    "consumerGroup": "a RocketMQ consumer group name (letters, digits, %|_-; 255 at most)",
-    "brokers": "the gRPC address host:port of the broker that holds the store",
-    "accessKey": "the access key the broker's authentication knows (with secretKey)",
-    "secretKey": "the secret key of accessKey (Spark redacts it from plans and logs)",
-}
-
-OPTION_NAMES: tuple[str, ...] = tuple(_SYNTAX)
-"""Every option the source accepts, in documented spelling."""
-
 _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
-_OFFSET_KEY = "physical_offset"
-
-
-def _bad(name: str, value: str, reason: str = "") -> SourceError:
-    detail = f" ({reason})" if reason else ""
-    return SourceError(f"option {name}={value!r} is invalid{detail}; expected {_SYNTAX[name]}")
-
-
-def _int(name: str, value: str, minimum: int) -> int:
-    text = value.strip()
-    if not re.fullmatch(r"[+-]?\d+", text):
-        raise _bad(name, value, "not an integer")
-    number = int(text)
-    if number < minimum:
-        raise _bad(name, value, f"must be >= {minimum}")
-    return number
-
-
-_BYTE_UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
-
-
-def _bytes(name: str, value: str, minimum: int) -> int:
-    """A byte count: an integer, optionally with a binary unit as Spark writes them (64m, 1g)."""
-    match = re.fullmatch(r"\s*(\d+)\s*([bkmgt]?)b?\s*", value.lower())
-    if not match:
-        raise _bad(name, value, "not a byte count")
-    number = int(match.group(1)) * _BYTE_UNITS[match.group(2)]
-    if number < minimum:
-        raise _bad(name, value, f"must be >= {minimum}")
-    return number
-
-
-def _bool(name: str, value: str) -> bool:
-    text = value.strip().lower()
-    if text in ("true", "false"):
-        return text == "true"
-    raise _bad(name, value)
-
-
-def _offset_json(name: str, value: str) -> int:
-    try:
-        parsed = json.loads(value)
-    except ValueError as err:
-        raise _bad(name, value, f"not JSON: {err}") from err
-    if not isinstance(parsed, dict) or set(parsed) != {_OFFSET_KEY}:
-        raise _bad(name, value, f'the JSON object must have exactly the key "{_OFFSET_KEY}"')
-    number = parsed[_OFFSET_KEY]
-    if not isinstance(number, int) or isinstance(number, bool) or number < 0:
-        raise _bad(name, value, "the physical offset must be an integer >= 0")
-    return number
-
-
-def _topics(name: str, value: str) -> tuple[str, ...]:
-    topics = tuple(dict.fromkeys(t.strip() for t in value.split(",") if t.strip()))
-    if not topics:
-        raise _bad(name, value, "no topic named")
-    return topics
-
-
-def _pattern(name: str, value: str) -> str:
-    try:
-        re.compile(value)
-    except re.error as err:
-        raise _bad(name, value, f"not a regular expression: {err}") from err
-    if not value:
-        raise _bad(name, value, "empty")
-    return value
 
 
 def _canonical_keys(options: Mapping[str, str]) -> dict[str, str]:
@@ -297,15 +183,23 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     if "topics" in raw and "topicPattern" in raw:
         raise SourceError("options topics and topicPattern exclude each other; give one")
     if "topics" in raw:
-        values["topics"] = _topics("topics", raw["topics"])
+        values["topics"] = topics_value("topics", raw["topics"])
     if "topicPattern" in raw:
-        values["topic_pattern"] = _pattern("topicPattern", raw["topicPattern"])
+        values["topic_pattern"] = pattern_value("topicPattern", raw["topicPattern"])
 
-    values.update(_starting(raw, streaming))
+    values.update(starting_values(raw, streaming))
     values.update(_group(raw, values))
     values.update(_credentials(raw))
-    values.update(_ending(raw, streaming))
+    values.update(ending_values(raw, streaming))
+    values.update(_sizes_and_flags(raw, streaming))
+    values.update(_trigger_wait(raw, streaming))
+    _check_queue_topics(values)
+    return SourceOptions(**values)  # type: ignore[arg-type]
 
+
+def _sizes_and_flags(raw: dict[str, str], streaming: bool) -> dict[str, object]:
+    """Trigger limits, partition sizes, ``driverReadMaxBytes`` and the boolean options."""
+    values: dict[str, object] = {}
     for name, key in (
         ("maxBytesPerTrigger", "max_bytes_per_trigger"),
         ("maxMessagesPerTrigger", "max_messages_per_trigger"),
@@ -313,12 +207,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         if name in raw:
             if not streaming:
                 raise SourceError(f"option {name} applies to streaming queries only (readStream)")
-            parse = _bytes if name == "maxBytesPerTrigger" else _int
+            parse = bytes_value if name == "maxBytesPerTrigger" else int_value
             values[key] = parse(name, raw[name], 1)
     if "minPartitions" in raw:
-        values["min_partitions"] = _int("minPartitions", raw["minPartitions"], 1)
+        values["min_partitions"] = int_value("minPartitions", raw["minPartitions"], 1)
     if "maxBytesPerPartition" in raw:
-        values["max_bytes_per_partition"] = _bytes(
+        values["max_bytes_per_partition"] = bytes_value(
             "maxBytesPerPartition", raw["maxBytesPerPartition"], 1
         )
     if "driverReadMaxBytes" in raw:
@@ -326,7 +220,9 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
             raise SourceError(
                 "option driverReadMaxBytes applies to streaming queries only (readStream)"
             )
-        values["driver_read_max_bytes"] = _bytes("driverReadMaxBytes", raw["driverReadMaxBytes"], 0)
+        values["driver_read_max_bytes"] = bytes_value(
+            "driverReadMaxBytes", raw["driverReadMaxBytes"], 0
+        )
     for name, key in (
         ("failOnDataLoss", "fail_on_data_loss"),
         ("includeBody", "include_body"),
@@ -334,10 +230,8 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
         ("decompressBody", "decompress_body"),
     ):
         if name in raw:
-            values[key] = _bool(name, raw[name])
-    values.update(_trigger_wait(raw, streaming))
-    _check_queue_topics(values)
-    return SourceOptions(**values)  # type: ignore[arg-type]
+            values[key] = bool_value(name, raw[name])
+    return values
 
 
 def _trigger_wait(raw: dict[str, str], streaming: bool) -> dict[str, object]:
@@ -346,49 +240,12 @@ def _trigger_wait(raw: dict[str, str], streaming: bool) -> dict[str, object]:
         if name in raw and not streaming:
             raise SourceError(f"option {name} applies to streaming queries only (readStream)")
     if "minMessagesPerTrigger" in raw:
-        found["min_messages_per_trigger"] = _int(
+        found["min_messages_per_trigger"] = int_value(
             "minMessagesPerTrigger", raw["minMessagesPerTrigger"], 1
         )
     if "maxTriggerDelay" in raw:
-        found["max_trigger_delay_ms"] = _duration_ms("maxTriggerDelay", raw["maxTriggerDelay"])
+        found["max_trigger_delay_ms"] = duration_ms_value("maxTriggerDelay", raw["maxTriggerDelay"])
     return found
-
-
-_DURATION_MS = {"": 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
-
-
-def _duration_ms(name: str, value: str) -> int:
-    """A duration as Spark writes them (``timeStringAsMs``: a bare number is milliseconds)."""
-    match = re.fullmatch(r"\s*(\d+)\s*(ms|s|m|min|h)?\s*", value.lower())
-    if not match:
-        raise _bad(name, value, "not a duration")
-    return int(match.group(1)) * _DURATION_MS[match.group(2) or ""]
-
-
-def _queue_json(name: str, value: str, minimum: int) -> QueuePositions:
-    """``{"topic": {"queueId": n}}`` (Kafka's per-partition JSON) as sorted triples."""
-    try:
-        parsed = json.loads(value)
-    except ValueError as err:
-        raise _bad(name, value, f"not JSON: {err}") from err
-    if not isinstance(parsed, dict) or not parsed:
-        raise _bad(name, value, "a JSON object naming at least one topic")
-    found: list[tuple[str, int, int]] = []
-    for topic, queues in parsed.items():
-        if not isinstance(queues, dict) or not queues:
-            raise _bad(
-                name,
-                value,
-                f'the JSON object must have exactly the key "{_OFFSET_KEY}" or map each topic '
-                f"to an object of queues (topic {topic!r})",
-            )
-        for queue, number in queues.items():
-            if not re.fullmatch(r"\d+", str(queue)) or int(queue) > 2**31 - 1:
-                raise _bad(name, value, f"queue id {queue!r} of topic {topic!r} is not an int")
-            if not isinstance(number, int) or isinstance(number, bool) or number < minimum:
-                raise _bad(name, value, f"{topic}/{queue}: must be an integer >= {minimum}")
-            found.append((str(topic), int(queue), number))
-    return tuple(sorted(found))
 
 
 def _check_queue_topics(values: dict[str, object]) -> None:
@@ -419,59 +276,6 @@ def _check_queue_topics(values: dict[str, object]) -> None:
             )
 
 
-def _starting(raw: dict[str, str], streaming: bool) -> dict[str, object]:
-    strategy = raw.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
-    if strategy not in ("error", "latest"):
-        raise _bad("startingOffsetsByTimestampStrategy", strategy)
-    if "startingOffsetsByTimestamp" in raw:  # Kafka's precedence: before startingTimestamp
-        times = _queue_json("startingOffsetsByTimestamp", raw["startingOffsetsByTimestamp"], 0)
-        return {
-            "starting_mode": StartingMode.QUEUES,
-            "starting_queue_times": times,
-            "timestamp_strategy_latest": strategy == "latest",
-        }
-    if "startingTimestamp" in raw:  # takes precedence over startingOffsets, as in Kafka's source
-        return {
-            "starting_mode": StartingMode.TIMESTAMP,
-            "starting_timestamp_ms": _int("startingTimestamp", raw["startingTimestamp"], 0),
-        }
-    text = raw.get("startingOffsets", "latest" if streaming else "earliest").strip()
-    if text.lower() == "earliest":
-        return {"starting_mode": StartingMode.EARLIEST}
-    if text.lower() == "latest":
-        if not streaming:
-            raise _bad("startingOffsets", text, "latest is for streaming queries only")
-        return {"starting_mode": StartingMode.LATEST}
-    if text.startswith("{") and _is_queue_json(text):
-        queues = _queue_json("startingOffsets", text, EARLIEST_QUEUE_OFFSET)
-        if any(n == LATEST_QUEUE_OFFSET for _, _, n in queues):  # docs/SOURCE.md: why not
-            raise _bad("startingOffsets", text, "-1 (latest) per queue is not supported")
-        return {"starting_mode": StartingMode.QUEUES, "starting_queues": queues}
-    if text.lower() == "group":
-        if not streaming:
-            raise _bad("startingOffsets", text, "group is for streaming queries only")
-        return {"starting_mode": StartingMode.GROUP}
-    if text.startswith("{"):
-        return {
-            "starting_mode": StartingMode.OFFSET,
-            "starting_physical_offset": _offset_json("startingOffsets", text),
-        }
-    raise _bad("startingOffsets", text)
-
-
-def _is_queue_json(text: str) -> bool:
-    """A JSON object whose values are all objects: per-queue positions, not a physical one."""
-    try:
-        parsed = json.loads(text)
-    except ValueError:
-        return False
-    return (
-        isinstance(parsed, dict)
-        and bool(parsed)
-        and all(isinstance(v, dict) for v in parsed.values())
-    )
-
-
 def _credentials(raw: dict[str, str]) -> dict[str, object]:
     """accessKey + secretKey (both or neither): what our gRPC calls sign with."""
     if ("accessKey" in raw) != ("secretKey" in raw):
@@ -486,7 +290,7 @@ def _group(raw: dict[str, str], values: dict[str, object]) -> dict[str, object]:
     found: dict[str, object] = {}
     if "brokers" in raw:
         if not re.fullmatch(r"[^\s,]+:\d+", raw["brokers"].strip()):
-            raise _bad("brokers", raw["brokers"])
+            raise bad_value("brokers", raw["brokers"])
         found["brokers"] = raw["brokers"].strip()
     if "consumerGroup" not in raw:
         if values.get("starting_mode") is StartingMode.GROUP:
@@ -494,7 +298,7 @@ def _group(raw: dict[str, str], values: dict[str, object]) -> dict[str, object]:
         return found
     group = raw["consumerGroup"].strip()
     if not re.fullmatch(r"[%|a-zA-Z0-9_-]{1,255}", group):
-        raise _bad("consumerGroup", raw["consumerGroup"])
+        raise bad_value("consumerGroup", raw["consumerGroup"])
     found["consumer_group"] = group
     retry = f"%RETRY%{group}"
     topics = values.get("topics")
@@ -504,29 +308,3 @@ def _group(raw: dict[str, str], values: dict[str, object]) -> dict[str, object]:
     if isinstance(pattern, str) and pattern:
         found["topic_pattern"] = f"(?:{pattern})|{re.escape(retry)}"
     return found
-
-
-def _ending(raw: dict[str, str], streaming: bool) -> dict[str, object]:
-    for name in ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp"):
-        if name in raw and streaming:
-            raise SourceError(f"option {name} applies to batch queries only (spark.read)")
-    if "endingOffsetsByTimestamp" in raw:  # Kafka's precedence: before endingTimestamp
-        times = _queue_json("endingOffsetsByTimestamp", raw["endingOffsetsByTimestamp"], 0)
-        return {"ending_mode": EndingMode.QUEUES, "ending_queue_times": times}
-    if "endingTimestamp" in raw:  # takes precedence over endingOffsets
-        return {
-            "ending_mode": EndingMode.TIMESTAMP,
-            "ending_timestamp_ms": _int("endingTimestamp", raw["endingTimestamp"], 0),
-        }
-    text = raw.get("endingOffsets", "latest").strip()
-    if text.lower() == "latest":
-        return {"ending_mode": EndingMode.LATEST}
-    if text.startswith("{") and _is_queue_json(text):
-        queues = _queue_json("endingOffsets", text, LATEST_QUEUE_OFFSET)
-        return {"ending_mode": EndingMode.QUEUES, "ending_queues": queues}
-    if text.startswith("{"):
-        return {
-            "ending_mode": EndingMode.OFFSET,
-            "ending_physical_offset": _offset_json("endingOffsets", text),
-        }
-    raise _bad("endingOffsets", text)

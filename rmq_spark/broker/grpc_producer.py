@@ -1,0 +1,197 @@
+"""The producer RPCs of the gRPC servicer: QueryRoute and SendMessage, protobuf <-> service calls.
+
+Owns the translation of a ``SendMessageRequest`` into ``SendCommand``s (after the wire-level
+prechecks: shutdown, encoding, message type, digest, timestamps), where each send runs (on the
+loop through ``send_async``, or on the executor), the send-back and redelivery requests riding
+on SendMessage, and the route reply. Does not own validation, queue choice or stored properties
+(``service.py``, ``send_rules.py``); ``grpc_api.MessagingServicer`` calls it under its guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from concurrent.futures import Executor
+from typing import Any
+
+from rmq_spark.broker.consume_grpc import ConsumerRpcs
+from rmq_spark.broker.grpc_wire import (
+    delivery_timestamp_ms,
+    digest_problem,
+    not_implemented,
+    peer_address,
+    status,
+    status_code,
+    timestamp_problem,
+)
+from rmq_spark.broker.offset_grpc import is_send_back_message, send_back_entry
+from rmq_spark.broker.proto import definition_pb2 as pb
+from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.redelivery import is_redelivery_message, ref_from_message
+from rmq_spark.broker.send_model import MessageKind, SendCode, SendCommand, SendOutcome
+from rmq_spark.broker.service import BrokerService
+from rmq_spark.store.message import HostAddress
+
+__all__ = ["ProducerRpcs"]
+
+log = logging.getLogger("rmq_spark.broker")
+
+_ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY)
+
+
+class ProducerRpcs:
+    """QueryRoute and SendMessage for one ``BrokerService`` (see ``MessagingServicer``)."""
+
+    def __init__(
+        self,
+        service: BrokerService,
+        executor: Executor,
+        *,
+        endpoints: pb.Endpoints,
+        shutdown: asyncio.Event,
+        consumers: ConsumerRpcs | None,
+        client_peer: Callable[[str], str],
+    ) -> None:
+        self._service = service
+        self._executor = executor
+        self._endpoints = endpoints
+        self._shutdown = shutdown
+        self._consumers = consumers
+        self._client_peer = client_peer
+
+    async def query_route(self, request: Any) -> Any:
+        """The ``QueryRouteResponse``: every queue of the topic, at our endpoints."""
+        topic, namespace = request.topic.name, request.topic.resource_namespace
+        outcome = self._service.route(topic, namespace, reading=True)
+        if outcome.code is not SendCode.OK:
+            return spb.QueryRouteResponse(status=status(status_code(outcome.code), outcome.reason))
+        broker = pb.Broker(name=self._service.config.broker_name, id=0)
+        broker.endpoints.CopyFrom(self._endpoints)
+        queues = [
+            pb.MessageQueue(
+                topic=pb.Resource(
+                    name=request.topic.name,
+                    resource_namespace=request.topic.resource_namespace,
+                ),
+                id=queue_id,
+                permission=pb.READ_WRITE,
+                broker=broker,
+                accept_message_types=_ACCEPTED_TYPES,
+            )
+            for queue_id in range(outcome.queue_count)
+        ]
+        return spb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
+
+    async def send_message(self, request: Any, context: Any) -> Any:
+        """The ``SendMessageResponse``: one result entry per message, in order."""
+        if not request.messages:
+            return spb.SendMessageResponse(
+                status=status(pb.BAD_REQUEST, "SendMessageRequest has no messages")
+            )
+        born_host = peer_address(self._client_peer(context.peer()))
+        loop = asyncio.get_running_loop()
+        entries = []
+        redelivered = False
+        for message in request.messages:
+            entry = self._precheck(message)
+            if entry is None and is_send_back_message(message):  # spark/retry.py's
+                entry = await self._send_back(message)
+            if entry is None:
+                command = self._command(message, born_host)
+                redelivered |= command.redelivery is not None  # put by a thread, journaled
+                if self._service.puts_async and command.redelivery is None:
+                    outcome = await self._service.send_async(command)  # awaits its fsync
+                else:
+                    outcome = await loop.run_in_executor(
+                        self._executor, self._service.send, command
+                    )
+                entry = self._entry(outcome)
+            entries.append(entry)
+        if redelivered:  # the redelivery journal is durable before the reply says OK
+            await loop.run_in_executor(self._executor, self._service.sync_redeliveries)
+        codes = {entry.status.code for entry in entries}
+        if len(codes) == 1:
+            top = entries[0].status
+        else:
+            top = status(pb.MULTIPLE_RESULTS, "messages of this batch had different results")
+        return spb.SendMessageResponse(status=top, entries=entries)
+
+    async def _send_back(self, message: Any) -> Any:
+        """A send-back request (``offset_grpc.send_back_entry``): a copy of a stored message."""
+        if self._consumers is None:
+            return spb.SendResultEntry(status=not_implemented("send-back"))
+        service = self._consumers.service
+        work = lambda: send_back_entry(service, message)  # noqa: E731
+        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
+
+    def _precheck(self, message: Any) -> Any | None:
+        """Wire-level problems (encoding, digest, unknown type) as a ready result entry."""
+        props = message.system_properties
+        mid = props.message_id
+        if self._shutdown.is_set():
+            return spb.SendResultEntry(
+                status=status(status_code(SendCode.SHUTTING_DOWN), "broker is shutting down"),
+                message_id=mid,
+            )
+        if props.body_encoding == pb.GZIP:
+            return spb.SendResultEntry(
+                status=status(pb.UNSUPPORTED, "GZIP-encoded bodies are not supported"),
+                message_id=mid,
+            )
+        if props.message_type not in MessageKind._value2member_map_:
+            return spb.SendResultEntry(
+                status=status(pb.BAD_REQUEST, f"unknown message type {props.message_type}"),
+                message_id=mid,
+            )
+        problem = digest_problem(message)
+        if problem is not None:
+            return spb.SendResultEntry(status=status(pb.MESSAGE_CORRUPTED, problem), message_id=mid)
+        bad_time = timestamp_problem(props)
+        if bad_time is not None:
+            return spb.SendResultEntry(status=status(*bad_time), message_id=mid)
+        return None
+
+    def _command(self, message: Any, born_host: HostAddress | None) -> SendCommand:
+        props = message.system_properties
+        born_ms = 0
+        if props.HasField("born_timestamp"):
+            born_ms = props.born_timestamp.seconds * 1000 + props.born_timestamp.nanos // 10**6
+        redelivery = None
+        if is_redelivery_message(message):  # the schedule job's; docs/DELAY.md
+            redelivery = ref_from_message(message)
+        return SendCommand(
+            redelivery=redelivery,
+            topic=message.topic.name,
+            namespace=message.topic.resource_namespace,
+            body=message.body,
+            message_id=props.message_id,
+            kind=MessageKind(props.message_type),
+            tag=props.tag if props.HasField("tag") else None,
+            keys=tuple(props.keys),
+            user_properties=dict(message.user_properties),
+            message_group=props.message_group if props.HasField("message_group") else None,
+            delivery_timestamp_ms=(
+                delivery_timestamp_ms(props.delivery_timestamp)
+                if props.HasField("delivery_timestamp")
+                else None
+            ),
+            born_timestamp_ms=born_ms,
+            born_host=born_host,
+            born_host_text=props.born_host,
+            trace_context=props.trace_context if props.HasField("trace_context") else "",
+        )
+
+    @staticmethod
+    def _entry(outcome: SendOutcome) -> Any:
+        if outcome.ok:
+            return spb.SendResultEntry(
+                status=status(pb.OK),
+                message_id=outcome.message_id,
+                offset=outcome.queue_offset,
+            )
+        log.debug("send refused: %s %s", outcome.code.name, outcome.reason)
+        return spb.SendResultEntry(
+            status=status(status_code(outcome.code), outcome.reason),
+            message_id=outcome.message_id,
+        )
