@@ -65,6 +65,26 @@ class Candidates:
     timer: list[DueEntry] = field(default_factory=list)
     timer_next_due_ms: int | None = None
 
+    def holds_due(
+        self, levels: Mapping[int, QueueProgress], timer: QueueProgress | None, now_ms: int
+    ) -> bool:
+        """Whether an entry due by ``now_ms`` is not delivered yet by the progress of
+        ``levels`` (keyed by queue id) and ``timer``. Level rows are in queue-offset order, so
+        their due times only grow; timer rows are in due-time order."""
+        for queue_id, rows in self.levels.items():
+            queue = levels.get(queue_id)
+            for entry in rows:
+                if entry.due_ms > now_ms:
+                    break
+                if queue is None or not queue.is_done(entry.queue_offset):
+                    return True
+        for entry in self.timer:
+            if entry.due_ms > now_ms:
+                break
+            if timer is None or not timer.is_done(entry.queue_offset):
+                return True
+        return False
+
 
 class EntrySource(Protocol):
     """What the redelivery pass asks for entries."""

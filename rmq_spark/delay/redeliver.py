@@ -31,8 +31,6 @@ import bisect
 import collections
 import dataclasses
 import logging
-from dataclasses import dataclass, field
-from typing import Any
 
 from rmq_spark.broker.redelivery import redelivery_put_request
 from rmq_spark.broker.schedule_records import Discard
@@ -53,12 +51,13 @@ from rmq_spark.delay.items import (
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.delay.offsets import Intent, IntentEntry, Journal
 from rmq_spark.delay.progress import ProgressFiles
+from rmq_spark.delay.report import PassReport, earliest, tally_puts
 from rmq_spark.delay.schedule import (
     TIMER_QUEUE_ID,
     QueueProgress,
     StopReason,
     fingerprint,
-    percentile,
+    levels_by_queue,
     plan_level,
     plan_timer,
 )
@@ -66,40 +65,9 @@ from rmq_spark.delay.sink import PutOutcome, Sink
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC
 from rmq_spark.store.message import MessageRecord
 
-__all__ = ["PassReport", "Redeliverer"]
+__all__ = ["PassReport", "Redeliverer"]  # PassReport: report.py
 
 log = logging.getLogger("rmq_spark.delay")
-
-
-@dataclass
-class PassReport:
-    """What one pass did; ``as_dict()`` is what the job logs as one JSON line."""
-
-    now_ms: int = 0
-    source: str = ""
-    delivered: int = 0
-    discarded: int = 0
-    settled_found: int = 0  # intent entries found already stored (after a crash)
-    settled_put: int = 0  # intent entries put again while settling
-    refused: int = 0
-    skipped_missing: int = 0  # entries lost before delivery (retention), stepped over
-    early: int = 0  # stored before their due time: must stay 0
-    batches: int = 0
-    lateness_ms: list[int] = field(default_factory=list)
-    next_due_ms: int | None = None
-    exhausted: bool = False  # the pass saw everything due at its time (not cut by a limit)
-    error: str | None = None
-    notes: list[str] = field(default_factory=list)
-
-    def as_dict(self, window: collections.deque[int] | None = None) -> dict[str, Any]:
-        doc = {k: v for k, v in dataclasses.asdict(self).items() if k != "lateness_ms"}
-        doc["lateness_p50_ms"] = percentile(self.lateness_ms, 0.5)
-        doc["lateness_p99_ms"] = percentile(self.lateness_ms, 0.99)
-        doc["lateness_max_ms"] = max(self.lateness_ms) if self.lateness_ms else None
-        if window is not None:
-            doc["window_lateness_p50_ms"] = percentile(window, 0.5)
-            doc["window_lateness_p99_ms"] = percentile(window, 0.99)
-        return doc
 
 
 class Redeliverer:
@@ -229,6 +197,9 @@ class Redeliverer:
             self._write_mirror(now_ms)
         return report
 
+    def _timer_progress(self) -> QueueProgress | None:
+        return self.journal.timer if self.config.timer_enabled else None
+
     def _lookahead_ms(self) -> int:
         if not self.lookahead_enabled or self.config.lookahead_ms == 0:
             return 0
@@ -249,7 +220,12 @@ class Redeliverer:
         lookahead_ms = self._lookahead_ms()
         if self._found is not None and (
             now_ms < self._found_until_ms
-            or (now_ms < self._found_horizon_ms and self._holds_due(self._found, now_ms))
+            or (
+                now_ms < self._found_horizon_ms
+                and self._found.holds_due(
+                    levels_by_queue(dict(self.journal.levels)), self._timer_progress(), now_ms
+                )
+            )
         ):
             return self._found
         by_queue = levels_by_queue(dict(self.journal.levels))
@@ -260,26 +236,6 @@ class Redeliverer:
             self._found, self._found_until_ms = found, now_ms + reuse_ms
         self._found_horizon_ms = now_ms + lookahead_ms
         return found
-
-    def _holds_due(self, found: Candidates, now_ms: int) -> bool:
-        """Whether ``found`` has an entry due by ``now_ms`` that is not delivered yet (level
-        rows are in queue-offset order, so their due times only grow; timer rows by due
-        time)."""
-        by_queue = levels_by_queue(dict(self.journal.levels))
-        for queue_id, rows in found.levels.items():
-            queue = by_queue.get(queue_id)
-            for entry in rows:
-                if entry.due_ms > now_ms:
-                    break
-                if queue is None or not queue.is_done(entry.queue_offset):
-                    return True
-        timer = self.journal.timer if self.config.timer_enabled else None
-        for entry in found.timer:
-            if entry.due_ms > now_ms:
-                break
-            if timer is None or not timer.is_done(entry.queue_offset):
-                return True
-        return False
 
     def _prepare_ahead(self, found: Candidates, now_ms: int, report: PassReport) -> None:
         """Read and restore the messages of entries due within the look-ahead (at most
@@ -313,7 +269,7 @@ class Redeliverer:
         upcoming.sort(key=lambda item: item.entry.due_ms)
         del upcoming[budget:]
         if upcoming:
-            _earliest(report, upcoming[0].entry.due_ms)
+            earliest(report, upcoming[0].entry.due_ms)
         step = self.config.batch_messages_max
         for start in range(0, len(upcoming), step):
             if report.next_due_ms is not None and self.clock.now_ms() >= report.next_due_ms:
@@ -345,7 +301,7 @@ class Redeliverer:
                 self._step_over_gap(queue_id + 1, plan.gap, report)
                 return None
             chosen.extend(IntentEntry(LEVEL, e) for e in plan.entries)
-            _earliest(report, plan.next_due_ms)
+            earliest(report, plan.next_due_ms)
         if self.config.timer_enabled:
             skip = self._skip(TIMER, TIMER_QUEUE_ID)
             # found.timer is in (due, offset) order and batches take it from the front: drop
@@ -360,8 +316,8 @@ class Redeliverer:
             chosen.extend(IntentEntry(TIMER, e) for e in picked)
             # Rows are in due order; with look-ahead some fall due after now_ms.
             later = bisect.bisect_right(rows, now_ms, key=lambda row: row.due_ms)
-            _earliest(report, rows[later].due_ms if later < len(rows) else None)
-            _earliest(report, found.timer_next_due_ms)
+            earliest(report, rows[later].due_ms if later < len(rows) else None)
+            earliest(report, found.timer_next_due_ms)
         chosen.sort(key=lambda item: item.entry.due_ms)
         return chosen[:limit]
 
@@ -459,26 +415,10 @@ class Redeliverer:
             ]
             results = self.sink.put(records, ids, requests=requests)
         now_ms = self.clock.now_ms()
-        refused: list[Item] = []
-        for item, result in zip(puts, results, strict=False):
-            if result.outcome is PutOutcome.OK:
-                stored_ms = result.store_timestamp_ms or now_ms
-                if stored_ms < item.due_ms:
-                    report.early += 1
-                report.lateness_ms.append(stored_ms - item.due_ms)
-                self.lateness_window.append(stored_ms - item.due_ms)
-                report.settled_put += settling
-                report.delivered += not settling
-            elif result.outcome is PutOutcome.REFUSED:
-                refused.append(item)
-                log.error(
-                    "redelivery of %s offset %d to %s refused: %s; retrying in %d ms",
-                    item.intent.kind,
-                    item.intent.entry.queue_offset,
-                    getattr(item.restored, "topic", "?"),
-                    result.reason,
-                    self.config.blocked_retry_interval_ms,
-                )
+        refused = tally_puts(
+            report, puts, results, now_ms, settling, self.lateness_window,
+            self.config.blocked_retry_interval_ms,
+        )  # fmt: skip
         unknown = len(results) < len(puts) or any(r.outcome is PutOutcome.UNKNOWN for r in results)
         if unknown:
             reasons = [r.reason for r in results if r.outcome is PutOutcome.UNKNOWN]
@@ -557,13 +497,3 @@ class Redeliverer:
             self.files.save_timer_checkpoint(self.journal.timer.low_water, now_ms)
         self._mirror_written_ms = now_ms
         self._mirror_dirty = False
-
-
-def levels_by_queue(levels: dict[int, QueueProgress]) -> dict[int, QueueProgress]:
-    """Level progress keyed by schedule queue id (level - 1)."""
-    return {level - 1: progress for level, progress in levels.items()}
-
-
-def _earliest(report: PassReport, due_ms: int | None) -> None:
-    if due_ms is not None and (report.next_due_ms is None or due_ms < report.next_due_ms):
-        report.next_due_ms = due_ms

@@ -42,6 +42,7 @@ __all__ = [
     "StopReason",
     "TIMER_QUEUE_ID",
     "fingerprint",
+    "levels_by_queue",
     "percentile",
     "plan_level",
     "plan_timer",
@@ -284,3 +285,8 @@ def percentile(values: Sequence[int | float], fraction: float) -> float | None:
     ordered = sorted(values)
     rank = min(max(1, math.ceil(fraction * len(ordered))), len(ordered))
     return float(ordered[rank - 1])
+
+
+def levels_by_queue(levels: dict[int, QueueProgress]) -> dict[int, QueueProgress]:
+    """Level progress keyed by schedule queue id (level - 1)."""
+    return {level - 1: progress for level, progress in levels.items()}

@@ -24,7 +24,6 @@ Does not own table schemas (``tables.py``), the source (``source.py``) or argume
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -54,6 +53,7 @@ from rmq_spark.spark.reput_start import (
     parse_offset_log_entry,
     starting_offsets,
     store_list,
+    warm_python_workers,
 )
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
@@ -340,30 +340,6 @@ class ReputBatchWriter:
         )
         if self.on_batch is not None:
             self.on_batch(report)
-
-
-def _import_writer_modules(_: object) -> None:
-    import rmq_spark.spark.reput_files  # noqa: F401  (the import is the point)
-
-
-def warm_python_workers(spark: SparkSession) -> threading.Thread:
-    """Start every core's Python worker and import the file writer there, in the background.
-
-    Spark reuses Python workers, so the first batch's tasks then skip a second or so of
-    process start and imports (pyarrow, numpy), while the stream itself is starting. A failure
-    here is only logged: the batch would start the workers anyway.
-    """
-
-    def run() -> None:
-        cores = spark.sparkContext.defaultParallelism
-        try:
-            spark.sparkContext.parallelize(range(cores), cores).foreach(_import_writer_modules)
-        except Exception as err:  # Py4J errors: the real batch reports real problems
-            log.debug("reput: warming the Python workers failed: %s", err)
-
-    thread = threading.Thread(target=run, name="reput-warm-up", daemon=True)
-    thread.start()
-    return thread
 
 
 def _committed(name: str, future: Future[int]) -> int:

@@ -3,13 +3,16 @@
 Owns which stores a job reads (``store_list``), reading a batch's ``[start, end)`` (per
 store, for a stream over several stores) from the stream's own offset log (no Spark job),
 and the start of a stream whose checkpoint is fresh over existing tables
-(``fresh_start_offset``, PURE, and ``starting_offsets``). Re-exported by ``reput.py``.
-Does not own the writes.
+(``fresh_start_offset``, PURE, and ``starting_offsets``), and warming the Python workers
+while the stream starts (``warm_python_workers``). Re-exported by ``reput.py``. Does not own
+the writes.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,7 +34,10 @@ __all__ = [
     "parse_store_offsets",
     "starting_offsets",
     "store_list",
+    "warm_python_workers",
 ]
+
+log = logging.getLogger("rmq_spark.reput")
 
 StoreDirs = str | Path | Sequence[str | Path]
 """One store, a comma-separated list of stores, or a sequence of them."""
@@ -185,3 +191,27 @@ def store_list(store_dir: StoreDirs) -> tuple[str, ...]:
     else:
         named = split_paths(",".join(str(path) for path in store_dir))
     return tuple(str(Path(path).absolute()) for path in named)
+
+
+def _import_writer_modules(_: object) -> None:
+    import rmq_spark.spark.reput_files  # noqa: F401  (the import is the point)
+
+
+def warm_python_workers(spark: SparkSession) -> threading.Thread:
+    """Start every core's Python worker and import the file writer there, in the background.
+
+    Spark reuses Python workers, so the first batch's tasks then skip a second or so of
+    process start and imports (pyarrow, numpy), while the stream itself is starting. A failure
+    here is only logged: the batch would start the workers anyway.
+    """
+
+    def run() -> None:
+        cores = spark.sparkContext.defaultParallelism
+        try:
+            spark.sparkContext.parallelize(range(cores), cores).foreach(_import_writer_modules)
+        except Exception as err:  # Py4J errors: the real batch reports real problems
+            log.debug("reput: warming the Python workers failed: %s", err)
+
+    thread = threading.Thread(target=run, name="reput-warm-up", daemon=True)
+    thread.start()
+    return thread

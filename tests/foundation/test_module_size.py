@@ -14,7 +14,6 @@ import rmq_spark
 
 LINES_MAX = 500
 ALLOWED_LINES = {
-    "rmq_spark/delay/redeliver.py": 567,
     "rmq_spark/store/appender.py": 582,
     "rmq_spark/store/message_store.py": 541,
 }
@@ -36,6 +35,15 @@ def oversized_modules(root: Path) -> dict[str, int]:
 
 def test_every_module_stays_under_its_line_limit() -> None:
     assert oversized_modules(ROOT) == {}
+
+
+def test_an_allowance_goes_once_its_module_is_split() -> None:
+    sizes = {
+        name: len((ROOT.parent / name).read_text(encoding="utf-8").splitlines())
+        for name in ALLOWED_LINES
+        if (ROOT.parent / name).exists()
+    }
+    assert {name for name, lines in sizes.items() if lines > LINES_MAX} == set(ALLOWED_LINES)
 
 
 def test_the_check_counts_lines_and_skips_generated_code(tmp_path: Path) -> None:
