@@ -139,7 +139,8 @@ def run(args: argparse.Namespace) -> int:
         return unregister(args.store, reput.reader_name)
     require_store(args.store)  # before Spark starts or any table is created
     levels = parse_message_delay_level(config.store.message_delay_level)
-    spark = build_session(config.spark)
+    # Naming the tables puts rmq.* in the metastore beside them (docs/TABLES.md, Catalog).
+    spark = build_session(config.spark, tables_dir=reput.tables_dir, database=reput.database)
     try:
         run_reput(spark, args.store, reput, levels)
     finally:
