@@ -34,7 +34,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sql",
         help="open spark-sql on the reput tables (rmq.*) without registering anything",
-        description=__doc__.split("\n\n")[1].replace("\n", " "),
+        description=(
+            "Start Spark's spark-sql with the settings of build_session(tables_dir=...): Delta "
+            "and the Hive metastore beside the tables, where the reput job registered rmq.*. "
+            "While another JVM holds that embedded metastore (a running reput job), spark-sql "
+            "uses the in-memory catalog with the tables registered, and one warning says so."
+        ),
         epilog=(
             "examples: rmq-spark sql --tables ./tables -e 'SELECT count(*) FROM rmq.messages'\n"
             "          rmq-spark sql --tables ./tables --print   (the command, for spark-sql or "
