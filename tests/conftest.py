@@ -29,6 +29,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
             ui_enabled=False,
             log_level="ERROR",
             warehouse_dir=warehouse,
+            # Tests register their tables per tmp dir; a Hive metastore would only add its
+            # start (seconds) and a Derby round trip per catalog call. The catalog's own
+            # tests start their JVMs with the default ("hive").
+            catalog="in-memory",
             extra_conf=(
                 "spark.sql.streaming.stopTimeout=30s",
                 "spark.databricks.delta.properties.defaults.checkpointInterval=1000",

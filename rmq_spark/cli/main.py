@@ -24,6 +24,7 @@ _COMMAND_MODULES = (
     "rmq_spark.cli.broker_command",
     "rmq_spark.cli.reput_command",
     "rmq_spark.cli.query_command",
+    "rmq_spark.cli.sql_command",
     "rmq_spark.cli.schedule_command",
     "rmq_spark.cli.groups_command",
     "rmq_spark.cli.dashboard_command",

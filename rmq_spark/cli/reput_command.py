@@ -178,7 +178,8 @@ def run(args: argparse.Namespace) -> int:
     for store in stores:
         require_store(store)  # before Spark starts or any table is created
     levels = parse_message_delay_level(config.store.message_delay_level)
-    spark = build_session(config.spark)
+    # Naming the tables puts rmq.* in the metastore beside them (docs/TABLES.md, Catalog).
+    spark = build_session(config.spark, tables_dir=reput.tables_dir, database=reput.database)
     try:
         run_reput(spark, stores, reput, levels)
     finally:

@@ -20,11 +20,9 @@ class SparkConfig:
     shuffle_partitions: int = 4  # spark.sql.shuffle.partitions (small: a log, not a warehouse)
     ui_enabled: bool = False  # start the Spark web UI
     driver_memory: str = "2g"  # spark.driver.memory (only honoured when Spark starts the JVM)
-    warehouse_dir: Path | None = None  # spark.sql.warehouse.dir; None: Spark's default
-    # "hive": rmq.* persist in a Hive metastore (Derby at metastore_dir: one JVM at a time);
-    # "in-memory": every session registers them (build_session(tables_dir=...)).
-    catalog: str = "in-memory"
-    metastore_dir: Path | None = None  # catalog = "hive": Derby's folder; None: ./metastore_db
+    warehouse_dir: Path | None = None  # spark.sql.warehouse.dir; None: beside metastore_db
+    catalog: str = "hive"  # hive: rmq.* persist (in-memory while another JVM has it); in-memory
+    metastore_dir: Path | None = None  # Derby's folder; None: <tables_dir>/_catalog/metastore_db
     extra_conf: tuple[str, ...] = ()  # more Spark settings as "key=value" strings
 
     def __post_init__(self) -> None:

@@ -10,6 +10,10 @@ Spark's own conventions win: a master, app name or setting given to ``spark-subm
 user's extensions, its jars to ``spark.jars``). An existing session (the pyspark shell, a
 notebook's prebuilt ``spark``) is reused as it is; without Delta it is refused with the two
 settings it lacks, instead of failing later with "Table does not support reads".
+
+A session that names its tables (``tables_dir``) keeps ``rmq.*`` in the Hive metastore beside
+them (``catalog.py``); when another JVM holds that embedded metastore, it falls back to the
+in-memory catalog and registers the tables, with one warning line saying why.
 """
 
 from __future__ import annotations
@@ -23,12 +27,18 @@ from typing import TYPE_CHECKING
 
 from rmq_spark.envcheck import check_java, find_delta_jars, repo_root
 from rmq_spark.errors import EnvironmentCheckError
+from rmq_spark.spark.catalog import (
+    IMPLEMENTATION,
+    catalog_conf,
+    derby_log_option,
+    metastore_in_use,
+)
 from rmq_spark.spark.config import SparkConfig
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["build_session", "merged_conf", "session_conf"]
+__all__ = ["build_session", "merged_conf", "session_conf", "spark_home"]
 
 _log = logging.getLogger(__name__)
 _LISTS = {"spark.sql.extensions": ",", "spark.jars": ","}  # merged, not replaced
@@ -40,8 +50,9 @@ CHECKPOINT_FILE_MANAGER = (
 )
 
 
-def session_conf(config: SparkConfig) -> dict[str, str]:
-    """The Spark settings ``build_session`` applies, as strings (also used for spark-submit)."""
+def session_conf(config: SparkConfig, *, tables_dir: str | Path | None = None) -> dict[str, str]:
+    """The Spark settings ``build_session`` applies, as strings (also used for spark-submit
+    and ``rmq-spark sql``); ``tables_dir`` places the Hive metastore (``catalog_conf``)."""
     jars = _delta_jars(config.jars_dir)
     conf = {
         "spark.sql.extensions": DELTA_EXTENSION,
@@ -77,8 +88,7 @@ def session_conf(config: SparkConfig) -> dict[str, str]:
         conf["spark.executor.extraJavaOptions"] = option
     if config.warehouse_dir is not None:
         conf["spark.sql.warehouse.dir"] = str(config.warehouse_dir)
-    if config.catalog == "hive":
-        conf.update(_hive_conf(config.metastore_dir))
+    conf.update(catalog_conf(config, tables_dir))
     for item in config.extra_conf:
         key, _, value = item.partition("=")
         conf[key.strip()] = value.strip()
@@ -107,7 +117,10 @@ def build_session(
     tables_dir, database
         When given, the reput tables under ``tables_dir`` are registered as
         ``<database>.consume_queue`` / ``.message_index`` / ``.messages`` (created empty if
-        missing), so SQL sees them in this fresh session.
+        missing), so SQL sees them in this session. With ``catalog = "hive"`` (the default)
+        the entries live in the metastore at ``<tables_dir>/_catalog`` and outlive the
+        session; if another JVM holds that metastore, this session uses the in-memory catalog
+        (one warning line).
 
     Returns
     -------
@@ -130,7 +143,7 @@ def build_session(
         _log.info("reusing the active SparkSession (master %s): the [spark] config does not "
                   "apply to it", spark.sparkContext.master)  # fmt: skip
     else:
-        spark = _new_session(config, master, app_name, extra_conf)
+        spark = _new_session(config, master, app_name, extra_conf, tables_dir)
         spark.sparkContext.setLogLevel(config.log_level.upper())
     _register_sources(spark)
     if tables_dir is not None:
@@ -145,6 +158,7 @@ def _new_session(
     master: str | None,
     app_name: str | None,
     extra_conf: Mapping[str, str] | None,
+    tables_dir: str | Path | None,
 ) -> SparkSession:
     from pyspark import SparkConf, SparkContext
     from pyspark.sql import SparkSession
@@ -154,7 +168,7 @@ def _new_session(
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     SparkContext._ensure_initialized()  # the JVM spark-submit / PYSPARK_SUBMIT_ARGS started
     given = dict(SparkConf().getAll())  # what spark-submit, pyspark and spark-defaults set
-    ours = session_conf(config)
+    ours = session_conf(config, tables_dir=tables_dir)
     ours["spark.master"] = config.master
     ours["spark.app.name"] = config.app_name
     conf = merged_conf(given, ours)
@@ -163,6 +177,7 @@ def _new_session(
     if app_name:
         conf["spark.app.name"] = app_name
     conf.update(extra_conf or {})
+    _choose_catalog(conf, tables_dir)
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
@@ -223,18 +238,48 @@ def _register_sources(spark: SparkSession) -> None:
     source.register(spark)
 
 
-def _hive_conf(metastore_dir: Path | None) -> dict[str, str]:
-    """Spark's built-in Hive metastore in Derby at ``metastore_dir``: catalog entries (the
-    reput job's ``rmq.*``) outlive the session, and ``spark-sql`` given the same setting sees
-    them. Embedded Derby admits one JVM at a time; concurrent sessions need an external
-    metastore (``extra_conf``: ``spark.hadoop.javax.jdo.option.ConnectionURL`` and driver)."""
-    folder = (metastore_dir or Path("metastore_db")).absolute()
-    return {
-        "spark.sql.catalogImplementation": "hive",
-        "spark.hadoop.javax.jdo.option.ConnectionURL": (
-            f"jdbc:derby:;databaseName={folder};create=true"
-        ),
-    }
+def _choose_catalog(conf: dict[str, str], tables_dir: str | Path | None) -> None:
+    """Fall back to the in-memory catalog when another JVM holds the embedded metastore
+    (Derby would refuse this session at its first query), and keep ``derby.log`` out of the
+    working directory."""
+    from pyspark import SparkContext
+
+    in_use = metastore_in_use(conf, _own_jvm_pids())
+    if in_use is not None:
+        conf[IMPLEMENTATION] = "in-memory"
+        then = (
+            f"rmq.* registered from {Path(tables_dir).absolute()}"
+            if tables_dir is not None
+            else "rmq.* not registered (pass tables_dir)"
+        )
+        _log.warning(
+            "%s (embedded Derby admits one JVM at a time): this session uses the in-memory "
+            "catalog, %s; for concurrent jobs on one catalog configure an external metastore "
+            "(docs/TABLES.md, Catalog)",
+            in_use.describe(),
+            then,
+        )
+        return
+    option = derby_log_option(conf)
+    jvm = SparkContext._jvm
+    if option is not None and jvm is not None:
+        name, path = option
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if jvm.java.lang.System.getProperty(name) is None:  # a -D given by the user wins
+            jvm.java.lang.System.setProperty(name, str(path))
+
+
+def _own_jvm_pids() -> set[int]:
+    """This driver's JVM: PySpark's child, or the parent that spark-submit started us from."""
+    from pyspark import SparkContext
+
+    pids = set()
+    process = getattr(SparkContext._gateway, "proc", None)
+    if process is not None:
+        pids.add(process.pid)
+    if "PYSPARK_GATEWAY_PORT" in os.environ:
+        pids.add(os.getppid())
+    return pids
 
 
 def _delta_jars(jars_dir: Path | None) -> list[Path]:
@@ -244,12 +289,12 @@ def _delta_jars(jars_dir: Path | None) -> list[Path]:
     try:
         return find_delta_jars(jars_dir)
     except EnvironmentCheckError:
-        if jars_dir is None and any((_spark_home() / "jars").glob("delta-spark_*")):
+        if jars_dir is None and any((spark_home() / "jars").glob("delta-spark_*")):
             return []
         raise
 
 
-def _spark_home() -> Path:
+def spark_home() -> Path:
     """The Spark installation this driver runs (``SPARK_HOME`` under spark-submit, where
     ``pyspark`` may be imported from ``python/lib/pyspark.zip``)."""
     from pyspark.find_spark_home import _find_spark_home

@@ -1,11 +1,14 @@
 """The dashboard in a real headless Chromium (Debian's chromium and chromium-driver, installed
 by scripts/ensure_chromium.sh when missing), started as `rmq-spark dashboard` on a store the
 embedded broker wrote: the pages show the topics, a group's lag and a looked-up body, and a
-screenshot of a page with data is a real PNG (kept in the test's tmp dir for CI artifacts)."""
+screenshot of a page with data is a real PNG. The screenshot is also copied to
+``build/test-artifacts/dashboard-overview.png`` in the checkout (build/ is gitignored): a
+stable path for CI to publish as an artifact."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -19,6 +22,7 @@ pytestmark = pytest.mark.slow
 
 _REPO = Path(__file__).resolve().parents[2]
 _PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+ARTIFACTS = _REPO / "build" / "test-artifacts"  # CI publishes this folder
 
 
 @pytest.fixture(scope="session")
@@ -100,6 +104,8 @@ def test_pages_show_topics_lag_and_a_looked_up_body(
     assert browser.save_screenshot(str(screenshot))
     width, height = _png_size(screenshot)
     assert width >= 800 and height >= 600 and screenshot.stat().st_size > 10_000
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(screenshot, ARTIFACTS / screenshot.name)
 
     browser.find_element(By.LINK_TEXT, "Consumer groups").click()
     lags = [cell.text for cell in _wait_for(browser, "#groups td.lag")]

@@ -35,4 +35,5 @@ def test_quickstart_notebook_runs_top_to_bottom(tmp_path: Path, monkeypatch) -> 
     assert "SCHEDULE_TOPIC_XXXX" in text and "rmq_sys_wheel_timer" in text
     assert "lag now: 0" in text  # the Spark consumer group caught up (section 5)
     charts = [out for out in outputs if "image/png" in out.get("data", {})]
-    assert len(charts) == 2, "messages per topic, and the group's lag"
+    assert len(charts) == 3, "messages per topic, the group's lag, the reput lag over time"
+    assert "micro-batches; now 0 bytes, 0 messages" in text  # section 6: the reput caught up
