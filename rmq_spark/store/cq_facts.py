@@ -80,6 +80,15 @@ class PendingUnits:
     def __len__(self) -> int:
         return len(self._facts)
 
+    def last_batch_size(self) -> int:
+        """How many records the newest fact has if it is a batch's (0 for a single put's,
+        or when there is none: the dispatcher may just have taken it)."""
+        try:
+            first = self._facts[-1][0]
+        except IndexError:
+            return 0
+        return 0 if type(first) is int else len(cast("Sequence[int]", first))
+
     def drop_from(self, physical_offset: int) -> None:
         """Forget the facts of records at or past ``physical_offset`` (a write that failed
         and was undone)."""
