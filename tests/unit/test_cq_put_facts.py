@@ -191,6 +191,14 @@ def test_pending_facts_drop_and_split_at_the_acknowledged_end() -> None:
     head = pending.take(25)
     assert [fact[0] for fact in head] == [0, [10, 20]]
     assert [fact[0] for fact in pending.take(100)] == [[30]]
+    later = ([60, 70, 80], [10] * 3, ["T"] * 3, [0] * 3, [6, 7, 8], [0] * 3, None, None, 1)
+    single, last = (50, 10, "T", 0, 5, 0, None, None, 1), (90, 10, "T", 0, 9, 0, None, None, 1)
+    for fact in (single, later, last):
+        pending.add(fact)
+    assert pending.take(90) == [single, later]  # 90 is not below 90
+    assert pending.take(31) == []
+    assert pending.take(91) == [last]  # all below the end: taken at once
+    assert pending.take(1000) == []
     pending.close()
     pending.add(batch)
     assert len(pending) == 0
