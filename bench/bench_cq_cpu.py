@@ -14,7 +14,7 @@ then ``cq cost``: (put on - put off) + dispatch, and that cost as a share of the
 with the queue off (the GIL serialises both threads, so this is what the queue takes from
 put throughput). Each figure is the minimum of ``--repeat`` runs (noise only adds).
 
-Usage: python bench/bench_cq_cpu.py [--messages N] [--repeat R] [--dir DIR]
+Usage: python bench/bench_cq_cpu.py [--messages N] [--repeat R] [--dir DIR] [--case NAME]...
 """
 
 from __future__ import annotations
@@ -104,13 +104,14 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--case", choices=list(CASES), action="append", help="default: all")
     args = parser.parse_args()
     count = args.messages // BATCH * BATCH
     base = Path(tempfile.mkdtemp(dir=args.dir, prefix="bench-cq-cpu-"))
     print(f"load average {os.getloadavg()[0]:.2f}; {count:,} messages, min of {args.repeat} runs")
     print(f"{'case':18} {'queue':5} {'put':>7} {'dispatch':>9} {'process':>8}  (us/msg CPU)")
     try:
-        for case in CASES:
+        for case in args.case or CASES:
             best: dict[bool, list[float]] = {}
             for _ in range(args.repeat):
                 for on in (False, True):
