@@ -17,7 +17,7 @@ from rmq_spark.store.config import FlushPolicy
 from rmq_spark.store.consume_queues import ConsumeQueues
 from rmq_spark.store.put import PutRequest
 
-BIG = getattr(cq_dispatch, "_INLINE_RECORDS", 32)
+BIG = getattr(cq_dispatch, "_INLINE_RECORDS", 128)
 SEGMENT = 1 << 20
 
 

@@ -66,12 +66,13 @@ def _put_a_mix(store: MessageStore) -> None:
         [PutRequest("T", b"rb", queue_id=i, raw_properties=raw) for i in range(3)]
         + [PutRequest("Tx", b"rx", raw_properties=raw, sys_flag=TRANSACTION_COMMIT_TYPE)]
     )
-    # Batches of 32 and more are dispatched by their writer under ASYNC (after_write).
+    # Batches of cq_dispatch._INLINE_RECORDS and more are dispatched by their writer under
+    # ASYNC (after_write).
     ok += store.put_batch(
-        [PutRequest("T", b"L%d" % i, queue_id=i % 3, tags=TAGS[i % 5]) for i in range(40)]
+        [PutRequest("T", b"L%d" % i, queue_id=i % 3, tags=TAGS[i % 5]) for i in range(130)]
     )
     ok += store.put_batch(
-        [PutRequest("T", b"LG", queue_id=i % 2, properties={"p": str(i)}) for i in range(33)]
+        [PutRequest("T", b"LG", queue_id=i % 2, properties={"p": str(i)}) for i in range(128)]
         + [PutRequest("Tx", b"Lx", sys_flag=TRANSACTION_PREPARED_TYPE)]
     )
     twice = PutRequest("T", b"i", properties={"UNIQ_KEY": "K1"}, idempotent=True)
@@ -80,7 +81,7 @@ def _put_a_mix(store: MessageStore) -> None:
         store.put_columns("T", [b"c%d" % i for i in range(10)], queue_id=2, tags="TagC"),
         store.put_columns(["T", "V"] * 3, [b"c"] * 6, [0, 1, 2] * 2, tags=TAGS[:3] * 2),
         store.put_columns("V", [b"c", b"d"], tags="TagP", properties=[{"x": "1"}, None]),
-        store.put_columns("T", [b"C%d" % i for i in range(64)], [0, 1, 2, 3] * 16, tags="TagC"),
+        store.put_columns("T", [b"C%d" % i for i in range(128)], [0, 1, 2, 3] * 32, tags="TagC"),
         store.put_arrow(pa.table({"topic": ["W"] * 3, "body": [b"a", b"b", b"c"]})),
     ]
     ok.append(asyncio.run(store.put_async(PutRequest("T", b"async", tags="TagA"))))
@@ -104,7 +105,7 @@ def test_live_units_are_byte_for_byte_those_a_rebuild_writes(
     def reopen() -> MessageStore:
         return open_store(
             tmp_path, ManualClock(1_700_000_000_000), flush_policy=policy,
-            consume_queue_file_units=16, segment_size_bytes=16384,
+            consume_queue_file_units=16, segment_size_bytes=32768,
         )  # fmt: skip
 
     store = reopen()
