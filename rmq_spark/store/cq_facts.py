@@ -229,7 +229,8 @@ class FactUnits:
         return out
 
     def _add(self, out: dict[tuple[str, int], list[Run]], fact: BatchFact, low: int) -> None:
-        offsets, sizes, topics, queue_ids, queue_offsets, sys_flags, tags, props, ts = fact
+        offsets, sizes, topics, queue_ids, queue_offsets, sys_flags, tags, props, stamp = fact
+        ts: int | Sequence[int] = stamp  # a column for single puts' facts (``_columns_of``)
         n = len(offsets)
         if sys_flags.count(sys_flags[0]) == n:
             if not dispatches(sys_flags[0]):
