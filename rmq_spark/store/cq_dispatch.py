@@ -217,16 +217,22 @@ class CqDispatcher:
                 time.sleep(_BUSY_PAUSE_S)  # fewer, larger rounds; an idle one at once
 
     def _guarded_round(self) -> bool:
-        """``dispatch_round`` under ``_round``; a failure is recorded and ends dispatching."""
+        """``dispatch_round`` under ``_round``; a failure is recorded and ends dispatching.
+
+        So does a ``KeyboardInterrupt`` in a put thread's round, which is then re-raised: the
+        round may have taken facts it did not place, and a later round would leave a hole
+        there (filled with pre-blank units); the next open re-dispatches them instead."""
         try:
             return self.dispatch_round()
-        except Exception as err:  # noqa: BLE001 - logged, recorded, readers are woken
+        except BaseException as err:  # noqa: BLE001 - logged, recorded, readers are woken
             self._done = True
             self._fail(err)
             self._wake.set()  # the thread sees ``_done`` and ends
+            if not isinstance(err, Exception):
+                raise
             return False
 
-    def _fail(self, error: Exception) -> None:
+    def _fail(self, error: BaseException) -> None:
         _log.error("ConsumeQueue dispatch stopped at %d: %s", self._offset, error, exc_info=error)
         self.pending.close()
         self._queues.fail(error)

@@ -107,3 +107,33 @@ def test_a_failed_round_in_a_put_thread_stops_dispatching_not_the_put(
         assert queues.dispatched_offset == dispatched
     finally:
         store.close()
+
+
+def test_an_interrupted_round_stops_dispatching_and_the_reopen_writes_every_unit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Ctrl-C in a put thread's round may come after it took facts it never placed: going on
+    # would leave a hole in the queue (pre-blank units), so dispatching stops until reopen.
+    store = open_store(tmp_path, flush_policy=FlushPolicy.ASYNC, segment_size_bytes=SEGMENT)
+    try:
+        store.put_batch(_batch(BIG))
+        place_runs = ConsumeQueues.place_runs
+
+        def interrupted(self: ConsumeQueues, runs: object) -> None:
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(ConsumeQueues, "place_runs", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            store.put_batch(_batch(BIG))
+        monkeypatch.setattr(ConsumeQueues, "place_runs", place_runs)
+        assert isinstance(store.consume_queues.failure, KeyboardInterrupt)
+        assert all(r.ok for r in store.put_batch(_batch(BIG)))
+        assert store.consume_queues.max_offset("T", 0) == BIG // 4  # the first batch only
+    finally:
+        store.close()
+    store = open_store(tmp_path, flush_policy=FlushPolicy.ASYNC, segment_size_bytes=SEGMENT)
+    try:
+        assert store.consume_queues.max_offset("T", 0) == 3 * BIG // 4
+        assert actual_units(store) == expected_units(store)
+    finally:
+        store.close()
