@@ -2,9 +2,10 @@
 
 Cases, 100 B bodies, TAGS on every message, 4 queues (round robin), in one run:
 * ASYNC single-thread ``put``, ``put_batch(256)`` and ``put_columns(256)`` with
-  ``store.consume_queue`` off, then on (the dispatch thread running beside the producer on the
-  same interpreter): msgs/s per wall and per CPU second, the on/off ratio, and the time until
-  the last put is dispatched;
+  ``store.consume_queue`` off, then on (single puts dispatched by the dispatch thread beside
+  the producer on the same interpreter, batches of 128+ by the producer itself after each
+  batch): msgs/s per wall and per CPU second, the on/off ratio, and the time until the last
+  put is dispatched (``bench_cq_cpu.py`` splits the CPU by thread);
 * dispatch alone over a store of N records: the recovery scan (``collect_units``: the scan,
   no CRC, no body, plus tagsCodes) and ``ConsumeQueues.place``: microseconds of CPU per
   message for each step;

@@ -80,6 +80,15 @@ class PendingUnits:
     def __len__(self) -> int:
         return len(self._facts)
 
+    def last_batch_size(self) -> int:
+        """How many records the newest fact has if it is a batch's (0 for a single put's,
+        or when there is none: the dispatcher may just have taken it)."""
+        try:
+            first = self._facts[-1][0]
+        except IndexError:
+            return 0
+        return 0 if type(first) is int else len(cast("Sequence[int]", first))
+
     def drop_from(self, physical_offset: int) -> None:
         """Forget the facts of records at or past ``physical_offset`` (a write that failed
         and was undone)."""
@@ -90,6 +99,18 @@ class PendingUnits:
     def take(self, end: int) -> list[Fact]:
         """Remove and return the facts of records that start below ``end``."""
         facts = self._facts
+        # Usually all of them: popped without a look at each. The put path may append facts
+        # meanwhile (past the ``count`` taken), or drop some (never below ``end``: if the
+        # ``count``-th is below it, the drop is past it).
+        count = len(facts)
+        try:
+            first = facts[count - 1][0] if count else end
+        except IndexError:  # dropped meanwhile
+            first = end
+        last = first if type(first) is int else cast("Sequence[int]", first)[-1]
+        if last < end:
+            pop = facts.popleft
+            return [pop() for _ in range(count)]
         taken: list[Fact] = []
         while facts:
             fact = facts[0]
@@ -176,33 +197,6 @@ _SAME_TAIL = _Shapes("q12s")
 _UNITS = _Shapes("qiq")
 
 
-class _Run:
-    """Units of one queue at consecutive queue offsets from ``first``, not packed yet."""
-
-    __slots__ = ("codes", "count", "first", "offsets", "sizes")
-
-    def __init__(self, first: int, offsets: Sequence[int], sizes: Column, codes: Column) -> None:
-        self.first = first
-        self.count = len(offsets)
-        self.offsets = list(offsets)  # a copy: the put path's list is its caller's too
-        self.sizes = sizes
-        self.codes = codes
-
-    def extend(self, offsets: Sequence[int], sizes: Column, codes: Column) -> None:
-        n = len(offsets)
-        self.sizes = _joined(self.sizes, self.count, sizes, n)
-        self.codes = _joined(self.codes, self.count, codes, n)
-        self.offsets += offsets
-        self.count += n
-
-
-def _joined(column: Column, count: int, more: Column, n: int) -> Column:
-    if type(column) is int and type(more) is int and column == more:
-        return column
-    head = [column] * count if type(column) is int else list(cast("Sequence[int]", column))
-    return head + ([more] * n if type(more) is int else list(cast("Sequence[int]", more)))
-
-
 class FactUnits:
     """Builds each queue's units from facts (the dispatch thread's; keeps a TAGS cache)."""
 
@@ -213,7 +207,7 @@ class FactUnits:
     def runs(self, facts: list[Fact], min_offset: int) -> dict[tuple[str, int], list[Run]]:
         """The units of ``facts``' records, per queue in queue offset order; records below
         ``min_offset`` (deleted by retention before they were dispatched) get none."""
-        out: dict[tuple[str, int], list[_Run]] = {}
+        out: dict[tuple[str, int], list[Run]] = {}
         if list(map(type, map(_FIRST, facts))).count(int) == len(facts):  # single puts only
             for at in range(0, len(facts), _TRANSPOSE):
                 chunk = cast("list[SingleFact]", facts[at : at + _TRANSPOSE])
@@ -232,13 +226,11 @@ class FactUnits:
                     self._add(out, cast("BatchFact", fact), min_offset)
             if singles:
                 self._add(out, _columns_of(singles), min_offset)
-        return {
-            key: [(r.first, r.count, [pack_units(r.offsets, r.sizes, r.codes)]) for r in runs]
-            for key, runs in out.items()
-        }
+        return out
 
-    def _add(self, out: dict[tuple[str, int], list[_Run]], fact: BatchFact, low: int) -> None:
-        offsets, sizes, topics, queue_ids, queue_offsets, sys_flags, tags, props, ts = fact
+    def _add(self, out: dict[tuple[str, int], list[Run]], fact: BatchFact, low: int) -> None:
+        offsets, sizes, topics, queue_ids, queue_offsets, sys_flags, tags, props, stamp = fact
+        ts: int | Sequence[int] = stamp  # a column for single puts' facts (``_columns_of``)
         n = len(offsets)
         if sys_flags.count(sys_flags[0]) == n:
             if not dispatches(sys_flags[0]):
@@ -327,14 +319,15 @@ class FactUnits:
 
 
 def _stride(queue_ids: Sequence[int], n: int) -> int:
-    """``k`` when record ``i`` goes to the ``i % k``-th of ``k`` distinct queues, else 0."""
-    k = len(set(queue_ids))
-    if k > _MAX_STRIDE or k * 2 > n:
+    """``k`` when record ``i`` goes to the ``i % k``-th of ``k`` distinct queues, else 0:
+    the column repeats with period ``k`` (one comparison of two slices, in C), where ``k``
+    is where the first queue id comes again, and its first ``k`` ids differ."""
+    try:
+        k = queue_ids.index(queue_ids[0], 1, _MAX_STRIDE + 1)
+    except ValueError:
         return 0
-    for j in range(k):
-        column = queue_ids[j::k]
-        if column.count(column[0]) != len(column):
-            return 0
+    if k * 2 > n or queue_ids[k:] != queue_ids[:-k] or len(set(queue_ids[:k])) != k:
+        return 0
     return k
 
 
@@ -349,7 +342,7 @@ def _columns_of(singles: list[SingleFact]) -> BatchFact:
 
 
 def _extend(
-    out: dict[tuple[str, int], list[_Run]],
+    out: dict[tuple[str, int], list[Run]],
     key: tuple[str, int],
     queue_offsets: Sequence[int],
     offsets: Sequence[int],
@@ -357,7 +350,7 @@ def _extend(
     codes: Column,
 ) -> None:
     """Add one queue's units (ascending ``queue_offsets``, or the first and last of them
-    when they are consecutive) to its runs of consecutive offsets."""
+    when they are consecutive), packed at once, to its runs of consecutive offsets."""
     runs = out.get(key)
     if runs is None:
         runs = out[key] = []
@@ -371,7 +364,11 @@ def _extend(
                 codes if type(codes) is int else cast("Sequence[int]", codes)[i : i + 1],
             )  # fmt: skip
         return
-    if runs and runs[-1].first + runs[-1].count == first:
-        runs[-1].extend(offsets, sizes, codes)
-    else:
-        runs.append(_Run(first, offsets, sizes, codes))
+    packed = pack_units(offsets, sizes, codes)
+    if runs:
+        last_first, last_count, pieces = runs[-1]
+        if last_first + last_count == first:
+            pieces.append(packed)
+            runs[-1] = (last_first, last_count + n, pieces)
+            return
+    runs.append((first, n, [packed]))

@@ -234,6 +234,16 @@ class CqQueueFiles:
         """Write whole units at queue offset ``start``, creating files as needed (raises
         ``OSError``). Does not move ``max_offset``."""
         assert len(data) % _UNIT_BYTES == 0
+        base = start - start % self.file_units
+        fd = self._fds.get(base)
+        position = (start - base) * _UNIT_BYTES
+        size = len(data)
+        if fd is not None and position + size <= self.file_bytes:  # the usual case: one call
+            written = os.pwrite(fd, data, position)
+            while written < size:  # a short write
+                written += os.pwrite(fd, memoryview(data)[written:], position + written)
+            self._dirty.add(base)
+            return
         view = memoryview(data)
         index = start
         while view:

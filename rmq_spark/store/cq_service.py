@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from rmq_spark.store.commitlog import CommitLog
-from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.config import FlushPolicy, StoreConfig
 from rmq_spark.store.consume_queues import ConsumeQueues, QueueKey
 from rmq_spark.store.cq_dispatch import CqDispatcher
 from rmq_spark.store.cq_facts import PendingUnits
@@ -29,12 +29,20 @@ class ConsumeQueueService:
     for the store's put path; ``recovery`` says what opening did."""
 
     def __init__(
-        self, queues: ConsumeQueues, dispatcher: CqDispatcher, recovery: CqRecovery
+        self,
+        queues: ConsumeQueues,
+        dispatcher: CqDispatcher,
+        recovery: CqRecovery,
+        *,
+        async_puts: bool = False,
     ) -> None:
         self.queues = queues
         self.recovery = recovery
         self._dispatcher = dispatcher
-        self.wake: Callable[[], None] = dispatcher.wake
+        self.wake: Callable[[], None] = dispatcher.after_write if async_puts else dispatcher.wake
+        """The acknowledged end moved: under SYNC (the group commit's fsync) a wake-up for
+        the thread; under ASYNC (a put thread after its write) ``CqDispatcher.after_write``,
+        which dispatches a large batch in that thread."""
         self.pending: PendingUnits = dispatcher.pending
         """Where the put path hands over the facts of each record it writes."""
 
@@ -73,7 +81,8 @@ class ConsumeQueueService:
             raise
         dispatcher = CqDispatcher(queues, commitlog, acknowledged_end, levels, end_offset)
         dispatcher.start()
-        return cls(queues, dispatcher, recovery)
+        async_puts = config.flush_policy is not FlushPolicy.SYNC
+        return cls(queues, dispatcher, recovery, async_puts=async_puts)
 
     def flush(self) -> None:
         """fsync what was dispatched and record it (the housekeeper's task; raises

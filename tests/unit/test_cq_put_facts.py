@@ -66,12 +66,22 @@ def _put_a_mix(store: MessageStore) -> None:
         [PutRequest("T", b"rb", queue_id=i, raw_properties=raw) for i in range(3)]
         + [PutRequest("Tx", b"rx", raw_properties=raw, sys_flag=TRANSACTION_COMMIT_TYPE)]
     )
+    # Batches of cq_dispatch._INLINE_RECORDS and more are dispatched by their writer under
+    # ASYNC (after_write).
+    ok += store.put_batch(
+        [PutRequest("T", b"L%d" % i, queue_id=i % 3, tags=TAGS[i % 5]) for i in range(130)]
+    )
+    ok += store.put_batch(
+        [PutRequest("T", b"LG", queue_id=i % 2, properties={"p": str(i)}) for i in range(128)]
+        + [PutRequest("Tx", b"Lx", sys_flag=TRANSACTION_PREPARED_TYPE)]
+    )
     twice = PutRequest("T", b"i", properties={"UNIQ_KEY": "K1"}, idempotent=True)
     ok += [store.put(twice), store.put(twice)]
     receipts = [
         store.put_columns("T", [b"c%d" % i for i in range(10)], queue_id=2, tags="TagC"),
         store.put_columns(["T", "V"] * 3, [b"c"] * 6, [0, 1, 2] * 2, tags=TAGS[:3] * 2),
         store.put_columns("V", [b"c", b"d"], tags="TagP", properties=[{"x": "1"}, None]),
+        store.put_columns("T", [b"C%d" % i for i in range(128)], [0, 1, 2, 3] * 32, tags="TagC"),
         store.put_arrow(pa.table({"topic": ["W"] * 3, "body": [b"a", b"b", b"c"]})),
     ]
     ok.append(asyncio.run(store.put_async(PutRequest("T", b"async", tags="TagA"))))
@@ -95,7 +105,7 @@ def test_live_units_are_byte_for_byte_those_a_rebuild_writes(
     def reopen() -> MessageStore:
         return open_store(
             tmp_path, ManualClock(1_700_000_000_000), flush_policy=policy,
-            consume_queue_file_units=16,
+            consume_queue_file_units=16, segment_size_bytes=32768,
         )  # fmt: skip
 
     store = reopen()
@@ -182,6 +192,14 @@ def test_pending_facts_drop_and_split_at_the_acknowledged_end() -> None:
     head = pending.take(25)
     assert [fact[0] for fact in head] == [0, [10, 20]]
     assert [fact[0] for fact in pending.take(100)] == [[30]]
+    later = ([60, 70, 80], [10] * 3, ["T"] * 3, [0] * 3, [6, 7, 8], [0] * 3, None, None, 1)
+    single, last = (50, 10, "T", 0, 5, 0, None, None, 1), (90, 10, "T", 0, 9, 0, None, None, 1)
+    for fact in (single, later, last):
+        pending.add(fact)
+    assert pending.take(90) == [single, later]  # 90 is not below 90
+    assert pending.take(31) == []
+    assert pending.take(91) == [last]  # all below the end: taken at once
+    assert pending.take(1000) == []
     pending.close()
     pending.add(batch)
     assert len(pending) == 0

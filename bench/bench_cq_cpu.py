@@ -1,0 +1,137 @@
+"""Benchmark: the ConsumeQueue's CPU cost per message on the put path, by thread CPU time.
+
+Wall-clock ratios (``bench_cq_dispatch.py``) move with whatever else the machine runs; CPU
+time per thread does much less. For each case (ASYNC ``put``, ``put_batch(256)``,
+``put_columns(256)``; 100 B bodies, TAGS, 4 queues round robin) the store is filled with
+``store.consume_queue`` off, then on, and this prints microseconds of CPU per message of:
+
+* ``put``: the producing thread (``time.thread_time``): the put path, including handing
+  the dispatcher its facts and waking it;
+* ``dispatch``: the dispatch thread (``pthread_getcpuclockid``): units built and written;
+* ``process``: every thread (``time.process_time``), flush and housekeeping included;
+
+then ``cq cost``: (put on - put off) + dispatch, and that cost as a share of the put path
+with the queue off (the GIL serialises both threads, so this is what the queue takes from
+put throughput). Each figure is the minimum of ``--repeat`` runs (noise only adds).
+
+Usage: python bench/bench_cq_cpu.py [--messages N] [--repeat R] [--dir DIR] [--case NAME]...
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rmq_spark.store.config import FlushPolicy, StoreConfig
+from rmq_spark.store.message_store import MessageStore
+from rmq_spark.store.put import PutRequest
+
+BATCH = 256
+QUEUES = 4
+TOPIC = "BenchTopic"
+BODY = b"x" * 100
+_DISPATCH_THREAD = "rmq-cq-dispatch"
+
+
+def _single(store: MessageStore, count: int) -> None:
+    requests = [PutRequest(TOPIC, BODY, queue_id=i % QUEUES, tags="TagA") for i in range(BATCH)]
+    put = store.put
+    for _ in range(count // BATCH):
+        for request in requests:
+            put(request)
+
+
+def _batch(store: MessageStore, count: int) -> None:
+    batch = [PutRequest(TOPIC, BODY, queue_id=i % QUEUES, tags="TagA") for i in range(BATCH)]
+    for _ in range(count // BATCH):
+        store.put_batch(batch)
+
+
+def _columns(store: MessageStore, count: int) -> None:
+    bodies, queue_ids = [BODY] * BATCH, [i % QUEUES for i in range(BATCH)]
+    for _ in range(count // BATCH):
+        store.put_columns(TOPIC, bodies, queue_ids, tags="TagA")
+
+
+CASES: dict[str, Callable[[MessageStore, int], None]] = {
+    "put": _single,
+    f"put_batch({BATCH})": _batch,
+    f"put_columns({BATCH})": _columns,
+}
+
+
+def _thread_cpu(name: str) -> Callable[[], float]:
+    """CPU seconds of the live thread called ``name`` (0 when there is none)."""
+    for thread in threading.enumerate():
+        if thread.name == name and thread.ident is not None:
+            clock = time.pthread_getcpuclockid(thread.ident)
+            return lambda: time.clock_gettime(clock)
+    return lambda: 0.0
+
+
+def _run(root: Path, case: str, count: int, consume_queue: bool) -> tuple[float, float, float]:
+    """One case into a fresh store: (put thread, dispatch thread, process) us/msg."""
+    config = StoreConfig(
+        root_dir=root,
+        segment_size_bytes=256 << 20,
+        flush_policy=FlushPolicy.ASYNC,
+        consume_queue=consume_queue,
+    )
+    store = MessageStore.open(config)
+    try:
+        dispatch_cpu = _thread_cpu(_DISPATCH_THREAD)
+        put0, dispatch0, process0 = time.thread_time(), dispatch_cpu(), time.process_time()
+        CASES[case](store, count)
+        put1 = time.thread_time()
+        if consume_queue:
+            assert store.consume_queues.wait_dispatched(store.max_offset, 60)
+        dispatch1, process1 = dispatch_cpu(), time.process_time()
+    finally:
+        store.close()
+        shutil.rmtree(root, ignore_errors=True)
+    scale = 1e6 / count
+    return (put1 - put0) * scale, (dispatch1 - dispatch0) * scale, (process1 - process0) * scale
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--dir", type=Path, default=None)
+    parser.add_argument("--case", choices=list(CASES), action="append", help="default: all")
+    args = parser.parse_args()
+    count = args.messages // BATCH * BATCH
+    base = Path(tempfile.mkdtemp(dir=args.dir, prefix="bench-cq-cpu-"))
+    print(f"load average {os.getloadavg()[0]:.2f}; {count:,} messages, min of {args.repeat} runs")
+    print(f"{'case':18} {'queue':5} {'put':>7} {'dispatch':>9} {'process':>8}  (us/msg CPU)")
+    try:
+        for case in args.case or CASES:
+            best: dict[bool, list[float]] = {}
+            for _ in range(args.repeat):
+                for on in (False, True):
+                    figures = _run(base / "store", case, count, on)
+                    old = best.get(on)
+                    best[on] = list(figures) if old is None else list(map(min, old, figures))
+            for on in (False, True):
+                put, dispatch, process = best[on]
+                print(
+                    f"{case:18} {'on' if on else 'off':5} {put:7.3f} {dispatch:9.3f} {process:8.3f}"
+                )
+            cost = best[True][0] - best[False][0] + best[True][1]
+            print(
+                f"{case:18} cq cost {cost:.3f} us/msg = {cost / best[False][0] * 100:.1f} % of "
+                f"the put path (expected on/off ~{best[False][0] / (best[False][0] + cost):.2f})"
+            )
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+        print(f"load average {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
