@@ -28,42 +28,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from rmq_spark.store.config import FlushPolicy, StoreConfig
+# The same cases and store as bench_cq_dispatch.py (this folder is on sys.path when run).
+from bench_cq_dispatch import BATCH, CASES, _config
+
 from rmq_spark.store.message_store import MessageStore
-from rmq_spark.store.put import PutRequest
 
-BATCH = 256
-QUEUES = 4
-TOPIC = "BenchTopic"
-BODY = b"x" * 100
 _DISPATCH_THREAD = "rmq-cq-dispatch"
-
-
-def _single(store: MessageStore, count: int) -> None:
-    requests = [PutRequest(TOPIC, BODY, queue_id=i % QUEUES, tags="TagA") for i in range(BATCH)]
-    put = store.put
-    for _ in range(count // BATCH):
-        for request in requests:
-            put(request)
-
-
-def _batch(store: MessageStore, count: int) -> None:
-    batch = [PutRequest(TOPIC, BODY, queue_id=i % QUEUES, tags="TagA") for i in range(BATCH)]
-    for _ in range(count // BATCH):
-        store.put_batch(batch)
-
-
-def _columns(store: MessageStore, count: int) -> None:
-    bodies, queue_ids = [BODY] * BATCH, [i % QUEUES for i in range(BATCH)]
-    for _ in range(count // BATCH):
-        store.put_columns(TOPIC, bodies, queue_ids, tags="TagA")
-
-
-CASES: dict[str, Callable[[MessageStore, int], None]] = {
-    "put": _single,
-    f"put_batch({BATCH})": _batch,
-    f"put_columns({BATCH})": _columns,
-}
 
 
 def _thread_cpu(name: str) -> Callable[[], float]:
@@ -77,13 +47,7 @@ def _thread_cpu(name: str) -> Callable[[], float]:
 
 def _run(root: Path, case: str, count: int, consume_queue: bool) -> tuple[float, float, float]:
     """One case into a fresh store: (put thread, dispatch thread, process) us/msg."""
-    config = StoreConfig(
-        root_dir=root,
-        segment_size_bytes=256 << 20,
-        flush_policy=FlushPolicy.ASYNC,
-        consume_queue=consume_queue,
-    )
-    store = MessageStore.open(config)
+    store = MessageStore.open(_config(root, consume_queue))
     try:
         dispatch_cpu = _thread_cpu(_DISPATCH_THREAD)
         put0, dispatch0, process0 = time.thread_time(), dispatch_cpu(), time.process_time()

@@ -49,29 +49,29 @@ def parse_offset_log_entry(text: str) -> int | None:
     The file is ``v1``, a metadata JSON line, then one JSON line per source; ``None`` when
     the text is not that shape or the source's offset is not ``{"physical_offset": N}``.
     """
+    offset = _source_offset(text)
+    if not isinstance(offset, dict) or not isinstance(offset.get("physical_offset"), int):
+        return None
+    return int(offset["physical_offset"])
+
+
+def _source_offset(text: str) -> object:
+    """The one source's offset JSON of an offset-log file (``v1``, metadata, offset); ``None``
+    when the text is not that shape."""
     lines = text.splitlines()
     if len(lines) != 3 or not lines[0].startswith("v"):
         return None
     try:
-        offset = json.loads(lines[2])
+        return json.loads(lines[2])
     except ValueError:
         return None
-    if not isinstance(offset, dict) or not isinstance(offset.get("physical_offset"), int):
-        return None
-    return int(offset["physical_offset"])
 
 
 def parse_store_offsets(text: str) -> dict[str, int] | None:
     """Each store's ``physical_offset`` in a Spark offset-log file of a query over several
     stores (``{"stores": {path: {"physical_offset": N}}}``, ``multi_store.py``; PURE);
     ``None`` when the text is not that shape."""
-    lines = text.splitlines()
-    if len(lines) != 3 or not lines[0].startswith("v"):
-        return None
-    try:
-        offset = json.loads(lines[2])
-    except ValueError:
-        return None
+    offset = _source_offset(text)
     stores = offset.get("stores") if isinstance(offset, dict) else None
     if not isinstance(stores, dict):
         return None
