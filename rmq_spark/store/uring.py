@@ -29,6 +29,7 @@ import os
 import platform
 import struct
 import sys
+from typing import Any
 
 __all__ = ["FsyncRing"]
 
@@ -67,10 +68,10 @@ class _Params(ctypes.Structure):
     ]
 
 
-_syscalls: tuple[object, object] | None = None
+_syscalls: tuple[Any, Any] | None = None
 
 
-def _libc_syscalls():  # type: ignore[no-untyped-def]
+def _libc_syscalls() -> tuple[Any, Any]:
     """``syscall(2)`` twice: releasing the GIL (for calls that block) and keeping it (for
     calls that do not: releasing it would let another thread take it, and the loop would
     wait to get it back)."""
@@ -139,7 +140,7 @@ class FsyncRing:
         self._cq_mask = _U32.unpack_from(cq, cq_off[2])[0]
         self._cqes = cq_off[5]
         self._tail = _U32.unpack_from(sq, self._sq_tail_at)[0]
-        self._head = _U32.unpack_from(cq, self._cq_head_at)[0]
+        self._head: int = _U32.unpack_from(cq, self._cq_head_at)[0]
         self._cq_words = memoryview(cq).cast("I")  # released in ``close``
         self._cq_tail_word = self._cq_tail_at // 4
         self.in_flight = 0
@@ -192,7 +193,8 @@ class FsyncRing:
     def ready(self) -> bool:
         """Whether a completion is waiting (one memory read, no system call: only this
         object moves the head)."""
-        return self._cq_words[self._cq_tail_word] != self._head
+        tail: int = self._cq_words[self._cq_tail_word]
+        return tail != self._head
 
     def reap(self) -> list[tuple[int, int]]:
         """The waiting completions, ``(user_data, result)`` each, oldest first."""
