@@ -78,8 +78,10 @@ def spark_sql_command(
 
 
 def sql_conf(config: Any, tables_dir: Path) -> tuple[dict[str, str], list[str]]:
-    """The settings for ``spark-sql`` on ``tables_dir``, and the statements to run first
-    (non-empty only when the metastore is held elsewhere and the catalog falls back)."""
+    """The settings for ``spark-sql`` on ``tables_dir``, and the statements to run first: the
+    tables' registration, idempotent (``IF NOT EXISTS``), so ``rmq.*`` is there also when the
+    catalog falls back to memory, or when the tables were built with ``catalog = "in-memory"``
+    (the demo, an older job) and the persistent catalog has no entries yet."""
     from rmq_spark.spark.catalog import (
         IMPLEMENTATION,
         derby_log_option,
@@ -106,7 +108,7 @@ def sql_conf(config: Any, tables_dir: Path) -> tuple[dict[str, str], list[str]]:
         name, path = option
         java = conf.get("spark.driver.extraJavaOptions", "")
         conf["spark.driver.extraJavaOptions"] = f"{java} -D{name}={path}".strip()
-    return conf, []
+    return conf, register_statements(tables_dir, config.reput.database)
 
 
 def run(args: argparse.Namespace) -> int:

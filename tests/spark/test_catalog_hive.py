@@ -1,12 +1,13 @@
 """The default ``[spark] catalog = "hive"``: the reput job's ``rmq.*`` entries persist in the
-Hive metastore beside the tables, so a new ``spark-sql`` process (``rmq-spark sql``) queries
-``rmq.messages`` without registering anything; and a session started while that JVM holds the
-embedded Derby metastore falls back to the in-memory catalog with one warning line and still
-queries ``rmq.messages``."""
+Hive metastore beside the tables, so a new plain ``spark-sql`` process (the command
+``rmq-spark sql --print`` gives) queries ``rmq.messages`` without registering anything; and a
+session started while that JVM holds the embedded Derby metastore falls back to the in-memory
+catalog with one warning line and still queries ``rmq.messages``."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -59,13 +60,19 @@ def test_default_catalog_persists_and_a_second_jvm_falls_back(tmp_path: Path) ->
     # Nothing lands in the working directory (Derby's and Spark's defaults would).
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store", "tables"]
 
-    # A new spark-sql process, no registration: the count comes from the metastore.
+    # A new plain spark-sql process (the command `rmq-spark sql --print` gives, without the
+    # registration `rmq-spark sql` adds): the count comes from the metastore.
+    printed = subprocess.run(
+        [*CLI, "sql", "--tables", str(tables), *LOCAL, "--print", "-e", f"{COUNT}; {HOLD}"],
+        capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path, check=True,
+    )  # fmt: skip
+    command = shlex.split(printed.stdout.strip().splitlines()[-1])
+    assert command[0].endswith("bin/spark-sql") and "-i" not in command
     out, err = tmp_path / "sql.out", tmp_path / "sql.err"
     with out.open("wb") as stdout, err.open("wb") as stderr:
         holder = subprocess.Popen(
-            [*CLI, "sql", "--tables", str(tables), *LOCAL, "-e", f"{COUNT}; {HOLD}"],
-            stdout=stdout, stderr=stderr, env=env, cwd=tmp_path, start_new_session=True,
-        )  # fmt: skip
+            command, stdout=stdout, stderr=stderr, env=env, cwd=tmp_path, start_new_session=True
+        )
     try:
         _wait_for(out, "25", holder, 300)
         assert "in use by another JVM" not in err.read_text(errors="replace")

@@ -145,7 +145,10 @@ def test_sql_command_on_a_free_metastore_keeps_derby_log_beside_it(tmp_path: Pat
     from rmq_spark.cli.sql_command import sql_conf
 
     conf, statements = sql_conf(load_config(None), tmp_path / "tables")
-    assert statements == [] and conf[IMPLEMENTATION] == "hive"
+    assert conf[IMPLEMENTATION] == "hive"
+    # Registered also into the persistent catalog: tables built with the in-memory one (the
+    # demo, an older job) have no entries there yet; IF NOT EXISTS keeps existing ones.
+    assert statements == ["CREATE DATABASE IF NOT EXISTS rmq"]
     derby_log = tmp_path / "tables" / "_catalog" / "derby.log"
     assert conf["spark.driver.extraJavaOptions"].endswith(f"-Dderby.stream.error.file={derby_log}")
 
