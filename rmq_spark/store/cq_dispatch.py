@@ -13,8 +13,9 @@ consumers never see a unit of a record that a crash could still take back. The t
 until the put path says that end moved (``wake``: it only sets an event). A put thread that
 has just written a large batch under ASYNC runs the round itself instead (``after_write``): its
 facts are still in its CPU's cache and no thread has to be woken and handed the GIL, which
-cost the put path as much again as building the units did. One round at a time (a lock):
-a put thread that finds a round under way wakes the thread instead.
+cost the put path as much again as building the units did. One round at a time (a lock): a
+put thread that finds a round under way waits for it to end and then runs its own, so a large
+batch's units are written when its put returns, whatever the thread was doing.
 """
 
 from __future__ import annotations
@@ -182,16 +183,12 @@ class CqDispatcher:
 
     def dispatch_here(self) -> None:
         """A round in the calling thread (a put thread, after a batch it wrote under ASYNC),
-        or, if one is under way elsewhere, a wake-up for the thread. Never raises: a failed
-        round stops dispatching as it does in the thread."""
-        if not self._round.acquire(False):
-            self.wake()
-            return
-        try:
+        after the one under way elsewhere, if any, ends: the thread's rounds are short, and
+        the batch is then dispatched when its put returns. A failed round stops dispatching
+        as it does in the thread, and raises only a ``KeyboardInterrupt``."""
+        with self._round:
             if not self._done:
                 self._guarded_round()
-        finally:
-            self._round.release()
 
     def stop(self) -> None:
         """Dispatch what is acknowledged, then end the thread; later ``dispatch_here`` calls

@@ -6,6 +6,7 @@ dispatching without failing the put."""
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,33 @@ def test_a_large_async_batch_is_dispatched_before_its_put_returns(
         assert store.put_columns("T", [b"c"] * BIG, list(range(4)) * (BIG // 4)).ok
         assert queues.dispatched_offset == store.max_offset
         assert sum(queues.max_offset("T", q) for q in range(4)) == 2 * BIG
+        assert actual_units(store) == expected_units(store)
+    finally:
+        store.close()
+
+
+def test_a_large_batch_waits_for_the_threads_round_then_is_dispatched_before_it_returns(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The thread is mid-round (a single put woke it) when a large batch is written: the
+    batch's writer waits for that round, then runs its own, rather than leaving its batch to
+    the thread's next wake-up."""
+    store = open_store(tmp_path, flush_policy=FlushPolicy.ASYNC, segment_size_bytes=SEGMENT)
+    place_runs = ConsumeQueues.place_runs
+    in_round = threading.Event()
+
+    def slow_in_the_thread(self: ConsumeQueues, runs: object) -> None:
+        if threading.current_thread().name == "rmq-cq-dispatch":
+            in_round.set()
+            time.sleep(0.3)
+        place_runs(self, runs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ConsumeQueues, "place_runs", slow_in_the_thread)
+    try:
+        assert store.put(PutRequest("T", b"one", tags="TagA")).ok
+        assert in_round.wait(30)
+        assert all(r.ok for r in store.put_batch(_batch(BIG)))
+        assert store.consume_queues.dispatched_offset == store.max_offset
         assert actual_units(store) == expected_units(store)
     finally:
         store.close()
