@@ -117,6 +117,7 @@ def test_writers_racing_the_thread_write_every_unit_once(tmp_path: Path) -> None
 def test_a_failed_round_in_a_put_thread_stops_dispatching_not_the_put(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(cq_dispatch, "_IDLE_WAIT_S", 3600.0)  # only the writer's round fails
     store = open_store(tmp_path, flush_policy=FlushPolicy.ASYNC, segment_size_bytes=SEGMENT)
     try:
         queues = store.consume_queues
@@ -140,6 +141,7 @@ def test_a_failed_round_in_a_put_thread_stops_dispatching_not_the_put(
 def test_an_interrupted_round_stops_dispatching_and_the_reopen_writes_every_unit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(cq_dispatch, "_IDLE_WAIT_S", 3600.0)  # only the writer's round fails
     # Ctrl-C in a put thread's round may come after it took facts it never placed: going on
     # would leave a hole in the queue (pre-blank units), so dispatching stops until reopen.
     store = open_store(tmp_path, flush_policy=FlushPolicy.ASYNC, segment_size_bytes=SEGMENT)
