@@ -4,8 +4,9 @@
 ``rmq-spark broker`` runs) over a fresh store in a temporary directory, on 127.0.0.1 with a port
 the OS picks (reported through ``--ready-file``), with ``store.flush_policy=SYNC`` (a send is
 answered once an fsync covers it); every other setting is the checkout's ``conf/rmq.toml``,
-i.e. the defaults. ``entry`` replaces ``-m rmq_spark.cli.main`` (``grpc_ceiling.py`` runs a
-broker whose sends skip the store).
+i.e. the defaults. ``checkout``: another source tree of the project (e.g. an older commit,
+``limits.py``'s baseline) whose broker runs instead of this one's. ``entry`` replaces ``-m
+rmq_spark.cli.main`` (``grpc_ceiling.py`` runs a broker whose sends skip the store).
 
 It runs in its own session, as the RocketMQ peer's JVMs do: with the kernel's autogroup
 scheduling (``/proc/sys/kernel/sched_autogroup_enabled``) each session gets an equal share of
@@ -18,6 +19,7 @@ log there first); it also runs on leaving the ``with`` block, however it is left
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -46,8 +48,10 @@ class RmqSparkBroker:
         keep_log: Path | None = None,
         own_session: bool = True,
         entry: Sequence[str] = ("-m", "rmq_spark.cli.main"),
+        checkout: Path = REPO,
     ) -> None:
         self.own_session = own_session
+        self.checkout = checkout
         self.entry = tuple(entry)
         self.settings = tuple(settings)
         self.keep_log = keep_log
@@ -86,7 +90,8 @@ class RmqSparkBroker:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                cwd=REPO,
+                cwd=self.checkout,
+                env=self._environment(),
                 start_new_session=self.own_session,
             )
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -100,6 +105,21 @@ class RmqSparkBroker:
                 raise PeerError(f"rmq-spark broker: not ready after {START_TIMEOUT_S:.0f} s")
             time.sleep(0.05)
         self.endpoint = ready.read_text().strip()
+
+    def _environment(self) -> dict[str, str]:
+        """This process's environment; a checkout other than this one comes first on the path,
+        so its ``rmq_spark`` runs (the venv's editable install points at this one)."""
+        env = dict(os.environ)
+        if self.checkout != REPO:
+            env["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(self.checkout), env.get("PYTHONPATH", "")) if p
+            )
+        return env
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None, "broker not started"
+        return self.process.pid
 
     def stop(self) -> None:
         """SIGTERM (clean shutdown), SIGKILL after 60 s; remove the work dir. Idempotent."""
