@@ -48,6 +48,7 @@ def auth_broker(
 ) -> Callable[..., BrokerProcess]:
     users = tmp_path / "users.toml"
     users.write_text(USERS, encoding="utf-8")
+    users.chmod(0o600)  # the broker refuses a users file others may read
 
     def start(*settings: str) -> BrokerProcess:
         return broker_factory(
