@@ -265,10 +265,14 @@ class ConsumerRpcs:
 
     # --- Telemetry -----------------------------------------------------------------------
 
-    def settings_reply(self, reply: Any, client_id: str) -> None:
-        """Complete a consumer's settings reply (``reply`` already echoes its settings)."""
-        group = full_group_name(
-            reply.subscription.group.name, reply.subscription.group.resource_namespace
-        )
+    def settings_reply(self, reply: Any, client_id: str) -> str | None:
+        """Complete a consumer's settings reply (``reply`` already echoes its settings); or
+        why its group is illegal (the reply is then refused)."""
+        named = reply.subscription.group
+        problem = group_name_problem(named.name, named.resource_namespace)
+        if problem is not None:
+            return problem
+        group = full_group_name(named.name, named.resource_namespace)
         self.service.seen(client_id, group)
         consumer_settings(reply, self.service.settings_of(group))
+        return None

@@ -207,12 +207,12 @@ BAD_GROUPS = ["../../x", "a\x00b", "g" * 10_000, "%RETRY%x", "%DLQ%x", "CID_RMQ_
 
 
 @pytest.mark.parametrize("name", BAD_GROUPS, ids=["path", "nul", "long", "retry", "dlq", "sys"])
-def test_bad_and_system_group_names_are_illegal_for_heartbeat_receive_and_update_offset(
+def test_bad_and_system_group_names_are_illegal_for_heartbeat_receive_offsets_and_settings(
     broker: BrokerProcess, name: str
 ) -> None:
     group, topic = resource(name, ""), resource("tA", "")
     requests = _requests(group, topic)
-    for method in ("Heartbeat", "ReceiveMessage", "UpdateOffset"):
+    for method in ("Heartbeat", "ReceiveMessage", "UpdateOffset", "Telemetry"):
         status = call(broker.address, method, requests[method], signed(ADMIN)).status
         assert status.code == pb.ILLEGAL_CONSUMER_GROUP, (method, status)
         assert "\n" not in status.message and len(status.message) < 400
