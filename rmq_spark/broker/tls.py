@@ -140,7 +140,7 @@ def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
     return files
 
 
-_PEM_ENDS = {"cert.pem": (b"-----END CERTIFICATE-----",), "key.pem": (b"PRIVATE KEY-----",)}
+_PEM_ENDS = {"cert.pem": b"-----END CERTIFICATE-----", "key.pem": b"PRIVATE KEY-----"}
 
 
 def _pair_damage(files: TlsFiles) -> str | None:
