@@ -244,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(embedded_case(store_dir, args.flush, threads, body_size, args.messages))
         users = tmp_dir / "users.toml"
         users.write_text(BENCH_USERS, encoding="utf-8")
+        users.chmod(0o600)  # the broker refuses a users file others may read
         for auth in {"off": (False,), "on": (True,), "both": (False, True)}[args.auth]:
             settings = ("broker.auth_enabled=true", f"broker.auth_users_file={users}")
             name = "auth" if auth else "open"

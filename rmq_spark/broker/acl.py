@@ -6,6 +6,12 @@ user's policies name a resource ``Topic:orders``, ``Topic:order-*`` (prefix), ``
 (``load_users``: TOML, read by the broker, never stored in the store), and ``needs_of``: the one
 table that says which rights every MessagingService RPC needs, read from its request.
 
+Every resource is checked under its full name (``topics.full_topic_name``: ``namespace%name``),
+the same name the service acts on. A prefix's ``*`` stands for characters other than ``%``, so a
+prefix never reaches across a namespace separator: ``Topic:A*`` matches ``A`` and ``A-1`` but
+not ``A%orders`` (topic ``orders`` of namespace ``A``) nor ``Ab%orders``; grant a namespace with
+``Topic:A%*``. A bare ``*`` (``Topic:*``, ``*``) still matches every name.
+
 Deny by default: a right no policy allows is refused. When several policies match, the most
 specific one decides (a literal name before a prefix, a longer prefix before a shorter one,
 a prefix before ``*``), and Deny wins a tie, as in RocketMQ's DefaultAuthorizationHandler.
@@ -23,10 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rmq_spark.broker.topics import full_topic_name
 from rmq_spark.errors import ConfigError
 
 __all__ = [
     "Action",
+    "CONSUMER_CLIENT_TYPES",
     "Need",
     "Policy",
     "User",
@@ -51,6 +59,7 @@ class Action(enum.Enum):
     ALL = "All"  # every action above except Redeliver (which is only ever granted by name)
 
 
+_NAMESPACE_SEPARATOR = "%"
 _ALL_COVERS = frozenset({Action.PUB, Action.SUB, Action.UPDATE, Action.GET})
 _RESOURCE_TYPES = ("Topic", "Group")
 
@@ -69,7 +78,12 @@ class Policy:
     def matches(self, resource_type: str, name: str) -> bool:
         if self.resource_type not in ("*", resource_type):
             return False
-        return name.startswith(self.name) if self.prefix else name == self.name
+        if not self.prefix:
+            return name == self.name
+        # A prefix stops at a namespace separator; a bare ``*`` (empty prefix) matches all.
+        return name.startswith(self.name) and (
+            not self.name or _NAMESPACE_SEPARATOR not in name[len(self.name) :]
+        )
 
     def covers(self, action: Action) -> bool:
         return action in self.actions or (Action.ALL in self.actions and action in _ALL_COVERS)
@@ -222,14 +236,14 @@ def load_users(path: Path) -> dict[str, User]:
 
 _PUB = (Action.PUB,)
 _SUB = (Action.SUB,)
-_CONSUMER_TYPES = frozenset({2, 3, 4, 5, 6})  # ClientType PUSH/SIMPLE/PULL/LITE_* consumers
+# ClientType PUSH/SIMPLE/PULL/LITE_* consumers: a Heartbeat from one names its group.
+CONSUMER_CLIENT_TYPES = frozenset({2, 3, 4, 5, 6})
 
 
 def resource_name(resource: Any) -> str:
-    """An ``apache.rocketmq.v2.Resource`` as the name a policy matches: ``namespace%name``
-    with a namespace (RocketMQ's NamespaceUtil), else the name."""
-    namespace = resource.resource_namespace
-    return f"{namespace}%{resource.name}" if namespace else str(resource.name)
+    """An ``apache.rocketmq.v2.Resource`` as the name a policy matches and the service acts
+    on: its full name (``topics.full_topic_name``)."""
+    return full_topic_name(str(resource.name), str(resource.resource_namespace))
 
 
 def _topic(resource: Any, actions: tuple[Action, ...] = _SUB) -> Need:
@@ -277,7 +291,7 @@ def needs_of(method: str, request: Any, is_redelivery: Any = None) -> list[Need]
     table: dict[str, Any] = {
         "QueryRoute": lambda: [_topic(r.topic, (Action.PUB, Action.SUB))],
         "Heartbeat": lambda: (
-            [_group(r.group)] if r.client_type in _CONSUMER_TYPES and r.group.name else []
+            [_group(r.group)] if r.client_type in CONSUMER_CLIENT_TYPES and r.group.name else []
         ),
         "SendMessage": lambda: _send_needs(r, is_redelivery or (lambda _m: False)),
         "EndTransaction": lambda: [_topic(r.topic, _PUB)],

@@ -55,6 +55,7 @@ __all__ = [
     "parse_authorization",
     "parse_date_time",
     "read_redelivery_secret",
+    "require_private",
     "sign",
     "signature_metadata",
 ]
@@ -281,13 +282,27 @@ def ensure_redelivery_secret(store_root: Path) -> str:
         finally:
             os.close(fd)
         return secret
-    mode = path.stat().st_mode & 0o777
+    require_private(path, str(path), "the redelivery secret")
+    return existing
+
+
+def require_private(path: Path, key: str, what: str) -> None:
+    """Refuse a secrets file others may read: the rule for the redelivery secret and the
+    users file alike (``key`` names the setting in the error).
+
+    Raises
+    ------
+    ConfigError
+        Its mode lets the group or other users read it, or it cannot be stat'ed.
+    """
+    try:
+        mode = path.stat().st_mode & 0o777
+    except OSError as err:
+        raise ConfigError(key, f"cannot read {path}: {err.strerror}") from err
     if mode & 0o077:
         raise ConfigError(
-            str(path),
-            f"mode {mode:04o} lets other users read the redelivery secret; chmod 600 {path}",
+            key, f"mode {mode:04o} of {path} lets other users read {what}; chmod 600 {path}"
         )
-    return existing
 
 
 def authenticator_for(config: BrokerConfig, store_root: Path | None, clock: Clock) -> Authenticator:
@@ -299,7 +314,7 @@ def authenticator_for(config: BrokerConfig, store_root: Path | None, clock: Cloc
     ConfigError
         The users file or the secret cannot be read.
     """
-    users = load_users(Path(config.auth_users_file)) if config.auth_enabled else {}
+    users = _load_private_users(Path(config.auth_users_file)) if config.auth_enabled else {}
     secret = ensure_redelivery_secret(store_root) if store_root is not None else None
     if config.auth_enabled:
         log.info(
@@ -316,6 +331,12 @@ def authenticator_for(config: BrokerConfig, store_root: Path | None, clock: Cloc
         store_secret=secret,
         local_offset_ms=time.localtime().tm_gmtoff * 1000,
     )
+
+
+def _load_private_users(path: Path) -> dict[str, User]:
+    users = load_users(path)  # first: a missing file is named as such
+    require_private(path, "broker.auth_users_file", "every user's secret key")
+    return users
 
 
 def open_listener_warning(config: BrokerConfig) -> str | None:

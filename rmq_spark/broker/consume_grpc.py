@@ -15,6 +15,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from rmq_spark.broker.acl import CONSUMER_CLIENT_TYPES
 from rmq_spark.broker.consume_wire import consumer_settings, delivered_message
 from rmq_spark.broker.consumer.groups import Delivery
 from rmq_spark.broker.consumer.service import (
@@ -28,7 +29,7 @@ from rmq_spark.broker.consumer.service import (
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.service import SendCode
-from rmq_spark.broker.topics import full_topic_name
+from rmq_spark.broker.topics import full_topic_name, group_name_problem
 
 __all__ = ["ConsumerRpcs", "consume_status_code"]
 
@@ -59,9 +60,6 @@ def _status(code: int, message: str = "") -> Any:
 
 def _rejected_status(rejected: Rejected) -> Any:
     return _status(consume_status_code(rejected.code), rejected.reason)
-
-
-_CONSUMER_TYPES = (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER, pb.PULL_CONSUMER, pb.LITE_PUSH_CONSUMER)
 
 
 def client_id_of(context: Any) -> str:
@@ -134,10 +132,14 @@ class ConsumerRpcs:
             raise
 
     def _prepare(self, request: Any, context: Any) -> Receive | Rejected:
+        group = request.group
+        problem = group_name_problem(group.name, group.resource_namespace)
+        if problem is not None:
+            return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, problem)
         queue = request.message_queue
         expression = request.filter_expression
         return self.service.prepare(
-            request.group.name,
+            full_group_name(group.name, group.resource_namespace),  # the name the ACL checked
             queue.topic.name,
             queue.topic.resource_namespace,
             filter_kind=_FILTER_KINDS.get(expression.type, "TAG"),
@@ -247,7 +249,10 @@ class ConsumerRpcs:
 
     async def heartbeat(self, request: Any, context: Any) -> Any:
         group = ""
-        if request.group.name and request.client_type in _CONSUMER_TYPES:
+        if request.group.name and request.client_type in CONSUMER_CLIENT_TYPES:
+            problem = group_name_problem(request.group.name, request.group.resource_namespace)
+            if problem is not None:
+                return spb.HeartbeatResponse(status=_status(pb.ILLEGAL_CONSUMER_GROUP, problem))
             group = full_group_name(request.group.name, request.group.resource_namespace)
         self.service.seen(client_id_of(context), group)
         return spb.HeartbeatResponse(status=_status(pb.OK))
@@ -260,10 +265,14 @@ class ConsumerRpcs:
 
     # --- Telemetry -----------------------------------------------------------------------
 
-    def settings_reply(self, reply: Any, client_id: str) -> None:
-        """Complete a consumer's settings reply (``reply`` already echoes its settings)."""
-        group = full_group_name(
-            reply.subscription.group.name, reply.subscription.group.resource_namespace
-        )
+    def settings_reply(self, reply: Any, client_id: str) -> str | None:
+        """Complete a consumer's settings reply (``reply`` already echoes its settings); or
+        why its group is illegal (the reply is then refused)."""
+        named = reply.subscription.group
+        problem = group_name_problem(named.name, named.resource_namespace)
+        if problem is not None:
+            return problem
+        group = full_group_name(named.name, named.resource_namespace)
         self.service.seen(client_id, group)
         consumer_settings(reply, self.service.settings_of(group))
+        return None

@@ -170,7 +170,7 @@ class Consumer:
     ) -> list[ReceivedMessage]:
         consume = self._embedded.consume
         receive = consume.prepare(
-            self.group,
+            full_group_name(self.group, self._namespace),
             self.topic,
             self._namespace,
             filter_kind=self._filter_kind,

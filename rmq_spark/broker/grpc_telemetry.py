@@ -85,7 +85,9 @@ class TelemetryRpc:
             backoff.max.FromMilliseconds(1000)
             backoff.multiplier = 2.0
         elif self._consumers is not None and settings.HasField("subscription"):
-            self._consumers.settings_reply(reply, client_id)
+            problem = self._consumers.settings_reply(reply, client_id)
+            if problem is not None:
+                return spb.TelemetryCommand(status=status(pb.ILLEGAL_CONSUMER_GROUP, problem))
         elif settings.HasField("subscription"):
             reply.subscription.long_polling_timeout.FromSeconds(20)
         return spb.TelemetryCommand(status=status(pb.OK), settings=reply)

@@ -27,11 +27,11 @@ from rmq_spark.broker.consumer.service import (
     ConsumeService,
     Rejected,
     full_group_name,
-    valid_group_name,
 )
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.service import SendCode
+from rmq_spark.broker.topics import group_name_problem
 
 __all__ = ["OffsetRpcs", "is_send_back_message", "send_back_entry", "send_back_message"]
 
@@ -60,13 +60,17 @@ class OffsetRpcs:
             )
         return route.topic, int(queue.id)
 
-    def _group(self, group: Any) -> str | Any:
-        if not valid_group_name(group.name):
-            return _status(pb.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group.name!r}")
+    def _group(self, group: Any, *, committing: bool) -> str | Any:
+        """The group's full name (the one the ACL checked), or the refusal status; a system
+        group's offsets may be read, not committed."""
+        problem = group_name_problem(group.name, group.resource_namespace, system_ok=not committing)
+        if problem is not None:
+            return _status(pb.ILLEGAL_CONSUMER_GROUP, problem)
         return full_group_name(group.name, group.resource_namespace)
 
     async def update_offset(self, request: Any, context: Any) -> Any:
-        group, queue = self._group(request.group), self._queue(request.message_queue)
+        group = self._group(request.group, committing=True)
+        queue = self._queue(request.message_queue)
         for refused in (group, queue):
             if isinstance(refused, pb.Status):
                 return spb.UpdateOffsetResponse(status=refused)
@@ -92,7 +96,8 @@ class OffsetRpcs:
         return spb.UpdateOffsetResponse(status=_status(pb.OK))
 
     async def get_offset(self, request: Any, context: Any) -> Any:
-        group, queue = self._group(request.group), self._queue(request.message_queue)
+        group = self._group(request.group, committing=False)
+        queue = self._queue(request.message_queue)
         for refused in (group, queue):
             if isinstance(refused, pb.Status):
                 return spb.GetOffsetResponse(status=refused)

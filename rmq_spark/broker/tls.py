@@ -27,6 +27,7 @@ import grpc
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.errors import BrokerError
+from rmq_spark.store.file_ops import fsync_dir, make_dirs_durably
 
 __all__ = ["TLS_DIR", "TlsFiles", "make_self_signed", "resolve_tls", "server_credentials"]
 
@@ -89,7 +90,11 @@ def _hosts(config: BrokerConfig) -> list[str]:
 
 def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
     """``directory/cert.pem`` and ``key.pem`` (EC P-256, 10 years, the hosts as subject
-    alternative names), made with ``openssl`` unless both exist already.
+    alternative names), made with ``openssl`` unless a whole pair exists already.
+
+    Written so a power cut leaves the old pair or the new one: temp files, fsync, rename,
+    fsync of the directory (a pinned certificate survives). A pair a crash left damaged (a
+    file missing, empty or cut short) is made again, with a warning.
 
     Raises
     ------
@@ -97,8 +102,15 @@ def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
         ``openssl`` failed or the directory cannot be written.
     """
     files = TlsFiles(directory / "cert.pem", directory / "key.pem", self_signed=True)
-    if files.cert_file.exists() and files.key_file.exists():
+    damage = _pair_damage(files)
+    if damage is None:
         return files
+    if damage:
+        log.warning(
+            "broker: the self-signed TLS pair in %s is damaged (%s): making a new one",
+            directory,
+            damage,
+        )
     names = ",".join(
         f"IP:{host}" if _is_ip(host) else f"DNS:{host}" for host in dict.fromkeys(hosts)
     )
@@ -109,7 +121,7 @@ def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
         "-addext", f"subjectAltName={names}", "-keyout", str(tmp_key), "-out", str(tmp_cert),
     ]  # fmt: skip
     try:
-        directory.mkdir(parents=True, exist_ok=True)
+        make_dirs_durably(directory)
         done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
         if done.returncode != 0:
             raise BrokerError(
@@ -117,12 +129,43 @@ def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
                 f"{done.stderr.strip().splitlines()[-1:]}"
             )
         tmp_key.chmod(0o600)
+        for tmp in (tmp_key, tmp_cert):
+            _fsync_file(tmp)
         tmp_key.replace(files.key_file)
         tmp_cert.replace(files.cert_file)
+        fsync_dir(directory)
     except OSError as err:
         raise BrokerError(f"cannot write a self-signed certificate to {directory}: {err}") from err
     log.info("broker: made a self-signed TLS certificate %s (%s)", files.cert_file, names)
     return files
+
+
+_PEM_ENDS = {"cert.pem": b"-----END CERTIFICATE-----", "key.pem": b"PRIVATE KEY-----"}
+
+
+def _pair_damage(files: TlsFiles) -> str | None:
+    """``None``: a whole pair; ``""``: no pair yet; else what a crash left damaged."""
+    paths = (files.cert_file, files.key_file)
+    if not any(path.exists() for path in paths):
+        return ""
+    for path in paths:
+        try:
+            text = path.read_bytes()
+        except OSError as err:
+            return f"{path.name}: {err.strerror}"
+        if not text.strip():
+            return f"{path.name} is empty"
+        if not text.rstrip().endswith(_PEM_ENDS[path.name]):
+            return f"{path.name} is cut short"
+    return None
+
+
+def _fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def _is_ip(host: str) -> bool:

@@ -1,8 +1,10 @@
 """The broker's topic table: which topics exist, how many queues each has, which names are legal.
 
-Owns topic-name validation (RocketMQ's rules: ``^[%|a-zA-Z0-9_-]+$``, at most 127 characters,
-no system topics), namespaces (``ns%topic``), auto-creation, and queue selection for a send
-(round robin, or Guava's consistent hash of the FIFO message group, as RocketMQ's proxy).
+Owns topic- and group-name validation (RocketMQ's rules: ``^[%|a-zA-Z0-9_-]+$``, a topic at
+most 127 characters and no system topic, a group at most 255 and, where a client consumes or
+commits as it, no system group), the full name of a namespaced topic or group (``ns%name``),
+auto-creation, and queue selection for a send (round robin, or Guava's consistent hash of the
+FIFO message group, as RocketMQ's proxy).
 Knows nothing of gRPC or the store.
 """
 
@@ -35,11 +37,13 @@ __all__ = [
     "TopicTable",
     "consistent_hash",
     "full_topic_name",
+    "group_name_problem",
     "group_queue_id",
     "topic_name_problem",
 ]
 
 TOPIC_LENGTH_MAX = 127
+GROUP_LENGTH_MAX = 255  # Validators.CHARACTER_MAX_LENGTH
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 # TopicValidator.SYSTEM_TOPIC_SET (RocketMQ 5) plus our own reserved names.
 _SYSTEM_TOPICS = frozenset(
@@ -58,6 +62,8 @@ _SYSTEM_TOPICS = frozenset(
 )
 _SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%")
 _GROUP_PREFIXES = ("%RETRY%", "%DLQ%")  # a consumer group's own topics: readable
+# MixAll's system consumer groups (CID_RMQ_SYS_*) and the names of a group's own topics.
+_SYSTEM_GROUP_PREFIXES = ("CID_RMQ_SYS_", *_GROUP_PREFIXES)
 log = logging.getLogger("rmq_spark.broker")
 # Our topics take NORMAL, FIFO and DELAY messages alike; RocketMQ 5's proxy accepts that on a
 # topic only with message.type MIXED (without the attribute a topic is NORMAL only).
@@ -124,8 +130,29 @@ def _user_topic(topic: str, queue_count: int) -> TopicConfig:
 
 
 def full_topic_name(name: str, namespace: str) -> str:
-    """The stored topic name: ``namespace%name`` when a namespace is given (as RocketMQ 5)."""
+    """The stored name of a topic or group: ``namespace%name`` when a namespace is given (as
+    RocketMQ 5's NamespaceUtil). The one name the ACL checks and the service uses."""
     return f"{namespace}%{name}" if namespace else name
+
+
+def group_name_problem(name: str, namespace: str = "", *, system_ok: bool = False) -> str | None:
+    """Why ``name`` in ``namespace`` cannot be a consumer group, or ``None`` when it can.
+
+    As the 5.x proxy's ``validateConsumerGroup``: not empty, at most 255 characters of
+    ``[%|a-zA-Z0-9_-]`` (the namespaced name too), and, unless ``system_ok``, not a system
+    group (``CID_RMQ_SYS_*``, ``%RETRY%*``, ``%DLQ%*``)."""
+    full = full_topic_name(name, namespace)
+    if not name:
+        return "consumer group name is empty"
+    if len(full) > GROUP_LENGTH_MAX:
+        return (
+            f"consumer group name is {len(full)} characters long, the limit is {GROUP_LENGTH_MAX}"
+        )
+    if not set(full) <= _TOPIC_CHARS:
+        return f"consumer group {full[:GROUP_LENGTH_MAX]!r} has characters outside [%|a-zA-Z0-9_-]"
+    if not system_ok and name.startswith(_SYSTEM_GROUP_PREFIXES):
+        return f"consumer group {name!r} is a system group; clients cannot consume as it"
+    return None
 
 
 def topic_name_problem(name: str) -> str | None:

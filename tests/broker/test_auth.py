@@ -48,6 +48,7 @@ def auth_broker(
 ) -> Callable[..., BrokerProcess]:
     users = tmp_path / "users.toml"
     users.write_text(USERS, encoding="utf-8")
+    users.chmod(0o600)  # the broker refuses a users file others may read
 
     def start(*settings: str) -> BrokerProcess:
         return broker_factory(
@@ -329,6 +330,24 @@ def test_a_missing_users_file_stops_the_start_with_one_line_naming_it(tmp_path: 
     with pytest.raises(AssertionError, match="broker exited with 2") as failure:
         start_broker(tmp_path / "store", tmp_path / "work", *settings)
     assert f"broker error: broker.auth_users_file: cannot read {missing}" in str(failure.value)
+    assert "Traceback" not in str(failure.value)
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640], ids=["0644", "0640"])
+def test_a_users_file_others_may_read_stops_the_start_as_the_redelivery_secret_does(
+    tmp_path: Path, mode: int
+) -> None:
+    users = tmp_path / "users.toml"
+    users.write_text(USERS, encoding="utf-8")
+    users.chmod(mode)
+    settings = ("broker.auth_enabled=true", f"broker.auth_users_file={users}")
+    with pytest.raises(AssertionError, match="broker exited with 2") as failure:
+        start_broker(tmp_path / "store", tmp_path / "work", *settings)
+    expected = (
+        f"broker error: broker.auth_users_file: mode {mode:04o} of {users} lets other users "
+        f"read every user's secret key; chmod 600 {users}"
+    )
+    assert expected in str(failure.value)
     assert "Traceback" not in str(failure.value)
 
 

@@ -44,6 +44,7 @@ def test_the_java_client_signs_and_is_served_and_a_wrong_secret_is_refused(
     )
     users = tmp_path / "users.toml"
     users.write_text(USERS, encoding="utf-8")
+    users.chmod(0o600)  # the broker refuses a users file others may read
     settings = ("broker.auth_enabled=true", f"broker.auth_users_file={users}")
     broker = broker_factory(*settings, "store.segment_size_bytes=16777216")
 

@@ -165,6 +165,7 @@ def test_with_auth_on_only_a_redeliver_user_or_the_store_identity_may_redeliver(
 ) -> None:
     users = tmp_path / "users.toml"
     users.write_text(USERS, encoding="utf-8")
+    users.chmod(0o600)  # the broker refuses a users file others may read
     broker = broker_factory("broker.auth_enabled=true", f"broker.auth_users_file={users}", SMALL)
     alice = signature_metadata("alice", "alice-secret-1", now_ms())
     assert send(broker.address, ordinary("orders", b"plain", "PLAIN1"), alice).status.code == (

@@ -121,6 +121,33 @@ def test_self_signed_certificate_is_made_in_the_store_and_kept(
         assert _route(channel) == pb.OK
 
 
+def _public_key(*command: str) -> bytes:
+    return subprocess.run(["openssl", *command], capture_output=True, check=True).stdout
+
+
+@pytest.mark.parametrize("damage", ["empty-cert", "cut-key", "no-key"])
+def test_a_self_signed_pair_a_crash_left_damaged_is_made_again_not_served(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = tmp_path / "tls"
+    cert, key = _certificate(directory)
+    if damage == "empty-cert":
+        cert.write_bytes(b"")  # renamed before its data reached the disk
+    elif damage == "cut-key":
+        key.write_bytes(key.read_bytes()[:40])
+    else:
+        key.unlink()
+    with caplog.at_level("WARNING", logger="rmq_spark.broker"):
+        again = make_self_signed(directory, hosts=["localhost"])
+    assert "self-signed TLS pair" in caplog.text and "damaged" in caplog.text
+    cert_key = _public_key("x509", "-in", str(again.cert_file), "-noout", "-pubkey")
+    assert cert_key == _public_key("pkey", "-in", str(again.key_file), "-pubout")
+    assert again.key_file.stat().st_mode & 0o077 == 0
+    assert sorted(p.name for p in directory.iterdir()) == ["cert.pem", "key.pem"]
+    kept = again.cert_file.read_bytes()
+    assert make_self_signed(directory, hosts=["localhost"]).cert_file.read_bytes() == kept
+
+
 def test_enforcing_refuses_plaintext_with_a_clear_reason(
     broker_factory: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:

@@ -215,7 +215,8 @@ class ConsumeService:
         auto_renew: bool = False,
         client_id: str = "",
     ) -> Receive | Rejected:
-        """Check a receive and resolve its topic, filter and group settings."""
+        """Check a receive and resolve its topic, filter and group settings. ``group`` is the
+        group's full name (``full_group_name``); ``namespace`` is the topic's."""
         if self._stopping or self._broker.shutting_down:
             return Rejected(ConsumeCode.SHUTTING_DOWN, "broker is shutting down")
         if not _GROUP_RE.match(group):
@@ -238,12 +239,12 @@ class ConsumeService:
             return Rejected(ConsumeCode.ILLEGAL_FILTER_EXPRESSION, str(err))
         self.seen(client_id)
         request = PopRequest(
-            group=full_group_name(group, namespace),
+            group=group,
             topic=route.topic,
             filter=message_filter,
             batch_size=max(1, min(batch_size, BATCH_MAX)),
             invisible_ms=invisible_ms,
-            settings=self.settings_of(full_group_name(group, namespace)),
+            settings=self.settings_of(group),
             client_id=client_id,
             auto_renew=auto_renew,
         )
