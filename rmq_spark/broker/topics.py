@@ -36,10 +36,12 @@ __all__ = [
     "consistent_hash",
     "full_topic_name",
     "group_queue_id",
+    "stored_topic_problem",
     "topic_name_problem",
 ]
 
 TOPIC_LENGTH_MAX = 127
+_STORED_LENGTH_MAX = 255  # a group's %RETRY%/%DLQ% topic may be longer; a file name may not
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 # TopicValidator.SYSTEM_TOPIC_SET (RocketMQ 5) plus our own reserved names.
 _SYSTEM_TOPICS = frozenset(
@@ -128,14 +130,24 @@ def full_topic_name(name: str, namespace: str) -> str:
     return f"{namespace}%{name}" if namespace else name
 
 
-def topic_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a user topic, or ``None`` when it can."""
+def stored_topic_problem(name: str, limit: int = _STORED_LENGTH_MAX) -> str | None:
+    """Why ``name`` cannot be the name of any stored topic (the broker's own system topics
+    included), or ``None``: also the check of a topic name that comes from a URL, since a
+    legal name is one safe path component (no ``/``, no ``.``)."""
     if not name:
         return "topic name is empty"
-    if len(name) > TOPIC_LENGTH_MAX:
-        return f"topic name is {len(name)} characters long, the limit is {TOPIC_LENGTH_MAX}"
+    if len(name) > limit:
+        return f"topic name is {len(name)} characters long, the limit is {limit}"
     if not set(name) <= _TOPIC_CHARS:
         return f"topic {name!r} has characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a user topic, or ``None`` when it can."""
+    problem = stored_topic_problem(name, TOPIC_LENGTH_MAX)
+    if problem is not None:
+        return problem
     if name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES):
         return f"topic {name!r} is a system topic; producers cannot send to it"
     return None
