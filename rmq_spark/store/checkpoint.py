@@ -63,6 +63,7 @@ __all__ = [
     "read_checkpoint",
     "read_snapshot",
     "remove_snapshot",
+    "write_checkpoint",
     "write_snapshot",
 ]
 
@@ -229,6 +230,13 @@ def _stable_read(file: SegmentFile) -> bytes:
             break
         previous = current
     return previous
+
+
+def write_checkpoint(root_dir: Path, values: CheckpointValues) -> None:
+    """Create ``<root>/checkpoint`` holding ``values`` (atomically, durably; raises
+    ``OSError``): how ``rmq-spark recover --reset-checkpoint`` replaces a damaged one."""
+    data = _FIELDS.pack(*_astuple(values)).ljust(CHECKPOINT_FILE_SIZE_BYTES, b"\0")
+    write_file_atomically(root_dir / CHECKPOINT_FILE, data)
 
 
 # --- queue-offset snapshot -------------------------------------------------------------------
