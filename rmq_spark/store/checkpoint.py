@@ -177,7 +177,11 @@ class Checkpoint:
 
 def _check_regular(path: Path) -> None:
     if not path.is_file():
-        raise CheckpointDamagedError(str(path), "cannot read: not a regular file")
+        raise CheckpointDamagedError(
+            str(path),
+            "cannot read: not a regular file; the store does not open. Run `rmq-spark recover "
+            f"--store {path.parent} --reset-checkpoint` (it is moved to quarantine/)",
+        )
 
 
 def _replace(values: CheckpointValues, **changes: int) -> CheckpointValues:

@@ -115,6 +115,24 @@ def test_a_checkpoint_beyond_the_files_refuses_the_start_until_recover_resets_it
     assert _cli("verify", "--store", str(store)).stdout.startswith("OK 200 records")
 
 
+def test_a_checkpoint_that_is_a_directory_refuses_the_start_until_reset(
+    store: Path, tmp_path: Path
+) -> None:
+    path = store / "checkpoint"
+    path.unlink()
+    path.mkdir()
+    code, output = _start(store, tmp_path)
+    assert code == 2, output
+    line = _error_line(output)
+    assert f"{path}: damaged checkpoint: cannot read" in line
+    command = f"rmq-spark recover --store {store} --reset-checkpoint"
+    assert command in line
+    assert _cli(*command.split()[1:]).returncode == 0
+    assert list((store / "quarantine").glob("checkpoint-*/checkpoint"))[0].is_dir()
+    code, output = _start(store, tmp_path)
+    assert code is None, output
+
+
 def test_a_prefix_retention_recorded_still_starts(store: Path, tmp_path: Path) -> None:
     first = segment_paths(store)[0]
     record = {
