@@ -1,7 +1,8 @@
 """The broker's topic table: which topics exist, how many queues each has, which names are legal.
 
 Owns topic-name validation (RocketMQ's rules: ``^[%|a-zA-Z0-9_-]+$``, at most 127 characters,
-no system topics), namespaces (``ns%topic``), auto-creation, and queue selection for a send
+no system topics), namespaces (``ns%topic``), auto-creation and its per-client budget
+(``CreationBudget``), and queue selection for a send
 (round robin, or Guava's consistent hash of the FIFO message group, as RocketMQ's proxy).
 Knows nothing of gRPC or the store.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
-import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -61,7 +61,6 @@ _SYSTEM_TOPICS = frozenset(
 )
 _SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%")
 _GROUP_PREFIXES = ("%RETRY%", "%DLQ%")  # a consumer group's own topics: readable
-log = logging.getLogger("rmq_spark.broker")
 # Our topics take NORMAL, FIFO and DELAY messages alike; RocketMQ 5's proxy accepts that on a
 # topic only with message.type MIXED (without the attribute a topic is NORMAL only).
 _MIXED = {"attributes": {"message.type": "MIXED"}}
@@ -191,13 +190,15 @@ class CreationBudget:
         if self.rate_per_s <= 0:
             return True
         now = self._clock.now_ms()
+        if len(self._buckets) >= self._MAX_CLIENTS and client not in self._buckets:
+            self._forget_full(now)
+            if len(self._buckets) >= self._MAX_CLIENTS:
+                client = "*"  # more clients at once than we track: they share one bucket
         tokens, at = self._buckets.get(client, (float(self.burst), now))
         tokens = min(float(self.burst), tokens + (now - at) * self.rate_per_s / 1000)
         if tokens < 1:
             self._buckets[client] = (tokens, now)
             return False
-        if len(self._buckets) >= self._MAX_CLIENTS and client not in self._buckets:
-            self._forget_full(now)
         self._buckets[client] = (tokens - 1, now)
         return True
 

@@ -108,3 +108,14 @@ def test_a_broker_refuses_creations_over_the_budget_in_one_line(tmp_path: Path) 
         assert broker.stop() == 0
     assert {"first", "second"} <= set(read_topics(tmp_path / "store"))
     assert "third" not in read_topics(tmp_path / "store")
+
+
+def test_clients_beyond_those_tracked_share_one_budget() -> None:
+    clock = ManualClock(1_000)
+    budget = CreationBudget(1.0, 2, clock)
+    budget._MAX_CLIENTS = 2  # what 10,000 addresses at once would do
+    assert budget.take("a") and budget.take("b")
+    assert budget.take("c") and budget.take("d")  # the shared bucket: burst 2
+    assert not budget.take("e")
+    clock.advance(10_000)  # every bucket full again: forgotten, new clients tracked
+    assert budget.take("e")
