@@ -4,9 +4,12 @@ A topic is created in memory (``topics.py``, under its lock, no I/O), then ``cha
 tells this writer that the table's change ``n`` is not yet in the file. The writer thread
 takes a copy of the table and rewrites the file (``write_topics``: the previous content in
 ``.bak``, atomic replace, the data version kept in memory), outside every lock a send waits
-on. Creations that arrive during a write are written together by the next one (group
-commit), so a creation costs the same whatever the number of topics, and the file trails
-the table by at most one write. ``close`` writes what is left (a broker that stops cleanly
+on. Creations that arrive during a write, or less than ``_PAUSE_S`` (or nine times the
+last write's duration, whichever is longer) after it, are written together by the next one:
+a creation costs the same whatever the number of topics, a storm of creations costs at most
+a tenth of a core for the rewrites (a thread rewriting back to back would hold the GIL
+against the event loop serving sends), and the file trails the table by at most that pause
+plus one write. ``close`` writes what is left (a broker that stops cleanly
 leaves every topic in the file, for a RocketMQ broker taking over); ``flush`` waits for the
 file to hold every change made so far. A write that fails is logged and retried.
 """
@@ -28,6 +31,8 @@ __all__ = ["TopicsFileWriter"]
 
 log = logging.getLogger("rmq_spark.broker")
 _RETRY_S = 1.0
+_PAUSE_S = 1.0  # the shortest time between two rewrites
+_DUTY = 0.1  # the largest share of time spent rewriting
 
 # What the writer reads from the table: (change number, topic -> config), copied under the
 # table's lock.
@@ -48,6 +53,7 @@ class TopicsFileWriter:
         self._wanted = 0  # the newest change of the table
         self._written = 0  # the newest change in the file
         self._closing = False
+        self._next_at = 0.0  # monotonic time before which no write starts (unless closing)
         self._thread = threading.Thread(target=self._run, name="topics-json", daemon=True)
         self._thread.start()
 
@@ -73,13 +79,20 @@ class TopicsFileWriter:
         if self._thread.is_alive():
             log.error("topics.json: the last write did not finish within %.0f s", timeout_s)
 
+    def _due(self) -> bool:
+        """Whether to write now (called under ``_cond``); waits out the pause first."""
+        self._cond.wait_for(lambda: self._wanted > self._written or self._closing)
+        while not self._closing and (pause := self._next_at - time.monotonic()) > 0:
+            self._cond.wait(pause)
+        return self._wanted > self._written
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._wanted > self._written or self._closing)
-                if self._wanted <= self._written:
+                if not self._due():
                     return  # closing, nothing left
             change, configs = self._snapshot()
+            started = time.monotonic()
             try:
                 self._version = write_topics(
                     self._root, configs, clock=self._clock, version=self._version
@@ -91,6 +104,9 @@ class TopicsFileWriter:
                         return
                 time.sleep(_RETRY_S)
                 continue
+            finished = time.monotonic()
+            pause = max(_PAUSE_S, (finished - started) * (1 - _DUTY) / _DUTY)
             with self._cond:
                 self._written = max(self._written, change)
+                self._next_at = finished + pause
                 self._cond.notify_all()
