@@ -26,6 +26,8 @@ class BrokerConfig:
     cluster_name: str = "DefaultCluster"  # stored as the CLUSTER property of every message
     auto_create_topics: bool = True  # unknown topics are created on first route/send
     default_queue_count: int = 8  # queues of an auto-created topic (RocketMQ default 8)
+    auto_create_topics_per_s: float = 10.0  # topics one client address may create a second; 0: any
+    auto_create_topics_burst: int = 100  # topics one client address may create at once
     topics: tuple[str, ...] = ()  # topics that exist from the start: "name" or "name:queues"
     # gRPC inbound limit; raised to store.max_message_size_bytes + 1 MiB if lower (Java: 130 MiB)
     grpc_receive_limit_bytes: int = 130 * _MIB
@@ -79,6 +81,14 @@ class BrokerConfig:
             raise ValueError(
                 f"default_queue_count: must be in [1, {_QUEUE_COUNT_MAX}], "
                 f"got {self.default_queue_count}"
+            )
+        if not self.auto_create_topics_per_s >= 0:
+            raise ValueError(
+                f"auto_create_topics_per_s: must be >= 0, got {self.auto_create_topics_per_s}"
+            )
+        if self.auto_create_topics_burst < 1:
+            raise ValueError(
+                f"auto_create_topics_burst: must be >= 1, got {self.auto_create_topics_burst}"
             )
         for spec in self.topics:
             try:

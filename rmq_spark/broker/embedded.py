@@ -84,7 +84,9 @@ class Broker:
             max_message_size_bytes=store_config.max_message_size_bytes,
         )
         try:
-            self.service.topics.use_config_file(store_config.root_dir, clock=self._clock)
+            self.service.topics.use_config_file(
+                store_config.root_dir, clock=self._clock, seen=self.store.queue_offsets()
+            )
         except BaseException:
             self.store.close()
             raise
@@ -179,6 +181,7 @@ class Broker:
             if self._endpoint is not None:
                 self._endpoint.stop()
             self.service.wait_idle(self._broker_config.shutdown_grace_ms / 1000)
+            self.service.topics.close()
             self.consume.close()
         finally:
             self.store.close()

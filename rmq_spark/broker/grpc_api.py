@@ -181,7 +181,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
     # --- producer RPCs: grpc_producer.ProducerRpcs ----------------------------------------
 
     async def QueryRoute(self, request: Any, context: Any) -> Any:  # noqa: N802 (gRPC name)
-        work = lambda: self._producer.query_route(request)  # noqa: E731
+        work = lambda: self._producer.query_route(request, context)  # noqa: E731
         return await self._guard("QueryRoute", request, spb.QueryRouteResponse, work)
 
     async def Heartbeat(self, request: Any, context: Any) -> Any:  # noqa: N802

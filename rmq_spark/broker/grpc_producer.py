@@ -60,10 +60,12 @@ class ProducerRpcs:
         self._consumers = consumers
         self._client_peer = client_peer
 
-    async def query_route(self, request: Any) -> Any:
+    async def query_route(self, request: Any, context: Any = None) -> Any:
         """The ``QueryRouteResponse``: every queue of the topic, at our endpoints."""
         topic, namespace = request.topic.name, request.topic.resource_namespace
-        outcome = self._service.route(topic, namespace, reading=True)
+        peer = peer_address(self._client_peer(context.peer())) if context is not None else None
+        client = peer.ip if peer is not None else ""
+        outcome = self._service.route(topic, namespace, reading=True, client=client)
         if outcome.code is not SendCode.OK:
             return spb.QueryRouteResponse(status=status(status_code(outcome.code), outcome.reason))
         broker = pb.Broker(name=self._service.config.broker_name, id=0)

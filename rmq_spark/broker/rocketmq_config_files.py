@@ -54,6 +54,7 @@ __all__ = [
     "read_consumer_offsets",
     "read_delay_offsets",
     "read_topics",
+    "read_topics_versioned",
     "write_consumer_offsets",
     "write_delay_offsets",
     "write_topics",
@@ -141,18 +142,35 @@ def _next_version(
 
 def read_topics(root: Path) -> dict[str, TopicConfig]:
     """Topic name -> config from ``<root>/config/topics.json`` (empty when absent)."""
+    return read_topics_versioned(root)[0]
+
+
+def read_topics_versioned(root: Path) -> tuple[dict[str, TopicConfig], DataVersion | None]:
+    """``read_topics`` and the file's data version (``None``: no file or no version)."""
     loaded = _load(config_path(root, TOPICS_FILE), decode_topics)
-    return loaded[0] if loaded is not None else {}
+    return loaded if loaded is not None else ({}, None)
 
 
 def write_topics(
-    root: Path, topics: Mapping[str, TopicConfig], *, clock: Clock | None = None
-) -> None:
-    """Replace ``<root>/config/topics.json`` with ``topics``."""
+    root: Path,
+    topics: Mapping[str, TopicConfig],
+    *,
+    clock: Clock | None = None,
+    version: DataVersion | None = None,
+) -> DataVersion:
+    """Replace ``<root>/config/topics.json`` with ``topics``; the data version written.
+
+    ``version`` is the one written last (its successor is written); without it the file is
+    read for it. A writer that keeps it saves parsing the whole file on every write.
+    """
     path = config_path(root, TOPICS_FILE)
     now_ms = (clock or SystemClock()).now_ms()
-    version = _next_version(path, lambda text, src: decode_topics(text, src)[1], now_ms)
+    if version is None:
+        version = _next_version(path, lambda text, src: decode_topics(text, src)[1], now_ms)
+    else:
+        version = version.next(now_ms)
     _store(path, encode_topics(topics, version))
+    return version
 
 
 # --- consumerOffset.json ----------------------------------------------------------------------

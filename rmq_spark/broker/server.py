@@ -315,7 +315,9 @@ def run_broker(
             clock=clock,
             max_message_size_bytes=store_config.max_message_size_bytes,
         )
-        service.topics.use_config_file(store_config.root_dir, clock=clock)  # topics.json
+        service.topics.use_config_file(  # topics.json, with the topics the log holds
+            store_config.root_dir, clock=clock, seen=store.queue_offsets()
+        )
         consume = ConsumeService(service, store, clock=clock)
     except BaseException:
         store.close()
@@ -367,6 +369,7 @@ def run_broker(
             metrics.stop()
         endpoint.stop()
         idle = service.wait_idle(broker_config.shutdown_grace_ms / 1000)
+        service.topics.close()  # topics.json holds every topic
         try:
             consume.close()  # saves consumer offsets
         finally:

@@ -42,7 +42,7 @@ from rmq_spark.broker.send_model import (
     reject,
 )
 from rmq_spark.broker.send_rules import message_properties, timer_transform, validate_send
-from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id
+from rmq_spark.broker.topics import CreationBudget, TopicStatus, TopicTable, group_queue_id
 from rmq_spark.broker.traffic import TrafficStats
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
@@ -145,6 +145,11 @@ class BrokerService:
         self.topics = TopicTable(
             auto_create=self._config.auto_create_topics,
             default_queue_count=self._config.default_queue_count,
+            budget=CreationBudget(
+                self._config.auto_create_topics_per_s,
+                self._config.auto_create_topics_burst,
+                self._clock,
+            ),
             initial=[
                 parse_topic_spec(spec, self._config.default_queue_count)
                 for spec in self._config.topics
@@ -184,10 +189,13 @@ class BrokerService:
 
     # --- routes ---------------------------------------------------------------------------
 
-    def route(self, topic: str, namespace: str = "", *, reading: bool = False) -> RouteOutcome:
-        """The queues of ``topic`` (creating it when auto-creation is on); ``reading``: see
+    def route(
+        self, topic: str, namespace: str = "", *, reading: bool = False, client: str = ""
+    ) -> RouteOutcome:
+        """The queues of ``topic`` (creating it when auto-creation is on); ``reading`` and
+        ``client`` (the caller's address, whose creations are limited): see
         ``TopicTable.lookup``."""
-        found = self.topics.lookup(topic, namespace, reading=reading)
+        found = self.topics.lookup(topic, namespace, reading=reading, client=client)
         if found.status is TopicStatus.ILLEGAL:
             return RouteOutcome(SendCode.ILLEGAL_TOPIC, found.topic, reason=found.reason)
         if found.status is TopicStatus.NOT_FOUND:
@@ -300,7 +308,8 @@ class BrokerService:
         problem = self.validate(command)
         if problem is not None:
             return problem
-        route = self.route(command.topic, command.namespace)
+        client = command.born_host.ip if command.born_host is not None else ""
+        route = self.route(command.topic, command.namespace, client=client)
         if route.code is not SendCode.OK:
             return reject(route.code, route.reason, command.message_id)
         if command.message_group is not None:

@@ -2,9 +2,10 @@
 
 Owns topic- and group-name validation (RocketMQ's rules: ``^[%|a-zA-Z0-9_-]+$``, a topic at
 most 127 characters and no system topic, a group at most 255 and, where a client consumes or
-commits as it, no system group), the full name of a namespaced topic or group (``ns%name``),
-auto-creation, and queue selection for a send (round robin, or Guava's consistent hash of the
-FIFO message group, as RocketMQ's proxy).
+commits as it, no system group; ``stored_topic_problem`` for any stored name, also one from a
+URL), the full name of a namespaced topic or group (``ns%name``), auto-creation and its
+per-client budget (``CreationBudget``), and queue selection for a send (round robin, or Guava's
+consistent hash of the FIFO message group, as RocketMQ's proxy).
 Knows nothing of gRPC or the store.
 """
 
@@ -13,16 +14,15 @@ from __future__ import annotations
 import dataclasses
 import enum
 import itertools
-import logging
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rmq_spark.broker.rocketmq_config import TopicConfig
-from rmq_spark.broker.rocketmq_config_files import read_topics, write_topics
-from rmq_spark.clock import Clock
-from rmq_spark.errors import StoreIOError
+from rmq_spark.broker.rocketmq_config_files import read_topics_versioned, write_topics
+from rmq_spark.broker.topics_file import TopicsFileWriter
+from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.store.hashing import java_string_hash
 from rmq_spark.store.layout import (
     RMQ_SYS_SCHEDULE_TOPIC,
@@ -32,6 +32,7 @@ from rmq_spark.store.layout import (
 )
 
 __all__ = [
+    "CreationBudget",
     "TopicLookup",
     "TopicStatus",
     "TopicTable",
@@ -39,11 +40,13 @@ __all__ = [
     "full_topic_name",
     "group_name_problem",
     "group_queue_id",
+    "stored_topic_problem",
     "topic_name_problem",
 ]
 
 TOPIC_LENGTH_MAX = 127
 GROUP_LENGTH_MAX = 255  # Validators.CHARACTER_MAX_LENGTH
+_STORED_LENGTH_MAX = 255  # a group's %RETRY%/%DLQ% topic may be longer; a file name may not
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 # TopicValidator.SYSTEM_TOPIC_SET (RocketMQ 5) plus our own reserved names.
 _SYSTEM_TOPICS = frozenset(
@@ -64,7 +67,6 @@ _SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%")
 _GROUP_PREFIXES = ("%RETRY%", "%DLQ%")  # a consumer group's own topics: readable
 # MixAll's system consumer groups (CID_RMQ_SYS_*) and the names of a group's own topics.
 _SYSTEM_GROUP_PREFIXES = ("CID_RMQ_SYS_", *_GROUP_PREFIXES)
-log = logging.getLogger("rmq_spark.broker")
 # Our topics take NORMAL, FIFO and DELAY messages alike; RocketMQ 5's proxy accepts that on a
 # topic only with message.type MIXED (without the attribute a topic is NORMAL only).
 _MIXED = {"attributes": {"message.type": "MIXED"}}
@@ -129,6 +131,25 @@ def _user_topic(topic: str, queue_count: int) -> TopicConfig:
     return TopicConfig(topic, queue_count, queue_count, extra=_MIXED)
 
 
+def _logged_topics(
+    seen: Iterable[tuple[str, int]], known: dict[str, TopicConfig], default_queue_count: int
+) -> dict[str, TopicConfig]:
+    """Topics of the log that topics.json lacks: a producer's (``_user_topic``) and a
+    group's retry and dead-letter topics, with at least as many queues as the log shows."""
+    queues: dict[str, int] = {}
+    for topic, queue_id in seen:
+        if topic not in known:
+            queues[topic] = max(queues.get(topic, 0), queue_id + 1)
+    found = {}
+    for topic, count in queues.items():
+        if topic.startswith(_GROUP_PREFIXES) and stored_topic_problem(topic) is None:
+            found[topic] = TopicConfig(topic, count, count)
+        elif topic_name_problem(topic.rpartition("%")[2]) is None:
+            count = max(count, default_queue_count)
+            found[topic] = _user_topic(topic, count)
+    return found
+
+
 def full_topic_name(name: str, namespace: str) -> str:
     """The stored name of a topic or group: ``namespace%name`` when a namespace is given (as
     RocketMQ 5's NamespaceUtil). The one name the ACL checks and the service uses."""
@@ -155,23 +176,70 @@ def group_name_problem(name: str, namespace: str = "", *, system_ok: bool = Fals
     return None
 
 
-def topic_name_problem(name: str) -> str | None:
-    """Why ``name`` cannot be a user topic, or ``None`` when it can."""
+def stored_topic_problem(name: str, limit: int = _STORED_LENGTH_MAX) -> str | None:
+    """Why ``name`` cannot be the name of any stored topic (the broker's own system topics
+    included), or ``None``: also the check of a topic name that comes from a URL, since a
+    legal name is one safe path component (no ``/``, no ``.``)."""
     if not name:
         return "topic name is empty"
-    if len(name) > TOPIC_LENGTH_MAX:
-        return f"topic name is {len(name)} characters long, the limit is {TOPIC_LENGTH_MAX}"
+    if len(name) > limit:
+        return f"topic name is {len(name)} characters long, the limit is {limit}"
     if not set(name) <= _TOPIC_CHARS:
         return f"topic {name!r} has characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def topic_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a user topic, or ``None`` when it can."""
+    problem = stored_topic_problem(name, TOPIC_LENGTH_MAX)
+    if problem is not None:
+        return problem
     if name in _SYSTEM_TOPICS or name.startswith(_SYSTEM_PREFIXES):
         return f"topic {name!r} is a system topic; producers cannot send to it"
     return None
 
 
-class TopicTable:
-    """Topics and their queue counts; creates unknown topics when ``auto_create`` is on.
+class CreationBudget:
+    """How many topics each client may auto-create: a token bucket per client (its source
+    address), ``rate_per_s`` tokens a second up to ``burst``; ``rate_per_s`` 0: no limit.
+    Not thread-safe (``TopicTable`` calls it under its lock)."""
 
-    With ``use_config_file`` the table is kept in RocketMQ's ``config/topics.json``.
+    _MAX_CLIENTS = 10_000  # full buckets are forgotten beyond this many clients
+
+    def __init__(self, rate_per_s: float, burst: int, clock: Clock | None = None) -> None:
+        self.rate_per_s = rate_per_s
+        self.burst = max(1, burst)
+        self._clock = clock or SystemClock()
+        self._buckets: dict[str, tuple[float, int]] = {}  # client -> (tokens, at ms)
+
+    def take(self, client: str) -> bool:
+        """Spend one creation of ``client``; ``False`` when its budget is used up."""
+        if self.rate_per_s <= 0:
+            return True
+        now = self._clock.now_ms()
+        if len(self._buckets) >= self._MAX_CLIENTS and client not in self._buckets:
+            self._forget_full(now)
+            if len(self._buckets) >= self._MAX_CLIENTS:
+                client = "*"  # more clients at once than we track: they share one bucket
+        tokens, at = self._buckets.get(client, (float(self.burst), now))
+        tokens = min(float(self.burst), tokens + (now - at) * self.rate_per_s / 1000)
+        if tokens < 1:
+            self._buckets[client] = (tokens, now)
+            return False
+        self._buckets[client] = (tokens - 1, now)
+        return True
+
+    def _forget_full(self, now: int) -> None:
+        refill = self.burst * 1000 / self.rate_per_s
+        self._buckets = {c: b for c, b in self._buckets.items() if now - b[1] < refill}
+
+
+class TopicTable:
+    """Topics and their queue counts; creates unknown topics when ``auto_create`` is on, at
+    most as fast as ``budget`` lets each client.
+
+    With ``use_config_file`` the table is kept in RocketMQ's ``config/topics.json`` by a
+    ``TopicsFileWriter``: a creation changes memory only; ``close`` writes the rest.
     Thread-safe: gRPC handlers look topics up from several threads.
     """
 
@@ -181,27 +249,31 @@ class TopicTable:
         auto_create: bool,
         default_queue_count: int,
         initial: Iterable[tuple[str, int]] = (),
+        budget: CreationBudget | None = None,
     ) -> None:
         self._auto_create = auto_create
         self._default_queue_count = default_queue_count
+        self._budget = budget or CreationBudget(0, 1)
         self._lock = threading.Lock()
         self._queue_counts: dict[str, int] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._configs: dict[str, TopicConfig] = {}  # what topics.json holds
-        self._config_root: Path | None = None
-        self._clock: Clock | None = None
-        self._persist_lock = threading.Lock()
+        self._change = 0  # bumped with every change of _configs
+        self._writer: TopicsFileWriter | None = None
         for topic, queue_count in initial:
             problem = topic_name_problem(topic)
             if problem is not None:
                 raise ValueError(f"topics: {problem}")
             self._queue_counts[topic] = queue_count
 
-    def lookup(self, name: str, namespace: str = "", *, reading: bool = False) -> TopicLookup:
+    def lookup(
+        self, name: str, namespace: str = "", *, reading: bool = False, client: str = ""
+    ) -> TopicLookup:
         """Find (or create) the topic ``name`` in ``namespace``. ``reading`` (a route query
         or a consumer) may also name a group's ``%RETRY%``/``%DLQ%`` topic once the broker
         wrote to it, as RocketMQ lets a consumer subscribe to ``%DLQ%<group>``; sends to
-        those stay refused."""
+        those stay refused. ``client`` (its address; "" when unknown) spends the creation
+        budget; over it, an absent topic is ``NOT_FOUND``."""
         topic = full_topic_name(name, namespace)
         if reading and name.startswith(_GROUP_PREFIXES):
             with self._lock:
@@ -213,22 +285,37 @@ class TopicTable:
             return TopicLookup(TopicStatus.ILLEGAL, topic, reason=problem)
         with self._lock:
             queue_count = self._queue_counts.get(topic)
-            if queue_count is None:
-                if not self._auto_create:
-                    return TopicLookup(
-                        TopicStatus.NOT_FOUND,
-                        topic,
-                        reason=f"topic {topic!r} does not exist and auto-creation is off",
-                    )
-                queue_count = self._default_queue_count
-                self._queue_counts[topic] = queue_count
-                self._configs[topic] = _user_topic(topic, queue_count)
-                created = True
-            else:
-                created = False
-        if created:  # in topics.json before the first message of the topic is put
-            self._persist_logging_failure()
+            if queue_count is not None:
+                return TopicLookup(TopicStatus.OK, topic, queue_count)
+            refusal = self._creation_refusal(topic, client)
+            if refusal is not None:
+                return TopicLookup(TopicStatus.NOT_FOUND, topic, reason=refusal)
+            queue_count = self._default_queue_count
+            self._queue_counts[topic] = queue_count
+            change = self._changed_locked(topic, _user_topic(topic, queue_count))
+        self._written_later(change)
         return TopicLookup(TopicStatus.OK, topic, queue_count)
+
+    def _creation_refusal(self, topic: str, client: str) -> str | None:
+        if not self._auto_create:
+            return f"topic {topic!r} does not exist and auto-creation is off"
+        if not self._budget.take(client):
+            return (
+                f"topic {topic!r} does not exist and client {client or '(unknown)'} may "
+                f"auto-create no more topics now (broker.auto_create_topics_per_s = "
+                f"{self._budget.rate_per_s:g}, burst {self._budget.burst})"
+            )
+        return None
+
+    def _changed_locked(self, topic: str, config: TopicConfig) -> int:
+        self._configs[topic] = config
+        self._change += 1
+        return self._change
+
+    def _written_later(self, change: int) -> None:
+        # Outside the lock, no I/O: the writer thread puts it in topics.json.
+        if self._writer is not None:
+            self._writer.changed(change)
 
     def next_queue_id(self, topic: str, queue_count: int) -> int:
         """Round-robin queue choice for a message without a group."""
@@ -236,16 +323,25 @@ class TopicTable:
             counter = self._round_robin.setdefault(topic, itertools.count())
             return next(counter) % queue_count
 
-    def use_config_file(self, root: Path, *, clock: Clock | None = None) -> None:
+    def use_config_file(
+        self,
+        root: Path,
+        *,
+        clock: Clock | None = None,
+        seen: Iterable[tuple[str, int]] = (),
+    ) -> None:
         """Load ``<root>/config/topics.json`` and keep it current from now on.
 
         Topics in the file join the table with their write queue count; a topic configured
         for this start keeps its configured count (the file is updated). Other fields a
-        RocketMQ broker wrote are kept. The file is written now and after every topic
-        creation, so a RocketMQ broker started on a copy of the store routes every topic.
+        RocketMQ broker wrote are kept. ``seen``: the (topic, queue id) pairs of the store's
+        log; a topic in it that the file lacks (created just before a crash) joins too. The
+        file is written now, after topic creations (``TopicsFileWriter``) and at ``close``,
+        so a RocketMQ broker started on the store routes every topic.
         Raises ``StoreMetadataError`` (unreadable file) or ``StoreIOError``.
         """
-        stored = read_topics(root)
+        stored, version = read_topics_versioned(root)
+        stored = {**_logged_topics(seen, stored, self._default_queue_count), **stored}
         with self._lock:
             configured = dict(self._queue_counts)
             for topic, config in stored.items():
@@ -259,8 +355,23 @@ class TopicTable:
                     self._configs[topic] = dataclasses.replace(
                         existing, read_queue_nums=queue_count, write_queue_nums=queue_count
                     )
-            self._config_root, self._clock = Path(root), clock
-        self._persist()
+            change, configs = self._change, dict(self._configs)
+        version = write_topics(root, configs, clock=clock, version=version)
+        self._writer = TopicsFileWriter(Path(root), self._copy, version, clock)
+        self._writer.changed(change)  # already written: the writer starts there
+
+    def _copy(self) -> tuple[int, dict[str, TopicConfig]]:
+        with self._lock:
+            return self._change, dict(self._configs)
+
+    def flush(self, timeout_s: float | None = None) -> bool:
+        """Wait until topics.json holds every topic so far; ``False`` on timeout."""
+        return self._writer.flush(timeout_s) if self._writer is not None else True
+
+    def close(self) -> None:
+        """Write what topics.json lacks and stop its writer (a broker's clean stop)."""
+        if self._writer is not None:
+            self._writer.close()
 
     def add_internal(self, topic: str, queue_count: int = 1) -> None:
         """Record a topic the broker itself writes (``%RETRY%group``, ``%DLQ%group``) so that
@@ -269,24 +380,8 @@ class TopicTable:
             if topic in self._queue_counts:
                 return
             self._queue_counts[topic] = queue_count
-            self._configs[topic] = TopicConfig(topic, queue_count, queue_count)
-        self._persist_logging_failure()
-
-    def _persist(self) -> None:
-        """Write topics.json from the table (no-op without ``use_config_file``)."""
-        with self._persist_lock:
-            with self._lock:
-                root, configs = self._config_root, dict(self._configs)
-            if root is not None:
-                write_topics(root, configs, clock=self._clock)
-
-    def _persist_logging_failure(self) -> None:
-        # The topic exists in memory and the send may go on; topics.json is RocketMQ's view
-        # of the table and is rewritten whole at the next creation.
-        try:
-            self._persist()
-        except StoreIOError as err:
-            log.error("topics.json not updated: %s", err)
+            change = self._changed_locked(topic, TopicConfig(topic, queue_count, queue_count))
+        self._written_later(change)
 
     def snapshot(self) -> dict[str, int]:
         """Topic -> queue count, as now."""

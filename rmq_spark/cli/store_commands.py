@@ -28,6 +28,7 @@ from rmq_spark.cli.common import (
     print_json_line,
     require_store,
 )
+from rmq_spark.cli.recover_command import register_recover
 from rmq_spark.errors import CorruptRecordError, RmqError
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.compression import (
@@ -53,7 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
     _register_send(subparsers)
     _register_dump(subparsers)
     _register_verify(subparsers)
-    _register_recover(subparsers)
+    register_recover(subparsers)
 
 
 def _store_argument(parser: argparse.ArgumentParser) -> None:
@@ -162,36 +163,6 @@ def _register_verify(subparsers: argparse._SubParsersAction) -> None:  # type: i
     )
     _store_argument(parser)
     parser.set_defaults(handler=_handle_verify)
-
-
-def _register_recover(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = subparsers.add_parser(
-        "recover",
-        help="cut a damaged log at a physical offset (an operator's decision)",
-        description=(
-            "A store whose log does not end in at most one torn write (damage below the "
-            "durable offset, data past a bad record, later non-empty segments) does not "
-            "open: the error names the file, the position and the cause. After looking "
-            "(`rmq-spark verify`, `rmq-spark dump`), cut the log at a record boundary with "
-            "--truncate-at OFFSET: every byte from OFFSET on is gone from the log, so "
-            "messages stored there are lost to readers. Nothing is deleted: the rest of "
-            "OFFSET's segment is copied and every later segment file is moved to "
-            "<store>/quarantine/cut-<time>-at-<offset>/ with a manifest.json. The next "
-            "open then recovers from OFFSET (and refuses again if that is still not a clean "
-            "end). Takes the store's lock: stop the broker first."
-        ),
-        epilog="example: rmq-spark recover --store ./store --truncate-at 1073741824",
-    )
-    _store_argument(parser)
-    parser.add_argument(
-        "--truncate-at",
-        required=True,
-        type=int,
-        metavar="OFFSET",
-        help="physical offset that becomes the end of the log (a record boundary)",
-    )
-    add_config_arguments(parser)
-    parser.set_defaults(handler=_handle_recover)
 
 
 # --- send ---------------------------------------------------------------------------------------
@@ -421,35 +392,6 @@ def _handle_verify(args: argparse.Namespace) -> int:
         f"OK {result.record_count} records, {result.checked_bytes} bytes in "
         f"{result.segment_count} segments; the log ends at physical offset "
         f"{result.end_offset}{torn}"
-    )
-    return EXIT_OK
-
-
-def _handle_recover(args: argparse.Namespace) -> int:
-    from rmq_spark.store.commitlog import CommitLog
-    from rmq_spark.store.fileio import OsOpener
-    from rmq_spark.store.lockfile import StoreLock
-    from rmq_spark.store.quarantine import truncate_store
-
-    require_store(args.store)
-    if args.truncate_at < 0:
-        raise _usage_error(f"--truncate-at {args.truncate_at}: must be >= 0", "recover")
-    config = _store_config(args)
-    lock = StoreLock.acquire(args.store)
-    try:
-        commitlog = CommitLog.load(
-            config.commitlog_dir, config.segment_size_bytes, OsOpener(config.io_mode)
-        )
-        try:
-            result = truncate_store(commitlog, args.truncate_at, "rmq-spark recover")
-        finally:
-            commitlog.close()
-    finally:
-        lock.release()
-    print(
-        f"cut the log at physical offset {args.truncate_at}: {result.copied_bytes} bytes "
-        f"copied and {len(result.moved_segments)} segment files moved to {result.directory}; "
-        "the next open recovers from there"
     )
     return EXIT_OK
 

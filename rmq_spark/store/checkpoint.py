@@ -44,6 +44,7 @@ import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmq_spark.errors import CheckpointDamagedError
 from rmq_spark.store.fileio import (
     FileKind,
     FileOpener,
@@ -62,6 +63,7 @@ __all__ = [
     "read_checkpoint",
     "read_snapshot",
     "remove_snapshot",
+    "write_checkpoint",
     "write_snapshot",
 ]
 
@@ -117,6 +119,7 @@ class Checkpoint:
         """Open ``<root>/checkpoint``, creating a zero-filled 4096-byte one if missing."""
         path = root_dir / CHECKPOINT_FILE
         if path.exists():
+            _check_regular(path)
             file = opener.open(path, FileKind.CHECKPOINT)
             if file.size() < CHECKPOINT_FILE_SIZE_BYTES:
                 file.write(file.size(), bytes(CHECKPOINT_FILE_SIZE_BYTES - file.size()))
@@ -172,6 +175,15 @@ class Checkpoint:
         self._file.close()
 
 
+def _check_regular(path: Path) -> None:
+    if not path.is_file():
+        raise CheckpointDamagedError(
+            str(path),
+            "cannot read: not a regular file; the store does not open. Run `rmq-spark recover "
+            f"--store {path.parent} --reset-checkpoint` (it is moved to quarantine/)",
+        )
+
+
 def _replace(values: CheckpointValues, **changes: int) -> CheckpointValues:
     fields = {
         "physic_msg_timestamp_ms": values.physic_msg_timestamp_ms,
@@ -193,22 +205,42 @@ def read_checkpoint(root_dir: Path) -> CheckpointValues | None:
     -------
     CheckpointValues or None
         ``None`` if the store has no checkpoint file yet.
+
+    Raises
+    ------
+    CheckpointDamagedError
+        The checkpoint exists but cannot be read (a directory, no permission).
     """
     path = root_dir / CHECKPOINT_FILE
     try:
         file = OsOpener().open(path, FileKind.CHECKPOINT, read_only=True)
     except FileNotFoundError:
         return None
+    except OSError as err:  # no permission: the store's tools say so in one line
+        raise CheckpointDamagedError(str(path), f"cannot read: {err.strerror or err}") from None
     try:
-        previous = file.read(0, _FIELDS.size)
-        for _ in range(_STABLE_READ_ATTEMPTS):
-            current = file.read(0, _FIELDS.size)
-            if current == previous:
-                break
-            previous = current
-        return CheckpointValues.unpack(previous)
+        return CheckpointValues.unpack(_stable_read(file))
+    except OSError as err:  # a directory opens, but does not read
+        raise CheckpointDamagedError(str(path), f"cannot read: {err.strerror or err}") from None
     finally:
         file.close()
+
+
+def _stable_read(file: SegmentFile) -> bytes:
+    previous = file.read(0, _FIELDS.size)
+    for _ in range(_STABLE_READ_ATTEMPTS):
+        current = file.read(0, _FIELDS.size)
+        if current == previous:
+            break
+        previous = current
+    return previous
+
+
+def write_checkpoint(root_dir: Path, values: CheckpointValues) -> None:
+    """Create ``<root>/checkpoint`` holding ``values`` (atomically, durably; raises
+    ``OSError``): how ``rmq-spark recover --reset-checkpoint`` replaces a damaged one."""
+    data = _FIELDS.pack(*_astuple(values)).ljust(CHECKPOINT_FILE_SIZE_BYTES, b"\0")
+    write_file_atomically(root_dir / CHECKPOINT_FILE, data)
 
 
 # --- queue-offset snapshot -------------------------------------------------------------------

@@ -24,6 +24,7 @@ __all__ = [
     "QUARANTINE_DIR",
     "TruncateResult",
     "quarantine_bytes",
+    "quarantine_file",
     "quarantine_root",
     "truncate_store",
 ]
@@ -39,8 +40,12 @@ def quarantine_root(commitlog: CommitLog) -> Path:
 
 
 def _cut_dir(commitlog: CommitLog, offset: int) -> Path:
+    return _new_dir(quarantine_root(commitlog), f"cut-{{stamp}}-at-{segment_name(offset)}")
+
+
+def _new_dir(parent: Path, pattern: str) -> Path:
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    directory = quarantine_root(commitlog) / f"cut-{stamp}-at-{segment_name(offset)}"
+    directory = parent / pattern.format(stamp=stamp)
     suffix = 0
     candidate = directory
     while candidate.exists():
@@ -72,6 +77,16 @@ def quarantine_bytes(commitlog: CommitLog, offset: int, length: int, reason: str
             "segments": [],
         },
     )
+    return directory
+
+
+def quarantine_file(root_dir: Path, path: Path, reason: str) -> Path:
+    """Move ``path`` (a file or directory of the store that cannot stay, such as a damaged
+    checkpoint) to ``<root>/quarantine/<name>-<time>/`` with a manifest; the new directory."""
+    directory = _new_dir(root_dir / QUARANTINE_DIR, f"{path.name}-{{stamp}}")
+    os.replace(path, directory / path.name)
+    fsync_dir(path.parent)
+    _manifest(directory, {"moved": path.name, "reason": reason})
     return directory
 
 

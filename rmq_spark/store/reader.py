@@ -194,7 +194,9 @@ def read_store(
         Damage or missing acknowledged data (the error names the file and position).
     """
     view = StoreView.open(root_dir)
-    end = readable_end(view).offset
+    # The end is judged with the same CRC check as the read below, so that a bad last record
+    # is the torn write verify and recovery call it, not damage found past the judged end.
+    end = readable_end(view, check_crc=check_crc).offset
     missing = missing_prefix(view)
     if missing is not None:
         raise prefix_error(view, missing)

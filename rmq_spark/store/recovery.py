@@ -34,8 +34,13 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from rmq_spark.errors import CheckpointDamagedError, CorruptRecordError, RecoveryRefusedError
-from rmq_spark.store.checkpoint import CHECKPOINT_FILE, QueueOffsetSnapshot
+from rmq_spark.errors import (
+    CheckpointDamagedError,
+    CorruptRecordError,
+    DataMissingError,
+    RecoveryRefusedError,
+)
+from rmq_spark.store.checkpoint import QueueOffsetSnapshot
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.layout import (
@@ -45,7 +50,9 @@ from rmq_spark.store.layout import (
 )
 from rmq_spark.store.put_state import IdempotencyWindow, QueueOffsetTable
 from rmq_spark.store.quarantine import QUARANTINE_DIR, quarantine_bytes, quarantine_root
+from rmq_spark.store.readable import check_checkpoint, missing_prefix, prefix_error
 from rmq_spark.store.scan import LogEnd, LogScan, SegmentCursor, StopKind, judge_end
+from rmq_spark.store.view import StoreView
 
 __all__ = ["RecoveredState", "RecoveryReport", "recover"]
 
@@ -181,9 +188,11 @@ def recover(
     RecoveryRefusedError
         The end of the data is not one torn write (see ``scan.judge_end``); nothing changed.
     CheckpointDamagedError
-        ``durable_offset`` lies beyond the segment files by more than one segment.
+        A checkpoint offset lies beyond the segment files by more than one segment.
+    DataMissingError
+        The oldest segments are gone and retention did not record deleting them.
     """
-    _check_durable(commitlog, durable_offset)
+    _judge_store(commitlog)
     snapshot_ts = _check_snapshot(commitlog, snapshot)
     queue_offsets = QueueOffsetTable()
     window = IdempotencyWindow(window_capacity)
@@ -248,9 +257,9 @@ def recover(
         raise RecoveryRefusedError(
             err.path,
             err.position,
-            f"{err.reason}; the store does not open. To cut the log there, run "
-            f"`rmq-spark recover --store DIR --truncate-at {stop.offset}` (what is cut is "
-            f"kept in {QUARANTINE_DIR}/)",
+            f"{err.reason}; the store does not open. To cut the log there, run `rmq-spark "
+            f"recover --store {commitlog.directory.parent} --truncate-at {stop.offset}` (what "
+            f"is cut is kept in {QUARANTINE_DIR}/)",
         ) from err
     end = verdict.offset
     reason = stop.reason if stop.kind is not StopKind.ZEROS else ""
@@ -283,13 +292,30 @@ def recover(
     return state
 
 
-def _check_durable(commitlog: CommitLog, durable_offset: int) -> None:
-    segments = commitlog.segments
-    files_end = segments[-1].end_offset if segments else 0
-    if not 0 <= durable_offset <= files_end + commitlog.segment_size_bytes:
+def _judge_store(commitlog: CommitLog) -> None:
+    """The checks ``verify`` and ``dump`` make before reading (``readable.py``): a damaged
+    checkpoint, a lost oldest segment. Each refuses the open, naming the file and the
+    ``rmq-spark recover`` command that accepts the state (nothing is changed here)."""
+    root = commitlog.directory.parent
+    view = StoreView.open(root)
+    try:
+        check_checkpoint(view)
+    except CheckpointDamagedError as err:
         raise CheckpointDamagedError(
-            str(commitlog.directory.parent / CHECKPOINT_FILE),
-            f"masterFlushedOffset is {durable_offset}, but the segment files end at {files_end}",
+            err.path,
+            f"{err.reason}; the store does not open. After looking (`rmq-spark verify "
+            f"--store {root}`), run `rmq-spark recover --store {root} --reset-checkpoint` "
+            f"(the old checkpoint is kept in {QUARANTINE_DIR}/)",
+        ) from None
+    missing = missing_prefix(view)
+    if missing is not None:
+        lost = prefix_error(view, missing)
+        raise DataMissingError(
+            lost.path,
+            lost.position,
+            f"{lost.reason}; the store does not open. To accept the loss, run "
+            f"`rmq-spark recover --store {root} --accept-missing` (records it in "
+            "config/retention.json)",
         )
 
 

@@ -66,6 +66,7 @@ __all__ = [
     "SegmentAge",
     "disk_used_ratio",
     "plan_deletions",
+    "record_deletions",
 ]
 
 RETENTION_FILE = "config/retention.json"  # under the store root
@@ -98,7 +99,7 @@ class Deletion:
     base_offset: int
     end_offset: int
     deleted_at_ms: int
-    reason: str  # "expired" | "disk_full" | "emergency"
+    reason: str  # "expired" | "disk_full" | "emergency" | "lost" (recorded by recover)
     unprocessed_bytes: int
     lost_by: tuple[tuple[str, int], ...] = ()
 
@@ -273,23 +274,7 @@ class Retention:
 
     def _record(self, plan: Sequence[Deletion]) -> None:
         """Append ``plan`` to ``retention.json``, durably, before any file goes."""
-        path = self.record_path
-        deleted_below, deletions = _load_record(path)
-        for deletion in plan:
-            entry = asdict(deletion)
-            del entry["lost_by"]
-            deletions.append(entry)
-            deleted_below = max(deleted_below, deletion.end_offset)
-        body = {
-            "version": _VERSION,
-            "deleted_below": deleted_below,
-            "deletions": deletions[-RECORD_MAX_DELETIONS:],
-        }
-        try:
-            make_dirs_durably(path.parent)
-            write_file_atomically(path, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
-        except OSError as err:
-            raise StoreIOError(f"{path}: cannot record the deletion, none done: {err}") from err
+        record_deletions(self.record_path, plan)
 
     def _warn_if_pinned(
         self, kept: Sequence[SegmentAge], readers: Sequence[ReaderProgress], ratio: float
@@ -319,6 +304,27 @@ class Retention:
                 max(0, self._clock.now_ms() - slowest.updated_at_ms) / 1000,
                 self._config.disk_emergency_used_space_ratio,
             )
+
+
+def record_deletions(path: Path, plan: Sequence[Deletion]) -> None:
+    """Append ``plan`` to the retention record at ``path`` (atomically, durably): also how
+    ``rmq-spark recover --accept-missing`` records a lost prefix (reason ``lost``)."""
+    deleted_below, deletions = _load_record(path)
+    for deletion in plan:
+        entry = asdict(deletion)
+        del entry["lost_by"]
+        deletions.append(entry)
+        deleted_below = max(deleted_below, deletion.end_offset)
+    body = {
+        "version": _VERSION,
+        "deleted_below": deleted_below,
+        "deletions": deletions[-RECORD_MAX_DELETIONS:],
+    }
+    try:
+        make_dirs_durably(path.parent)
+        write_file_atomically(path, (json.dumps(body, indent=1) + "\n").encode("utf-8"))
+    except OSError as err:
+        raise StoreIOError(f"{path}: cannot record the deletion, none done: {err}") from err
 
 
 def _load_record(path: Path) -> tuple[int, list[dict[str, object]]]:

@@ -178,6 +178,7 @@ def test_topic_table_writes_configured_and_auto_created_topics(tmp_path: Path) -
     assert read_topics(tmp_path) == {"Orders": rc.TopicConfig("Orders", 8, 8)}
     assert table.lookup("Fresh").status is TopicStatus.OK
     table.add_internal("%RETRY%g")
+    assert table.flush(timeout_s=30)  # written by the table's writer thread
     assert read_topics(tmp_path) == {
         "Orders": rc.TopicConfig("Orders", 8, 8),
         "Fresh": rc.TopicConfig("Fresh", 4, 4),
@@ -208,6 +209,7 @@ def test_topics_json_survives_a_restart(tmp_path: Path) -> None:
     first = TopicTable(auto_create=True, default_queue_count=4)
     first.use_config_file(tmp_path)
     first.lookup("A")
+    first.close()  # a clean stop writes what the file lacks
     second = TopicTable(auto_create=False, default_queue_count=16)
     second.use_config_file(tmp_path)
     assert second.lookup("A").queue_count == 4

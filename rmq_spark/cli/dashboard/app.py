@@ -19,6 +19,7 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import BaseWSGIServer, make_server
 
+from rmq_spark.broker.topics import stored_topic_problem
 from rmq_spark.cli.dashboard import data, lookup
 from rmq_spark.cli.dashboard.chart import COLORS, traffic_svg
 from rmq_spark.errors import (
@@ -87,7 +88,7 @@ def create_app(settings: DashboardSettings) -> Flask:
 
     @app.get("/topics/<path:topic>")
     def topic(topic: str) -> str:
-        queues = data.topic_queues(root, topic)
+        queues = data.topic_queues(root, _url_topic(topic))
         if not queues:
             raise MessageNotFoundError(f"no topic {topic!r} in {root / 'consumequeue'}")
         traffic = lookup.traffic(root, _now_ms(), settings.chart_minutes)
@@ -150,6 +151,15 @@ def create_app(settings: DashboardSettings) -> Flask:
     return app
 
 
+def _url_topic(name: str) -> str:
+    """A topic name from the URL, checked with the broker's rule before it becomes part of a
+    path under the store (``..``, ``/`` and their encodings are refused, not followed)."""
+    problem = stored_topic_problem(name)
+    if problem is not None:
+        raise ConfigError("topic", problem)
+    return name
+
+
 def _rates(traffic: lookup.Traffic) -> dict[str, float]:
     """Messages per minute of each topic over the chart's window."""
     return {topic: sum(row) / traffic.minutes for topic, row in traffic.counts.items()}
@@ -162,7 +172,7 @@ def _lookup(
     root, limit = settings.store_dir, settings.lookup_limit
     if args.get("msg_id"):
         return [lookup.message_by_msg_id(root, args["msg_id"])], 1, f"message id {args['msg_id']}"
-    topic = args.get("topic", "")
+    topic = _url_topic(args["topic"]) if args.get("topic") else ""
     if args.get("key"):
         if not topic:
             raise ConfigError("topic", "a key lookup needs the topic")
