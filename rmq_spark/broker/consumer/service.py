@@ -24,7 +24,6 @@ from rmq_spark.broker.consumer.copies import (
     dlq_properties,
     group_copy_request,
     retry_properties,
-    send_back_request,
 )
 from rmq_spark.broker.consumer.groups import (
     ConsumerGroups,
@@ -405,16 +404,14 @@ class ConsumeService:
     def _max_reconsume(self, group: str) -> int:
         return self.settings_of(group).retry_max_times
 
-    def send_back(self, group: str, physical_offset: int) -> PutResult | Rejected:
-        """A consumer (the Spark retry helper) failed the message at ``physical_offset``:
-        store its idempotent retry or DLQ copy (``copies.send_back_request``)."""
-        if not _GROUP_RE.match(group):
-            return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group!r}")
-        try:
-            record = self._store.read_decoded(physical_offset)
-        except (OffsetOutOfRangeError, CorruptRecordError) as err:
-            return Rejected(ConsumeCode.INVALID_RECEIPT_HANDLE, f"no message to send back: {err}")
-        request = send_back_request(record, group, self._max_reconsume(group))
+    max_reconsume = _max_reconsume
+
+    def read_record(self, physical_offset: int) -> DecodedRecord:
+        """The record at ``physical_offset`` (``send_back.py``'s read)."""
+        return self._store.read_decoded(physical_offset)
+
+    def put_send_back(self, request: PutRequest) -> PutResult:
+        """Put a send-back copy (``send_back.py`` decides whether one may be made)."""
         result = self._store.put(request)
         if result.status is PutStatus.PUT_OK:
             self._broker.topics.add_internal(request.topic)
