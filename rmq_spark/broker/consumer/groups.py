@@ -208,6 +208,9 @@ class ConsumerGroups:
             return
         invisible_ms = _RENEW_MS if request.auto_renew else request.invisible_ms
         attempt = entry.attempt + 1
+        # Only the group's own retry copies show (and are acknowledged) as their original
+        # topic; another group's %RETRY% topic read by this one is a topic like any other.
+        own_retry = request.topic == retry_topic(request.group)
         progress.deliver(
             offset,
             InFlight(
@@ -229,11 +232,9 @@ class ConsumerGroups:
             invisible_ms=invisible_ms,
             attempt=attempt,
             nonce=self.nonce,
-            topic_type=ReceiptHandle.topic_type_of(request.topic),
+            topic_type="1" if own_retry else "0",
         )
-        shown = request.topic
-        if request.topic.startswith(RETRY_PREFIX):
-            shown = properties.get(RETRY_TOPIC, request.topic)
+        shown = properties.get(RETRY_TOPIC, request.topic) if own_retry else request.topic
         out.append(Delivery(shown, handle, record, properties, prior))
 
     def _load(

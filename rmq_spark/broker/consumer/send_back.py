@@ -65,10 +65,8 @@ def by_offset(service: SendBackPort, group: str, physical_offset: int) -> PutRes
     record = _read(service, physical_offset)
     if isinstance(record, Refused):
         return record
-    topic = record.record.topic
-    own_or_dead = topic == retry_topic(group) or topic.startswith("%DLQ%")
-    if not own_or_dead and topic_name_problem(topic.rpartition("%")[2]) is not None:
-        return Refused(f"{topic!r} at {physical_offset} is no topic a group consumes")
+    if not _consumable(record.record.topic, group):
+        return Refused(f"{record.record.topic!r} at {physical_offset} is no topic {group} reads")
     return service.put_send_back(send_back_request(record, group, service.max_reconsume(group)))
 
 
@@ -95,6 +93,14 @@ def by_receipt(
     if result.ok:
         service.groups.ack(group, topic, handle)  # stale meanwhile: acknowledged elsewhere
     return result
+
+
+def _consumable(topic: str, group: str) -> bool:
+    """A user topic (``namespace%name`` too), the group's own retry topic, or a dead letter;
+    not a system topic (schedule, timer, transaction records) nor another group's retries."""
+    if topic == retry_topic(group) or topic.startswith("%DLQ%"):
+        return True
+    return not topic.startswith("%") and topic_name_problem(topic.rpartition("%")[2]) is None
 
 
 def _read(service: SendBackPort, physical_offset: int) -> DecodedRecord | Refused:
