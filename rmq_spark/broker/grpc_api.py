@@ -152,12 +152,10 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             executor,
             endpoints=endpoints_of(route_host, route_port),
             shutdown=shutdown,
-            consumers=consumers,
             client_peer=client_peer or (lambda peer: peer),  # front.Front.client_peer
         )
-        self._store_rpcs = StoreRpcs(
-            service, consumers.service if consumers is not None else None, executor
-        )
+        consume = consumers.service if consumers is not None else None
+        self._store_rpcs = StoreRpcs(service, consume, executor, shutdown)
         self._telemetry = TelemetryRpc(
             shutdown=shutdown,
             max_body_size=min(service.max_message_size_bytes, 2**31 - 1),

@@ -16,7 +16,6 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.grpc_wire import (
     delivery_timestamp_ms,
     digest_problem,
@@ -48,14 +47,12 @@ class ProducerRpcs:
         *,
         endpoints: pb.Endpoints,
         shutdown: asyncio.Event,
-        consumers: ConsumerRpcs | None,
         client_peer: Callable[[str], str],
     ) -> None:
         self._service = service
         self._executor = executor
         self._endpoints = endpoints
         self._shutdown = shutdown
-        self._consumers = consumers
         self._client_peer = client_peer
 
     async def query_route(self, request: Any) -> Any:

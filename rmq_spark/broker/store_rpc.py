@@ -33,7 +33,7 @@ from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import store_service_pb2 as ssb
 from rmq_spark.broker.redelivery import ref_from_message
-from rmq_spark.broker.send_model import SendCommand, SendOutcome
+from rmq_spark.broker.send_model import SendCode, SendCommand, SendOutcome
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.broker.topics import full_topic_name
 
@@ -81,13 +81,27 @@ class StoreRpcs:
     """SendBack and Redeliver over one broker (``consumers``: its consume service, if any)."""
 
     def __init__(
-        self, service: BrokerService, consumers: ConsumeService | None, executor: Executor
+        self,
+        service: BrokerService,
+        consumers: ConsumeService | None,
+        executor: Executor,
+        shutdown: asyncio.Event,
     ) -> None:
         self._service = service
         self._consumers = consumers
         self._executor = executor
+        self._shutdown = shutdown
+
+    def _stopping(self) -> Any | None:
+        if not self._shutdown.is_set():
+            return None
+        stopping = status(status_code(SendCode.SHUTTING_DOWN), "broker is shutting down")
+        return spb.SendMessageResponse(status=stopping)
 
     async def send_back(self, request: Any, context: Any) -> Any:
+        stopping = self._stopping()
+        if stopping is not None:
+            return stopping
         consumers = self._consumers
         if consumers is None:
             missing = pb.Status(code=pb.NOT_IMPLEMENTED, message="SendBack is not served")
@@ -113,6 +127,9 @@ class StoreRpcs:
         return send_back_result(result, entry.message_id)
 
     async def redeliver(self, request: Any, context: Any) -> Any:
+        stopping = self._stopping()
+        if stopping is not None:
+            return stopping
         loop = asyncio.get_running_loop()
         entries = []
         for message in request.messages:
