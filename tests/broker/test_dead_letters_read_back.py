@@ -4,12 +4,15 @@ A group's attempts count a record's RECONSUMETIMES only for its own ``%RETRY%<gr
 A ``%DLQ%billing`` record (RECONSUME_TIME 17: billing tried it 17 times) or a retry record of
 another group is a new message to the group reading it: delivered with attempt 1, retried
 through the reader's own ``%RETRY%`` topic as the topic it was read from, acknowledged there.
-The dead letter here is made by the broker's own send-back path; the retry record is one
-Apache RocketMQ 5.3.3 encoded (``tests/golden/java/v2_topic_140_chars_ipv6.hex``).
+The dead letter here is made by the broker's own send-back path; the retry records are a
+real RocketMQ 5.3.3 broker's (``tests/golden/rocketmq_broker/pop_retry.hex``: its POP retry
+topic ``%RETRY%G1_Jobs``) and one RocketMQ's encoder wrote
+(``tests/golden/java/v2_topic_140_chars_ipv6.hex``).
 """
 
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -116,18 +119,43 @@ def test_the_official_client_reads_dead_letters_through_another_group(
     assert "%DLQ%ops" not in {r.topic for r in read_records(store)}
 
 
-def _rocketmq_retry_store(root: Path) -> str:
-    """A store whose CommitLog holds a %RETRY% record RocketMQ 5.3.3 encoded (RECONSUMETIMES
-    3, RETRY_TOPIC TopicTest); returns its group."""
+def _store_of(root: Path, hex_file: Path) -> None:
+    """A store whose CommitLog starts with the bytes of ``hex_file`` (its ConsumeQueues are
+    rebuilt from them when the store opens)."""
     sys.path.insert(0, str(_GOLDEN))
     from make_golden import read_hex
 
-    record = read_hex(_GOLDEN / "java" / "v2_topic_140_chars_ipv6.hex")
     (root / "commitlog").mkdir(parents=True)
     with (root / "commitlog" / "00000000000000000000").open("wb") as segment:
-        segment.write(record)
+        segment.write(read_hex(hex_file))
         segment.truncate(_SEGMENT)
+
+
+def _rocketmq_retry_store(root: Path) -> str:
+    """A store whose CommitLog holds a %RETRY% record RocketMQ 5.3.3 encoded (RECONSUMETIMES
+    3, RETRY_TOPIC TopicTest); returns its group."""
+    _store_of(root, _GOLDEN / "java" / "v2_topic_140_chars_ipv6.hex")
     return "G" * 133
+
+
+def test_a_real_rocketmq_brokers_retry_records_are_new_to_another_group(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    _store_of(root, _GOLDEN / "rocketmq_broker" / "pop_retry.hex")
+    (root / "config").mkdir()
+    shutil.copy(
+        _GOLDEN / "rocketmq_broker" / "pop_retry_topics.json", root / "config" / "topics.json"
+    )
+    retries = [r for r in read_records(root) if r.topic == "%RETRY%G1_Jobs"]
+    assert [r.reconsume_times for r in retries] == [1, 2]  # G1 failed it twice
+    with _broker(root, ManualClock()) as broker:
+        audit = broker.consumer("audit", "%RETRY%G1_Jobs")
+        got = audit.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0)
+        assert [(m.body, m.delivery_attempt, m.topic) for m in got] == [
+            (b"poison", 1, "%RETRY%G1_Jobs")
+        ] * 2
+        for message in got:
+            audit.ack(message)
+    assert not any(r.topic.startswith("%DLQ%") for r in read_records(root))
 
 
 def test_a_rocketmq_retry_record_counts_its_reconsume_times_for_its_group(tmp_path: Path) -> None:
