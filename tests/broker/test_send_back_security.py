@@ -219,3 +219,26 @@ def test_every_send_back_refusal_reads_the_same_and_shows_nothing_of_the_store(
         assert (status.code, status.message) == (pb.FORBIDDEN, SEND_BACK_REFUSED)
     finally:
         broker.stop()
+
+
+def test_a_malformed_or_empty_send_back_gets_a_typed_answer(tmp_path: Path) -> None:
+    broker = start_broker(tmp_path / "store", tmp_path / "work", SMALL)
+    try:
+        channel, _messaging = messaging_channel(broker.address)
+        with channel:
+            raw = channel.unary_unary("/rmq_spark.v1.StoreService/SendBack")
+            reply = spb.SendMessageResponse.FromString(raw(b"\xff\xff\xff", timeout=10))
+            assert reply.status.code == pb.BAD_REQUEST, reply
+            nothing = ssb.SendBackRequest(group=pb.Resource(name="billing"))
+            nothing.entries.add(message_id="no-record")
+            reply = store_stub(channel).SendBack(nothing, timeout=10)
+            assert reply.entries[0].status.message == SEND_BACK_REFUSED
+            bad_group = send_back_request("bad group!", [0])
+            reply = store_stub(channel).SendBack(
+                bad_group,
+                timeout=10,
+                metadata=store_signed_metadata(broker.store_dir, "t", _now_ms()),
+            )
+            assert reply.entries[0].status.message == SEND_BACK_REFUSED
+    finally:
+        broker.stop()
