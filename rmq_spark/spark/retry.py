@@ -110,8 +110,10 @@ def _embedded(
         revived = broker.consume.reviver.revive_due()
         for offset in offsets:
             result = send_back.by_offset(broker.consume, group, offset)
-            if not isinstance(result, PutResult):
-                raise GroupOffsetError(f"{root}: send-back of {offset} for {group!r} refused")
+            if not isinstance(result, PutResult):  # the caller holds the store: say why
+                raise GroupOffsetError(
+                    f"{root}: send-back of {offset} for {group!r} refused: {result.reason}"
+                )
             if not result.ok:
                 raise GroupOffsetError(
                     f"{root}: send-back of {offset} for {group!r} not stored: {result.status}"
