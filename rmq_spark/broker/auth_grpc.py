@@ -7,9 +7,8 @@ command of a Telemetry stream. A refused call gets the handler's own response ty
 status ``UNAUTHORIZED`` (40100), as the Java proxy answers both an AuthenticationException and
 an AuthorizationException; the handler never runs, so nothing is stored.
 
-Redelivery requests (``redelivery.is_redelivery_message``) are checked with auth on *and*
-off: only the store's identity or (auth on) a user with ``Redeliver`` may send them, and a
-refused one gets ``REDELIVERY_REFUSED``, the same reply as a redelivery the service refuses.
+rmq-spark's own ``StoreService`` (send-back, redelivery: ``store_rpc.py``) is gated with auth
+on *and* off by ``store_gate.StoreGate``.
 
 Does not own: signatures and users (``auth.py``, ``acl.py``), what an RPC does
 (``grpc_api.py``, ``consume_grpc.py``).
@@ -24,12 +23,13 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 
-from rmq_spark.broker.acl import Action, Need, allowed, missing_rights, needs_of
+from rmq_spark.broker.acl import Action, Need, missing_rights, needs_of
 from rmq_spark.broker.auth import Authenticator, Identity, Refusal
 from rmq_spark.broker.limits import Admitted
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, is_redelivery_message
+from rmq_spark.broker.store_gate import StoreGate
+from rmq_spark.broker.store_rpc import STORE_SERVICE
 
 __all__ = ["AuthInterceptor", "Gate"]
 
@@ -64,14 +64,10 @@ class Gate:
             request = request.message
         if not hasattr(request, "DESCRIPTOR"):  # Malformed: the handler answers BAD_REQUEST
             return None
-        if self.method == "SendMessage":
-            refused = self._redelivery_refusal(request)
-            if refused is not None or not self.enabled:
-                return refused
-        elif not self.enabled:
+        if not self.enabled:
             return None
         assert isinstance(self.identity, Identity)
-        needs = needs_of(self.method, request, is_redelivery_message)
+        needs = needs_of(self.method, request)
         if needs is None:
             return self._unauthorized(f"{self.method} is not allowed to {self.identity.name}")
         missing = self._missing(self.identity, needs)
@@ -81,42 +77,9 @@ class Gate:
 
     @staticmethod
     def _missing(identity: Identity, needs: list[Need]) -> list[Need]:
-        if identity.user is None:  # the store identity: redelivery and nothing else
+        if identity.user is None:  # the store identity: StoreService only (store_gate.py)
             return [need for need in needs if Action.REDELIVER not in need.actions]
         return missing_rights(identity.user, needs)
-
-    def _redelivery_refusal(self, request: Any) -> Any | None:
-        """The reply when the request holds a redelivery the caller may not ask for."""
-        flags = [is_redelivery_message(message) for message in request.messages]
-        if not any(flags):
-            return None
-        for message, flag in zip(request.messages, flags, strict=True):
-            if not flag or self._may_redeliver(message.topic.name):
-                continue
-            identity = self.identity
-            name = identity.name if isinstance(identity, Identity) else "an unauthenticated caller"
-            log.info("broker: redelivery request from %s refused: not allowed", name)
-            if not all(flags):
-                return self._unauthorized("a batch may not mix redelivery and other messages")
-            entries = [
-                spb.SendResultEntry(
-                    status=pb.Status(code=pb.BAD_REQUEST, message=REDELIVERY_REFUSED),
-                    message_id=m.system_properties.message_id,
-                )
-                for m in request.messages
-            ]
-            return spb.SendMessageResponse(status=entries[0].status, entries=entries)
-        return None
-
-    def _may_redeliver(self, topic: str) -> bool:
-        """The store identity may; with auth on, so may a user with ``Redeliver``."""
-        identity = self.identity
-        if not isinstance(identity, Identity):
-            return False
-        if identity.user is None:
-            return True
-        need = Need("Topic", topic, (Action.REDELIVER,))
-        return self.enabled and allowed(identity.user, need)
 
     def _unauthorized(self, message: str) -> Any:
         log.info("broker: %s refused: %s", self.method, message)
@@ -150,8 +113,7 @@ class _GatedContext:
 class AuthInterceptor(grpc.aio.ServerInterceptor):
     """Runs a ``Gate`` in front of every MessagingService handler.
 
-    With auth off only SendMessage is gated (its redelivery requests); other calls pass
-    untouched.
+    With auth off only StoreService is gated; MessagingService calls pass untouched.
     """
 
     def __init__(self, authenticator: Authenticator) -> None:
@@ -164,20 +126,27 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
     ) -> Any:
         handler = await continuation(handler_call_details)
         service, _, method = str(handler_call_details.method).rpartition("/")
-        if handler is None or service.strip("/") != _SERVICE.full_name or method not in _RESPONSES:
+        store_call = service.strip("/") == STORE_SERVICE.full_name
+        if (
+            handler is None
+            or not store_call
+            and (service.strip("/") != _SERVICE.full_name or method not in _RESPONSES)
+        ):
             return handler
-        if not self._auth.enabled and method != "SendMessage":
+        if not self._auth.enabled and not store_call:
             return handler
         metadata = {
             key: value
             for key, value in handler_call_details.invocation_metadata or ()
             if isinstance(value, str)
         }
-        gate = Gate(method, self._auth.authenticate(metadata), enabled=self._auth.enabled)
-        return _gated(handler, gate)
+        identity, enabled = self._auth.authenticate(metadata), self._auth.enabled
+        if store_call:
+            return _gated(handler, StoreGate(method, identity, enabled=enabled))
+        return _gated(handler, Gate(method, identity, enabled=enabled))
 
 
-def _gated(handler: Any, gate: Gate) -> Any:
+def _gated(handler: Any, gate: Gate | StoreGate) -> Any:
     """``handler`` with ``gate`` in front, same (de)serializers."""
     codecs = {
         "request_deserializer": handler.request_deserializer,

@@ -45,6 +45,7 @@ from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.service import BrokerService
+from rmq_spark.broker.store_rpc import STORE_SERVICE, StoreRpcs
 
 __all__ = [
     "CLIENT_ID_HEADER",
@@ -105,7 +106,12 @@ def add_servicer_to_server(
             response_serializer=response_cls.SerializeToString,
         )
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler(service.full_name, handlers),)
+        (
+            grpc.method_handlers_generic_handler(service.full_name, handlers),
+            grpc.method_handlers_generic_handler(
+                STORE_SERVICE.full_name, servicer.store_service_handlers()
+            ),
+        )
     )
 
 
@@ -146,15 +152,37 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             executor,
             endpoints=endpoints_of(route_host, route_port),
             shutdown=shutdown,
-            consumers=consumers,
             client_peer=client_peer or (lambda peer: peer),  # front.Front.client_peer
         )
+        consume = consumers.service if consumers is not None else None
+        self._store_rpcs = StoreRpcs(service, consume, executor, shutdown)
         self._telemetry = TelemetryRpc(
             shutdown=shutdown,
             max_body_size=min(service.max_message_size_bytes, 2**31 - 1),
             send_max_attempts=service.config.send_max_attempts,
             consumers=consumers,
         )
+
+    def store_service_handlers(self) -> dict[str, Any]:
+        """``rmq_spark.v1.StoreService``'s handlers: lenient and guarded as ours are."""
+        rpcs = {"SendBack": self._store_rpcs.send_back, "Redeliver": self._store_rpcs.redeliver}
+        handlers = {}
+        for method in STORE_SERVICE.methods:
+            request_cls = message_factory.GetMessageClass(method.input_type)
+            response_cls = message_factory.GetMessageClass(method.output_type)
+
+            async def behaviour(
+                request: Any, context: Any, name: str = method.name, out: Any = response_cls
+            ) -> Any:
+                work = lambda: rpcs[name](request, context)  # noqa: E731
+                return await self._guard(name, request, out, work)
+
+            handlers[method.name] = grpc.unary_unary_rpc_method_handler(
+                behaviour,
+                request_deserializer=_lenient(request_cls),
+                response_serializer=response_cls.SerializeToString,
+            )
+        return handlers
 
     @property
     def telemetry_streams(self) -> int:

@@ -2,8 +2,9 @@
 
 Owns the translation of a ``SendMessageRequest`` into ``SendCommand``s (after the wire-level
 prechecks: shutdown, encoding, message type, digest, timestamps), where each send runs (on the
-loop through ``send_async``, or on the executor), the send-back and redelivery requests riding
-on SendMessage, and the route reply. Does not own validation, queue choice or stored properties
+loop through ``send_async``, or on the executor), and the route reply. Every message is an
+ordinary send: send-back and redelivery have their own RPCs (``store_rpc.py``). Does not own
+validation, queue choice or stored properties
 (``service.py``, ``send_rules.py``); ``grpc_api.MessagingServicer`` calls it under its guard.
 """
 
@@ -15,20 +16,16 @@ from collections.abc import Callable
 from concurrent.futures import Executor
 from typing import Any
 
-from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.grpc_wire import (
     delivery_timestamp_ms,
     digest_problem,
-    not_implemented,
     peer_address,
     status,
     status_code,
     timestamp_problem,
 )
-from rmq_spark.broker.offset_grpc import is_send_back_message, send_back_entry
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.redelivery import is_redelivery_message, ref_from_message
 from rmq_spark.broker.send_model import MessageKind, SendCode, SendCommand, SendOutcome
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.store.message import HostAddress
@@ -50,14 +47,12 @@ class ProducerRpcs:
         *,
         endpoints: pb.Endpoints,
         shutdown: asyncio.Event,
-        consumers: ConsumerRpcs | None,
         client_peer: Callable[[str], str],
     ) -> None:
         self._service = service
         self._executor = executor
         self._endpoints = endpoints
         self._shutdown = shutdown
-        self._consumers = consumers
         self._client_peer = client_peer
 
     async def query_route(self, request: Any, context: Any = None) -> Any:
@@ -94,15 +89,11 @@ class ProducerRpcs:
         born_host = peer_address(self._client_peer(context.peer()))
         loop = asyncio.get_running_loop()
         entries = []
-        redelivered = False
         for message in request.messages:
             entry = self._precheck(message)
-            if entry is None and is_send_back_message(message):  # spark/retry.py's
-                entry = await self._send_back(message)
             if entry is None:
                 command = self._command(message, born_host)
-                redelivered |= command.redelivery is not None  # put by a thread, journaled
-                if self._service.puts_async and command.redelivery is None:
+                if self._service.puts_async:
                     outcome = await self._service.send_async(command)  # awaits its fsync
                 else:
                     outcome = await loop.run_in_executor(
@@ -110,22 +101,12 @@ class ProducerRpcs:
                     )
                 entry = self._entry(outcome)
             entries.append(entry)
-        if redelivered:  # the redelivery journal is durable before the reply says OK
-            await loop.run_in_executor(self._executor, self._service.sync_redeliveries)
         codes = {entry.status.code for entry in entries}
         if len(codes) == 1:
             top = entries[0].status
         else:
             top = status(pb.MULTIPLE_RESULTS, "messages of this batch had different results")
         return spb.SendMessageResponse(status=top, entries=entries)
-
-    async def _send_back(self, message: Any) -> Any:
-        """A send-back request (``offset_grpc.send_back_entry``): a copy of a stored message."""
-        if self._consumers is None:
-            return spb.SendResultEntry(status=not_implemented("send-back"))
-        service = self._consumers.service
-        work = lambda: send_back_entry(service, message)  # noqa: E731
-        return await asyncio.get_running_loop().run_in_executor(self._executor, work)
 
     def _precheck(self, message: Any) -> Any | None:
         """Wire-level problems (encoding, digest, unknown type) as a ready result entry."""
@@ -159,11 +140,7 @@ class ProducerRpcs:
         born_ms = 0
         if props.HasField("born_timestamp"):
             born_ms = props.born_timestamp.seconds * 1000 + props.born_timestamp.nanos // 10**6
-        redelivery = None
-        if is_redelivery_message(message):  # the schedule job's; docs/DELAY.md
-            redelivery = ref_from_message(message)
         return SendCommand(
-            redelivery=redelivery,
             topic=message.topic.name,
             namespace=message.topic.resource_namespace,
             body=message.body,

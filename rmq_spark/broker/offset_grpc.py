@@ -7,12 +7,6 @@ the group never committed there), QueryOffset answers the queue's min (BEGINNING
 or the first offset stored at or after a time (TIMESTAMP). An update is saved to
 consumerOffset.json before the reply (``rmq-spark groups`` sees it at once). ``MessagingServicer``
 delegates to ``OffsetRpcs``; the rules are ``consumer/service.py``'s.
-
-Also the send-back request (RocketMQ's ``CONSUMER_SEND_MSG_BACK`` on the v2 wire): a
-SendMessage ``Message`` whose topic is ``%RETRY%<group>`` and whose receipt handle (which
-producers never set) is ``rmq-spark-send-back:<physical offset>``; the broker reads that
-message from its store and stores its retry or DLQ copy (``consumer/copies.py``). Nothing the
-request brings is stored: an ordinary send to a ``%RETRY%`` topic stays ILLEGAL_TOPIC.
 """
 
 from __future__ import annotations
@@ -21,19 +15,13 @@ import asyncio
 from typing import Any
 
 from rmq_spark.broker.consume_grpc import client_id_of
-from rmq_spark.broker.consumer.copies import SEND_BACK_HANDLE_PREFIX
-from rmq_spark.broker.consumer.groups import RETRY_PREFIX
-from rmq_spark.broker.consumer.service import (
-    ConsumeService,
-    Rejected,
-    full_group_name,
-)
+from rmq_spark.broker.consumer.service import ConsumeService, full_group_name
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.service import SendCode
 from rmq_spark.broker.topics import group_name_problem
 
-__all__ = ["OffsetRpcs", "is_send_back_message", "send_back_entry", "send_back_message"]
+__all__ = ["OffsetRpcs"]
 
 
 def _status(code: int, message: str = "") -> Any:
@@ -133,45 +121,3 @@ class OffsetRpcs:
             None, self.service.offset_for_time, topic, queue_id, request.timestamp.ToMilliseconds()
         )
         return spb.QueryOffsetResponse(status=_status(pb.OK), offset=offset)
-
-
-def is_send_back_message(message: Any) -> bool:
-    props = message.system_properties
-    return (
-        message.topic.name.startswith(RETRY_PREFIX)
-        and props.HasField("receipt_handle")
-        and props.receipt_handle.startswith(SEND_BACK_HANDLE_PREFIX)
-    )
-
-
-def send_back_message(group: str, physical_offset: int, message_id: str = "") -> Any:
-    """The ``Message`` of a send-back request (no body: the broker reads the message)."""
-    message = pb.Message()
-    message.topic.name = f"{RETRY_PREFIX}{group}"
-    props = message.system_properties
-    props.message_id = message_id or f"send-back-{physical_offset}"
-    props.body_encoding = pb.IDENTITY
-    props.message_type = pb.NORMAL
-    props.receipt_handle = f"{SEND_BACK_HANDLE_PREFIX}{physical_offset}"
-    return message
-
-
-def send_back_entry(service: ConsumeService, message: Any) -> Any:
-    """Store the copy a send-back request names; the entry's message id is the copy's
-    UNIQ_KEY, its offset the copy's queue offset (of SCHEDULE_TOPIC_XXXX for a retry)."""
-    mid = message.system_properties.message_id
-    offset_text = message.system_properties.receipt_handle.removeprefix(SEND_BACK_HANDLE_PREFIX)
-    if not offset_text.isdigit() or message.body:
-        reason = "a send-back request names a physical offset and carries no body"
-        return spb.SendResultEntry(status=_status(pb.BAD_REQUEST, reason), message_id=mid)
-    group = message.topic.name.removeprefix(RETRY_PREFIX)
-    result = service.send_back(group, int(offset_text))
-    if isinstance(result, Rejected):
-        code = pb.ILLEGAL_CONSUMER_GROUP if "group" in result.reason else pb.MESSAGE_NOT_FOUND
-        return spb.SendResultEntry(status=_status(code, result.reason), message_id=mid)
-    if not result.ok:
-        reason = f"the copy was not stored: {result.status.name}"
-        return spb.SendResultEntry(status=_status(pb.INTERNAL_SERVER_ERROR, reason), message_id=mid)
-    return spb.SendResultEntry(
-        status=_status(pb.OK), message_id=result.uniq_key or mid, offset=result.queue_offset
-    )

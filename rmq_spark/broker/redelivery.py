@@ -7,8 +7,9 @@ redelivered through a broker (``--broker``) is stored exactly as the in-process 
   verbatim, queue id, flag, sysflag, born time and host, RECONSUMETIMES), used by the
   in-process sink and by the broker alike;
 - ``RedeliveryRef`` and its protobuf form (``ref_to_message`` / ``ref_from_message``): a
-  ``SendMessageRequest`` message whose topic is the schedule record's own system topic
-  (``SCHEDULE_TOPIC_XXXX`` or ``rmq_sys_wheel_timer``) and whose ``receipt_handle`` is
+  message of a ``StoreService.Redeliver`` call (its own RPC, ``store_rpc.py``; never
+  SendMessage) whose topic is the schedule record's own system topic (``SCHEDULE_TOPIC_XXXX``
+  or ``rmq_sys_wheel_timer``) and whose ``receipt_handle`` is
   ``rmq-spark-redeliver:<physical offset>`` carries *where* the record is, never what to
   store (see docs/DELAY.md, "Redelivery through a broker");
 - ``resolve_redelivery``: the broker's side: read the named record from its own store, check
@@ -18,19 +19,18 @@ redelivered through a broker (``--broker``) is stored exactly as the in-process 
 The redelivery job (``rmq_spark/delay``) is a client of this protocol: it sits above the
 broker and imports from here, never the other way round.
 
-An ordinary client cannot use it to bypass topic rules: ordinary sends to those system topics
-are refused (ILLEGAL_TOPIC), and a redelivery request stores nothing it brings along: topic,
+An ordinary client cannot use it to bypass topic rules: sends to those system topics are
+refused (ILLEGAL_TOPIC), and a redelivery request stores nothing it brings along: topic,
 queue, body and properties come from a schedule record already in the store (whose
 REAL_TOPIC the broker or store set when it was enqueued), and only once it is due.
 
 Only the schedule job may ask: the request must be signed by the store's own identity
 (``auth.STORE_ACCESS_KEY``, whose secret is in ``<store>/config/``) or, with auth on, by a user
-with the ``Redeliver`` right (``auth_grpc.py`` checks it before the request reaches the
+with the ``Redeliver`` right (``store_gate.py`` checks it before the request reaches the
 service). Every refusal is the same reply (``REDELIVERY_REFUSED``), and a second request for
 one schedule record returns the first copy's position (``redelivery_journal.py``).
 
-Does not own the gRPC server (``broker/grpc_api.py`` recognises the request with
-``is_redelivery_message``) nor the put (``broker/service.py``).
+Does not own the RPC (``broker/store_rpc.py``) nor the put (``broker/service.py``).
 """
 
 from __future__ import annotations
@@ -58,7 +58,6 @@ __all__ = [
     "REDELIVERY_REFUSED",
     "REDELIVERY_TOPICS",
     "RedeliveryRef",
-    "is_redelivery_message",
     "redelivery_put_request",
     "ref_from_message",
     "ref_to_message",
@@ -66,7 +65,7 @@ __all__ = [
 ]
 
 REDELIVERY_TOPICS = frozenset({RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC})
-"""A send to one of these topics is a redelivery request (ordinary sends to them are illegal)."""
+"""The topics a redelivery request names (sends to them are illegal)."""
 
 REDELIVERY_HANDLE_PREFIX = "rmq-spark-redeliver:"
 """``system_properties.receipt_handle`` of a redelivery request: prefix + physical offset."""
@@ -122,20 +121,6 @@ def redelivery_put_request(record: MessageRecord) -> PutRequest:
     )
 
 
-def is_redelivery_message(message: Any) -> bool:
-    """True when a ``apache.rocketmq.v2.Message`` is a redelivery request: its topic is a
-    schedule system topic (no namespace) and its receipt handle (which producers never set)
-    starts with ``REDELIVERY_HANDLE_PREFIX``. Any other send to those topics stays an
-    ordinary send, refused ILLEGAL_TOPIC."""
-    topic, props = message.topic, message.system_properties
-    return (
-        topic.name in REDELIVERY_TOPICS
-        and not topic.resource_namespace
-        and props.HasField("receipt_handle")
-        and props.receipt_handle.startswith(REDELIVERY_HANDLE_PREFIX)
-    )
-
-
 def ref_to_message(ref: RedeliveryRef) -> Any:
     """The ``Message`` of a redelivery request (no body: the broker reads the record)."""
     from rmq_spark.broker.proto import definition_pb2 as pb
@@ -158,11 +143,17 @@ def ref_from_message(message: Any) -> RedeliveryRef | str:
     props = message.system_properties
     handle = props.receipt_handle if props.HasField("receipt_handle") else ""
     offset_text = handle.removeprefix(REDELIVERY_HANDLE_PREFIX)
-    if not handle.startswith(REDELIVERY_HANDLE_PREFIX) or not offset_text.isdigit():
+    if (
+        not handle.startswith(REDELIVERY_HANDLE_PREFIX)
+        or not offset_text.isascii()
+        or not offset_text.isdigit()
+    ):
         return (
             f"a redelivery request needs receipt_handle "
             f"'{REDELIVERY_HANDLE_PREFIX}<physical offset>', got {handle!r}"
         )
+    if message.topic.name not in REDELIVERY_TOPICS or message.topic.resource_namespace:
+        return f"{message.topic.name!r} is no schedule topic"
     if not props.HasField("queue_offset") or not props.HasField("delivery_timestamp"):
         return "a redelivery request needs queue_offset and delivery_timestamp (dequeue time)"
     if message.body:

@@ -21,6 +21,7 @@ from typing import Any, Protocol
 from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
 from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.redelivery import RedeliveryRef, redelivery_put_request, ref_to_message
+from rmq_spark.broker.store_rpc import store_stub
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.errors import RmqError
@@ -178,7 +179,8 @@ class GrpcSink:
     ) -> None:
         self._clock = clock or SystemClock()
         self._timeout_s = request_timeout_s
-        self._channel, self._stub = messaging_channel(address)
+        self._channel, _messaging = messaging_channel(address)
+        self._stub = store_stub(self._channel)  # StoreService.Redeliver
         self._metadata = client_metadata(f"rmq-spark-schedule@{address}")
         self._store_dir = Path(store_dir)
         self._credentials = credentials
@@ -218,7 +220,7 @@ class GrpcSink:
             chunk = refs[start : start + step]
             request = spb.SendMessageRequest(messages=[ref_to_message(ref) for ref in chunk])
             try:
-                response = self._stub.SendMessage(
+                response = self._stub.Redeliver(
                     request, timeout=self._timeout_s, metadata=self._signed_metadata()
                 )
             except grpc.RpcError as err:

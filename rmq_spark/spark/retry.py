@@ -13,11 +13,14 @@ Exactly once per failed row when a batch is replayed: the copy's UNIQ_KEY is der
 of the same failure is dropped by the store's idempotency window (the last
 ``store.idempotency_window_messages`` keys, rebuilt from the log after a restart).
 
-Embedded (``store=``): opens the store in this process (no broker may hold it), first puts
-back the retry copies already due (the broker's ``RetryReviver``; the schedule job leaves
-``%RETRY%`` records to the broker), then stores the copies. Through a broker (``brokers=``):
-one SendMessage per batch of rows, each a send-back request naming the message
-(``broker/offset_grpc.py``); the broker's reviver brings the copies back when due.
+Embedded (``store=`` alone): opens the store in this process (no broker may hold it), first
+puts back the retry copies already due (the broker's ``RetryReviver``; the schedule job leaves
+``%RETRY%`` records to the broker), then stores the copies. Through a broker (``brokers=`` and
+``store=``): one ``StoreService.SendBack`` call per batch of rows (``broker/store_rpc.py``),
+naming each message by its CommitLog offset, which the broker accepts from the store's own
+identity only: the call is signed with the secret the broker keeps in ``<store>/config/``, so
+the job must run where it can read the store (as it does to read it). The broker's reviver
+brings the copies back when due.
 """
 
 from __future__ import annotations
@@ -69,29 +72,35 @@ def send_to_retry(
 ) -> SendBackReport:
     """Send the messages of ``rows`` (see ``failed_offsets``) back for ``group`` to retry.
 
-    Give ``store`` (embedded: the store directory, not held by a broker) or ``brokers`` (the
-    gRPC ``host:port`` of the broker holding it). ``store_config`` (embedded only) opens the
-    store as configured (segment size, delay levels).
+    Give ``store`` (the store directory) and, when a broker holds it, ``brokers`` (that
+    broker's gRPC ``host:port``). ``store_config`` (embedded only) opens the store as
+    configured (segment size, delay levels).
 
     Raises
     ------
     GroupOffsetError
-        Neither or both of ``store`` and ``brokers``; a broker refused a send-back.
+        No ``store``; the broker's secret is missing (it was never started on the store) or the
+        broker is unreachable.
+    SendRejectedError
+        The broker refused a send-back (``send-back refused``, whatever the reason).
     BrokerError
         Embedded, but a broker holds the store (pass ``brokers``).
     """
-    if (store is None) == (not brokers):
-        raise GroupOffsetError("send_to_retry needs exactly one of store= or brokers=")
+    if store is None:
+        raise GroupOffsetError(
+            "send_to_retry needs store= (the store directory; with brokers= its secret signs "
+            "the send-back)"
+        )
     offsets = failed_offsets(rows)
     if brokers:
-        return _through_broker(brokers, group, offsets)
-    assert store is not None
+        return _through_broker(brokers, Path(store), group, offsets)
     return _embedded(Path(store), group, offsets, store_config)
 
 
 def _embedded(
     root: Path, group: str, offsets: Iterable[int], store_config: StoreConfig | None
 ) -> SendBackReport:
+    from rmq_spark.broker.consumer import send_back
     from rmq_spark.broker.embedded import Broker
     from rmq_spark.store.put import PutResult
 
@@ -100,9 +109,11 @@ def _embedded(
     with Broker(root, store_config=config) as broker:
         revived = broker.consume.reviver.revive_due()
         for offset in offsets:
-            result = broker.consume.send_back(group, offset)
-            if not isinstance(result, PutResult):
-                raise GroupOffsetError(f"{root}: send-back of {offset} for {group!r}: {result}")
+            result = send_back.by_offset(broker.consume, group, offset)
+            if not isinstance(result, PutResult):  # the caller holds the store: say why
+                raise GroupOffsetError(
+                    f"{root}: send-back of {offset} for {group!r} refused: {result.reason}"
+                )
             if not result.ok:
                 raise GroupOffsetError(
                     f"{root}: send-back of {offset} for {group!r} not stored: {result.status}"
@@ -116,34 +127,40 @@ def _embedded(
     return SendBackReport(retried, dead, duplicates, revived)
 
 
-def _through_broker(address: str, group: str, offsets: list[int]) -> SendBackReport:
+def _through_broker(address: str, root: Path, group: str, offsets: list[int]) -> SendBackReport:
+    import time
+
     import grpc
 
-    from rmq_spark.broker.offset_grpc import send_back_message
+    from rmq_spark.broker.grpc_client import messaging_channel
     from rmq_spark.broker.proto import definition_pb2 as pb
-    from rmq_spark.broker.proto import service_pb2 as spb
-    from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
+    from rmq_spark.broker.store_rpc import send_back_request, store_signed_metadata, store_stub
 
     sent = 0
-    with grpc.insecure_channel(address) as channel:
-        stub = spb_grpc.MessagingServiceStub(channel)
+    channel, _messaging = messaging_channel(address)
+    with channel:
+        stub = store_stub(channel)
         for first in range(0, len(offsets), _BATCH):
             chunk = offsets[first : first + _BATCH]
-            request = spb.SendMessageRequest(
-                messages=[send_back_message(group, offset) for offset in chunk]
-            )
+            now_ms = int(time.time() * 1000)
+            metadata = store_signed_metadata(root, f"rmq-spark-retry@{address}", now_ms)
+            if metadata is None:
+                raise GroupOffsetError(f"{root}: no broker secret in config/ (start the broker)")
             try:
-                reply = stub.SendMessage(request, timeout=_RPC_TIMEOUT_S)
+                reply = stub.SendBack(
+                    send_back_request(group, chunk), timeout=_RPC_TIMEOUT_S, metadata=metadata
+                )
             except grpc.RpcError as err:
                 raise GroupOffsetError(f"{address}: send-back for {group!r} failed: {err}") from err
-            for offset, entry in zip(chunk, reply.entries, strict=True):
+            entries = list(reply.entries) or [reply] * len(chunk)  # refused as a whole
+            for offset, entry in zip(chunk, entries, strict=True):
                 if entry.status.code != pb.OK:
                     raise SendRejectedError(
                         entry.status.code,
                         pb.Code.Name(entry.status.code),
                         f"send-back of physical offset {offset} for {group!r}: "
                         f"{entry.status.message}",
-                        entry.message_id,
+                        getattr(entry, "message_id", ""),
                     )
                 sent += 1
     return SendBackReport(retried=sent)

@@ -83,12 +83,13 @@ def test_send_back_through_a_broker_comes_back_once(tmp_path: Path) -> None:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         failed = [_offset_of(root, "orders", b"bad")]
-        with pytest.raises(GroupOffsetError, match="exactly one"):
-            send_to_retry(failed, _GROUP)
-        assert send_to_retry(failed, _GROUP, brokers=broker.address).retried == 1
-        assert send_to_retry(failed, _GROUP, brokers=broker.address).retried == 1  # replayed
-        with pytest.raises(SendRejectedError, match="MESSAGE_NOT_FOUND"):
-            send_to_retry([failed[0] + 1], _GROUP, brokers=broker.address)
+        with pytest.raises(GroupOffsetError, match="needs store="):
+            send_to_retry(failed, _GROUP, brokers=broker.address)
+        through = {"store": root, "brokers": broker.address}
+        assert send_to_retry(failed, _GROUP, **through).retried == 1
+        assert send_to_retry(failed, _GROUP, **through).retried == 1  # replayed
+        with pytest.raises(SendRejectedError, match="FORBIDDEN.*: send-back refused "):
+            send_to_retry([failed[0] + 1], _GROUP, **through)
         deadline = time.monotonic() + 15
         while not _topic(root, f"%RETRY%{_GROUP}"):  # the broker's reviver, when due
             assert time.monotonic() < deadline, "the retry copy never came back"

@@ -1,12 +1,13 @@
 """Redelivery over gRPC is privileged and idempotent, against a broker process.
 
-A redelivery request (a send to ``rmq_sys_wheel_timer`` whose receipt handle names a schedule
-record) is honoured only when signed by the store's identity (its secret lives in
-``<store>/config/redelivery.secret``) or, with auth on, by a user with ``Redeliver``. Forged
-ones, with no, a wrong or a stale signature, store nothing, and every refusal is the same
-reply whatever the offset names (a due timer record, an ordinary message, nothing), so walking
-offsets discloses nothing. A repeated request returns the first copy's position, also after a
-broker restart.
+A redelivery request (a ``StoreService.Redeliver`` call whose message names a schedule record
+of ``rmq_sys_wheel_timer``) is honoured only when signed by the store's identity (its secret
+lives in ``<store>/config/redelivery.secret``) or, with auth on, by a user with
+``Redeliver``. Forged ones, with no, a wrong or a stale signature, store nothing, and every
+refusal is the same reply whatever the offset names (a due timer record, an ordinary message,
+nothing), so walking offsets discloses nothing. A repeated request returns the first copy's
+position, also after a broker restart. The same message sent as a SendMessage is an ordinary
+send (refused: a system topic).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, RedeliveryRef, ref_to_message
+from rmq_spark.broker.store_rpc import store_stub
 from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import MessageRecord
 
@@ -51,6 +53,15 @@ def send(address: str, message: Any, metadata: Any = ()) -> Any:
         stub = spb_grpc.MessagingServiceStub(channel)
         request = spb.SendMessageRequest(messages=[message])
         return stub.SendMessage(request, metadata=metadata, timeout=10)
+    finally:
+        channel.close()
+
+
+def redeliver(address: str, message: Any, metadata: Any = ()) -> Any:
+    channel = grpc.insecure_channel(address)
+    try:
+        request = spb.SendMessageRequest(messages=[message])
+        return store_stub(channel).Redeliver(request, metadata=metadata, timeout=10)
     finally:
         channel.close()
 
@@ -123,7 +134,8 @@ def test_a_forged_redelivery_stores_nothing_and_every_refusal_reads_the_same(
     replies = set()
     for what, metadata in forgeries:
         for offset in targets:
-            response = send(broker.address, ref_to_message(ref_of(schedule, offset)), metadata)
+            message = ref_to_message(ref_of(schedule, offset))
+            response = redeliver(broker.address, message, metadata)
             replies.add(response.SerializeToString())
             assert response.entries[0].status.message == REDELIVERY_REFUSED, (what, offset)
     assert len(replies) == 1  # the same bytes whatever the offset holds: nothing disclosed
@@ -139,17 +151,17 @@ def test_a_repeated_redelivery_returns_the_first_copy_and_stores_one_also_after_
     schedule, _plain = due_timer_record(broker)
     message = ref_to_message(ref_of(schedule))
     signed = store_signed(broker.store_dir)
-    first = send(broker.address, message, signed)
+    first = redeliver(broker.address, message, signed)
     assert first.status.code == pb.OK, first
     for _ in range(4):  # retried, or the same signed request replayed inside the window
-        again = send(broker.address, message, signed)
+        again = redeliver(broker.address, message, signed)
         assert again.status.code == pb.OK
         assert again.entries[0].offset == first.entries[0].offset
     assert len(copies(broker)) == 1
 
     assert broker.stop() == 0
     restarted = broker_factory(SMALL, store_dir=broker.store_dir)
-    later = send(restarted.address, message, store_signed(restarted.store_dir))
+    later = redeliver(restarted.address, message, store_signed(restarted.store_dir))
     assert later.status.code == pb.OK
     assert later.entries[0].offset == first.entries[0].offset
     [copy] = copies(restarted)
@@ -181,7 +193,7 @@ def test_with_auth_on_only_a_redeliver_user_or_the_store_identity_may_redeliver(
         "scheduler": signature_metadata("scheduler", "scheduler-secret-1", now_ms()),
         "store": store_signed(broker.store_dir),
     }[who]
-    response = send(broker.address, ref_to_message(ref_of(schedule)), metadata)
+    response = redeliver(broker.address, ref_to_message(ref_of(schedule)), metadata)
     if allowed:
         assert response.status.code == pb.OK, response
         assert len(copies(broker)) == 1
@@ -191,3 +203,16 @@ def test_with_auth_on_only_a_redeliver_user_or_the_store_identity_may_redeliver(
             REDELIVERY_REFUSED,
         )
         assert copies(broker) == []
+
+
+def test_a_redelivery_request_sent_as_a_send_message_is_an_ordinary_refused_send(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker = broker_factory(SMALL)
+    schedule, _plain = due_timer_record(broker)
+    message = ref_to_message(ref_of(schedule))
+    message.system_properties.ClearField("delivery_timestamp")
+    message.body = b"x"  # an ordinary send, then: the topic rule refuses it
+    response = send(broker.address, message, store_signed(broker.store_dir))
+    assert response.entries[0].status.code == pb.ILLEGAL_TOPIC, response
+    assert copies(broker) == []

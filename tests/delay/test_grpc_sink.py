@@ -15,15 +15,16 @@ from delay_world import START_MS, TEST_LEVELS, DelayWorld, make_world, store_con
 
 from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
 from rmq_spark.broker.embedded import Broker
+from rmq_spark.broker.grpc_client import messaging_channel
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.redelivery import (
     REDELIVERY_HANDLE_PREFIX,
     REDELIVERY_REFUSED,
     RedeliveryRef,
     ref_to_message,
 )
+from rmq_spark.broker.store_rpc import store_stub
 from rmq_spark.clock import ManualClock
 from rmq_spark.config import load_config
 from rmq_spark.delay.job import ScheduleJobSpec, run_schedule
@@ -168,12 +169,22 @@ def test_redelivery_over_grpc_stores_exactly_what_the_in_process_job_stores(
     assert timer["TIMER_DEQUEUE_MS"] == str(START_MS + 2000)
 
 
+def send_plain(address: str, message: object) -> object:
+    """An ordinary SendMessage."""
+    channel, stub = messaging_channel(address)
+    try:
+        response = stub.SendMessage(spb.SendMessageRequest(messages=[message]), timeout=10)
+        return response.entries[0].status
+    finally:
+        channel.close()
+
+
 def send_raw(address: str, message: object, metadata: tuple[tuple[str, str], ...] = ()) -> object:
+    """A redelivery request, through StoreService.Redeliver."""
     channel = grpc.insecure_channel(address)
     try:
-        stub = spb_grpc.MessagingServiceStub(channel)
         request = spb.SendMessageRequest(messages=[message])
-        response = stub.SendMessage(request, timeout=10, metadata=metadata)
+        response = store_stub(channel).Redeliver(request, timeout=10, metadata=metadata)
         return response.entries[0].status
     finally:
         channel.close()
@@ -224,12 +235,13 @@ def test_a_redelivery_request_cannot_store_anything_but_a_due_schedule_record(
         ordinary.topic.name = "SCHEDULE_TOPIC_XXXX"
         ordinary.system_properties.message_id = "M1"
         ordinary.system_properties.body_encoding = pb.IDENTITY
-        status = send_raw(broker.address, ordinary)
+        status = send_plain(broker.address, ordinary)
         assert status.code == pb.ILLEGAL_TOPIC, status  # the topic rules apply
 
         ordinary.system_properties.receipt_handle = with_body.system_properties.receipt_handle
         ordinary.topic.resource_namespace = "ns"  # not a redelivery: the topic rules apply
-        assert send_raw(broker.address, ordinary).code == pb.ILLEGAL_TOPIC
+        assert send_plain(broker.address, ordinary).code == pb.ILLEGAL_TOPIC
+        assert send_raw(broker.address, ordinary, signed).message == REDELIVERY_REFUSED
 
         due = dataclasses.replace(
             ref, queue_id=0, physical_offset=level_1.physical_offset, message_id="UB"

@@ -210,7 +210,7 @@ def test_failed_rows_come_back_through_retry_and_end_in_the_dlq_once(
     def fail_tag_f(df: Any) -> None:
         failed = df.filter("tags = 'TagF'")
         for _replay in range(2):  # a replayed batch sends the same rows back again
-            send_to_retry(failed, group, brokers=broker.address)
+            send_to_retry(failed, group, store=store, brokers=broker.address)
 
     sink = Rows(fail_tag_f)
     with Producer(broker.address) as producer:

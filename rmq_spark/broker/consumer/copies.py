@@ -4,8 +4,10 @@ Owns the one property builder for a copy bound for ``%RETRY%<group>`` (through
 SCHEDULE_TOPIC_XXXX, delay level ``3 + reconsume times``) or ``%DLQ%<group>``, used by the
 broker's consume path (``service.py``: a POP message that came back or ran out of attempts)
 and by a send-back that names the failed message by its CommitLog offset, as RocketMQ's
-``CONSUMER_SEND_MSG_BACK`` does (``send_back_request``: the Spark helper ``spark/retry.py``,
-embedded or through a broker's SendMessage with a ``rmq-spark-send-back:`` handle). A send-back
+``CONSUMER_SEND_MSG_BACK`` does (``send_back_request``; who may ask is ``send_back.py``'s). A
+group's attempts count a record's RECONSUMETIMES only for its own ``%RETRY%`` copies
+(``prior_reconsumes``): a dead letter or another group's retry record read by a group is new to
+it. A send-back
 copy gets a UNIQ_KEY derived from (group, origin message id, reconsume times) and an
 idempotent put, so a replayed send-back of one failure stores one copy (within the store's
 idempotency window).
@@ -36,18 +38,25 @@ from rmq_spark.store.put import PutRequest
 
 __all__ = [
     "RETRY_BASE_LEVEL",
-    "SEND_BACK_HANDLE_PREFIX",
     "copy_properties",
     "dlq_properties",
     "group_copy_request",
+    "prior_reconsumes",
     "retry_properties",
     "send_back_request",
     "send_back_uniq_key",
 ]
 
 RETRY_BASE_LEVEL = 3  # a retry's delay level: 3 + reconsume times (10 s, 30 s, 1 m, ...)
-SEND_BACK_HANDLE_PREFIX = "rmq-spark-send-back:"
-"""``system_properties.receipt_handle`` of a send-back request: prefix + physical offset."""
+
+
+def prior_reconsumes(record: DecodedRecord, group: str) -> int:
+    """The reconsume times ``group`` already spent on ``record``: its RECONSUMETIMES when it
+    is the group's own ``%RETRY%<group>`` copy, else 0. Another group's copy (a ``%DLQ%g``
+    record, a retry record some other group or a RocketMQ broker wrote) is a new message to
+    ``group``: its count belongs to the group that failed it."""
+    original = record.record
+    return original.reconsume_times if original.topic == f"%RETRY%{group}" else 0
 
 
 def copy_properties(
@@ -61,6 +70,8 @@ def copy_properties(
     properties and ``dropped``, with where it came from and how often it was consumed."""
     original = record.record
     copy = {k: v for k, v in properties.items() if k not in dropped and not k.startswith("TIMER_")}
+    if not original.topic.startswith("%RETRY%"):  # a %DLQ% record retries as the %DLQ% topic
+        copy[RETRY_TOPIC] = original.topic
     copy.setdefault(RETRY_TOPIC, original.topic)
     copy.setdefault(ORIGIN_MESSAGE_ID, offset_msg_id(original.store_host, record.position))
     copy[RECONSUME_TIME] = str(reconsume)
@@ -119,13 +130,16 @@ def send_back_uniq_key(group: str, origin_message_id: str, reconsume: int) -> st
     return digest[:32].upper()
 
 
-def send_back_request(record: DecodedRecord, group: str, max_reconsume: int) -> PutRequest:
+def send_back_request(
+    record: DecodedRecord, group: str, max_reconsume: int, attempts: int = 1
+) -> PutRequest:
     """The copy of a message ``group`` failed to consume, as RocketMQ's send-back: into
     ``%RETRY%<group>`` (delay level 3 + its reconsume times) while its reconsume times are
-    below ``max_reconsume``, else into ``%DLQ%<group>``. Idempotent (see the module doc)."""
+    below ``max_reconsume``, else into ``%DLQ%<group>``. ``attempts``: the failed deliveries
+    of this copy (a receipt's attempt; 1 for the Spark helper's). Idempotent (module doc)."""
     properties = parse_properties(record.record.properties)
-    tried = record.record.reconsume_times + 1
-    if record.record.reconsume_times >= max_reconsume:
+    tried = prior_reconsumes(record, group) + attempts
+    if tried > max_reconsume:
         topic = f"%DLQ%{group}"
         copy = dlq_properties(record, properties, tried, max_reconsume)
         copy[DLQ_ORIGIN_MESSAGE_ID] = copy[ORIGIN_MESSAGE_ID]

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from rmq_spark.broker.consumer.copies import prior_reconsumes
 from rmq_spark.broker.consumer.ports import (
     GroupSettingsLike,
     MessageFilter,
@@ -60,12 +61,13 @@ class Delivery:
     handle: ReceiptHandle
     record: DecodedRecord
     properties: dict[str, str]
+    prior: int = 0  # the group's earlier attempts (``copies.prior_reconsumes``)
 
     @property
     def attempt(self) -> int:
-        """Attempts so far: the copy's RECONSUMETIMES (a %RETRY% copy's earlier ones) plus its
-        own deliveries (the handle counts those)."""
-        return self.record.record.reconsume_times + self.handle.attempt
+        """Attempts so far: the group's earlier ones (its own %RETRY% copy's RECONSUMETIMES)
+        plus this copy's deliveries (the handle counts those)."""
+        return self.prior + self.handle.attempt
 
 
 Exhausted = Callable[[str, DecodedRecord, dict[str, str], int], bool]
@@ -185,7 +187,8 @@ class ConsumerGroups:
         entry.message_group = group
         if group is not None and group in blocked:
             return  # an earlier message of its group is invisible: keep the order
-        tried = record.record.reconsume_times + entry.attempt
+        prior = prior_reconsumes(record, request.group)
+        tried = prior + entry.attempt
         if entry.attempt > 0 and group is None and self._on_retry is not None:
             # Came back unacknowledged: RocketMQ's non-orderly consumers retry through
             # %RETRY%<group> (or the DLQ once out of attempts); the copy stored, this
@@ -205,6 +208,9 @@ class ConsumerGroups:
             return
         invisible_ms = _RENEW_MS if request.auto_renew else request.invisible_ms
         attempt = entry.attempt + 1
+        # Only the group's own retry copies show (and are acknowledged) as their original
+        # topic; another group's %RETRY% topic read by this one is a topic like any other.
+        own_retry = request.topic == retry_topic(request.group)
         progress.deliver(
             offset,
             InFlight(
@@ -226,12 +232,10 @@ class ConsumerGroups:
             invisible_ms=invisible_ms,
             attempt=attempt,
             nonce=self.nonce,
-            topic_type=ReceiptHandle.topic_type_of(request.topic),
+            topic_type="1" if own_retry else "0",
         )
-        shown = request.topic
-        if request.topic.startswith(RETRY_PREFIX):
-            shown = properties.get(RETRY_TOPIC, request.topic)
-        out.append(Delivery(shown, handle, record, properties))
+        shown = properties.get(RETRY_TOPIC, request.topic) if own_retry else request.topic
+        out.append(Delivery(shown, handle, record, properties, prior))
 
     def _load(
         self, topic: str, queue_id: int, offset: int, entry: InFlight
@@ -296,6 +300,13 @@ class ConsumerGroups:
         """Whether ``handle`` names the latest delivery of a message still unacknowledged."""
         with self._lock:
             return self._current(group, topic, handle) is not None
+
+    def delivered_offset(self, group: str, topic: str, handle: ReceiptHandle) -> int | None:
+        """The CommitLog offset of the record ``handle``'s delivery handed out, while that
+        delivery is current; None otherwise (the handle's own offset is not trusted)."""
+        with self._lock:
+            found = self._current(group, topic, handle)
+            return None if found is None else found[1].physical_offset
 
     def ack(self, group: str, topic: str, handle: ReceiptHandle) -> HandleCode:
         """Acknowledge one delivery; a stale handle (acknowledged, redelivered since, or from

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import re
 import secrets
 import threading
 import time
@@ -24,7 +23,6 @@ from rmq_spark.broker.consumer.copies import (
     dlq_properties,
     group_copy_request,
     retry_properties,
-    send_back_request,
 )
 from rmq_spark.broker.consumer.groups import (
     ConsumerGroups,
@@ -40,6 +38,7 @@ from rmq_spark.broker.consumer.revive import RetryReviver
 from rmq_spark.broker.consumer.waiters import Waiters
 from rmq_spark.broker.consumer.wiring import broker_wiring
 from rmq_spark.broker.service import BrokerService, RouteOutcome, SendCode
+from rmq_spark.broker.topics import group_name_problem
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError
 from rmq_spark.store.codec import DecodedRecord
@@ -56,7 +55,6 @@ __all__ = [
     "Rejected",
     "dlq_topic",
     "full_group_name",
-    "valid_group_name",
 ]
 
 INVISIBLE_MS_MIN = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv (receive only)
@@ -65,7 +63,6 @@ POLL_MS_MIN = 5_000  # grpcClientConsumerMinLongPollingTimeoutMillis
 POLL_MS_MAX = 20_000  # grpcClientConsumerMaxLongPollingTimeoutMillis
 BATCH_MAX = 32  # grpcClientConsumerLongPollingBatchSize
 CLIENT_ALIVE_MS = 30_000  # a client unheard of for this long no longer renews its messages
-_GROUP_RE = re.compile(r"^[%|a-zA-Z0-9_-]{1,255}$")
 _DLQ_PREFIX = "%DLQ%"
 _MATCH_ALL = "*"  # the retry topic is read unfiltered: its copies matched when first taken
 
@@ -219,8 +216,9 @@ class ConsumeService:
         group's full name (``full_group_name``); ``namespace`` is the topic's."""
         if self._stopping or self._broker.shutting_down:
             return Rejected(ConsumeCode.SHUTTING_DOWN, "broker is shutting down")
-        if not _GROUP_RE.match(group):
-            return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group!r}")
+        problem = group_name_problem(group)
+        if problem is not None:
+            return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, problem)
         route = self._broker.route(topic, namespace, reading=True)
         if route.code is not SendCode.OK:
             code = ConsumeCode.ILLEGAL_TOPIC
@@ -406,16 +404,14 @@ class ConsumeService:
     def _max_reconsume(self, group: str) -> int:
         return self.settings_of(group).retry_max_times
 
-    def send_back(self, group: str, physical_offset: int) -> PutResult | Rejected:
-        """A consumer (the Spark retry helper) failed the message at ``physical_offset``:
-        store its idempotent retry or DLQ copy (``copies.send_back_request``)."""
-        if not _GROUP_RE.match(group):
-            return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, f"bad consumer group {group!r}")
-        try:
-            record = self._store.read_decoded(physical_offset)
-        except (OffsetOutOfRangeError, CorruptRecordError) as err:
-            return Rejected(ConsumeCode.INVALID_RECEIPT_HANDLE, f"no message to send back: {err}")
-        request = send_back_request(record, group, self._max_reconsume(group))
+    max_reconsume = _max_reconsume
+
+    def read_record(self, physical_offset: int) -> DecodedRecord:
+        """The record at ``physical_offset`` (``send_back.py``'s read)."""
+        return self._store.read_decoded(physical_offset)
+
+    def put_send_back(self, request: PutRequest) -> PutResult:
+        """Put a send-back copy (``send_back.py`` decides whether one may be made)."""
         result = self._store.put(request)
         if result.status is PutStatus.PUT_OK:
             self._broker.topics.add_internal(request.topic)
@@ -479,10 +475,6 @@ class ConsumeService:
                 self._store, "consume_queues", None
             ):
                 close()
-
-
-def valid_group_name(group: str) -> bool:
-    return bool(_GROUP_RE.match(group))
 
 
 def full_group_name(group: str, namespace: str) -> str:
