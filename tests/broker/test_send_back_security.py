@@ -107,6 +107,7 @@ def test_with_auth_on_a_send_back_cannot_copy_a_topic_the_caller_may_not_read(
 ) -> None:
     users = tmp_path / "users.toml"
     users.write_text(USERS, encoding="utf-8")
+    users.chmod(0o600)
     broker = start_broker(
         tmp_path / "store",
         tmp_path / "work",
