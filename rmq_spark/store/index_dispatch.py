@@ -1,0 +1,113 @@
+"""Dispatch into the IndexFile: records -> keys (RocketMQ ``CommitLogDispatcherBuildIndex``,
+``IndexService.buildIndex``; docs/FORMAT.md 11).
+
+Owns ``IndexDispatch``: the index's half of a ConsumeQueue dispatch round (``cq_dispatch``
+hands it the same put-time facts, ``cq_facts.py``, in the same pass) and of the recovery scan
+at open (``index_recovery.py`` hands it records read back). A record is indexed once, when
+its physical offset is past the last one indexed, under ``topic#UNIQ_KEY`` and
+``topic#<each KEYS token>`` (``index_file.record_keys``), with its stored topic, unless it
+is a rolled-back transaction message. Does not own the files (``index_files.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import cast
+
+from rmq_spark.store.cq_facts import BatchFact, Fact
+from rmq_spark.store.index_file import KeyHashes, indexed, record_keys
+from rmq_spark.store.index_files import IndexFiles
+from rmq_spark.store.properties import KEYS, UNIQ_KEY, parse_properties
+
+__all__ = ["IndexDispatch"]
+
+_log = logging.getLogger(__name__)
+
+
+class IndexDispatch:
+    """Builds keys for ``files`` (one caller at a time: the dispatch round or recovery)."""
+
+    def __init__(self, files: IndexFiles) -> None:
+        self.files = files
+        self._hashes = KeyHashes()
+        self._through = files.indexed_through
+        self._failed = False
+
+    def add_facts(self, facts: Sequence[Fact]) -> None:
+        """Index the records of a dispatch round's facts (log order). A failed write is
+        logged and ends indexing until the next open (the ConsumeQueue goes on)."""
+        if self._failed:
+            return
+        hashes: list[int] = []
+        offsets: list[int] = []
+        stamps: list[int] = []
+        for fact in facts:
+            if type(fact[0]) is int:
+                offset, _, topic, _, _, sys_flag, _, props, stamp, uniq = fact  # type: ignore[misc]
+                self.add_record(
+                    hashes, offsets, stamps, offset, topic, sys_flag, props, uniq, stamp
+                )
+            else:
+                self._add_batch(hashes, offsets, stamps, cast("BatchFact", fact))
+        self.put(hashes, offsets, stamps)
+
+    def put(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> None:
+        if not hashes or self._failed:
+            return
+        try:
+            self.files.put(hashes, offsets, stamps)
+        except OSError as err:
+            self._failed = True
+            _log.error("index: building stopped at %d: %s", offsets[0], err, exc_info=err)
+            return
+        self._through = offsets[-1]
+
+    def _add_batch(
+        self, hashes: list[int], offsets: list[int], stamps: list[int], fact: BatchFact
+    ) -> None:
+        columns, sys_flags, props, stamp, uniqs = fact[0], fact[5], fact[7], fact[8], fact[9]
+        n = len(columns)
+        topics = fact[2]
+        if (
+            props is None and uniqs is not None and None not in uniqs
+            and columns[0] > self._through and topics.count(topics[0]) == n
+            and sys_flags.count(0) == n
+        ):  # fmt: skip
+            # A template batch: one topic, only UNIQ_KEYs, not a transaction.
+            hashes += self._hashes.of(topics[0] + "#", cast("Sequence[str]", uniqs))
+            offsets += columns
+            stamps += [stamp] * n if type(stamp) is int else cast("Sequence[int]", stamp)
+            return
+        for i in range(n):
+            self.add_record(
+                hashes, offsets, stamps, columns[i], topics[i], sys_flags[i],
+                None if props is None else props[i], None if uniqs is None else uniqs[i],
+                stamp if type(stamp) is int else cast("Sequence[int]", stamp)[i],
+            )  # fmt: skip
+
+    def add_record(
+        self,
+        hashes: list[int],
+        offsets: list[int],
+        stamps: list[int],
+        offset: int,
+        topic: str,
+        sys_flag: int,
+        props: str | None,
+        uniq: str | None,
+        stamp: int,
+    ) -> None:
+        """Add one record's keys to the columns: ``props`` its stored properties (then
+        ``uniq`` is not read), or ``None`` when they are only TAGS and ``uniq``."""
+        if offset <= self._through or not indexed(sys_flag):
+            return
+        if props is None:
+            keys = [] if uniq is None else [uniq]
+        else:
+            parsed = parse_properties(props)
+            keys = record_keys(parsed.get(UNIQ_KEY), parsed.get(KEYS))
+        if keys:
+            hashes += self._hashes.of(topic + "#", keys)
+            offsets += [offset] * len(keys)
+            stamps += [stamp] * len(keys)

@@ -1,0 +1,223 @@
+"""PURE: RocketMQ's IndexFile layout (docs/FORMAT.md 11; RocketMQ ``IndexFile``,
+``IndexHeader``, ``IndexService``).
+
+Owns the bytes of one ``index/<yyyyMMddHHmmssSSS>`` file: the 40-byte header, the slot table
+(``hash_slots`` int32 entry numbers, 0 = empty), the 20-byte entries (keyHash, phyOffset,
+timeDiff in seconds, prevIndex; entry 0 never used), putting keys (``IndexBuffer.put``) and
+looking them up (``IndexBuffer.select``), the file name, which records are indexed under
+which keys (``record_keys``, ``indexed``) and the key hash for whole columns (``KeyHashes``,
+the same value as ``hashing.index_key_hash``). Works on any writable buffer (a memory map);
+does not own files, rolling or recovery (``index_files.py``).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from rmq_spark.store.hashing import java_string_hash
+from rmq_spark.store.layout import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
+from rmq_spark.store.properties import KEY_SEPARATOR
+
+__all__ = [
+    "DEFAULT_HASH_SLOTS",
+    "DEFAULT_INDEX_ENTRIES",
+    "ENTRY_BYTES",
+    "HEADER_BYTES",
+    "IndexBuffer",
+    "IndexHeader",
+    "KeyHashes",
+    "index_file_name",
+    "index_file_size",
+    "indexed",
+    "record_keys",
+]
+
+HEADER_BYTES = 40
+SLOT_BYTES = 4
+ENTRY_BYTES = 20
+DEFAULT_HASH_SLOTS = 5_000_000  # RocketMQ maxHashSlotNum
+DEFAULT_INDEX_ENTRIES = 20_000_000  # RocketMQ maxIndexNum
+MAX_QUERY_RESULTS = 64  # RocketMQ maxMsgsNumBatch
+_HEADER = struct.Struct(">qqqqii")
+_I32 = struct.Struct(">i")
+_ENTRY = struct.Struct(">iqii")
+_INT_MAX = (1 << 31) - 1
+_MASK = 0xFFFFFFFF
+_CACHE_MAX = 1 << 14
+
+
+def index_file_size(hash_slots: int, entries: int) -> int:
+    """Bytes of an index file: 40 + slots x 4 + entries x 20 (420,000,040 by default)."""
+    return HEADER_BYTES + hash_slots * SLOT_BYTES + entries * ENTRY_BYTES
+
+
+def index_file_name(now_ms: int) -> str:
+    """``UtilAll.timeMillisToHumanString``: ``yyyyMMddHHmmssSSS`` in local time."""
+    stamp = datetime.fromtimestamp(now_ms // 1000)  # noqa: DTZ006 - local, as Java's Calendar
+    return f"{stamp:%Y%m%d%H%M%S}{now_ms % 1000:03d}"
+
+
+def indexed(sys_flag: int) -> bool:
+    """Whether a record is indexed: every transaction type but ROLLBACK (``buildIndex``)."""
+    return sys_flag & TRANSACTION_MASK != TRANSACTION_ROLLBACK_TYPE
+
+
+def record_keys(uniq_key: str | None, keys: str | None) -> list[str]:
+    """The keys a record is indexed under, before ``topic#``: its UNIQ_KEY, then each
+    non-empty token of KEYS split on a space (Java ``split`` drops trailing empty ones, which
+    are skipped anyway)."""
+    out = [uniq_key] if uniq_key is not None else []
+    if keys:
+        out.extend(token for token in keys.split(KEY_SEPARATOR) if token)
+    return out
+
+
+class KeyHashes:
+    """``hashing.index_key_hash(prefix + key)`` of many keys, cheaply: Java's hash of
+    ``head + tail`` is ``hash(head) * 31**len(tail) + hash(tail)`` (mod 2**32), and the keys
+    a broker indexes share long heads (``topic#`` and a UNIQ_KEY's producer and millisecond
+    part), so each key costs two cached lookups instead of a loop over its characters."""
+
+    def __init__(self) -> None:
+        self._heads: dict[str, int] = {}
+        self._tails: dict[str, tuple[int, int]] = {}
+
+    def of(self, prefix: str, keys: Sequence[str]) -> list[int]:
+        heads, tails = self._heads, self._tails
+        if len(heads) > _CACHE_MAX or len(tails) > _CACHE_MAX:
+            heads.clear()
+            tails.clear()
+        out = []
+        for key in keys:
+            text = prefix + key
+            head, tail = text[:-4], text[-4:]
+            h = heads.get(head)
+            if h is None:
+                h = heads[head] = java_string_hash(head) & _MASK
+            t = tails.get(tail)
+            if t is None:
+                units = len(tail.encode("utf-16-be", "surrogatepass")) // 2
+                t = tails[tail] = (java_string_hash(tail) & _MASK, pow(31, units, 1 << 32))
+            h = (h * t[1] + t[0]) & _MASK
+            out.append(h if h < 0x80000000 else (0 if h == 0x80000000 else (1 << 32) - h))
+        return out
+
+
+@dataclass(slots=True)
+class IndexHeader:
+    """The 40-byte header (``index_count``: the next free entry number, at least 1)."""
+
+    begin_timestamp: int = 0
+    end_timestamp: int = 0
+    begin_phy_offset: int = 0
+    end_phy_offset: int = 0
+    hash_slot_count: int = 0
+    index_count: int = 1
+
+    @classmethod
+    def unpack(cls, data: bytes | bytearray | memoryview) -> IndexHeader:
+        header = cls(*_HEADER.unpack_from(data, 0))
+        header.index_count = max(header.index_count, 1)  # a fresh file has 0 on disk
+        return header
+
+    def pack(self) -> bytes:
+        return _HEADER.pack(
+            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset,
+            self.end_phy_offset, self.hash_slot_count, self.index_count,
+        )  # fmt: skip
+
+
+class IndexBuffer:
+    """One index file's bytes in ``buf`` (its header already read into ``header``)."""
+
+    def __init__(self, buf: bytearray | memoryview, hash_slots: int, entries: int) -> None:
+        self.buf = buf
+        self.hash_slots = hash_slots
+        self.entries = entries
+        self.header = IndexHeader.unpack(buf)
+
+    def preset(self, end_phy_offset: int, end_timestamp: int) -> None:
+        """A new file after a full one starts where it ended (``IndexFile``'s constructor)."""
+        header = self.header
+        if end_phy_offset > 0:
+            header.begin_phy_offset = header.end_phy_offset = end_phy_offset
+        if end_timestamp > 0:
+            header.begin_timestamp = header.end_timestamp = end_timestamp
+        self.buf[:HEADER_BYTES] = header.pack()
+
+    @property
+    def full(self) -> bool:
+        return self.header.index_count >= self.entries
+
+    def put(
+        self, hashes: Sequence[int], offsets: Sequence[int], stamps: Sequence[int], start: int
+    ) -> int:
+        """Put keys ``start..`` (keyHash, the record's physical offset and store timestamp)
+        as ``IndexFile.putKey`` does one at a time; returns where it stopped (the file is
+        full before ``len(hashes)``). Entries, then slots, then the header are written."""
+        header, buf, slots = self.header, self.buf, self.hash_slots
+        first = header.index_count
+        stop = min(len(hashes), start + self.entries - first)
+        if stop <= start:
+            return start
+        chained: dict[int, int] = {}
+        flat: list[int] = []
+        begin, used, number = header.begin_timestamp, 0, first
+        unpack = _I32.unpack_from
+        for i in range(start, stop):
+            key_hash, stamp = hashes[i], stamps[i]
+            slot = key_hash % slots
+            prev = chained.get(slot)
+            if prev is None:
+                prev = unpack(buf, HEADER_BYTES + slot * SLOT_BYTES)[0]
+                if prev <= 0 or prev > first:
+                    prev, used = 0, used + 1
+            diff = 0 if begin <= 0 else min(max((stamp - begin) // 1000, 0), _INT_MAX)
+            flat += (key_hash, offsets[i], diff, prev)
+            chained[slot] = number
+            if number <= 1:
+                header.begin_phy_offset, header.begin_timestamp = offsets[i], stamp
+                begin = stamp
+            number += 1
+        at = HEADER_BYTES + slots * SLOT_BYTES + first * ENTRY_BYTES
+        buf[at : at + (number - first) * ENTRY_BYTES] = struct.pack(
+            ">" + "iqii" * (number - first), *flat
+        )
+        pack_into = _I32.pack_into
+        for slot, entry in chained.items():
+            pack_into(buf, HEADER_BYTES + slot * SLOT_BYTES, entry)
+        header.hash_slot_count += used
+        header.index_count = number
+        header.end_phy_offset, header.end_timestamp = offsets[stop - 1], stamps[stop - 1]
+        buf[:HEADER_BYTES] = header.pack()
+        return stop
+
+    def time_matched(self, begin: int, end: int) -> bool:
+        """``IndexFile.isTimeMatched``."""
+        low, high = self.header.begin_timestamp, self.header.end_timestamp
+        return (begin < low and end > high) or low <= begin <= high or low <= end <= high
+
+    def select(self, key_hash: int, max_num: int, begin: int, end: int) -> list[int]:
+        """Physical offsets of entries with this keyHash stored within ``[begin, end]`` ms,
+        newest first (``IndexFile.selectPhyOffset``: hash collisions included)."""
+        header, buf = self.header, self.buf
+        count = header.index_count
+        number = _I32.unpack_from(buf, HEADER_BYTES + (key_hash % self.hash_slots) * 4)[0]
+        found: list[int] = []
+        if number <= 0 or number > count or count <= 1:
+            return found
+        base = HEADER_BYTES + self.hash_slots * SLOT_BYTES
+        while len(found) < max_num:
+            stored, offset, diff, prev = _ENTRY.unpack_from(buf, base + number * ENTRY_BYTES)
+            if diff < 0:
+                break
+            when = header.begin_timestamp + diff * 1000
+            if stored == key_hash and begin <= when <= end:
+                found.append(offset)
+            if prev <= 0 or prev > count or prev == number or when < begin:
+                break
+            number = prev
+        return found
