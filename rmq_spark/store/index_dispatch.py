@@ -3,10 +3,11 @@
 
 Owns ``IndexDispatch``: the index's half of a ConsumeQueue dispatch round (``cq_dispatch``
 hands it the same put-time facts, ``cq_facts.py``, in the same pass) and of the recovery scan
-at open (``index_recovery.py`` hands it records read back). A record is indexed once, when
-its physical offset is past the last one indexed, under ``topic#UNIQ_KEY`` and
-``topic#<each KEYS token>`` (``index_file.record_keys``), with its stored topic, unless it
-is a rolled-back transaction message. Does not own the files (``index_files.py``).
+at open (``index_recovery.py`` hands it records read back). A record is indexed once (when
+its physical offset is past the last one indexed, or it is that one and lacks keys) under
+``topic#UNIQ_KEY`` and ``topic#<each KEYS token>`` (``index_file.record_keys``), with its
+stored topic, unless it is a rolled-back transaction message. Does not own the files
+(``index_files.py``).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ class IndexDispatch:
     def __init__(self, files: IndexFiles) -> None:
         self.files = files
         self._hashes = KeyHashes()
-        self._through = files.indexed_through
+        self._through, self._done_keys = files.indexed_through()
         self._failed = False
 
     def add_facts(self, facts: Sequence[Fact]) -> None:
@@ -100,13 +101,15 @@ class IndexDispatch:
     ) -> None:
         """Add one record's keys to the columns: ``props`` its stored properties (then
         ``uniq`` is not read), or ``None`` when they are only TAGS and ``uniq``."""
-        if offset <= self._through or not indexed(sys_flag):
+        if offset < self._through or not indexed(sys_flag):
             return
         if props is None:
             keys = [] if uniq is None else [uniq]
         else:
             parsed = parse_properties(props)
             keys = record_keys(parsed.get(UNIQ_KEY), parsed.get(KEYS))
+        if offset == self._through:  # the last record indexed: only the keys it lacks
+            keys = keys[self._done_keys :]
         if keys:
             hashes += self._hashes.of(topic + "#", keys)
             offsets += [offset] * len(keys)

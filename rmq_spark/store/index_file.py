@@ -195,6 +195,11 @@ class IndexBuffer:
         buf[:HEADER_BYTES] = header.pack()
         return stop
 
+    def entry(self, number: int) -> tuple[int, int, int, int]:
+        """Entry ``number``: (keyHash, phyOffset, timeDiff, prevIndex)."""
+        at = HEADER_BYTES + self.hash_slots * SLOT_BYTES + number * ENTRY_BYTES
+        return _ENTRY.unpack_from(self.buf, at)  # type: ignore[return-value]
+
     def time_matched(self, begin: int, end: int) -> bool:
         """``IndexFile.isTimeMatched``."""
         low, high = self.header.begin_timestamp, self.header.end_timestamp

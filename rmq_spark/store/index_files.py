@@ -114,14 +114,24 @@ class IndexFiles:
             raise
         return cls(directory, hash_slots, entries, files, on_full, now_ms)
 
-    @property
-    def indexed_through(self) -> int:
-        """The physical offset of the last record indexed (-1: none): records at or below it
-        are not indexed again."""
+    def indexed_through(self) -> tuple[int, int]:
+        """``(offset, keys)``: the physical offset of the last record indexed (-1: none) and
+        how many of its keys are (the last ones may be missing: a file filled up in the middle
+        of its keys, and the next file was deleted after a crash)."""
+        through, keys = -1, 0
         for file in reversed(self.files):
-            if file.index.header.index_count > 1:
-                return file.index.header.end_phy_offset
-        return -1
+            index = file.index
+            count = index.header.index_count
+            if count <= 1:
+                continue
+            if through < 0:
+                through = index.header.end_phy_offset
+            number = count - 1
+            while number >= 1 and index.entry(number)[1] == through:
+                keys, number = keys + 1, number - 1
+            if number >= 1:
+                break
+        return through, keys
 
     def drop_newer_than(self, index_msg_timestamp: int) -> int:
         """Delete the files whose end timestamp is past the checkpoint's ``indexMsgTimestamp``

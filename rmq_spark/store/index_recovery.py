@@ -55,7 +55,7 @@ def recover_index(
     """
     dropped = 0 if clean_shutdown else files.drop_newer_than(index_msg_timestamp)
     dispatch = IndexDispatch(files)
-    start = max(min_offset, files.indexed_through, 0)
+    start = max(min_offset, files.indexed_through()[0], 0)
     if end_offset - start > _CHUNK_BYTES:
         _log.info("index: indexing CommitLog [%d, %d)", start, end_offset)
     scan = LogScan(
