@@ -109,8 +109,9 @@ def main() -> None:
                 idx = best[(True, True)]
                 extra = idx[0] - on[0] + idx[1] - on[1]
                 print(
-                    f"{case:18} index cost {extra:.3f} us/msg; dispatch with/without index "
-                    f"{idx[1] / on[1]:.2f}x; cq+index cost {cost + extra:.3f} us/msg = "
+                    f"{case:18} index cost {extra:.3f} us/msg; dispatch cost with/without index "
+                    f"{(idx[0] + idx[1] - off[0]) / max(on[0] + on[1] - off[0], 1e-9):.2f}x; "
+                    f"cq+index cost {cost + extra:.3f} us/msg = "
                     f"{(cost + extra) / off[0] * 100:.1f} % of the put path"
                 )
     finally:

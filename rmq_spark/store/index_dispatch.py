@@ -16,7 +16,7 @@ import logging
 from collections.abc import Sequence
 from typing import cast
 
-from rmq_spark.store.cq_facts import BatchFact, Fact
+from rmq_spark.store.cq_facts import BatchFact, Fact, SingleFact
 from rmq_spark.store.index_file import KeyHashes, indexed, record_keys
 from rmq_spark.store.index_files import IndexFiles
 from rmq_spark.store.properties import KEYS, UNIQ_KEY, parse_properties
@@ -43,15 +43,44 @@ class IndexDispatch:
         hashes: list[int] = []
         offsets: list[int] = []
         stamps: list[int] = []
+        # Consecutive single template puts to one topic (only a UNIQ_KEY each) are hashed
+        # as one column; anything else ends the run. Keys stay in log order.
+        run: list[SingleFact] = []
         for fact in facts:
             if type(fact[0]) is int:
-                offset, _, topic, _, _, sys_flag, _, props, stamp, uniq = fact  # type: ignore[misc]
+                single = cast("SingleFact", fact)
+                if single[7] is None and single[5] == 0 and single[9] is not None:
+                    if run and run[0][2] != single[2]:
+                        self._add_run(hashes, offsets, stamps, run)
+                        run = []
+                    run.append(single)
+                    continue
+                if run:
+                    self._add_run(hashes, offsets, stamps, run)
+                    run = []
+                offset, _, topic, _, _, sys_flag, _, props, stamp, uniq = single
                 self.add_record(
                     hashes, offsets, stamps, offset, topic, sys_flag, props, uniq, stamp
                 )
             else:
+                if run:
+                    self._add_run(hashes, offsets, stamps, run)
+                    run = []
                 self._add_batch(hashes, offsets, stamps, cast("BatchFact", fact))
+        if run:
+            self._add_run(hashes, offsets, stamps, run)
         self.put(hashes, offsets, stamps)
+
+    def _add_run(
+        self, hashes: list[int], offsets: list[int], stamps: list[int], run: list[SingleFact]
+    ) -> None:
+        if run[0][0] <= self._through:  # not after recovery: the dispatcher starts past it
+            run = [fact for fact in run if fact[0] > self._through]
+            if not run:
+                return
+        hashes += self._hashes.of(run[0][2] + "#", [cast("str", fact[9]) for fact in run])
+        offsets += [fact[0] for fact in run]
+        stamps += [fact[8] for fact in run]
 
     def put(self, hashes: list[int], offsets: list[int], stamps: list[int]) -> None:
         if not hashes or self._failed:

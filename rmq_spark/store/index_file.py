@@ -16,6 +16,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 
 from rmq_spark.store.hashing import java_string_hash
 from rmq_spark.store.layout import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
@@ -46,7 +47,8 @@ _I32 = struct.Struct(">i")
 _ENTRY = struct.Struct(">iqii")
 _INT_MAX = (1 << 31) - 1
 _MASK = 0xFFFFFFFF
-_CACHE_MAX = 1 << 14
+_HEADS_MAX = 1 << 14
+_TAILS_MAX = 1 << 17  # a UNIQ_KEY's tail is its 16-bit counter in hex: 65,536 of them
 
 
 def index_file_size(hash_slots: int, entries: int) -> int:
@@ -83,13 +85,15 @@ class KeyHashes:
 
     def __init__(self) -> None:
         self._heads: dict[str, int] = {}
-        self._tails: dict[str, tuple[int, int]] = {}
+        self._tails: dict[str, tuple[int, int]] = dict(_hex4_tails())
 
     def of(self, prefix: str, keys: Sequence[str]) -> list[int]:
         heads, tails = self._heads, self._tails
-        if len(heads) > _CACHE_MAX or len(tails) > _CACHE_MAX:
+        if len(heads) > _HEADS_MAX:
             heads.clear()
+        if len(tails) > _TAILS_MAX:
             tails.clear()
+            tails.update(_hex4_tails())
         out = []
         for key in keys:
             text = prefix + key
@@ -104,6 +108,45 @@ class KeyHashes:
             h = (h * t[1] + t[0]) & _MASK
             out.append(h if h < 0x80000000 else (0 if h == 0x80000000 else (1 << 32) - h))
         return out
+
+
+@lru_cache(maxsize=1)
+def _hex4_tails() -> dict[str, tuple[int, int]]:
+    """The tail of every UNIQ_KEY: its counter as 4 upper-case hex digits, hashed once per
+    process (~50 ms), so that no UNIQ_KEY misses the tail cache."""
+    out = {}
+    for value in range(1 << 16):
+        text = f"{value:04X}"
+        a, b, c, d = text.encode("ascii")
+        out[text] = (((a * 31 + b) * 31 + c) * 31 + d, 923_521)  # 31**4
+    return out
+
+
+def _time_diffs(stamps: Sequence[int], begin: int) -> list[int]:
+    """timeDiff of each store timestamp: whole seconds after ``begin``, clamped to
+    [0, Integer.MAX_VALUE]; 0 when ``begin`` is not set. One value when all are equal."""
+    n = len(stamps)
+    if begin <= 0 or not n:
+        return [0] * n
+    if stamps.count(stamps[0]) == n:
+        return [min(max((stamps[0] - begin) // 1000, 0), _INT_MAX)] * n
+    return [min(max((stamp - begin) // 1000, 0), _INT_MAX) for stamp in stamps]
+
+
+_PACK_ENTRIES = 256
+_ENTRIES: dict[int, struct.Struct] = {}
+
+
+def _pack_entries(flat: list[int], n: int) -> bytes:
+    """``n`` entries (``flat``: 4 ints each) packed with ``Struct``s compiled once."""
+    pieces = []
+    for at in range(0, n, _PACK_ENTRIES):
+        count = min(_PACK_ENTRIES, n - at)
+        shape = _ENTRIES.get(count)
+        if shape is None:
+            shape = _ENTRIES[count] = struct.Struct(">" + "iqii" * count)
+        pieces.append(shape.pack(*flat[4 * at : 4 * (at + count)]))
+    return b"".join(pieces)
 
 
 @dataclass(slots=True)
@@ -163,35 +206,36 @@ class IndexBuffer:
         stop = min(len(hashes), start + self.entries - first)
         if stop <= start:
             return start
+        n = stop - start
+        keys, where = hashes[start:stop], offsets[start:stop]
+        when = stamps[start:stop]
         chained: dict[int, int] = {}
-        flat: list[int] = []
-        begin, used, number = header.begin_timestamp, 0, first
-        unpack = _I32.unpack_from
-        for i in range(start, stop):
-            key_hash, stamp = hashes[i], stamps[i]
-            slot = key_hash % slots
+        prevs = [0] * n
+        used = 0
+        unpack, base = _I32.unpack_from, HEADER_BYTES
+        for number, slot in enumerate([key_hash % slots for key_hash in keys], first):
             prev = chained.get(slot)
             if prev is None:
-                prev = unpack(buf, HEADER_BYTES + slot * SLOT_BYTES)[0]
+                prev = unpack(buf, base + slot * SLOT_BYTES)[0]
                 if prev <= 0 or prev > first:
                     prev, used = 0, used + 1
-            diff = 0 if begin <= 0 else min(max((stamp - begin) // 1000, 0), _INT_MAX)
-            flat += (key_hash, offsets[i], diff, prev)
+            prevs[number - first] = prev
             chained[slot] = number
-            if number <= 1:
-                header.begin_phy_offset, header.begin_timestamp = offsets[i], stamp
-                begin = stamp
-            number += 1
+        begin = header.begin_timestamp
+        diffs = _time_diffs(when, begin)
+        if first <= 1:  # the first entry sets the begin, after its own timeDiff was taken
+            header.begin_phy_offset, header.begin_timestamp = where[0], when[0]
+            diffs[1:] = _time_diffs(when[1:], when[0])
+        flat: list[int] = [0] * (4 * n)
+        flat[0::4], flat[1::4], flat[2::4], flat[3::4] = keys, where, diffs, prevs
         at = HEADER_BYTES + slots * SLOT_BYTES + first * ENTRY_BYTES
-        buf[at : at + (number - first) * ENTRY_BYTES] = struct.pack(
-            ">" + "iqii" * (number - first), *flat
-        )
+        buf[at : at + n * ENTRY_BYTES] = _pack_entries(flat, n)
         pack_into = _I32.pack_into
         for slot, entry in chained.items():
-            pack_into(buf, HEADER_BYTES + slot * SLOT_BYTES, entry)
+            pack_into(buf, base + slot * SLOT_BYTES, entry)
         header.hash_slot_count += used
-        header.index_count = number
-        header.end_phy_offset, header.end_timestamp = offsets[stop - 1], stamps[stop - 1]
+        header.index_count = first + n
+        header.end_phy_offset, header.end_timestamp = where[-1], when[-1]
         buf[:HEADER_BYTES] = header.pack()
         return stop
 

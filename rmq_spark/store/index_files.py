@@ -9,7 +9,8 @@ deleting files whose records retention deleted. Does not own the bytes of a file
 (``index_file.py``) nor which records give which keys (``index_dispatch.py``).
 
 Files are written through their mappings by one thread at a time (the dispatch round);
-``query`` may run in any thread (the list of files is replaced, never changed in place).
+``query`` may run in any thread (the list of files is replaced, never changed in place; a
+roll and retention replace it under a lock).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -90,6 +92,7 @@ class IndexFiles:
         self.files = files
         self._on_full = on_full
         self._now_ms = now_ms
+        self._lock = threading.Lock()  # the list: a roll (dispatch) against retention
 
     @classmethod
     def load(
@@ -172,7 +175,8 @@ class IndexFiles:
             file.index.preset(header.end_phy_offset, header.end_timestamp)
             previous.flush()
             self._on_full(header.end_timestamp)
-        self.files = [*files, file]
+        with self._lock:
+            self.files = [*self.files, file]
         return file
 
     def query(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[int]:
@@ -193,12 +197,16 @@ class IndexFiles:
     def delete_below(self, min_physical_offset: int) -> None:
         """Delete the files, but the last, whose records all lie below the log's first offset
         (``IndexService.deleteExpiredFile``)."""
-        files = self.files
-        cut = 0
-        while cut < len(files) - 1 and files[cut].index.header.end_phy_offset < min_physical_offset:
-            cut += 1
-        if cut:
+        with self._lock:
+            files = self.files
+            cut = 0
+            while (
+                cut < len(files) - 1
+                and files[cut].index.header.end_phy_offset < min_physical_offset
+            ):
+                cut += 1
             self.files = files[cut:]
+        if cut:
             for file in files[:cut]:
                 file.close()
                 file.path.unlink(missing_ok=True)

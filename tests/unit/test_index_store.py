@@ -124,3 +124,29 @@ def test_an_index_file_of_another_size_is_a_clear_error(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(StoreMetadataError, match="store.index_hash_slots = 64"):
         open_store(tmp_path, **{**SMALL, "index_hash_slots": 64})
+
+
+def test_retention_deletes_the_index_files_of_deleted_records(tmp_path: Path) -> None:
+    from store_helpers import put_many
+
+    clock = ManualClock()
+    store = open_store(
+        tmp_path, clock, file_reserved_time_hours=1, **{**SMALL, "segment_size_bytes": 4096}
+    )
+    try:
+        old = put_many(store, 40, body_size=300)
+        clock.advance(2 * 3_600_000)
+        recent = put_many(store, 6, body_size=300, start=40)
+        assert store.consume_queues.wait_dispatched(store.max_offset, 10)
+        index = store._cq.index  # type: ignore[union-attr]
+        assert index is not None and len(index.files) == 4  # 15 keys a file
+        assert store.delete_expired()
+        assert all(f.index.header.end_phy_offset >= store.min_offset for f in index.files[:-1])
+        assert len(index.files) < 4 and len(list((tmp_path / INDEX_DIR).iterdir())) == len(
+            index.files
+        )
+        for result in recent:
+            assert index.query("TopicTest", result.uniq_key, 64, *EVER) == [result.physical_offset]
+        assert index.query("TopicTest", old[0].uniq_key, 64, *EVER) == []
+    finally:
+        store.close()
