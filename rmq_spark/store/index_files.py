@@ -41,9 +41,12 @@ _log = logging.getLogger(__name__)
 class OpenIndexFile:
     """One mapped index file."""
 
-    def __init__(self, path: Path, hash_slots: int, entries: int, *, create: bool) -> None:
+    def __init__(
+        self, path: Path, hash_slots: int, entries: int, *, create: bool, read_only: bool = False
+    ) -> None:
         size = index_file_size(hash_slots, entries)
-        fd = os.open(path, os.O_RDWR | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
+        flags = os.O_RDONLY if read_only else os.O_RDWR
+        fd = os.open(path, flags | (os.O_CREAT | os.O_EXCL if create else 0), 0o644)
         try:
             found = os.fstat(fd).st_size
             if create:
@@ -54,7 +57,9 @@ class OpenIndexFile:
                     f"index file of {found} bytes, not {size} (store.index_hash_slots = "
                     f"{hash_slots}, store.index_entries = {entries})",
                 )
-            self._map = mmap.mmap(fd, size)
+            self._map = mmap.mmap(
+                fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            )
         finally:
             os.close(fd)
         self.path = path
@@ -102,15 +107,23 @@ class IndexFiles:
         entries: int,
         on_full: Callable[[int], None],
         now_ms: Callable[[], int],
+        *,
+        read_only: bool = False,
     ) -> IndexFiles:
         """Map every file of ``<root>/index`` in name order (raises ``StoreMetadataError``
-        for a file of another size, ``OSError``)."""
+        for a file of another size, ``OSError``). ``read_only``: for lookups beside a
+        running broker (``rmq-spark query --store --key``); no directory is created."""
         directory = root_dir / INDEX_DIR
-        directory.mkdir(parents=True, exist_ok=True)
+        if not read_only:
+            directory.mkdir(parents=True, exist_ok=True)
+        elif not directory.is_dir():
+            return cls(directory, hash_slots, entries, [], on_full, now_ms)
         files: list[OpenIndexFile] = []
         try:
             for path in sorted(p for p in directory.iterdir() if p.is_file()):
-                files.append(OpenIndexFile(path, hash_slots, entries, create=False))
+                files.append(
+                    OpenIndexFile(path, hash_slots, entries, create=False, read_only=read_only)
+                )
         except BaseException:
             for file in files:
                 file.close()
