@@ -94,6 +94,13 @@ class KeyHashes:
         if len(tails) > _TAILS_MAX:
             tails.clear()
             tails.update(_hex4_tails())
+        n = len(keys)
+        if n >= 16:  # a batch's UNIQ_KEYs share everything but their last 4 characters
+            heads_column = [key[:-4] for key in keys]
+            if heads_column.count(heads_column[0]) == n:
+                fast = self._same_head(prefix + heads_column[0], [key[-4:] for key in keys])
+                if fast is not None:
+                    return fast
         out = []
         for key in keys:
             text = prefix + key
@@ -108,6 +115,23 @@ class KeyHashes:
             h = (h * t[1] + t[0]) & _MASK
             out.append(h if h < 0x80000000 else (0 if h == 0x80000000 else (1 << 32) - h))
         return out
+
+    def _same_head(self, head: str, tails: list[str]) -> list[int] | None:
+        """The hashes of ``head + tail`` for each tail, or ``None`` when a tail is not cached
+        (then the general loop caches it)."""
+        try:
+            pairs = list(map(self._tails.__getitem__, tails))
+        except KeyError:
+            return None
+        h = self._heads.get(head)
+        if h is None:
+            h = self._heads[head] = java_string_hash(head) & _MASK
+        return list(map(_positive, [(h * m + t) & _MASK for t, m in pairs]))
+
+
+def _positive(h: int) -> int:
+    """``abs`` of the signed int32 ``h`` (given unsigned), 0 for ``Integer.MIN_VALUE``."""
+    return h if h < 0x80000000 else (0 if h == 0x80000000 else (1 << 32) - h)
 
 
 @lru_cache(maxsize=1)

@@ -130,3 +130,13 @@ def test_time_match_is_rocketmqs() -> None:
     index.put([1, 2], [0, 1], [1000, 5000], 0)
     assert index.time_matched(0, 500_000) and index.time_matched(2000, 3000)
     assert not index.time_matched(6000, 9000)
+
+
+def test_a_batch_of_keys_with_one_head_hashes_as_each_key_alone() -> None:
+    head = "01637F38B9E0964AE20B1C371B0000"
+    keys = [f"{head}{i & 0xFFFF:04X}" for i in range(0xFFF0, 0xFFF0 + 40)]  # tails wrap past FFFF
+    keys[7] = head + "ä😀"  # a tail the cache has not seen: the general loop takes it
+    for prefix in ("Topic#", "トピック#"):
+        expected = [_key_hash(prefix + key) for key in keys]
+        assert KeyHashes().of(prefix, keys) == expected
+        assert KeyHashes().of(prefix, keys[8:]) == expected[8:]

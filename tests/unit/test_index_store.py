@@ -34,7 +34,7 @@ def _put_every_way(store: MessageStore, clock: ManualClock) -> dict[tuple[str, s
         result = store.put(PutRequest("T", b"single", tags="a"))
         add("T", result.uniq_key, result.physical_offset)
         clock.advance(700)
-    for result in store.put_batch([PutRequest("T", b"b%d" % i, tags="b") for i in range(12)]):
+    for result in store.put_batch([PutRequest("T", b"b%d" % i, tags="b") for i in range(20)]):
         add("T", result.uniq_key, result.physical_offset)  # a template batch
     clock.advance(1500)
     keyed = store.put(PutRequest("U", b"k", keys=("order-1", "ä-😀"), tags="c"))
