@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from rmq_spark.errors import StoreMetadataError
-from rmq_spark.store.file_ops import fsync_dir
+from rmq_spark.store.file_ops import fsync_dir, preallocate
 from rmq_spark.store.hashing import index_key_hash
 from rmq_spark.store.index_file import (
     MAX_QUERY_RESULTS,
@@ -35,11 +35,14 @@ from rmq_spark.store.index_file import (
 __all__ = ["INDEX_DIR", "IndexFiles", "OpenIndexFile"]
 
 INDEX_DIR = "index"
+_RESERVE_BYTES = 1 << 20  # entries allocated ahead of use: ~52,000 keys
 _log = logging.getLogger(__name__)
 
 
 class OpenIndexFile:
-    """One mapped index file."""
+    """One mapped index file. The file is sparse; the blocks a write goes to are allocated
+    first (``reserve``: the slot table at once, entries a chunk ahead), so a full disk is an
+    ``OSError`` there, never a SIGBUS in a write through the mapping."""
 
     def __init__(
         self, path: Path, hash_slots: int, entries: int, *, create: bool, read_only: bool = False
@@ -50,18 +53,21 @@ class OpenIndexFile:
         try:
             found = os.fstat(fd).st_size
             if create:
-                os.ftruncate(fd, size)  # sparse: untouched slots and entries cost no disk
+                os.ftruncate(fd, size)
             elif found != size:
                 raise StoreMetadataError(
                     str(path),
                     f"index file of {found} bytes, not {size} (store.index_hash_slots = "
                     f"{hash_slots}, store.index_entries = {entries})",
                 )
-            self._map = mmap.mmap(
-                fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
-            )
-        finally:
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            self._map = mmap.mmap(fd, size, access=access)
+        except BaseException:
             os.close(fd)
+            raise
+        self._fd = fd
+        self._size = size
+        self._allocated = 0
         self.path = path
         self.index = IndexBuffer(self._map, hash_slots, entries)  # type: ignore[arg-type]
 
@@ -69,11 +75,22 @@ class OpenIndexFile:
     def name(self) -> str:
         return self.path.name
 
+    def reserve(self, keys: int) -> None:
+        """Allocate the blocks that ``keys`` more entries (and every slot) are written to
+        (raises ``OSError``, e.g. ENOSPC)."""
+        index = self.index
+        end = index_file_size(index.hash_slots, min(index.header.index_count + keys, index.entries))
+        if end > self._allocated:
+            end = min(self._size, max(end, self._allocated + _RESERVE_BYTES))
+            preallocate(self._fd, self._allocated, end - self._allocated)
+            self._allocated = end
+
     def flush(self) -> None:
         self._map.flush()
 
     def close(self) -> None:
         self._map.close()
+        os.close(self._fd)
 
 
 class IndexFiles:
@@ -169,7 +186,9 @@ class IndexFiles:
         file whenever the last one is full."""
         done = 0
         while done < len(hashes):
-            done = self._last().index.put(hashes, offsets, stamps, done)
+            file = self._last()
+            file.reserve(len(hashes) - done)
+            done = file.index.put(hashes, offsets, stamps, done)
 
     def _last(self) -> OpenIndexFile:
         files = self.files

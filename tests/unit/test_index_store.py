@@ -150,3 +150,29 @@ def test_retention_deletes_the_index_files_of_deleted_records(tmp_path: Path) ->
         assert index.query("TopicTest", old[0].uniq_key, 64, *EVER) == []
     finally:
         store.close()
+
+
+def test_a_full_disk_stops_indexing_not_the_consume_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The blocks of an index write are allocated first: ENOSPC there (injected: this
+    machine's disk is not full) is an ``OSError`` that ends indexing, never a SIGBUS."""
+    import errno
+
+    from rmq_spark.store import index_files
+
+    def full(_fd: int, _offset: int, _length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(index_files, "preallocate", full)
+    store = open_store(tmp_path, **SMALL)
+    try:
+        first = store.put(PutRequest("T", b"x", keys="k"))
+        second = store.put_batch([PutRequest("T", b"y", keys="k")])[0]
+        assert store.consume_queues.wait_dispatched(store.max_offset, 10)
+        units = store.consume_queues.units("T", 0, 0, 10)
+        assert [u.physical_offset for u in units] == [first.physical_offset, second.physical_offset]
+        assert store._cq.index.query("T", "k", 64, *EVER) == []  # type: ignore[union-attr]
+        assert "index: building stopped" in caplog.text
+    finally:
+        store.close()
