@@ -14,7 +14,12 @@ then ``cq cost``: (put on - put off) + dispatch, and that cost as a share of the
 with the queue off (the GIL serialises both threads, so this is what the queue takes from
 put throughput). Each figure is the minimum of ``--repeat`` runs (noise only adds).
 
+``--index`` adds a third run per case with ``store.message_index`` on (RocketMQ's ``index/``
+built in the same dispatch rounds: every message has a UNIQ_KEY) and prints ``index cost``:
+its extra put + dispatch CPU per message, and the dispatch CPU with the index over without.
+
 Usage: python bench/bench_cq_cpu.py [--messages N] [--repeat R] [--dir DIR] [--case NAME]...
+       [--index]
 """
 
 from __future__ import annotations
@@ -45,9 +50,11 @@ def _thread_cpu(name: str) -> Callable[[], float]:
     return lambda: 0.0
 
 
-def _run(root: Path, case: str, count: int, consume_queue: bool) -> tuple[float, float, float]:
+def _run(
+    root: Path, case: str, count: int, consume_queue: bool, index: bool = False
+) -> tuple[float, float, float]:
     """One case into a fresh store: (put thread, dispatch thread, process) us/msg."""
-    store = MessageStore.open(_config(root, consume_queue))
+    store = MessageStore.open(_config(root, consume_queue, index))
     try:
         dispatch_cpu = _thread_cpu(_DISPATCH_THREAD)
         put0, dispatch0, process0 = time.thread_time(), dispatch_cpu(), time.process_time()
@@ -69,29 +76,44 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--dir", type=Path, default=None)
     parser.add_argument("--case", choices=list(CASES), action="append", help="default: all")
+    parser.add_argument("--index", action="store_true", help="also with store.message_index")
     args = parser.parse_args()
+    modes = (
+        ((False, False), (True, False), (True, True))
+        if args.index
+        else ((False, False), (True, False))
+    )
     count = args.messages // BATCH * BATCH
     base = Path(tempfile.mkdtemp(dir=args.dir, prefix="bench-cq-cpu-"))
     print(f"load average {os.getloadavg()[0]:.2f}; {count:,} messages, min of {args.repeat} runs")
     print(f"{'case':18} {'queue':5} {'put':>7} {'dispatch':>9} {'process':>8}  (us/msg CPU)")
     try:
         for case in args.case or CASES:
-            best: dict[bool, list[float]] = {}
+            best: dict[tuple[bool, bool], list[float]] = {}
             for _ in range(args.repeat):
-                for on in (False, True):
-                    figures = _run(base / "store", case, count, on)
-                    old = best.get(on)
-                    best[on] = list(figures) if old is None else list(map(min, old, figures))
-            for on in (False, True):
-                put, dispatch, process = best[on]
-                print(
-                    f"{case:18} {'on' if on else 'off':5} {put:7.3f} {dispatch:9.3f} {process:8.3f}"
-                )
-            cost = best[True][0] - best[False][0] + best[True][1]
+                for mode in modes:
+                    figures = _run(base / "store", case, count, *mode)
+                    old = best.get(mode)
+                    best[mode] = list(figures) if old is None else list(map(min, old, figures))
+            for mode in modes:
+                put, dispatch, process = best[mode]
+                name = "+idx" if mode[1] else "on" if mode[0] else "off"
+                print(f"{case:18} {name:5} {put:7.3f} {dispatch:9.3f} {process:8.3f}")
+            off, on = best[(False, False)], best[(True, False)]
+            cost = on[0] - off[0] + on[1]
             print(
-                f"{case:18} cq cost {cost:.3f} us/msg = {cost / best[False][0] * 100:.1f} % of "
-                f"the put path (expected on/off ~{best[False][0] / (best[False][0] + cost):.2f})"
+                f"{case:18} cq cost {cost:.3f} us/msg = {cost / off[0] * 100:.1f} % of "
+                f"the put path (expected on/off ~{off[0] / (off[0] + cost):.2f})"
             )
+            if args.index:
+                idx = best[(True, True)]
+                extra = idx[0] - on[0] + idx[1] - on[1]
+                print(
+                    f"{case:18} index cost {extra:.3f} us/msg; dispatch cost with/without index "
+                    f"{(idx[0] + idx[1] - off[0]) / max(on[0] + on[1] - off[0], 1e-9):.2f}x; "
+                    f"cq+index cost {cost + extra:.3f} us/msg = "
+                    f"{(cost + extra) / off[0] * 100:.1f} % of the put path"
+                )
     finally:
         shutil.rmtree(base, ignore_errors=True)
         print(f"load average {os.getloadavg()[0]:.2f}")

@@ -41,12 +41,14 @@ TOPIC = "BenchTopic"
 BODY = b"x" * 100
 
 
-def _config(root: Path, consume_queue: bool) -> StoreConfig:
+def _config(root: Path, consume_queue: bool, message_index: bool = False) -> StoreConfig:
+    """The ConsumeQueue alone unless ``message_index`` (``bench_cq_cpu.py --index``)."""
     return StoreConfig(
         root_dir=root,
         segment_size_bytes=256 << 20,
         flush_policy=FlushPolicy.ASYNC,
         consume_queue=consume_queue,
+        message_index=message_index,
     )
 
 

@@ -119,6 +119,7 @@ class RocketMQBroker:
         self.grpc_port = 0
         self.namesrv_port = 0
         self.workdir: Path | None = None
+        self._admin_env: tuple[list[Path], tuple[str, ...], dict[str, str]] = ([], (), {})
         self._namesrv: JvmProcess | None = None
         self._proxy: JvmProcess | None = None
 
@@ -208,8 +209,22 @@ class RocketMQBroker:
             cwd=work,
         )
         wait_for_port(self._proxy, self.grpc_port, timeout_s)
+        self._admin_env = (jars, options, env)
         for topic in self.topics:
             self.create_topic(topic, jars, options, env)
+
+    def admin(self, *args: str) -> str:
+        """``mqadmin <args> -n <name server>`` on the running peer: its output (raises
+        ``PeerError`` when it exits non-zero)."""
+        jars, options, env = self._admin_env
+        command = [
+            *java_command("128m", jars, *options),
+            "org.apache.rocketmq.tools.command.MQAdminStartup", *args, "-n", self.namesrv_addr,
+        ]  # fmt: skip
+        done = subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+        if done.returncode != 0:
+            raise PeerError(f"rocketmq: mqadmin {args[0]} failed: {done.stdout}{done.stderr}")
+        return done.stdout + done.stderr
 
     def _broker_conf(self, port: int) -> str:
         assert self.workdir is not None

@@ -2,8 +2,10 @@
 
 Prints one JSON object per message (JSON lines), with the field names of ``rmq-spark dump``.
 By key and by time it reads the reput tables (``--tables``); by message id it reads the one
-record straight from the CommitLog (``--store``), without Spark. The lookups themselves are
-``rmq_spark/spark/query.py``.
+record straight from the CommitLog (``--store``), without Spark; by key with ``--store`` and
+no ``--tables`` it looks the key up in the store's ``index/`` (RocketMQ's IndexFiles) and
+reads the records it names, keeping those that really have the key (a hash match is not).
+The lookups themselves are ``rmq_spark/spark/query.py`` (and ``store/index_files.py``).
 """
 
 from __future__ import annotations
@@ -36,11 +38,14 @@ def register(subparsers: Any) -> None:
         ),
         epilog=(
             "examples: rmq-spark query --tables ./tables --topic orders --key order-1\n"
+            "          rmq-spark query --store ./store --topic orders --key order-1\n"
             "          rmq-spark query --store ./store --msg-id 7F00000100002A9F0000000000000000"
         ),
     )
     parser.add_argument("--tables", type=local_path, default=None, help="reput tables directory")
-    parser.add_argument("--store", type=local_path, default=None, help="store directory (--msg-id)")
+    parser.add_argument(
+        "--store", type=local_path, default=None, help="store directory (--msg-id, --key)"
+    )
     parser.add_argument("--topic", default=None, help="topic (with --key or a time range)")
     what = parser.add_mutually_exclusive_group()
     what.add_argument("--key", default=None, help="a UNIQ_KEY or one KEYS token")
@@ -115,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
         decoded = record_at(args.store, physical_offset)
         print_json_line(record_json(decoded, with_body=not args.no_body))
         return 0
+    if args.key is not None and args.store is not None and args.tables is None:
+        return _by_key_from_index(args)
     if args.tables is None or args.topic is None:
         raise ConfigError("--tables", "by key or by time: give --tables and --topic")
     from rmq_spark.spark import query_local
@@ -131,4 +138,52 @@ def run(args: argparse.Namespace) -> int:
         what = f"key {args.key!r}" if args.key is not None else "the time range"
         print(f"rmq-spark query: no message of topic {args.topic!r} for {what}", file=sys.stderr)
         return 1
+    return 0
+
+
+def _by_key_from_index(args: argparse.Namespace) -> int:
+    """``--store --key``: the records ``index/`` names for the key, checked one by one."""
+    from rmq_spark.cli.common import config_from_args, print_json_line
+    from rmq_spark.errors import MessageNotFoundError, OffsetOutOfRangeError
+    from rmq_spark.spark.query import record_at
+    from rmq_spark.store.index_files import IndexFiles
+    from rmq_spark.store.properties import KEY_SEPARATOR, KEYS, UNIQ_KEY, parse_properties
+
+    if args.topic is None:
+        raise ConfigError("--topic", "--key looks a key up in one topic: give --topic")
+    config = config_from_args(args).store
+    index = IndexFiles.load(
+        args.store, config.index_hash_slots, config.index_entries, _ignore, _now,
+        read_only=True,
+    )  # fmt: skip
+    try:
+        begin = 0 if args.begin is None else args.begin
+        end = (1 << 63) - 1 if args.end is None else args.end - 1  # --end is exclusive
+        offsets = sorted(set(index.query(args.topic, args.key, 64, begin, end)))
+    finally:
+        index.close()
+    found = 0
+    for offset in offsets:
+        try:
+            decoded = record_at(args.store, offset)
+        except (OffsetOutOfRangeError, MessageNotFoundError):
+            continue  # deleted by retention, or not readable yet
+        record = decoded.record
+        props = parse_properties(record.properties)
+        keys = (props.get(KEYS) or "").split(KEY_SEPARATOR)
+        if record.topic == args.topic and (props.get(UNIQ_KEY) == args.key or args.key in keys):
+            print_json_line(record_json(decoded, with_body=not args.no_body))
+            found += 1
+    if not found:
+        print(f"rmq-spark query: no message of topic {args.topic!r} for key {args.key!r} in "
+              f"{args.store}/index", file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
+def _ignore(_timestamp: int) -> None:
+    return None
+
+
+def _now() -> int:
     return 0

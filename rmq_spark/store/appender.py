@@ -213,7 +213,7 @@ class Appender:
             if pending is not None:
                 pending.add(
                     (physical_offset, size, topic, queue_id, queue_offset, 0, request.tags, None,
-                     now)
+                     now, uniq_key)
                 )  # fmt: skip
             mapping = segment.mapping
             if mapping is not None and position + size <= segment.size_bytes:
@@ -292,7 +292,7 @@ class Appender:
             if pending is not None:
                 pending.add(
                     (physical_offset, size, topic, prepared.queue_id, queue_offset,
-                     prepared.sys_flag, None, prepared.properties, now)
+                     prepared.sys_flag, None, prepared.properties, now, None)
                 )  # fmt: skip
             try:
                 segment.append(buf)
@@ -420,7 +420,7 @@ class Appender:
             if cq_pending is not None:
                 cq_pending.add(
                     (offsets, columns.sizes, columns.topics, columns.queue_ids, queue_offsets,
-                     columns.sys_flags, tags, properties, now)
+                     columns.sys_flags, tags, properties, now, uniq_keys)
                 )  # fmt: skip
             failed = self._write_batch(segment, position, data, count)
             if failed is not None:

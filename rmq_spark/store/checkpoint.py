@@ -8,7 +8,7 @@ offset field                   what this store writes there
 ====== ======================= ==========================================================
 0      physicMsgTimestamp      store timestamp of the last record covered by an fsync
 8      logicsMsgTimestamp      not written here (ConsumeQueue builders own it); kept as is
-16     indexMsgTimestamp       not written here (index builders own it); kept as is
+16     indexMsgTimestamp       end timestamp of the last full index file (``set_index_timestamp``)
 24     masterFlushedOffset     physical offset up to which the CommitLog is fsynced
 32     confirmPhyOffset        physical offset up to which readers may read (see below)
 ====== ======================= ==========================================================
@@ -85,6 +85,7 @@ def _astuple(values: CheckpointValues) -> tuple[int, int, int, int, int]:
 
 
 _PHYSIC_TS_POSITION = 0
+_INDEX_TS_POSITION = 16
 _FLUSHED_POSITION = 24
 _CONFIRM_POSITION = 32
 _STABLE_READ_ATTEMPTS = 100
@@ -157,6 +158,13 @@ class Checkpoint:
         )
         self._file.write(0, _FIELDS.pack(*_astuple(values)))
         self.values = values
+
+    def set_index_timestamp(self, index_msg_timestamp_ms: int) -> None:
+        """Record a full, flushed index file's end timestamp (``indexMsgTimestamp``, one
+        8-byte pwrite, then fsync), as ``IndexService.flush`` does on rolling."""
+        self._file.write(_INDEX_TS_POSITION, _I64.pack(index_msg_timestamp_ms))
+        self.values = _replace(self.values, index_msg_timestamp_ms=index_msg_timestamp_ms)
+        self._file.fsync()
 
     def reset(self, confirm_phy_offset: int, flushed_offset: int) -> None:
         """Lower both offsets after recovery truncated the log below them (then fsync)."""

@@ -64,6 +64,9 @@ class StoreConfig:
     consume_queue: bool = True  # dispatch acknowledged records into consumequeue/ (RocketMQ's)
     consume_queue_file_units: int = 300_000  # units per consumequeue/ file (RocketMQ: 300,000)
     consume_queue_flush_interval_ms: int = 1000  # how often consumequeue/ files are fsynced
+    message_index: bool = True  # with consume_queue: RocketMQ's index/ (keys, UNIQ_KEY)
+    index_hash_slots: int = 5_000_000  # slots per index/ file (RocketMQ maxHashSlotNum)
+    index_entries: int = 20_000_000  # entries per index/ file (RocketMQ maxIndexNum)
 
     def __post_init__(self) -> None:
         if not str(self.root_dir):
@@ -81,6 +84,9 @@ class StoreConfig:
         _positive("delete_file_batch_max", self.delete_file_batch_max)
         _positive("consume_queue_file_units", self.consume_queue_file_units)
         _positive("consume_queue_flush_interval_ms", self.consume_queue_flush_interval_ms)
+        _positive("index_hash_slots", self.index_hash_slots)
+        if self.index_entries < 2:  # entry 0 is never used
+            raise ValueError(f"index_entries: must be >= 2, got {self.index_entries}")
         if self.idempotency_window_messages < 0:
             raise ValueError(
                 f"idempotency_window_messages: must be >= 0, got {self.idempotency_window_messages}"

@@ -31,6 +31,7 @@ from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.consume_queues import ConsumeQueues, QueueKey, UnitEntry
 from rmq_spark.store.cq_facts import FactUnits, PendingUnits
 from rmq_spark.store.cq_rule import dispatches, tags_of, unit_tags_code
+from rmq_spark.store.index_dispatch import IndexDispatch
 from rmq_spark.store.scan import LogScan, SegmentSource, StopKind
 
 __all__ = ["Batch", "Collected", "CqDispatcher", "collect_units", "tags_of"]
@@ -138,6 +139,8 @@ class CqDispatcher:
         The store's delay levels (for schedule tagsCodes).
     start_offset
         Where dispatching resumes (recovery dispatched everything below it).
+    index
+        The IndexFile's dispatch, fed the same facts in the same round (``None``: off).
 
     ``pending`` is where the put path hands over the facts of each record it writes
     (``cq_facts.PendingUnits``), from ``start_offset`` on.
@@ -150,8 +153,10 @@ class CqDispatcher:
         acknowledged_end: Callable[[], int],
         delay_levels_ms: tuple[int, ...],
         start_offset: int,
+        index: IndexDispatch | None = None,
     ) -> None:
         self._queues = queues
+        self._index = index
         self._commitlog = commitlog
         self._acknowledged_end = acknowledged_end
         self._units = FactUnits(delay_levels_ms)
@@ -248,6 +253,8 @@ class CqDispatcher:
         runs = self._units.runs(facts, self._commitlog.min_offset) if facts else {}
         if runs:
             self._queues.place_runs(runs)
+        if facts and self._index is not None:
+            self._index.add_facts(facts)
         self._offset = end
         self._queues.set_dispatched(end, set(runs))
         return bool(runs)

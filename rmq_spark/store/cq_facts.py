@@ -9,10 +9,12 @@ and their tagsCode is ``cq_rule.py``'s, as for the recovery scan (``cq_dispatch`
 A fact is one tuple per put call, never one object per record of a batch:
 
 * ``SingleFact``: ``(physical_offset, size, topic, queue_id, queue_offset, sys_flag, tags,
-  properties, store_timestamp_ms)`` of one record;
+  properties, store_timestamp_ms, uniq_key)`` of one record;
 * ``BatchFact``: the same fields as columns (ascending physical offsets), one store
   timestamp; ``tags`` ``None``: read TAGS from ``properties``; ``properties`` ``None``:
-  every record's properties are only its TAGS and a UNIQ_KEY (``cq_rule.unit_tags_code``).
+  every record's properties are only its TAGS and the ``uniq_key`` (``cq_rule.unit_tags_code``;
+  the IndexFile reads that key, ``index_dispatch.py``); with ``properties``, the IndexFile
+  reads UNIQ_KEY and KEYS there and ``uniq_key`` may be ``None``.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from rmq_spark.store.cq_rule import SPECIAL_TOPICS, TagsCodes, dispatches, unit_
 
 __all__ = ["BatchFact", "FactUnits", "PendingUnits", "Run", "SingleFact", "pack_units"]
 
-SingleFact = tuple[int, int, str, int, int, int, str | None, str | None, int]
+SingleFact = tuple[int, int, str, int, int, int, str | None, str | None, int, str | None]
 BatchFact = tuple[
     Sequence[int],
     Sequence[int],
@@ -41,6 +43,7 @@ BatchFact = tuple[
     Sequence[str | None] | None,
     Sequence[str | None] | None,
     int,
+    Sequence[str | None] | None,
 ]
 Fact = SingleFact | BatchFact
 Column = Sequence[int] | int
@@ -144,9 +147,9 @@ def _split(fact: BatchFact, cut: int) -> tuple[BatchFact, BatchFact]:
     def part(column: Sequence[object] | None, low: int, high: int | None) -> object:
         return None if column is None else column[low:high]
 
-    ts = fact[8]
-    head = tuple(part(c, 0, cut) for c in fact[:8]) + (ts,)
-    tail = tuple(part(c, cut, None) for c in fact[:8]) + (ts,)
+    ts, keys = fact[8], fact[9]
+    head = (*(part(c, 0, cut) for c in fact[:8]), ts, part(keys, 0, cut))
+    tail = (*(part(c, cut, None) for c in fact[:8]), ts, part(keys, cut, None))
     return cast("BatchFact", head), cast("BatchFact", tail)
 
 
@@ -229,7 +232,7 @@ class FactUnits:
         return out
 
     def _add(self, out: dict[tuple[str, int], list[Run]], fact: BatchFact, low: int) -> None:
-        offsets, sizes, topics, queue_ids, queue_offsets, sys_flags, tags, props, stamp = fact
+        offsets, sizes, topics, queue_ids, queue_offsets, sys_flags, tags, props, stamp = fact[:9]
         ts: int | Sequence[int] = stamp  # a column for single puts' facts (``_columns_of``)
         n = len(offsets)
         if sys_flags.count(sys_flags[0]) == n:
@@ -333,11 +336,11 @@ def _stride(queue_ids: Sequence[int], n: int) -> int:
 
 def _columns_of(singles: list[SingleFact]) -> BatchFact:
     """Single-record facts as one batch (a transpose in C)."""
-    columns = list(zip(*singles))  # noqa: B905 - every fact has 9 fields
+    columns = list(zip(*singles))  # noqa: B905 - every fact has 10 fields
     props = columns[7]
     return cast(
         "BatchFact",
-        (*columns[:7], None if props.count(None) == len(props) else props, columns[8]),
+        (*columns[:7], None if props.count(None) == len(props) else props, *columns[8:]),
     )
 
 

@@ -198,7 +198,7 @@ class MessageStore:
             )
         if config.consume_queue:
             self._cq = cq = ConsumeQueueService.start(
-                config, self._commitlog, end, state.queue_offsets.copy(), self._confirmed
+                config, self._commitlog, state, self._confirmed, self._checkpoint
             )
             self.consume_queue_recovery: CqRecovery = cq.recovery
             self._appender.cq_pending = cq.pending

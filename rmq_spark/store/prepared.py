@@ -119,6 +119,7 @@ def facts_of(
         None,
         [message.properties for message in writes],
         now,
+        None,
     )
 
 

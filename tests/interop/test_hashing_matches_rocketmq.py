@@ -13,6 +13,7 @@ from rmq_java import b64
 from rmq_spark.interop import Harness
 from rmq_spark.store.codec import body_crc
 from rmq_spark.store.hashing import index_key_hash, java_string_hash, tags_code
+from rmq_spark.store.index_file import KeyHashes
 from rmq_spark.store.message import HostAddress
 from rmq_spark.store.msg_id import decode_offset_msg_id, offset_msg_id
 from rmq_spark.store.properties import encode_properties, java_hashmap_order, parse_properties
@@ -57,6 +58,8 @@ def test_string_hashes_match_java(harness: Harness) -> None:
         assert java_string_hash(s) == answer["hashCode"], s
         assert tags_code(s) == answer["tagsCode"], s
         assert index_key_hash(s) == answer["indexKeyHash"], s
+        cut = len(s) // 3  # the IndexFile writer's column hash, with any prefix
+        assert KeyHashes().of(s[:cut], [s[cut:]]) == [answer["indexKeyHash"]], s
         assert body_crc(s.encode("utf-8")) == answer["crc32Utf8"], s
 
 

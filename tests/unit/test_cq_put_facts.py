@@ -183,17 +183,21 @@ def test_the_facts_of_a_failed_write_are_dropped(tmp_path: Path) -> None:
 
 def test_pending_facts_drop_and_split_at_the_acknowledged_end() -> None:
     pending = PendingUnits()
-    pending.add((0, 10, "T", 0, 0, 0, "a", None, 1))
-    batch = ([10, 20, 30], [10, 10, 10], ["T"] * 3, [0] * 3, [1, 2, 3], [0] * 3, None, None, 1)
+    pending.add((0, 10, "T", 0, 0, 0, "a", None, 1, "K0"))
+    batch = ([10, 20, 30], [10] * 3, ["T"] * 3, [0] * 3, [1, 2, 3], [0] * 3, None, None, 1, "abc")
     pending.add(batch)
-    pending.add((40, 10, "T", 0, 4, 0, None, None, 1))
+    pending.add((40, 10, "T", 0, 4, 0, None, None, 1, None))
     pending.drop_from(40)
     assert len(pending) == 2
     head = pending.take(25)
     assert [fact[0] for fact in head] == [0, [10, 20]]
+    assert head[1][9] == "ab"  # the UNIQ_KEY column is split with the others
     assert [fact[0] for fact in pending.take(100)] == [[30]]
-    later = ([60, 70, 80], [10] * 3, ["T"] * 3, [0] * 3, [6, 7, 8], [0] * 3, None, None, 1)
-    single, last = (50, 10, "T", 0, 5, 0, None, None, 1), (90, 10, "T", 0, 9, 0, None, None, 1)
+    later = ([60, 70, 80], [10] * 3, ["T"] * 3, [0] * 3, [6, 7, 8], [0] * 3, None, None, 1, None)
+    single, last = (
+        (50, 10, "T", 0, 5, 0, None, None, 1, None),
+        (90, 10, "T", 0, 9, 0, None, None, 1, None),
+    )
     for fact in (single, later, last):
         pending.add(fact)
     assert pending.take(90) == [single, later]  # 90 is not below 90
@@ -286,15 +290,15 @@ def test_fact_units_are_the_rule_applied_record_by_record(seed: int) -> None:
             next_offset += size
         has_props = any(p is not None for p in columns[7])
         if n == 1 and rng.random() < 0.5:
-            facts.append((*records[-1][:8], 77))
+            facts.append((*records[-1][:8], 77, None))
         else:
             if has_props:  # a general batch: every record's properties, no TAGS column
                 for row in records[-n:]:
                     if row[7] is None:
                         row[7] = f"TAGS\x01{row[6]}\x02" if row[6] else ""
-                facts.append((*columns[:6], None, [row[7] for row in records[-n:]], 77))
+                facts.append((*columns[:6], None, [row[7] for row in records[-n:]], 77, None))
             else:
-                facts.append((*columns[:7], None, 77))
+                facts.append((*columns[:7], None, 77, None))
     for offset, size, t, q, qo, sys_flag, tags, props in records:
         if dispatches(sys_flag):
             code = unit_tags_code(t, props, tags, 77, levels)
