@@ -158,10 +158,10 @@ class ConsumerRpcs:
         return max(0.0, poll_s)
 
     def _release(self, receive: Receive, deliveries: list[Delivery]) -> None:
-        request = receive.request
+        pop = receive.request
         for delivery in deliveries:
             self.service.change_invisible(
-                request.group, request.topic, delivery.handle.encode(), _NACK_ON_WRITE_FAILURE_MS
+                pop.group, pop.topic, delivery.handle.encode(), _NACK_ON_WRITE_FAILURE_MS
             )
 
     # --- unary RPCs ----------------------------------------------------------------------
