@@ -48,7 +48,8 @@ _RESPONSES = {
 
 class Gate:
     """The decision for one call: ``admit(request)`` is ``(reply, None)`` to send ``reply``
-    instead of running the handler, or ``(None, resolved)`` to run it on ``resolved``."""
+    (a tuple of replies for a refused ReceiveMessage) instead of running the handler, or
+    ``(None, resolved)`` to run it on ``resolved``."""
 
     def __init__(self, method: str, identity: Identity | Refusal | None, *, enabled: bool) -> None:
         self.method = method
@@ -72,7 +73,12 @@ class Gate:
         resolved = resolve(self.method, request)
         if isinstance(resolved, Refused):
             log.debug("broker: %s refused: %s", self.method, resolved.message)
-            return self._reply(resolved.code, resolved.message), None
+            reply = self._reply(resolved.code, resolved.message)
+            if self.method == "ReceiveMessage":  # as the handler answers a refused receive
+                timestamp = spb.ReceiveMessageResponse()
+                timestamp.delivery_timestamp.GetCurrentTime()
+                return (reply, timestamp), None
+            return reply, None
         if not self.enabled:
             return None, resolved
         assert isinstance(self.identity, Identity)
@@ -180,7 +186,8 @@ def _gated(handler: Any, gate: Gate | StoreGate) -> Any:
             edge = _EdgeContext(context, gate)
             refusal = edge.admit(request)
             if refusal is not None:
-                yield refusal
+                for response in refusal if isinstance(refusal, tuple) else (refusal,):
+                    yield response
                 return
             async for response in inner_server_stream(request, edge):
                 yield response

@@ -6,7 +6,8 @@ in ``_RESOLVERS``; an RPC without one is refused), the request's consumer group 
 ``topics.full_topic_name``) in a ``Resolved``, or a ``Refused`` when a name is illegal:
 ``ILLEGAL_CONSUMER_GROUP`` (``topics.group_name_problem``; a system group only where the RPC
 reads offsets) or ``ILLEGAL_TOPIC`` (an RPC's one topic that cannot be a stored topic,
-``topics.stored_topic_problem``; a batch's topics are answered per message by the service).
+``topics.stored_topic_problem``; a batch's topics are answered per message by the service;
+the RPCs the broker does not serve keep their UNSUPPORTED / NOT_IMPLEMENTED answer).
 
 ``auth_grpc.AuthInterceptor`` resolves each call (each Telemetry command) once, checks the ACL
 on exactly those names (``acl.needs_of``) and hands the same ``Resolved`` to the handler as
@@ -128,10 +129,12 @@ _RESOLVERS: dict[str, Callable[[Any], Resolved | Refused]] = {
     "QueryRoute": lambda r: _of("QueryRoute", None, _topic(r.topic)),
     "Heartbeat": _heartbeat,
     "SendMessage": lambda r: _of("SendMessage", None, *(_name(m.topic) for m in r.messages)),
-    "EndTransaction": lambda r: _of("EndTransaction", None, _topic(r.topic)),
-    "RecallMessage": lambda r: _of("RecallMessage", None, _topic(r.topic)),
+    # not served (UNSUPPORTED / NOT_IMPLEMENTED): named for the ACL, not judged
+    "EndTransaction": lambda r: _of("EndTransaction", None, _name(r.topic)),
+    "RecallMessage": lambda r: _of("RecallMessage", None, _name(r.topic)),
+    "PullMessage": lambda r: _of("PullMessage", _name(r.group), _name(r.message_queue.topic)),
+    "SyncLiteSubscription": lambda r: _of("SyncLiteSubscription", _name(r.group), _name(r.topic)),
     "ReceiveMessage": lambda r: _consumer("ReceiveMessage", r, r.message_queue.topic),
-    "PullMessage": lambda r: _consumer("PullMessage", r, r.message_queue.topic),
     "AckMessage": lambda r: _consumer("AckMessage", r, r.topic),
     "ChangeInvisibleDuration": lambda r: _consumer("ChangeInvisibleDuration", r, r.topic),
     "ForwardMessageToDeadLetterQueue": lambda r: _consumer(
@@ -146,7 +149,6 @@ _RESOLVERS: dict[str, Callable[[Any], Resolved | Refused]] = {
     # a system group's offsets may be read, not committed
     "GetOffset": lambda r: _consumer("GetOffset", r, r.message_queue.topic, system_ok=True),
     "QueryOffset": lambda r: _of("QueryOffset", None, _topic(r.message_queue.topic)),
-    "SyncLiteSubscription": lambda r: _consumer("SyncLiteSubscription", r, r.topic),
     # rmq_spark.v1.StoreService: an entry by CommitLog offset names no topic ("")
     "SendBack": lambda r: _of("SendBack", _group(r.group), *(_name(e.topic) for e in r.entries)),
     "Redeliver": lambda r: _of("Redeliver", None, *(_name(m.topic) for m in r.messages)),
