@@ -292,7 +292,8 @@ SYSTEM_GROUPS = {"%RETRY%x", "%DLQ%x", "CID_RMQ_SYS_x"}  # GetOffset may read th
 def test_bad_and_system_group_names_are_illegal_for_every_rpc_that_names_a_group(
     broker_factory: Callable[..., BrokerProcess], tmp_path: Path, name: str, auth: str
 ) -> None:
-    """Refused at the edge with auth on or off, before any handler or ACL sees the name."""
+    """Refused at the edge with auth on or off, before any handler or ACL sees the name (an
+    unsigned caller, with auth on, is refused first)."""
     server = auth_broker(broker_factory, tmp_path) if auth == "on" else broker_factory(SMALL)
     group, topic = resource(name, ""), resource("tA", "")
     requests = _requests(group, topic)
@@ -303,6 +304,10 @@ def test_bad_and_system_group_names_are_illegal_for_every_rpc_that_names_a_group
             continue
         assert status.code == pb.ILLEGAL_CONSUMER_GROUP, (method, status)
         assert "\n" not in status.message and len(status.message) < 400
+        if auth == "on":  # who may not call learns nothing about the name
+            unsigned = (("x-mq-client-id", "anonymous"),)
+            status = call(server.address, method, requests[method], unsigned).status
+            assert status.code == pb.UNAUTHORIZED, (method, status)
 
 
 def test_a_namespaced_group_name_is_limited_to_255_characters_in_all(
