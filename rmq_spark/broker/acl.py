@@ -4,13 +4,14 @@ Owns the ACL model (RocketMQ 5's ACL 2.0 shape: a user is ``Super`` or ``Normal`
 user's policies name a resource ``Topic:orders``, ``Topic:order-*`` (prefix), ``Topic:*``,
 ``Group:billing`` or ``*``, the actions it covers and a decision, Allow or Deny), the users file
 (``load_users``: TOML, read by the broker, never stored in the store), and ``needs_of``: the one
-table that says which rights every MessagingService RPC needs, read from its request.
+table that says which rights every RPC needs, on the resources ``resources.resolve`` resolved
+its request to.
 
-Every resource is checked under its full name (``topics.full_topic_name``: ``namespace%name``),
-the same name the service acts on. A prefix's ``*`` stands for characters other than ``%``, so a
-prefix never reaches across a namespace separator: ``Topic:A*`` matches ``A`` and ``A-1`` but
-not ``A%orders`` (topic ``orders`` of namespace ``A``) nor ``Ab%orders``; grant a namespace with
-``Topic:A%*``. A bare ``*`` (``Topic:*``, ``*``) still matches every name.
+Every resource is checked under its full name (``resources.Name.full``: ``namespace%name``),
+the very name the handler is then given. A prefix's ``*`` stands for characters other than
+``%``, so a prefix never reaches across a namespace separator: ``Topic:A*`` matches ``A`` and
+``A-1`` but not ``A%orders`` (topic ``orders`` of namespace ``A``) nor ``Ab%orders``; grant a
+namespace with ``Topic:A%*``. A bare ``*`` (``Topic:*``, ``*``) still matches every name.
 
 Deny by default: a right no policy allows is refused. When several policies match, the most
 specific one decides (a literal name before a prefix, a longer prefix before a shorter one,
@@ -29,12 +30,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.broker.topics import full_topic_name
+from rmq_spark.broker.resources import Resolved
 from rmq_spark.errors import ConfigError
 
 __all__ = [
     "Action",
-    "CONSUMER_CLIENT_TYPES",
     "Need",
     "Policy",
     "User",
@@ -44,7 +44,7 @@ __all__ = [
     "needs_of",
     "parse_policy",
     "parse_users",
-    "resource_name",
+    "rights_names",
 ]
 
 
@@ -236,87 +236,52 @@ def load_users(path: Path) -> dict[str, User]:
 
 _PUB = (Action.PUB,)
 _SUB = (Action.SUB,)
-# ClientType PUSH/SIMPLE/PULL/LITE_* consumers: a Heartbeat from one names its group.
-CONSUMER_CLIENT_TYPES = frozenset({2, 3, 4, 5, 6})
+# (actions on the group, actions on each topic) of a ``Resolved``'s ``rights``; a group is
+# checked only when the request names one (a producer's Heartbeat names none).
+_RIGHTS: dict[str, tuple[tuple[Action, ...], tuple[Action, ...]]] = {
+    "QueryRoute": ((), (Action.PUB, Action.SUB)),
+    "Heartbeat": (_SUB, ()),
+    "SendMessage": ((), _PUB),
+    "EndTransaction": ((), _PUB),
+    "RecallMessage": ((), _PUB),
+    "ReceiveMessage": (_SUB, _SUB),
+    "PullMessage": (_SUB, _SUB),
+    "AckMessage": (_SUB, _SUB),
+    "ChangeInvisibleDuration": (_SUB, _SUB),
+    "ForwardMessageToDeadLetterQueue": (_SUB, _SUB),
+    "QueryAssignment": (_SUB, _SUB),
+    "NotifyClientTermination": (_SUB, ()),
+    "Telemetry": (_SUB, _SUB),  # a consumer's settings: its group and topics
+    "Telemetry/publishing": ((), _PUB),  # a producer's settings: the topics it declares
+    "UpdateOffset": ((Action.UPDATE,), _SUB),
+    "GetOffset": ((Action.GET, Action.SUB), _SUB),
+    "QueryOffset": ((), _SUB),
+    "SyncLiteSubscription": (_SUB, _SUB),
+    # StoreService: a send-back needs what an Ack of the delivery needs (store_gate.py)
+    "SendBack": (_SUB, _SUB),
+    "Redeliver": ((), (Action.REDELIVER,)),
+}
 
 
-def resource_name(resource: Any) -> str:
-    """An ``apache.rocketmq.v2.Resource`` as the name a policy matches and the service acts
-    on: its full name (``topics.full_topic_name``)."""
-    return full_topic_name(str(resource.name), str(resource.resource_namespace))
+def rights_names() -> frozenset[str]:
+    """The ``Resolved.rights`` keys ``needs_of`` knows."""
+    return frozenset(_RIGHTS)
 
 
-def _topic(resource: Any, actions: tuple[Action, ...] = _SUB) -> Need:
-    return Need("Topic", resource_name(resource), actions)
-
-
-def _group(resource: Any, actions: tuple[Action, ...] = _SUB) -> Need:
-    return Need("Group", resource_name(resource), actions)
-
-
-def _settings_needs(command: Any) -> list[Need]:
-    """A Telemetry command: the topics a producer declares (Pub), a consumer's group and
-    topics (Sub); other commands need nothing beyond authentication."""
-    if command.WhichOneof("command") != "settings":
-        return []
-    settings = command.settings
-    if settings.HasField("publishing"):
-        return [_topic(topic, _PUB) for topic in settings.publishing.topics]
-    if settings.HasField("subscription"):
-        subscription = settings.subscription
-        needs = [_group(subscription.group)]
-        return needs + [_topic(entry.topic) for entry in subscription.subscriptions]
-    return []
-
-
-def _send_needs(request: Any, is_redelivery: Any) -> list[Need]:
+def needs_of(resolved: Resolved) -> list[Need] | None:
+    """The rights a request needs, on exactly the names it was resolved to
+    (``resources.resolve``); ``None`` for rights this table does not know (refused when auth
+    is on: deny by default)."""
+    rights = _RIGHTS.get(resolved.rights)
+    if rights is None:
+        return None
+    group_actions, topic_actions = rights
     needs = []
-    for message in request.messages:
-        if is_redelivery(message):
-            needs.append(Need("Topic", message.topic.name, (Action.REDELIVER,)))
-        else:
-            needs.append(_topic(message.topic, _PUB))
+    if group_actions and resolved.group is not None:
+        needs.append(Need("Group", resolved.group.full, group_actions))
+    if topic_actions:
+        needs += [Need("Topic", topic.full, topic_actions) for topic in resolved.topics]
     return needs
-
-
-def needs_of(method: str, request: Any, is_redelivery: Any = None) -> list[Need] | None:
-    """The rights ``method`` needs for ``request``; ``None`` for a method this table does not
-    know (refused when auth is on: deny by default).
-
-    ``is_redelivery(message)`` tells a SendMessage message that is a redelivery request
-    (``broker.redelivery.is_redelivery_message``): it needs ``Redeliver`` on its system topic
-    instead of ``Pub``.
-    """
-    r = request
-    table: dict[str, Any] = {
-        "QueryRoute": lambda: [_topic(r.topic, (Action.PUB, Action.SUB))],
-        "Heartbeat": lambda: (
-            [_group(r.group)] if r.client_type in CONSUMER_CLIENT_TYPES and r.group.name else []
-        ),
-        "SendMessage": lambda: _send_needs(r, is_redelivery or (lambda _m: False)),
-        "EndTransaction": lambda: [_topic(r.topic, _PUB)],
-        "RecallMessage": lambda: [_topic(r.topic, _PUB)],
-        "ReceiveMessage": lambda: [_group(r.group), _topic(r.message_queue.topic)],
-        "PullMessage": lambda: [_group(r.group), _topic(r.message_queue.topic)],
-        "AckMessage": lambda: [_group(r.group), _topic(r.topic)],
-        "ChangeInvisibleDuration": lambda: [_group(r.group), _topic(r.topic)],
-        "ForwardMessageToDeadLetterQueue": lambda: [_group(r.group), _topic(r.topic)],
-        "QueryAssignment": lambda: [_group(r.group), _topic(r.topic)],
-        "NotifyClientTermination": lambda: [_group(r.group)] if r.group.name else [],
-        "Telemetry": lambda: _settings_needs(r),
-        "UpdateOffset": lambda: [
-            _group(r.group, (Action.UPDATE,)),
-            _topic(r.message_queue.topic),
-        ],
-        "GetOffset": lambda: [
-            _group(r.group, (Action.GET, Action.SUB)),
-            _topic(r.message_queue.topic),
-        ],
-        "QueryOffset": lambda: [_topic(r.message_queue.topic)],
-        "SyncLiteSubscription": lambda: [_group(r.group), _topic(r.topic)],
-    }
-    build = table.get(method)
-    return None if build is None else list(build())
 
 
 def missing_rights(user: User, needs: Sequence[Need]) -> list[Need]:

@@ -1,11 +1,15 @@
-"""The one place every RPC is authenticated and authorised: a ``grpc.aio`` server interceptor.
+"""The one place every RPC is authenticated, resolved and authorised: a ``grpc.aio`` interceptor.
 
 Owns ``AuthInterceptor``: for each MessagingService call it reads the signature headers once
-(``auth.Authenticator``), then, before the handler sees a request, checks the rights the
-request needs (``acl.needs_of``): unary calls, server streams (ReceiveMessage) and every
-command of a Telemetry stream. A refused call gets the handler's own response type with
-status ``UNAUTHORIZED`` (40100), as the Java proxy answers both an AuthenticationException and
-an AuthorizationException; the handler never runs, so nothing is stored.
+(``auth.Authenticator``), then, before the handler sees a request, resolves the resources it
+names (``resources.resolve``: once per call, per command of a Telemetry stream) and checks the
+rights it needs on exactly those names (``acl.needs_of``): unary calls, server streams
+(ReceiveMessage) and every command of a Telemetry stream. The handler runs on the same
+``Resolved`` (``context.resolved``), with auth on or off. An illegal name gets its typed
+status (``ILLEGAL_CONSUMER_GROUP``, ``ILLEGAL_TOPIC``); a refused call gets the handler's own
+response type with status ``UNAUTHORIZED`` (40100), as the Java proxy answers both an
+AuthenticationException and an AuthorizationException; the handler never runs, so nothing is
+stored.
 
 rmq-spark's own ``StoreService`` (send-back, redelivery: ``store_rpc.py``) is gated with auth
 on *and* off by ``store_gate.StoreGate``.
@@ -23,11 +27,12 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 
-from rmq_spark.broker.acl import Action, Need, missing_rights, needs_of
+from rmq_spark.broker.acl import missing_rights, needs_of
 from rmq_spark.broker.auth import Authenticator, Identity, Refusal
 from rmq_spark.broker.limits import Admitted
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.resources import Refused, Resolved, resolve
 from rmq_spark.broker.store_gate import StoreGate
 from rmq_spark.broker.store_rpc import STORE_SERVICE
 
@@ -42,8 +47,9 @@ _RESPONSES = {
 
 
 class Gate:
-    """The decision for one call: ``refusal(request)`` is the reply to send instead of
-    running the handler, or ``None`` to let it run."""
+    """The decision for one call: ``admit(request)`` is ``(reply, None)`` to send ``reply``
+    (a tuple of replies for a refused ReceiveMessage) instead of running the handler, or
+    ``(None, resolved)`` to run it on ``resolved``."""
 
     def __init__(self, method: str, identity: Identity | Refusal | None, *, enabled: bool) -> None:
         self.method = method
@@ -51,7 +57,7 @@ class Gate:
         self.enabled = enabled
         self._response_cls = _RESPONSES[method]
 
-    def refusal(self, request: Any) -> Any | None:
+    def admit(self, request: Any) -> tuple[Any | None, Resolved | None]:
         if self.enabled and not isinstance(self.identity, Identity):
             reason = (
                 self.identity.message
@@ -59,62 +65,76 @@ class Gate:
                 else "authentication required: sign requests with Credentials(access key, "
                 "secret key)"
             )
-            return self._unauthorized(reason)
+            return self._unauthorized(reason), None
         if isinstance(request, Admitted):  # a SendMessage booked in the in-flight budget
             request = request.message
         if not hasattr(request, "DESCRIPTOR"):  # Malformed: the handler answers BAD_REQUEST
-            return None
+            return None, None
+        resolved = resolve(self.method, request)
+        if isinstance(resolved, Refused):
+            log.debug("broker: %s refused: %s", self.method, resolved.message)
+            reply = self._reply(resolved.code, resolved.message)
+            if self.method == "ReceiveMessage":  # as the handler answers a refused receive
+                timestamp = spb.ReceiveMessageResponse()
+                timestamp.delivery_timestamp.GetCurrentTime()
+                return (reply, timestamp), None
+            return reply, None
         if not self.enabled:
-            return None
+            return None, resolved
         assert isinstance(self.identity, Identity)
-        needs = needs_of(self.method, request)
+        needs = needs_of(resolved)
         if needs is None:
-            return self._unauthorized(f"{self.method} is not allowed to {self.identity.name}")
-        missing = self._missing(self.identity, needs)
+            return self._unauthorized(f"{self.method} is not allowed to {self.identity.name}"), None
+        # The store identity holds no MessagingService right (its RPCs are StoreService's).
+        user = self.identity.user
+        missing = list(needs) if user is None else missing_rights(user, needs)
         if missing:
-            return self._unauthorized(f"user {self.identity.name} may not {missing[0]}")
-        return None
-
-    @staticmethod
-    def _missing(identity: Identity, needs: list[Need]) -> list[Need]:
-        if identity.user is None:  # the store identity: StoreService only (store_gate.py)
-            return [need for need in needs if Action.REDELIVER not in need.actions]
-        return missing_rights(identity.user, needs)
+            return self._unauthorized(f"user {self.identity.name} may not {missing[0]}"), None
+        return None, resolved
 
     def _unauthorized(self, message: str) -> Any:
         log.info("broker: %s refused: %s", self.method, message)
-        status = pb.Status(code=pb.UNAUTHORIZED, message=message)
+        return self._reply(pb.UNAUTHORIZED, message)
+
+    def _reply(self, code: int, message: str) -> Any:
+        status = pb.Status(code=code, message=message)
         if self.method == "Telemetry":
             return spb.TelemetryCommand(status=status)
         return self._response_cls(status=status)
 
 
-class _GatedContext:
-    """A stream's context whose ``read`` answers refused commands itself (Telemetry)."""
+class _EdgeContext:
+    """A call's context as its handler sees it: ``resolved`` is what the gate resolved the
+    request to (``resources.resolved_of``); a stream's ``read`` answers refused commands
+    itself and resolves each command it returns (Telemetry)."""
 
-    def __init__(self, context: Any, gate: Gate) -> None:
+    def __init__(self, context: Any, gate: Gate | StoreGate) -> None:
         self._context = context
         self._gate = gate
+        self.resolved: Resolved | None = None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._context, name)
+
+    def admit(self, request: Any) -> Any | None:
+        """The gate's reply instead of the handler, or ``None`` (then ``resolved`` is set)."""
+        refusal, self.resolved = self._gate.admit(request)
+        return refusal
 
     async def read(self) -> Any:
         while True:
             command = await self._context.read()
             if command is grpc.aio.EOF:
                 return command
-            refusal = self._gate.refusal(command)
+            refusal = self.admit(command)
             if refusal is None:
                 return command
             await self._context.write(refusal)
 
 
 class AuthInterceptor(grpc.aio.ServerInterceptor):
-    """Runs a ``Gate`` in front of every MessagingService handler.
-
-    With auth off only StoreService is gated; MessagingService calls pass untouched.
-    """
+    """Runs a ``Gate`` (a ``StoreGate`` for StoreService) in front of every handler, with
+    auth on or off: each request is resolved there once (``resources.resolve``)."""
 
     def __init__(self, authenticator: Authenticator) -> None:
         self._auth = authenticator
@@ -133,14 +153,14 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             and (service.strip("/") != _SERVICE.full_name or method not in _RESPONSES)
         ):
             return handler
-        if not self._auth.enabled and not store_call:
-            return handler
-        metadata = {
-            key: value
-            for key, value in handler_call_details.invocation_metadata or ()
-            if isinstance(value, str)
-        }
-        identity, enabled = self._auth.authenticate(metadata), self._auth.enabled
+        enabled, identity = self._auth.enabled, None
+        if enabled or store_call:
+            metadata = {
+                key: value
+                for key, value in handler_call_details.invocation_metadata or ()
+                if isinstance(value, str)
+            }
+            identity = self._auth.authenticate(metadata)
         if store_call:
             return _gated(handler, StoreGate(method, identity, enabled=enabled))
         return _gated(handler, Gate(method, identity, enabled=enabled))
@@ -156,18 +176,20 @@ def _gated(handler: Any, gate: Gate | StoreGate) -> Any:
         inner_stream = handler.stream_stream
 
         async def stream_stream(request_iterator: Any, context: Any) -> Any:
-            return await inner_stream(request_iterator, _GatedContext(context, gate))
+            return await inner_stream(request_iterator, _EdgeContext(context, gate))
 
         return grpc.stream_stream_rpc_method_handler(stream_stream, **codecs)
     if handler.response_streaming:
         inner_server_stream = handler.unary_stream
 
         async def unary_stream(request: Any, context: Any) -> AsyncIterator[Any]:
-            refusal = gate.refusal(request)
+            edge = _EdgeContext(context, gate)
+            refusal = edge.admit(request)
             if refusal is not None:
-                yield refusal
+                for response in refusal if isinstance(refusal, tuple) else (refusal,):
+                    yield response
                 return
-            async for response in inner_server_stream(request, context):
+            async for response in inner_server_stream(request, edge):
                 yield response
 
         return grpc.unary_stream_rpc_method_handler(unary_stream, **codecs)
@@ -176,9 +198,10 @@ def _gated(handler: Any, gate: Gate | StoreGate) -> Any:
     inner = handler.unary_unary
 
     async def unary_unary(request: Any, context: Any) -> Any:
-        refusal = gate.refusal(request)
+        edge = _EdgeContext(context, gate)
+        refusal = edge.admit(request)
         if refusal is not None:
             return refusal
-        return await inner(request, context)
+        return await inner(request, edge)
 
     return grpc.unary_unary_rpc_method_handler(unary_unary, **codecs)

@@ -15,7 +15,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from rmq_spark.broker.acl import CONSUMER_CLIENT_TYPES
 from rmq_spark.broker.consume_wire import consumer_settings, delivered_message
 from rmq_spark.broker.consumer.groups import Delivery
 from rmq_spark.broker.consumer.service import (
@@ -24,12 +23,11 @@ from rmq_spark.broker.consumer.service import (
     ConsumeService,
     Receive,
     Rejected,
-    full_group_name,
 )
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.resources import Name, resolved_of
 from rmq_spark.broker.service import SendCode
-from rmq_spark.broker.topics import full_topic_name, group_name_problem
 
 __all__ = ["ConsumerRpcs", "consume_status_code"]
 
@@ -132,16 +130,13 @@ class ConsumerRpcs:
             raise
 
     def _prepare(self, request: Any, context: Any) -> Receive | Rejected:
-        group = request.group
-        problem = group_name_problem(group.name, group.resource_namespace)
-        if problem is not None:
-            return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, problem)
-        queue = request.message_queue
+        resolved = resolved_of(context)  # the names the ACL checked (resources.py)
+        assert resolved.group is not None
         expression = request.filter_expression
         return self.service.prepare(
-            full_group_name(group.name, group.resource_namespace),  # the name the ACL checked
-            queue.topic.name,
-            queue.topic.resource_namespace,
+            resolved.group.full,
+            resolved.topic.name,
+            resolved.topic.namespace,
             filter_kind=_FILTER_KINDS.get(expression.type, "TAG"),
             expression=expression.expression or "*",
             batch_size=request.batch_size,
@@ -163,17 +158,16 @@ class ConsumerRpcs:
         return max(0.0, poll_s)
 
     def _release(self, receive: Receive, deliveries: list[Delivery]) -> None:
-        request = receive.request
+        pop = receive.request
         for delivery in deliveries:
             self.service.change_invisible(
-                request.group, request.topic, delivery.handle.encode(), _NACK_ON_WRITE_FAILURE_MS
+                pop.group, pop.topic, delivery.handle.encode(), _NACK_ON_WRITE_FAILURE_MS
             )
 
     # --- unary RPCs ----------------------------------------------------------------------
 
     async def ack_message(self, request: Any, context: Any) -> Any:
-        group = full_group_name(request.group.name, request.group.resource_namespace)
-        topic = full_topic_name(request.topic.name, request.topic.resource_namespace)
+        group, topic = _group_and_topic(context)
         entries = []
         for entry in request.entries:
             rejected = self.service.ack(group, topic, entry.receipt_handle)
@@ -193,8 +187,7 @@ class ConsumerRpcs:
         return spb.AckMessageResponse(status=top, entries=entries)
 
     async def change_invisible_duration(self, request: Any, context: Any) -> Any:
-        group = full_group_name(request.group.name, request.group.resource_namespace)
-        topic = full_topic_name(request.topic.name, request.topic.resource_namespace)
+        group, topic = _group_and_topic(context)
         changed = self.service.change_invisible(
             group, topic, request.receipt_handle, request.invisible_duration.ToMilliseconds()
         )
@@ -206,8 +199,7 @@ class ConsumerRpcs:
         return spb.ChangeInvisibleDurationResponse(status=_status(pb.OK), receipt_handle=changed)
 
     async def forward_to_dlq(self, request: Any, context: Any) -> Any:
-        group = full_group_name(request.group.name, request.group.resource_namespace)
-        topic = full_topic_name(request.topic.name, request.topic.resource_namespace)
+        group, topic = _group_and_topic(context)
         rejected = await asyncio.get_running_loop().run_in_executor(
             None,
             self.service.forward_to_dlq,
@@ -221,23 +213,22 @@ class ConsumerRpcs:
 
     async def query_assignment(self, request: Any, context: Any) -> Any:
         self.service.seen(client_id_of(context))
-        route = self.service.route(request.topic.name, request.topic.resource_namespace)
+        resolved = resolved_of(context)
+        topic = resolved.topic
+        route = self.service.route(topic.name, topic.namespace)
         if route.code is not SendCode.OK:
             missing = route.code is SendCode.TOPIC_NOT_FOUND
             code = pb.TOPIC_NOT_FOUND if missing else pb.ILLEGAL_TOPIC
             return spb.QueryAssignmentResponse(status=_status(code, route.reason))
-        group = full_group_name(request.group.name, request.group.resource_namespace)
-        fifo = self.service.settings_of(group).fifo
+        assert resolved.group is not None
+        fifo = self.service.settings_of(resolved.group.full).fifo
         queue_ids = range(route.queue_count) if fifo else (-1,)
         broker = pb.Broker(name=self._broker_name, id=0)
         broker.endpoints.CopyFrom(self._endpoints)
         assignments = [
             pb.Assignment(
                 message_queue=pb.MessageQueue(
-                    topic=pb.Resource(
-                        name=request.topic.name,
-                        resource_namespace=request.topic.resource_namespace,
-                    ),
+                    topic=pb.Resource(name=topic.name, resource_namespace=topic.namespace),
                     id=queue_id,
                     permission=pb.READ_WRITE,
                     broker=broker,
@@ -248,13 +239,8 @@ class ConsumerRpcs:
         return spb.QueryAssignmentResponse(status=_status(pb.OK), assignments=assignments)
 
     async def heartbeat(self, request: Any, context: Any) -> Any:
-        group = ""
-        if request.group.name and request.client_type in CONSUMER_CLIENT_TYPES:
-            problem = group_name_problem(request.group.name, request.group.resource_namespace)
-            if problem is not None:
-                return spb.HeartbeatResponse(status=_status(pb.ILLEGAL_CONSUMER_GROUP, problem))
-            group = full_group_name(request.group.name, request.group.resource_namespace)
-        self.service.seen(client_id_of(context), group)
+        group = resolved_of(context).group  # a consumer's (resources.py), else None
+        self.service.seen(client_id_of(context), "" if group is None else group.full)
         return spb.HeartbeatResponse(status=_status(pb.OK))
 
     async def notify_client_termination(self, request: Any, context: Any) -> Any:
@@ -265,14 +251,15 @@ class ConsumerRpcs:
 
     # --- Telemetry -----------------------------------------------------------------------
 
-    def settings_reply(self, reply: Any, client_id: str) -> str | None:
-        """Complete a consumer's settings reply (``reply`` already echoes its settings); or
-        why its group is illegal (the reply is then refused)."""
-        named = reply.subscription.group
-        problem = group_name_problem(named.name, named.resource_namespace)
-        if problem is not None:
-            return problem
-        group = full_group_name(named.name, named.resource_namespace)
-        self.service.seen(client_id, group)
-        consumer_settings(reply, self.service.settings_of(group))
-        return None
+    def settings_reply(self, reply: Any, client_id: str, group: Name) -> None:
+        """Complete a consumer's settings reply (``reply`` already echoes its settings) for
+        ``group``, the settings' group as the edge resolved it."""
+        self.service.seen(client_id, group.full)
+        consumer_settings(reply, self.service.settings_of(group.full))
+
+
+def _group_and_topic(context: Any) -> tuple[str, str]:
+    """The full group and topic names of a call that names one of each, as resolved."""
+    resolved = resolved_of(context)
+    assert resolved.group is not None
+    return resolved.group.full, resolved.topic.full

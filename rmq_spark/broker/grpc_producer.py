@@ -26,6 +26,7 @@ from rmq_spark.broker.grpc_wire import (
 )
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.resources import Name, resolved_of
 from rmq_spark.broker.send_model import MessageKind, SendCode, SendCommand, SendOutcome
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.store.message import HostAddress
@@ -55,22 +56,19 @@ class ProducerRpcs:
         self._shutdown = shutdown
         self._client_peer = client_peer
 
-    async def query_route(self, request: Any, context: Any = None) -> Any:
+    async def query_route(self, request: Any, context: Any) -> Any:
         """The ``QueryRouteResponse``: every queue of the topic, at our endpoints."""
-        topic, namespace = request.topic.name, request.topic.resource_namespace
-        peer = peer_address(self._client_peer(context.peer())) if context is not None else None
+        topic = resolved_of(context).topic  # the name the ACL checked (resources.py)
+        peer = peer_address(self._client_peer(context.peer()))
         client = peer.ip if peer is not None else ""
-        outcome = self._service.route(topic, namespace, reading=True, client=client)
+        outcome = self._service.route(topic.name, topic.namespace, reading=True, client=client)
         if outcome.code is not SendCode.OK:
             return spb.QueryRouteResponse(status=status(status_code(outcome.code), outcome.reason))
         broker = pb.Broker(name=self._service.config.broker_name, id=0)
         broker.endpoints.CopyFrom(self._endpoints)
         queues = [
             pb.MessageQueue(
-                topic=pb.Resource(
-                    name=request.topic.name,
-                    resource_namespace=request.topic.resource_namespace,
-                ),
+                topic=pb.Resource(name=topic.name, resource_namespace=topic.namespace),
                 id=queue_id,
                 permission=pb.READ_WRITE,
                 broker=broker,
@@ -87,12 +85,13 @@ class ProducerRpcs:
                 status=status(pb.BAD_REQUEST, "SendMessageRequest has no messages")
             )
         born_host = peer_address(self._client_peer(context.peer()))
+        topics = resolved_of(context).topics  # one per message, as the ACL checked them
         loop = asyncio.get_running_loop()
         entries = []
-        for message in request.messages:
+        for message, topic in zip(request.messages, topics, strict=True):
             entry = self._precheck(message)
             if entry is None:
-                command = self._command(message, born_host)
+                command = self._command(message, topic, born_host)
                 if self._service.puts_async:
                     outcome = await self._service.send_async(command)  # awaits its fsync
                 else:
@@ -135,14 +134,14 @@ class ProducerRpcs:
             return spb.SendResultEntry(status=status(*bad_time), message_id=mid)
         return None
 
-    def _command(self, message: Any, born_host: HostAddress | None) -> SendCommand:
+    def _command(self, message: Any, topic: Name, born_host: HostAddress | None) -> SendCommand:
         props = message.system_properties
         born_ms = 0
         if props.HasField("born_timestamp"):
             born_ms = props.born_timestamp.seconds * 1000 + props.born_timestamp.nanos // 10**6
         return SendCommand(
-            topic=message.topic.name,
-            namespace=message.topic.resource_namespace,
+            topic=topic.name,
+            namespace=topic.namespace,
             body=message.body,
             message_id=props.message_id,
             kind=MessageKind(props.message_type),

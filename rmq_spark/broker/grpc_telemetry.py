@@ -17,6 +17,7 @@ from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.grpc_wire import CLIENT_ID_HEADER, Malformed, status
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.resources import Name, resolved_of
 
 __all__ = ["TelemetryRpc"]
 
@@ -59,7 +60,8 @@ class TelemetryRpc:
                     log.warning("broker error: Telemetry of %r: %s", client_id, command.error)
                     continue
                 if command.WhichOneof("command") == "settings":
-                    await context.write(self.settings_reply(command.settings, client_id))
+                    group = resolved_of(context).group  # this command's, resolved at the edge
+                    await context.write(self.settings_reply(command.settings, client_id, group))
                 # thread_stack_trace / verify_message_result: we never ask for them.
         except asyncio.CancelledError:
             raise  # the client cancelling its stream is the normal end of it
@@ -70,8 +72,9 @@ class TelemetryRpc:
             stop_wait.cancel()
             self.streams -= 1
 
-    def settings_reply(self, settings: Any, client_id: str = "") -> Any:
-        """What the Java proxy answers: the client's settings merged with the broker's."""
+    def settings_reply(self, settings: Any, client_id: str = "", group: Name | None = None) -> Any:
+        """What the Java proxy answers: the client's settings merged with the broker's;
+        ``group`` is a consumer's, as the edge resolved it (``resources.py``)."""
         reply = pb.Settings()
         reply.CopyFrom(settings)
         reply.metric.Clear()
@@ -84,10 +87,8 @@ class TelemetryRpc:
             backoff.initial.FromMilliseconds(10)
             backoff.max.FromMilliseconds(1000)
             backoff.multiplier = 2.0
-        elif self._consumers is not None and settings.HasField("subscription"):
-            problem = self._consumers.settings_reply(reply, client_id)
-            if problem is not None:
-                return spb.TelemetryCommand(status=status(pb.ILLEGAL_CONSUMER_GROUP, problem))
+        elif self._consumers is not None and group is not None:
+            self._consumers.settings_reply(reply, client_id, group)
         elif settings.HasField("subscription"):
             reply.subscription.long_polling_timeout.FromSeconds(20)
         return spb.TelemetryCommand(status=status(pb.OK), settings=reply)

@@ -15,11 +15,11 @@ import asyncio
 from typing import Any
 
 from rmq_spark.broker.consume_grpc import client_id_of
-from rmq_spark.broker.consumer.service import ConsumeService, full_group_name
+from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.resources import resolved_of
 from rmq_spark.broker.service import SendCode
-from rmq_spark.broker.topics import group_name_problem
 
 __all__ = ["OffsetRpcs"]
 
@@ -34,9 +34,11 @@ class OffsetRpcs:
     def __init__(self, service: ConsumeService) -> None:
         self.service = service
 
-    def _queue(self, queue: Any) -> tuple[str, int] | Any:
-        """(stored topic, queue id) of a request's message queue, or the refusal status."""
-        route = self.service.route(queue.topic.name, queue.topic.resource_namespace)
+    def _queue(self, queue: Any, context: Any) -> tuple[str, int] | Any:
+        """(stored topic, queue id) of a request's message queue (its topic as the edge
+        resolved it), or the refusal status."""
+        topic = resolved_of(context).topic
+        route = self.service.route(topic.name, topic.namespace)
         if route.code is not SendCode.OK:
             missing = route.code is SendCode.TOPIC_NOT_FOUND
             return _status(pb.TOPIC_NOT_FOUND if missing else pb.ILLEGAL_TOPIC, route.reason)
@@ -48,20 +50,19 @@ class OffsetRpcs:
             )
         return route.topic, int(queue.id)
 
-    def _group(self, group: Any, *, committing: bool) -> str | Any:
-        """The group's full name (the one the ACL checked), or the refusal status; a system
-        group's offsets may be read, not committed."""
-        problem = group_name_problem(group.name, group.resource_namespace, system_ok=not committing)
-        if problem is not None:
-            return _status(pb.ILLEGAL_CONSUMER_GROUP, problem)
-        return full_group_name(group.name, group.resource_namespace)
+    @staticmethod
+    def _group(context: Any) -> str:
+        """The group's full name, the one the ACL checked (validated at the edge: a system
+        group's offsets may be read, not committed)."""
+        group = resolved_of(context).group
+        assert group is not None
+        return group.full
 
     async def update_offset(self, request: Any, context: Any) -> Any:
-        group = self._group(request.group, committing=True)
-        queue = self._queue(request.message_queue)
-        for refused in (group, queue):
-            if isinstance(refused, pb.Status):
-                return spb.UpdateOffsetResponse(status=refused)
+        group = self._group(context)
+        queue = self._queue(request.message_queue, context)
+        if isinstance(queue, pb.Status):
+            return spb.UpdateOffsetResponse(status=queue)
         if request.offset < 0:
             return spb.UpdateOffsetResponse(
                 status=_status(pb.ILLEGAL_OFFSET, f"offset {request.offset} is negative")
@@ -84,11 +85,10 @@ class OffsetRpcs:
         return spb.UpdateOffsetResponse(status=_status(pb.OK))
 
     async def get_offset(self, request: Any, context: Any) -> Any:
-        group = self._group(request.group, committing=False)
-        queue = self._queue(request.message_queue)
-        for refused in (group, queue):
-            if isinstance(refused, pb.Status):
-                return spb.GetOffsetResponse(status=refused)
+        group = self._group(context)
+        queue = self._queue(request.message_queue, context)
+        if isinstance(queue, pb.Status):
+            return spb.GetOffsetResponse(status=queue)
         topic, queue_id = queue
         offset = self.service.groups.committed_offset(group, topic, queue_id)
         if offset is None:
@@ -101,7 +101,7 @@ class OffsetRpcs:
         return spb.GetOffsetResponse(status=_status(pb.OK), offset=offset)
 
     async def query_offset(self, request: Any, context: Any) -> Any:
-        queue = self._queue(request.message_queue)
+        queue = self._queue(request.message_queue, context)
         if isinstance(queue, pb.Status):
             return spb.QueryOffsetResponse(status=queue)
         topic, queue_id = queue

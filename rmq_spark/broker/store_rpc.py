@@ -26,16 +26,16 @@ from typing import Any
 
 from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
 from rmq_spark.broker.consumer import send_back
-from rmq_spark.broker.consumer.service import ConsumeService, full_group_name
+from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.grpc_client import client_metadata
 from rmq_spark.broker.grpc_wire import status, status_code
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import store_service_pb2 as ssb
 from rmq_spark.broker.redelivery import ref_from_message
+from rmq_spark.broker.resources import resolved_of
 from rmq_spark.broker.send_model import SendCode, SendCommand, SendOutcome
 from rmq_spark.broker.service import BrokerService
-from rmq_spark.broker.topics import full_topic_name, group_name_problem
 
 __all__ = [
     "STORE_SERVICE",
@@ -106,21 +106,18 @@ class StoreRpcs:
         if consumers is None:
             missing = pb.Status(code=pb.NOT_IMPLEMENTED, message="SendBack is not served")
             return spb.SendMessageResponse(status=missing)
-        group = full_group_name(request.group.name, request.group.resource_namespace)
-        if group_name_problem(request.group.name, request.group.resource_namespace):
-            group = ""  # every entry refused
-        work = lambda: [self._send_back_one(consumers, group, e) for e in request.entries]  # noqa: E731
+        resolved = resolved_of(context)  # the group and topics store_gate checked
+        assert resolved.group is not None
+        group, pairs = resolved.group.full, zip(request.entries, resolved.topics, strict=True)
+        work = lambda: [self._send_back_one(consumers, group, e, t.full) for e, t in pairs]  # noqa: E731
         entries = await asyncio.get_running_loop().run_in_executor(self._executor, work)
         return _response(entries)
 
-    def _send_back_one(self, consumers: ConsumeService, group: str, entry: Any) -> Any:
-        if not group:
-            result = send_back.Refused("bad consumer group")
-        elif entry.WhichOneof("record") == "physical_offset":
+    def _send_back_one(self, consumers: ConsumeService, group: str, entry: Any, topic: str) -> Any:
+        if entry.WhichOneof("record") == "physical_offset":
             # store_gate lets an entry by offset through only for the store identity
             result = send_back.by_offset(consumers, group, entry.physical_offset)
         elif entry.WhichOneof("record") == "receipt_handle":
-            topic = full_topic_name(entry.topic.name, entry.topic.resource_namespace)
             result = send_back.by_receipt(consumers, group, topic, entry.receipt_handle)
         else:
             result = send_back.Refused("the entry names no record")
@@ -132,9 +129,10 @@ class StoreRpcs:
             return stopping
         loop = asyncio.get_running_loop()
         entries = []
-        for message in request.messages:
+        topics = resolved_of(context).topics  # one per message, as store_gate checked them
+        for message, topic in zip(request.messages, topics, strict=True):
             command = SendCommand(
-                topic=message.topic.name,
+                topic=topic.full,
                 body=b"",
                 message_id=message.system_properties.message_id,
                 redelivery=ref_from_message(message),

@@ -9,6 +9,7 @@ put one namespace on every resource, so they cannot send the mixed requests test
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -16,13 +17,19 @@ from typing import Any
 
 import grpc
 import pytest
-from broker_harness import BrokerProcess
+from broker_harness import BrokerProcess, props, read_records, wait_for
 
-from rmq_spark.broker.acl import Action, Need, Policy, User, allowed
+from rmq_spark.broker.acl import Action, Need, Policy, User, allowed, needs_of, rights_names
 from rmq_spark.broker.auth import signature_metadata
+from rmq_spark.broker.consumer.send_back import SEND_BACK_REFUSED
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
+from rmq_spark.broker.proto import store_service_pb2 as ssb
+from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, RedeliveryRef, ref_to_message
+from rmq_spark.broker.resources import Resolved, resolve, resolver_names
+from rmq_spark.broker.store_rpc import STORE_SERVICE, store_stub
+from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
 
 SMALL = "store.segment_size_bytes=16777216"  # 16 MiB segments: the disk is shared
 USERS = """
@@ -46,20 +53,29 @@ policies = [
   { resource = "Group:*", actions = ["All"] },
   { resource = "Group:gA", actions = ["All"], decision = "Deny" },
 ]
+
+[users.scheduler]
+secret_key = "scheduler-secret-1"
+policies = [{ resource = "Topic:rmq_sys_wheel_timer", actions = ["Redeliver"] }]
 """
 ADMIN = ("admin", "admin-secret-1")
 SPARK = ("spark", "spark-secret-1")
 MALLORY = ("mallory", "mallory-secret-1")
+SCHEDULER = ("scheduler", "scheduler-secret-1")
 VICTIM_MESSAGES = 5
 _SERVICE = spb.DESCRIPTOR.services_by_name["MessagingService"]
 
 
-@pytest.fixture
-def broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> BrokerProcess:
+def auth_broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> BrokerProcess:
     users = tmp_path / "users.toml"
     users.write_text(USERS, encoding="utf-8")
     users.chmod(0o600)
     return broker_factory("broker.auth_enabled=true", f"broker.auth_users_file={users}", SMALL)
+
+
+@pytest.fixture
+def broker(broker_factory: Callable[..., BrokerProcess], tmp_path: Path) -> BrokerProcess:
+    return auth_broker(broker_factory, tmp_path)
 
 
 def signed(credentials: tuple[str, str]) -> tuple[tuple[str, str], ...]:
@@ -176,12 +192,76 @@ def _requests(group: Any, topic: Any) -> dict[str, Any]:
 
 
 _NO_GROUP = {"QueryRoute", "SendMessage", "QueryOffset", "EndTransaction", "RecallMessage"}
+_UNSERVED = {"PullMessage", "SyncLiteSubscription"}  # their answer: NOT_IMPLEMENTED
+_NO_TOPIC = {"Heartbeat", "NotifyClientTermination"}
+NAMESPACES = [("", ""), ("nsA", ""), ("", "nsA"), ("nsA", "nsA"), ("nsA", "nsB")]
 
 
-@pytest.mark.parametrize(
-    ("group_namespace", "topic_namespace"),
-    [("", ""), ("nsA", ""), ("", "nsA"), ("nsA", "nsA"), ("nsA", "nsB")],
+def _store_requests(group: Any, topic: Any) -> dict[str, Any]:
+    """One request of every StoreService RPC naming ``group`` and ``topic``."""
+    send_back = ssb.SendBackRequest(group=group)
+    send_back.entries.add(topic=topic, receipt_handle="bogus", message_id="M1")
+    redeliver = spb.SendMessageRequest(messages=[pb.Message(topic=topic)])
+    return {"SendBack": send_back, "Redeliver": redeliver}
+
+
+def test_every_rpc_of_both_services_has_a_resolver_and_rights() -> None:
+    """A new RPC cannot be served without saying which resources it names and what rights
+    they need: the edge refuses an RPC it cannot resolve."""
+    messaging = {method.name for method in _SERVICE.methods}
+    store = {method.name for method in STORE_SERVICE.methods}
+    assert not messaging & store
+    assert resolver_names() == messaging | store
+    group, topic = resource("gA", "nsA"), resource("tA", "nsB")
+    requests = _requests(group, topic) | _store_requests(group, topic)
+    assert set(requests) == messaging | store
+    publishing = spb.TelemetryCommand()
+    publishing.settings.publishing.topics.add(name="tA", resource_namespace="nsB")
+    rights = set()
+    for method, request in [*requests.items(), ("Telemetry", publishing)]:
+        resolved = resolve(method, request)
+        assert isinstance(resolved, Resolved), (method, resolved)
+        assert needs_of(resolved) is not None, method
+        topics = set() if method in _NO_TOPIC else {"nsB%tA"}
+        assert {t.full for t in resolved.topics} == topics, method
+        named = method not in _NO_GROUP | {"Redeliver"} and request is not publishing
+        assert (resolved.group and resolved.group.full) == ("nsA%gA" if named else None), method
+        rights.add(resolved.rights)
+    assert rights == rights_names()
+    refused = resolve("NewRpc", spb.QueryRouteRequest())
+    assert not isinstance(refused, Resolved) and refused.code == pb.NOT_IMPLEMENTED
+
+
+_HANDLERS = [
+    "consume_grpc.py",
+    "offset_grpc.py",
+    "grpc_producer.py",
+    "grpc_telemetry.py",
+    "store_rpc.py",
+]
+
+
+# Reading a resource from a request (``request.group``, ``entry.topic``, ``message_queue.topic``,
+# ``subscription.group``, ``.resource_namespace``) or deriving or judging a name.
+_FROM_THE_PROTOBUF = re.compile(
+    r"\b(?:request|message|entry|command|settings|reply|queue|message_queue|subscription)"
+    r"\.(?:group|topic)\b"
+    r"|\.resource_namespace\b"
+    r"|\b(?:full_topic_name|full_group_name|group_name_problem|topic_name_problem)\b"
 )
+
+
+@pytest.mark.parametrize("module", _HANDLERS)
+def test_handlers_take_names_only_from_the_edge(module: str) -> None:
+    """No handler reads, computes or validates a name from the protobuf: the ACL and it share
+    the one ``Resolved`` the edge made (``resources.py``)."""
+    source = (Path(__file__).parents[2] / "rmq_spark" / "broker" / module).read_text()
+    code = [line for line in source.splitlines() if not line.lstrip().startswith(("#", "``"))]
+    found = [line.strip() for line in code if _FROM_THE_PROTOBUF.search(line)]
+    assert found == [], module
+
+
+@pytest.mark.parametrize(("group_namespace", "topic_namespace"), NAMESPACES)
 def test_every_rpc_checks_and_uses_the_same_full_names(
     broker: BrokerProcess, group_namespace: str, topic_namespace: str
 ) -> None:
@@ -204,18 +284,30 @@ def test_every_rpc_checks_and_uses_the_same_full_names(
 
 
 BAD_GROUPS = ["../../x", "a\x00b", "g" * 10_000, "%RETRY%x", "%DLQ%x", "CID_RMQ_SYS_x"]
+SYSTEM_GROUPS = {"%RETRY%x", "%DLQ%x", "CID_RMQ_SYS_x"}  # GetOffset may read theirs
 
 
+@pytest.mark.parametrize("auth", ["on", "off"])
 @pytest.mark.parametrize("name", BAD_GROUPS, ids=["path", "nul", "long", "retry", "dlq", "sys"])
-def test_bad_and_system_group_names_are_illegal_for_heartbeat_receive_offsets_and_settings(
-    broker: BrokerProcess, name: str
+def test_bad_and_system_group_names_are_illegal_for_every_rpc_that_names_a_group(
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path, name: str, auth: str
 ) -> None:
+    """Refused at the edge with auth on or off, before any handler or ACL sees the name (an
+    unsigned caller, with auth on, is refused first)."""
+    server = auth_broker(broker_factory, tmp_path) if auth == "on" else broker_factory(SMALL)
     group, topic = resource(name, ""), resource("tA", "")
     requests = _requests(group, topic)
-    for method in ("Heartbeat", "ReceiveMessage", "UpdateOffset", "Telemetry"):
-        status = call(broker.address, method, requests[method], signed(ADMIN)).status
+    for method in sorted(set(requests) - _NO_GROUP - _UNSERVED):
+        status = call(server.address, method, requests[method], signed(ADMIN)).status
+        if method == "GetOffset" and name in SYSTEM_GROUPS:
+            assert status.code != pb.ILLEGAL_CONSUMER_GROUP, (method, status)
+            continue
         assert status.code == pb.ILLEGAL_CONSUMER_GROUP, (method, status)
         assert "\n" not in status.message and len(status.message) < 400
+        if auth == "on":  # who may not call learns nothing about the name
+            unsigned = (("x-mq-client-id", "anonymous"),)
+            status = call(server.address, method, requests[method], unsigned).status
+            assert status.code == pb.UNAUTHORIZED, (method, status)
 
 
 def test_a_namespaced_group_name_is_limited_to_255_characters_in_all(
@@ -246,3 +338,93 @@ def test_a_prefix_policy_does_not_reach_across_a_namespace_separator() -> None:
         True, False, False, False,
     ]  # fmt: skip
     assert all(may(every, n) for n in ("A", "A%orders", "x%y%z"))
+
+
+def store_call(address: str, method: str, request: Any, metadata: Any) -> Any:
+    with grpc.insecure_channel(address) as channel:
+        return getattr(store_stub(channel), method)(request, metadata=metadata, timeout=10)
+
+
+def receipt_of(address: str, group: Any, topic: Any, body: bytes, who: Any) -> str:
+    """The receipt handle of ``body``'s delivery to ``group`` (received as ``who``)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        responses = call_all(address, "ReceiveMessage", receive_request(group, topic), signed(who))
+        for message in received(responses):
+            if message.body == body:
+                return str(message.system_properties.receipt_handle)
+    raise AssertionError(f"{body!r} was not delivered")
+
+
+@pytest.mark.parametrize(("group_namespace", "topic_namespace"), NAMESPACES)
+def test_send_back_checks_and_uses_the_same_full_names(
+    broker: BrokerProcess, group_namespace: str, topic_namespace: str
+) -> None:
+    """``mallory`` may send back a delivery of any group but ``gA``: its own delivery to
+    ``{gA, nsA}`` is copied to that group's retry topic; group ``gA``'s is refused."""
+    group, topic = resource("gA", group_namespace), resource("tA", topic_namespace)
+    body = f"send-back-{group_namespace}-{topic_namespace}".encode()
+    message = pb.Message(topic=topic, body=body)
+    message.system_properties.message_id = "SB1"
+    message.system_properties.body_encoding = pb.IDENTITY
+    message.system_properties.message_type = pb.NORMAL
+    request = spb.SendMessageRequest(messages=[message])
+    assert call(broker.address, "SendMessage", request, signed(ADMIN)).status.code == pb.OK
+    receiver = MALLORY if group_namespace else ADMIN  # mallory may not receive as gA
+    receipt = receipt_of(broker.address, group, topic, body, receiver)
+    send_back = ssb.SendBackRequest(group=group)
+    send_back.entries.add(topic=topic, receipt_handle=receipt, message_id="SB1")
+    reply = store_call(broker.address, "SendBack", send_back, signed(MALLORY))
+    records = [r for r in read_records(broker.store_dir) if r.body == body][1:]
+    copies = [props(r).get("REAL_TOPIC", r.topic) for r in records]
+    if group_namespace:
+        assert reply.status.code == pb.OK, reply
+        assert copies == [f"%RETRY%{group_namespace}%gA"]
+    else:
+        assert reply.status.message == SEND_BACK_REFUSED, reply
+        assert copies == []
+        assert "SendBack from mallory refused: may not Sub on Group:gA" in broker.log_text()
+
+
+def _due_timer_ref(broker: BrokerProcess) -> RedeliveryRef:
+    deliver_ms = int(time.time() * 1000) + 1000
+    message = pb.Message(topic=resource("orders", ""), body=b"later")
+    message.system_properties.message_id = "TIMER1"
+    message.system_properties.body_encoding = pb.IDENTITY
+    message.system_properties.message_type = pb.DELAY
+    message.system_properties.delivery_timestamp.FromMilliseconds(deliver_ms)
+    request = spb.SendMessageRequest(messages=[message])
+    assert call(broker.address, "SendMessage", request, signed(ADMIN)).status.code == pb.OK
+    records = read_records(broker.store_dir)
+    [timer] = [r for r in records if r.topic == RMQ_SYS_WHEEL_TIMER_TOPIC]
+    wait_for(lambda: time.time() * 1000 > deliver_ms + 1000, 10, "the timer message to be due")
+    now_ms = int(time.time() * 1000)
+    return RedeliveryRef(
+        RMQ_SYS_WHEEL_TIMER_TOPIC,
+        timer.queue_id,
+        timer.queue_offset,
+        timer.physical_offset,
+        now_ms,
+        "TIMER1",
+    )
+
+
+@pytest.mark.parametrize("namespace", ["", "nsA"])
+def test_redeliver_checks_the_schedule_topic_under_the_name_the_request_gives(
+    broker: BrokerProcess, namespace: str
+) -> None:
+    """``scheduler`` holds ``Redeliver`` on ``Topic:rmq_sys_wheel_timer``: not on the same
+    topic in a namespace, which the ACL checks as ``nsA%rmq_sys_wheel_timer``."""
+    message = ref_to_message(_due_timer_ref(broker))
+    message.topic.resource_namespace = namespace
+    request = spb.SendMessageRequest(messages=[message])
+    reply = store_call(broker.address, "Redeliver", request, signed(SCHEDULER))
+    copies = [r for r in read_records(broker.store_dir) if r.topic == "orders"]
+    if not namespace:
+        assert reply.status.code == pb.OK, reply
+        assert [r.body for r in copies] == [b"later"]
+    else:
+        assert reply.entries[0].status.message == REDELIVERY_REFUSED, reply
+        assert copies == []
+        refused = "may not Redeliver on Topic:nsA%rmq_sys_wheel_timer"
+        assert f"Redeliver from scheduler refused: {refused}" in broker.log_text()
