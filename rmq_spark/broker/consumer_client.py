@@ -20,7 +20,7 @@ import grpc
 from rmq_spark.broker.auth import RequestSigner
 from rmq_spark.broker.consume_grpc import consume_status_code
 from rmq_spark.broker.consume_wire import delivered_message
-from rmq_spark.broker.consumer.service import Rejected, full_group_name
+from rmq_spark.broker.consumer.service import Rejected
 from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
@@ -170,7 +170,7 @@ class Consumer:
     ) -> list[ReceivedMessage]:
         consume = self._embedded.consume
         receive = consume.prepare(
-            full_group_name(self.group, self._namespace),
+            full_topic_name(self.group, self._namespace),
             self.topic,
             self._namespace,
             filter_kind=self._filter_kind,
@@ -229,7 +229,7 @@ class Consumer:
         message.receipt_handle = response.receipt_handle
 
     def _group_name(self) -> str:
-        return full_group_name(self.group, self._namespace)
+        return full_topic_name(self.group, self._namespace)
 
     def _topic_name(self) -> str:
         return full_topic_name(self.topic, self._namespace)

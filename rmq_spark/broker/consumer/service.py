@@ -54,7 +54,6 @@ __all__ = [
     "Receive",
     "Rejected",
     "dlq_topic",
-    "full_group_name",
 ]
 
 INVISIBLE_MS_MIN = 10_000  # ProxyConfig.minInvisibleTimeMillsForRecv (receive only)
@@ -213,7 +212,7 @@ class ConsumeService:
         client_id: str = "",
     ) -> Receive | Rejected:
         """Check a receive and resolve its topic, filter and group settings. ``group`` is the
-        group's full name (``full_group_name``); ``namespace`` is the topic's."""
+        group's full name (``topics.full_topic_name``); ``namespace`` is the topic's."""
         if self._stopping or self._broker.shutting_down:
             return Rejected(ConsumeCode.SHUTTING_DOWN, "broker is shutting down")
         problem = group_name_problem(group)
@@ -475,10 +474,6 @@ class ConsumeService:
                 self._store, "consume_queues", None
             ):
                 close()
-
-
-def full_group_name(group: str, namespace: str) -> str:
-    return f"{namespace}%{group}" if namespace else group
 
 
 def _stale(receipt_handle: str) -> Rejected:
