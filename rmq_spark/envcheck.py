@@ -16,8 +16,8 @@ from pathlib import Path
 from rmq_spark.errors import EnvironmentCheckError
 
 __all__ = [
-    "ROCKETMQ_JARS_ENV",
     "JavaInfo",
+    "ROCKETMQ_JARS_ENV",
     "check_java",
     "find_delta_jars",
     "find_rocketmq_jars",

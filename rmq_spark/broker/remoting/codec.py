@@ -27,13 +27,13 @@ __all__ = [
     "FLAG_RESPONSE",
     "FRAME_MAX_BYTES",
     "LANGUAGES",
-    "VERSION_5_3_3",
     "NeedMoreData",
     "RemotingCommand",
     "SerializeType",
+    "VERSION_5_3_3",
     "decode_frame",
-    "decode_one",
     "decode_header",
+    "decode_one",
     "encode_frame",
 ]
 

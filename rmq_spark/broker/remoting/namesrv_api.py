@@ -4,8 +4,7 @@
 the ``RegisterBrokerBody`` JSON (the topic table as ``topics.json`` writes it, through
 ``rocketmq_config.encode_topics``, the one owner of that JSON, plus an empty filter server
 list), uncompressed, with its 31-bit CRC. ``unregister_broker`` builds ``UNREGISTER_BROKER``
-(104). ``BrokerIdentity`` is what both name. ``parse_namesrv_addr`` reads RocketMQ's
-``namesrvAddr`` form, ``host:port;host:port``.
+(104). ``BrokerIdentity`` is what both name.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rmq_spark.broker.config import parse_listen
 from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.rocketmq_config import (
     PERM_READ,
@@ -25,12 +23,11 @@ from rmq_spark.broker.rocketmq_config import (
 )
 
 __all__ = [
+    "BrokerIdentity",
     "GET_BROKER_CLUSTER_INFO",
     "REGISTER_BROKER",
     "RESPONSE_SUCCESS",
     "UNREGISTER_BROKER",
-    "BrokerIdentity",
-    "parse_namesrv_addr",
     "register_broker",
     "registered_topics",
     "unregister_broker",
@@ -63,21 +60,6 @@ class BrokerIdentity:
             "brokerName": self.broker_name,
             "clusterName": self.cluster_name,
         }
-
-
-def parse_namesrv_addr(text: str) -> tuple[tuple[str, int], ...]:
-    """``"h1:9876;h2:9876"`` -> ``(("h1", 9876), ("h2", 9876))``; empty parts are skipped.
-
-    Raises ``ValueError`` naming the bad part (port 0 is refused: a name server has a port)."""
-    addresses = []
-    for part in text.split(";"):
-        if not part.strip():
-            continue
-        host, port = parse_listen(part.strip())
-        if port == 0:
-            raise ValueError(f"name server port must be in [1, 65535], got {part.strip()!r}")
-        addresses.append((host, port))
-    return tuple(addresses)
 
 
 def registered_topics(

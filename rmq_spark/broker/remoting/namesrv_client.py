@@ -39,6 +39,8 @@ __all__ = ["NamesrvConnection", "NamesrvRegistration"]
 
 log = logging.getLogger(__name__)
 CONNECT_TIMEOUT_S = 3.0  # RocketMQ's client connect timeout
+REGISTER_TIMEOUT_S = 24.0  # RocketMQ's registerBrokerTimeoutMills
+UNREGISTER_TIMEOUT_S = 3.0  # a stop waits at most this long for each name server
 CHANGE_CHECK_S = 1.0  # how often the topic table is compared with the last registered one
 
 
@@ -126,7 +128,7 @@ class NamesrvRegistration:
         topics: Callable[[], Mapping[str, int]],
         *,
         interval_s: float,
-        timeout_s: float,
+        timeout_s: float = REGISTER_TIMEOUT_S,
     ) -> None:
         self.identity = identity
         self._connections = [NamesrvConnection(host, port) for host, port in addresses]
@@ -145,7 +147,8 @@ class NamesrvRegistration:
         return self
 
     def stop(self) -> None:
-        """Unregister from every name server (each within ``timeout_s``), close, join."""
+        """Unregister from every name server (each within ``UNREGISTER_TIMEOUT_S``), close,
+        join."""
         if not self._thread.is_alive():
             return
         stop = self._stop
@@ -191,8 +194,9 @@ class NamesrvRegistration:
             await conn.close()
 
     async def _call(self, conn: NamesrvConnection, request: RemotingCommand, what: str) -> None:
+        timeout_s = self._timeout_s if what == "register" else UNREGISTER_TIMEOUT_S
         try:
-            response = await conn.call(request, self._timeout_s)
+            response = await conn.call(request, timeout_s)
         except (OSError, TimeoutError, RemotingFrameError) as err:
             self._note(conn.address, what, _reason(err))
             return
