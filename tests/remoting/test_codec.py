@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rmq_spark.broker.fastjson import parse_fastjson
 from rmq_spark.broker.remoting.codec import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -154,3 +155,59 @@ def test_rocketmq_form_cannot_carry_codes_past_int16() -> None:
     with pytest.raises(RemotingFrameError, match="does not fit int16"):
         encode_frame(RemotingCommand(code=200050), SerializeType.ROCKETMQ)
     assert decode_one(encode_frame(RemotingCommand(code=200050))).code == 200050
+
+
+# Frames the Java NameServer (RocketMQ 5.3.3 NamesrvStartup) sent, captured from a live one:
+# answers to GET_BROKER_CLUSTER_INFO (empty, then one broker: fastjson's unquoted Long keys),
+# to a REGISTER_BROKER sent in ROCKETMQ serialization (empty extFields) and to a route query
+# for an unknown topic (TOPIC_NOT_EXIST with a remark).
+JAVA_FRAMES = {
+    "cluster_empty": bytes.fromhex(
+        "0000008f0000005f7b22636f6465223a302c22666c6167223a312c226c616e6775616765223a224a41564122"
+        "2c226f7061717565223a352c2273657269616c697a655479706543757272656e74525043223a224a534f4e22"
+        "2c2276657273696f6e223a3437397d7b2262726f6b6572416464725461626c65223a7b7d2c22636c75737465"
+        "72416464725461626c65223a7b7d7d"
+    ),
+    "register": bytes.fromhex(
+        "000000720000006e7b22636f6465223a302c226578744669656c6473223a7b7d2c22666c6167223a312c226c"
+        "616e6775616765223a224a415641222c226f7061717565223a362c2273657269616c697a6554797065437572"
+        "72656e74525043223a224a534f4e222c2276657273696f6e223a3437397d"
+    ),
+    "route_missing": bytes.fromhex(
+        "000000f4000000f07b22636f6465223a31372c22666c6167223a312c226c616e6775616765223a224a415641"
+        "222c226f7061717565223a372c2272656d61726b223a224e6f20746f70696320726f75746520696e666f2069"
+        "6e206e616d652073657276657220666f722074686520746f7069633a204e6f70655c6e536565206874747073"
+        "3a2f2f726f636b65746d712e6170616368652e6f72672f646f63732f6265737450726163746963652f303646"
+        "415120666f7220667572746865722064657461696c732e222c2273657269616c697a65547970654375727265"
+        "6e74525043223a224a534f4e222c2276657273696f6e223a3437397d"
+    ),
+    "cluster_one": bytes.fromhex(
+        "000001000000005f7b22636f6465223a302c22666c6167223a312c226c616e6775616765223a224a41564122"
+        "2c226f7061717565223a382c2273657269616c697a655479706543757272656e74525043223a224a534f4e22"
+        "2c2276657273696f6e223a3437397d7b2262726f6b6572416464725461626c65223a7b226231223a7b226272"
+        "6f6b65724164647273223a7b303a223132372e302e302e313a3130393131227d2c2262726f6b65724e616d65"
+        "223a226231222c22636c7573746572223a224331222c22656e61626c65416374696e674d6173746572223a66"
+        "616c73657d7d2c22636c7573746572416464725461626c65223a7b224331223a5b226231225d7d7d"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JAVA_FRAMES))
+def test_frames_of_the_java_name_server_decode_and_encode_back_byte_exact(name: str) -> None:
+    frame = JAVA_FRAMES[name]
+    command = decode_one(frame)
+    assert command.is_response and command.language == "JAVA" and command.version == 479
+    assert encode_frame(command) == frame
+
+
+def test_java_frames_carry_what_the_spec_says() -> None:
+    empty = decode_one(JAVA_FRAMES["cluster_empty"])
+    assert (empty.code, empty.opaque, empty.ext_fields) == (0, 5, None)
+    assert empty.body == b'{"brokerAddrTable":{},"clusterAddrTable":{}}'
+    registered = decode_one(JAVA_FRAMES["register"])
+    assert (registered.code, registered.opaque, registered.ext_fields) == (0, 6, {})
+    missing = decode_one(JAVA_FRAMES["route_missing"])
+    assert missing.code == 17 and missing.remark is not None
+    assert missing.remark.startswith("No topic route info in name server for the topic: Nope\n")
+    one = parse_fastjson(decode_one(JAVA_FRAMES["cluster_one"]).body.decode())
+    assert one["brokerAddrTable"]["b1"]["brokerAddrs"] == {"0": "127.0.0.1:10911"}
