@@ -74,7 +74,7 @@ class NamesrvConnection:
             self._reader, self._writer = await asyncio.wait_for(
                 asyncio.open_connection(self._host, self._port), CONNECT_TIMEOUT_S
             )
-            self._buffer.clear()
+            self._buffer = bytearray()  # a new one: a failed decode may still hold a view
         opaque = next(self._opaques) & 0x7FFFFFFF
         self._writer.write(encode_frame(_with_opaque(request, opaque)))
         await self._writer.drain()
@@ -87,10 +87,10 @@ class NamesrvConnection:
     async def _read_command(self) -> RemotingCommand:
         assert self._reader is not None
         while True:
-            outcome = decode_frame(self._buffer, self._max_frame_bytes)
+            outcome = decode_frame(bytes(self._buffer), self._max_frame_bytes)
             if not isinstance(outcome, NeedMoreData):
                 command, used = outcome
-                del self._buffer[:used]
+                self._buffer = self._buffer[used:]
                 return command
             chunk = await self._reader.read(65536)
             if not chunk:
@@ -199,6 +199,10 @@ class NamesrvRegistration:
             response = await conn.call(request, timeout_s)
         except (OSError, TimeoutError, RemotingFrameError) as err:
             self._note(conn.address, what, _reason(err))
+            return
+        except Exception as err:  # a bug must not end the registration thread
+            self._note(conn.address, what, f"{type(err).__name__}: {err}")
+            log.debug("namesrv %s: details", conn.address, exc_info=True)
             return
         if response.code != RESPONSE_SUCCESS:
             remark = response.remark or "no remark"
