@@ -41,7 +41,8 @@ def register(subparsers: Any) -> None:
         "--listen",
         metavar="HOST:PORT",
         default=DEFAULT_LISTEN,
-        help=f"address to bind (default {DEFAULT_LISTEN}; 0.0.0.0:9876 for every interface)",
+        help=f"address to bind (default {DEFAULT_LISTEN}; 0.0.0.0:9876 for every interface: "
+        "the name server has no authentication, anyone who reaches it can (un)register brokers)",
     )
     _add_workdir(parser)
     parser.set_defaults(handler=_run_namesrv)
