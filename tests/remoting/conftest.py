@@ -95,9 +95,7 @@ def namesrv(
 ) -> Iterator[Namesrv]:
     started = start_namesrv(tmp_path_factory.mktemp("namesrv") / "work")
     yield started
-    if started.proc.poll() is None:
-        started.proc.kill()
-        started.proc.wait(timeout=60)
+    started.stop()  # SIGTERM: passed on to the JVM (a SIGKILL would leave the JVM running)
 
 
 def mqadmin(namesrv: Namesrv, *args: str) -> str:
