@@ -16,6 +16,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -90,6 +91,7 @@ def run_in_foreground(
         process = subprocess.Popen(
             list(command), cwd=cwd, env=dict(env), stdin=subprocess.DEVNULL, stdout=out,
             stderr=subprocess.STDOUT, start_new_session=True,  # our signal handler decides
+            preexec_fn=_stop_with_parent,
         )  # fmt: skip
 
     def forward(signum: int, _frame: object) -> None:
@@ -113,6 +115,16 @@ def run_in_foreground(
     if stop_asked and status in (0, 128 + signal.SIGTERM, -signal.SIGTERM):
         return 0
     return status
+
+
+def _stop_with_parent() -> None:
+    """In the child: SIGTERM when this process dies, even by SIGKILL (Linux ``prctl``), so
+    that a killed ``rmq-spark namesrv`` leaves no name server behind."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _wait_ready(

@@ -169,3 +169,12 @@ def test_without_namesrv_the_broker_registers_nowhere(tmp_path: Path) -> None:
     broker = _start_broker(tmp_path)
     assert broker.stop() == 0
     assert "rmq_spark.broker.remoting" not in broker.log_text()
+
+
+def test_a_killed_namesrv_command_takes_its_jvm_along(
+    rocketmq_jars: list[Path], tmp_path: Path
+) -> None:
+    own = start_namesrv(tmp_path / "work")
+    own.proc.kill()  # SIGKILL: no handler of ours runs
+    own.proc.wait(timeout=60)
+    wait_for(lambda: not _listening_addresses(own.port), 60, "the JVM to exit with its parent")
