@@ -19,6 +19,7 @@ fi
 echo "rocketmq jars: resolving from Maven Central into $JARS_DIR (first run only) ..."
 tmp="$JARS_DIR.tmp.$$"
 rm -rf "$tmp"
+trap 'rm -rf "$tmp"' EXIT  # a failed fetch leaves no half folder behind
 mkdir -p "$tmp" .cache
 mvn -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies -DincludeScope=runtime \
   -DoutputDirectory="$(cd "$tmp" && pwd)" -Dmaven.repo.local="$PWD/.cache/m2"
