@@ -178,3 +178,19 @@ def test_a_killed_namesrv_command_takes_its_jvm_along(
     own.proc.kill()  # SIGKILL: no handler of ours runs
     own.proc.wait(timeout=60)
     wait_for(lambda: not _listening_addresses(own.port), 60, "the JVM to exit with its parent")
+
+
+def _cluster_brokers(namesrv: Namesrv) -> set[str]:
+    response = _call(namesrv.port, RemotingCommand(code=106, version=479), SerializeType.JSON)
+    return set(parse_fastjson(response.body.decode())["brokerAddrTable"])
+
+
+def test_a_killed_broker_leaves_the_name_server_with_its_connection(
+    namesrv: Namesrv, tmp_path: Path
+) -> None:
+    broker = _start_broker(tmp_path, "--namesrv", namesrv.addr, "--broker-name", "rmq-k9")
+    try:
+        wait_for(lambda: "rmq-k9" in _cluster_brokers(namesrv), 60, "registration")
+    finally:
+        broker.kill()  # SIGKILL: no UNREGISTER_BROKER; the name server sees the connection close
+    wait_for(lambda: "rmq-k9" not in _cluster_brokers(namesrv), 60, "the name server to drop it")

@@ -12,6 +12,7 @@ error is logged in one line and tried again at the next round; the broker keeps 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 import threading
@@ -112,9 +113,7 @@ class NamesrvConnection:
 
 
 def _with_opaque(command: RemotingCommand, opaque: int) -> RemotingCommand:
-    from dataclasses import replace
-
-    return replace(command, opaque=opaque)
+    return dataclasses.replace(command, opaque=opaque)
 
 
 class NamesrvRegistration:
