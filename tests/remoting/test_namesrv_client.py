@@ -172,3 +172,21 @@ def test_bad_frames_and_an_unreachable_name_server_are_one_log_line_each(
     assert len(dead) == 1 and "connect call failed" in dead[0].lower(), lines
     assert all(record.exc_info is None for record in caplog.records)
     assert all("\n" not in line for line in lines)
+
+
+def test_stop_does_not_wait_for_a_name_server_that_never_answers() -> None:
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts (backlog), never reads or answers
+    registration = NamesrvRegistration(
+        (("127.0.0.1", silent.getsockname()[1]),),
+        IDENTITY,
+        lambda: {"Orders": 4},
+        interval_s=10.0,
+        timeout_s=3600.0,  # without the stop cancelling it, the registration would wait this long
+    ).start()
+    try:
+        stopper = threading.Thread(target=registration.stop)
+        stopper.start()
+        stopper.join(timeout=60)
+        assert not stopper.is_alive(), "stop() waited for the registration's answer"
+    finally:
+        silent.close()

@@ -17,7 +17,8 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any
 
 from rmq_spark.broker.remoting.codec import (
     FRAME_MAX_BYTES,
@@ -65,16 +66,18 @@ class NamesrvConnection:
     async def call(self, request: RemotingCommand, timeout_s: float) -> RemotingCommand:
         async with self._lock:
             try:
-                return await asyncio.wait_for(self._call(request), timeout_s)
+                # asyncio.timeout, not wait_for: 3.11's wait_for can swallow a cancel (a stop)
+                # that arrives as its inner call completes, and the call then runs on
+                async with asyncio.timeout(timeout_s):
+                    return await self._call(request)
             except BaseException:
                 await self.close()
                 raise
 
     async def _call(self, request: RemotingCommand) -> RemotingCommand:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self._host, self._port), CONNECT_TIMEOUT_S
-            )
+            async with asyncio.timeout(CONNECT_TIMEOUT_S):
+                self._reader, self._writer = await asyncio.open_connection(self._host, self._port)
             self._buffer = bytearray()  # a new one: a failed decode may still hold a view
         opaque = next(self._opaques) & 0x7FFFFFFF
         self._writer.write(encode_frame(_with_opaque(request, opaque)))
@@ -138,7 +141,7 @@ class NamesrvRegistration:
         self._last_topics: dict[str, int] | None = None
         self._states: dict[str, str] = {}  # address -> last outcome, logged on change
         self._loop = asyncio.new_event_loop()
-        self._stop: asyncio.Event | None = None
+        self._stop = asyncio.Event()  # set from stop() through the loop
         self._thread = threading.Thread(target=self._run, name="namesrv-registration", daemon=True)
 
     def start(self) -> NamesrvRegistration:
@@ -150,9 +153,7 @@ class NamesrvRegistration:
         join."""
         if not self._thread.is_alive():
             return
-        stop = self._stop
-        if stop is not None:
-            self._loop.call_soon_threadsafe(stop.set)
+        self._loop.call_soon_threadsafe(self._stop.set)
         self._thread.join()
 
     def _run(self) -> None:
@@ -162,7 +163,6 @@ class NamesrvRegistration:
             self._loop.close()
 
     async def _main(self) -> None:
-        self._stop = asyncio.Event()
         next_round = 0.0
         while not self._stop.is_set():
             topics = dict(self._topics())
@@ -170,13 +170,24 @@ class NamesrvRegistration:
                 if topics != self._last_topics:
                     self._version = self._version.next(int(time.time() * 1000))
                     self._last_topics = topics
-                await self._register_all(topics)
+                await self._until_stopped(self._register_all(topics))
                 next_round = time.monotonic() + self._interval_s
             try:
-                await asyncio.wait_for(self._stop.wait(), CHANGE_CHECK_S)
+                async with asyncio.timeout(CHANGE_CHECK_S):
+                    await self._stop.wait()
             except TimeoutError:
                 pass
         await self._unregister_all()
+
+    async def _until_stopped(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run ``work``; ``stop()`` cancels it (a name server that never answers must not hold
+        up the broker's stop for the 24 s of a registration)."""
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        for future in (task, stopped):
+            future.cancel()
+        await asyncio.gather(task, stopped, return_exceptions=True)
 
     async def _register_all(self, topics: dict[str, int]) -> None:
         request = register_broker(
