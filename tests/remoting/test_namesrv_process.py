@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from broker.broker_harness import BrokerProcess, broker_command, wait_for
-from conftest import REPO_ROOT, Namesrv, free_port, mqadmin, start_namesrv
+from namesrv_harness import REPO_ROOT, Namesrv, free_port, mqadmin, start_namesrv
 
 from rmq_spark.broker.fastjson import parse_fastjson
 from rmq_spark.broker.remoting.codec import (

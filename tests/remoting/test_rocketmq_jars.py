@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT
+from namesrv_harness import REPO_ROOT
 
 from rmq_spark.envcheck import ROCKETMQ_JARS_ENV, find_delta_jars, find_rocketmq_jars
 from rmq_spark.errors import EnvironmentCheckError
