@@ -10,6 +10,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEPS_STAMP := $(VENV)/.deps-installed
 JARS_STAMP := jars/manifest.txt
+ROCKETMQ_JARS_STAMP := jars/rocketmq/manifest.txt
 LINK_STAMP := $(VENV)/.delta-jars-linked
 PYTEST_ARGS ?=
 
@@ -18,7 +19,7 @@ PYTEST_ARGS ?=
 help:
 	@sed -n '1,8p' Makefile
 
-setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP)
+setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP) $(ROCKETMQ_JARS_STAMP)
 
 $(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
 	@scripts/bootstrap_venv.sh
@@ -26,6 +27,11 @@ $(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
 
 $(JARS_STAMP): scripts/delta-jars.pom.xml scripts/fetch_jars.sh
 	@scripts/fetch_jars.sh
+
+# RocketMQ's name server and admin tools (rmq-spark namesrv / mqadmin): a folder of their own,
+# never linked into pyspark (link_jars.sh links jars/manifest.txt only).
+$(ROCKETMQ_JARS_STAMP): scripts/rocketmq-jars.pom.xml scripts/fetch_rocketmq_jars.sh | $(JARS_STAMP)
+	@scripts/fetch_rocketmq_jars.sh
 
 $(LINK_STAMP): $(DEPS_STAMP) $(JARS_STAMP) scripts/link_jars.sh
 	@scripts/link_jars.sh

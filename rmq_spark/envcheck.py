@@ -1,4 +1,4 @@
-"""Checks of the machine the project runs on: Java for Spark, the Delta jars.
+"""Checks of the machine the project runs on: Java for Spark, the Delta jars, RocketMQ's jars.
 
 Each check raises ``EnvironmentCheckError`` with what is missing and how to get it, so that a
 newcomer sees one readable sentence instead of a Py4J trace.
@@ -15,10 +15,18 @@ from pathlib import Path
 
 from rmq_spark.errors import EnvironmentCheckError
 
-__all__ = ["JavaInfo", "check_java", "find_delta_jars", "repo_root"]
+__all__ = [
+    "JavaInfo",
+    "ROCKETMQ_JARS_ENV",
+    "check_java",
+    "find_delta_jars",
+    "find_rocketmq_jars",
+    "repo_root",
+]
 
 JAVA_MAJOR_MIN = 17
 JARS_MANIFEST = "manifest.txt"
+ROCKETMQ_JARS_ENV = "RMQ_SPARK_ROCKETMQ_JARS"  # folder of RocketMQ's jars, if not jars/rocketmq
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,18 +82,31 @@ def check_java() -> JavaInfo:
 def find_delta_jars(jars_dir: Path | None = None) -> list[Path]:
     """The Delta Lake jars fetched by ``make setup`` (listed in ``jars/manifest.txt``)."""
     folder = jars_dir if jars_dir is not None else repo_root() / "jars"
+    return _manifest_jars(folder, "the Delta Lake jars", "scripts/fetch_jars.sh")
+
+
+def find_rocketmq_jars(jars_dir: Path | None = None) -> list[Path]:
+    """Apache RocketMQ's name server and admin tools, fetched by ``make setup`` into
+    ``jars/rocketmq/`` (or ``$RMQ_SPARK_ROCKETMQ_JARS``); never on Spark's classpath."""
+    if jars_dir is None:
+        configured = os.environ.get(ROCKETMQ_JARS_ENV)
+        jars_dir = Path(configured) if configured else repo_root() / "jars" / "rocketmq"
+    return _manifest_jars(jars_dir, "RocketMQ's name server jars", "scripts/fetch_rocketmq_jars.sh")
+
+
+def _manifest_jars(folder: Path, what: str, script: str) -> list[Path]:
     manifest = folder / JARS_MANIFEST
     if not manifest.is_file():
         raise EnvironmentCheckError(
-            f"the Delta Lake jars are not in {folder} (no {JARS_MANIFEST}); run `make setup` "
-            "(or scripts/fetch_jars.sh) to fetch them from Maven Central once"
+            f"{what} are not in {folder} (no {JARS_MANIFEST}); run `make setup` "
+            f"(or {script}) to fetch them from Maven Central once"
         )
     names = [line.strip() for line in manifest.read_text().splitlines() if line.strip()]
     jars = [folder / name for name in names]
     missing = [str(jar) for jar in jars if not jar.is_file()]
     if missing or not jars:
         raise EnvironmentCheckError(
-            f"Delta jars listed in {manifest} are missing: {missing or 'none listed'}; "
+            f"{what} listed in {manifest} are missing: {missing or 'none listed'}; "
             "run `make setup` again"
         )
     return jars

@@ -28,6 +28,7 @@ they happen::
     ├── ProtocolError              a peer broke the wire protocol
     │   ├── LocalProtocolError     we were asked to send something invalid
     │   └── RemoteProtocolError    the peer sent something invalid
+    │       └── RemotingFrameError  a RocketMQ remoting frame that breaks its layout
     ├── SourceError                bad Spark option, or an offset we did not issue
     │   ├── DataLossError          data the query needed was deleted (failOnDataLoss=true)
     │   ├── EntrySourceError       reading the consume_queue table for due entries failed
@@ -82,6 +83,7 @@ __all__ = [
     "RecoveryRefusedError",
     "RedeliveryFailedError",
     "RemoteProtocolError",
+    "RemotingFrameError",
     "ReputError",
     "RmqError",
     "ScheduleLockedError",
@@ -220,6 +222,11 @@ class LocalProtocolError(ProtocolError):
 
 class RemoteProtocolError(ProtocolError):
     """The peer sent something the protocol does not allow."""
+
+
+class RemotingFrameError(RemoteProtocolError):
+    """A remoting frame (``RemotingCommand``) that cannot be decoded: truncated, a header
+    length past the frame, over the size limit, or a header that does not parse."""
 
 
 class SourceError(RmqError):

@@ -22,6 +22,8 @@ mvn -q -B -Dstyle.color=never -f "$POM" dependency:copy-dependencies \
   -DincludeGroupIds=io.delta -DincludeScope=runtime \
   -DoutputDirectory="$PWD/$tmp" -Dmaven.repo.local="$PWD/.cache/m2"
 (cd "$tmp" && ls -1 *.jar | sort > manifest.txt)
+# jars/rocketmq/ (scripts/fetch_rocketmq_jars.sh) is kept: it is not Delta's to replace.
+[ ! -d "$JARS_DIR/rocketmq" ] || mv "$JARS_DIR/rocketmq" "$tmp/rocketmq"
 rm -rf "$JARS_DIR"
 mv "$tmp" "$JARS_DIR"
 echo "delta jars: $(wc -l < "$STAMP") jars in $JARS_DIR"

@@ -88,13 +88,15 @@ def fetch_jars(name: str, pom: Path, include_artifacts: str | None = None) -> li
 
 
 def java_command(heap: str, jars: Sequence[Path], *options: str) -> list[str]:
-    """``java`` with a fixed heap, G1 and ``jars`` as the class path (no main class yet)."""
-    java = shutil.which("java")
-    if java is None:
-        raise PeerError("java is not on PATH (Java 17+ is needed)")
-    classpath = os.pathsep.join(str(jar) for jar in jars)
-    return [java, f"-Xmx{heap}", f"-Xms{heap}", "-XX:+UseG1GC", "-Djava.awt.headless=true",
-            *options, "-cp", classpath]  # fmt: skip
+    """``java`` with a fixed heap, G1 and ``jars`` as the class path (no main class yet); the
+    product's launch (``rmq_spark.jvm``), with its errors as ``PeerError``."""
+    from rmq_spark.errors import EnvironmentCheckError
+    from rmq_spark.jvm import java_command as product_java_command
+
+    try:
+        return product_java_command(heap, jars, *options)
+    except EnvironmentCheckError as err:
+        raise PeerError(str(err)) from err
 
 
 def free_port() -> int:

@@ -52,19 +52,16 @@ from peer_common import (
     wait_for_port,
 )
 
+from rmq_spark.jvm import ROCKETMQ_JAVA_OPENS, ROCKETMQ_VERSION
+
 __all__ = ["ROCKETMQ_VERSION", "RocketMQBroker", "resolve_rocketmq_jars"]
 
 HERE = Path(__file__).resolve().parent
-ROCKETMQ_VERSION = "5.3.3"
 POM = HERE / "rocketmq-broker.pom.xml"
 CLUSTER = "DefaultCluster"
 QUEUES = 8
 ADMIN_TIMEOUT_S = 60.0
-# RocketMQ's own scripts open these for Java 9+ (its mmap cleaner and Netty reach into them).
-OPENS = tuple(
-    f"--add-opens=java.base/{package}=ALL-UNNAMED"
-    for package in ("java.nio", "sun.nio.ch", "java.lang", "java.util", "jdk.internal.misc")
-)
+OPENS = ROCKETMQ_JAVA_OPENS  # the product's (rmq_spark/jvm.py), one list for both
 
 
 def resolve_rocketmq_jars() -> list[Path]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["BrokerConfig", "parse_listen", "parse_topic_spec"]
+__all__ = ["BrokerConfig", "parse_listen", "parse_namesrv_addr", "parse_topic_spec"]
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _TOPIC_LENGTH_MAX = 127
@@ -56,6 +56,8 @@ class BrokerConfig:
     inflight_request_bytes_max: int = (
         256 * _MIB
     )  # SendMessage bytes served at once; past it: TOO_MANY_REQUESTS
+    namesrv_addr: str = ""  # RocketMQ name servers to register with, "host:port;host:port"
+    register_interval_ms: int = 30_000  # REGISTER_BROKER period (RocketMQ: 10000..60000)
 
     def __post_init__(self) -> None:
         from rmq_spark.eventloop import EVENT_LOOPS
@@ -115,6 +117,7 @@ class BrokerConfig:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         _check_tls_and_limits(self)
+        _check_namesrv(self)
         if self.shutdown_grace_ms < 0:
             raise ValueError(f"shutdown_grace_ms: must be >= 0, got {self.shutdown_grace_ms}")
 
@@ -150,6 +153,17 @@ def _check_tls_and_limits(config: BrokerConfig) -> None:
         )
 
 
+def _check_namesrv(config: BrokerConfig) -> None:
+    try:
+        parse_namesrv_addr(config.namesrv_addr)
+    except ValueError as err:
+        raise ValueError(f"namesrv_addr: {err}") from None
+    if not 10_000 <= config.register_interval_ms <= 60_000:
+        raise ValueError(
+            f"register_interval_ms: must be in [10000, 60000], got {config.register_interval_ms}"
+        )
+
+
 def parse_listen(text: str) -> tuple[str, int]:
     """Split ``host:port`` (``[::1]:8081`` for IPv6) into ``(host, port)``.
 
@@ -165,6 +179,21 @@ def parse_listen(text: str) -> tuple[str, int]:
     if not 0 <= int(port) <= 65535:
         raise ValueError(f"port must be in [0, 65535], got {text!r}")
     return host, int(port)
+
+
+def parse_namesrv_addr(text: str) -> tuple[tuple[str, int], ...]:
+    """RocketMQ's ``namesrvAddr``: ``"h1:9876;h2:9876"`` -> ``(("h1", 9876), ("h2", 9876))``.
+
+    Raises ``ValueError`` naming the bad part (port 0 too: a name server has a port)."""
+    addresses = []
+    for part in (piece.strip() for piece in text.split(";")):
+        if not part:
+            continue
+        host, port = parse_listen(part)
+        if port == 0:
+            raise ValueError(f"name server port must be in [1, 65535], got {part!r}")
+        addresses.append((host, port))
+    return tuple(addresses)
 
 
 def parse_topic_spec(spec: str, default_queue_count: int) -> tuple[str, int]:

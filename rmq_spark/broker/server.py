@@ -43,6 +43,11 @@ from rmq_spark.broker.grpc_api import (
 )
 from rmq_spark.broker.limits import InflightBytes, connection_options, ensure_fd_limit
 from rmq_spark.broker.metrics import MetricsEndpoint
+from rmq_spark.broker.remoting.registration import (
+    add_namesrv_arguments,
+    namesrv_overrides,
+    start_registration,
+)
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.broker.tls import TlsFiles, resolve_tls
 from rmq_spark.clock import Clock, SystemClock
@@ -354,6 +359,7 @@ def run_broker(
         endpoint.loop_name,
         metrics.url if metrics is not None else "off",
     )
+    namesrv = start_registration(broker_config, endpoint.port, service.topics.snapshot)
     open_warning = open_listener_warning(broker_config)
     if open_warning is not None:
         log.warning("broker: %s", open_warning)
@@ -363,6 +369,8 @@ def run_broker(
         while not stop_requested.wait(timeout=1.0):
             pass
     finally:
+        if namesrv is not None:
+            namesrv.stop()  # unregister first, as RocketMQ's broker does
         service.begin_shutdown()
         consume.begin_shutdown()
         if metrics is not None:
@@ -431,7 +439,8 @@ def build_parser(prog: str = "python -m rmq_spark.broker.server") -> argparse.Ar
 
 
 def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--store``, ``--listen``, ``--ready-file`` (``--config``/``--set`` come from the CLI)."""
+    """``--store``, ``--listen``, ``--ready-file``, the name-server options (``--config``/``--set``
+    come from the CLI)."""
     parser.add_argument("--store", metavar="DIR", help="store root directory (store.root_dir)")
     parser.add_argument(
         "--listen", metavar="HOST:PORT", help="address to serve gRPC on (broker.listen)"
@@ -442,6 +451,7 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="write the served host:port here once the broker accepts calls",
     )
+    add_namesrv_arguments(parser)
 
 
 def configs_from_args(
@@ -458,6 +468,7 @@ def configs_from_args(
         overrides["store.root_dir"] = args.store
     if args.listen:
         overrides["broker.listen"] = args.listen
+    overrides.update(namesrv_overrides(args))
     config = load_config(getattr(args, "config", None) or default_path, overrides)
     return config.store, config.broker
 

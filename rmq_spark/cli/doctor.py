@@ -9,10 +9,10 @@ from importlib import metadata
 
 from rmq_spark.broker.auth import open_listener_warning
 from rmq_spark.cli.common import add_config_arguments, config_from_args
-from rmq_spark.envcheck import check_java, find_delta_jars
+from rmq_spark.envcheck import check_java, find_delta_jars, find_rocketmq_jars
 from rmq_spark.errors import EnvironmentCheckError, RmqError
 
-__all__ = ["register", "run_checks", "security_warnings"]
+__all__ = ["optional_checks", "register", "run_checks", "security_warnings"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "doctor",
         help="check Python, Java, Spark, Delta and the jars",
         description="Check that this machine can run rmq-spark: Python >= 3.11, Java >= 17, "
-        "pyspark and delta-spark installed, the Delta Lake jars fetched. Exits 1 and says "
+        "pyspark and delta-spark installed, the Delta Lake jars fetched; reports RocketMQ's "
+        "name server jars (optional: only `namesrv` and `mqadmin` need them). Exits 1 and says "
         "what to do if anything is missing. Warns (exit code unchanged) when the configured "
         "broker would listen beyond loopback with auth off.",
     )
@@ -51,6 +52,16 @@ def run_checks() -> list[tuple[str, bool, str]]:
     return results
 
 
+def optional_checks() -> list[tuple[str, bool, str]]:
+    """(name, ok, detail) for what only some commands need; a miss does not fail ``doctor``."""
+    try:
+        jars = find_rocketmq_jars()
+        detail = f"{len(jars)} jars in {jars[0].parent} (rmq-spark namesrv, mqadmin)"
+        return [("rocketmq jars", True, detail)]
+    except EnvironmentCheckError as err:
+        return [("rocketmq jars", False, f"{err} (needed by rmq-spark namesrv and mqadmin only)")]
+
+
 def security_warnings(args: argparse.Namespace) -> list[tuple[str, str]]:
     """(name, detail) for each configuration that is unsafe but runs (the broker's auth)."""
     try:
@@ -63,10 +74,13 @@ def security_warnings(args: argparse.Namespace) -> list[tuple[str, str]]:
 
 def _handle(args: argparse.Namespace) -> int:
     results = run_checks()
+    optional = optional_checks()
     warnings = security_warnings(args)
-    width = max(len(name) for name, _, _ in results)
+    width = max(len(name) for name, _, _ in results + optional)
     for name, ok, detail in results:
         print(f"{'ok ' if ok else 'BAD'} {name:<{width}}  {detail}")
+    for name, ok, detail in optional:
+        print(f"{'ok ' if ok else '-- '} {name:<{width}}  {detail}")
     for name, detail in warnings:
         print(f"WARN {name}  {detail}")
     return 0 if all(ok for _, ok, _ in results) else 1

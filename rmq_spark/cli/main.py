@@ -22,6 +22,7 @@ _COMMAND_MODULES = (
     "rmq_spark.cli.config_command",
     "rmq_spark.cli.demo",
     "rmq_spark.cli.broker_command",
+    "rmq_spark.cli.namesrv_command",
     "rmq_spark.cli.reput_command",
     "rmq_spark.cli.query_command",
     "rmq_spark.cli.sql_command",

@@ -1,0 +1,59 @@
+"""The broker's hooks for name-server registration: its command-line options and its start.
+
+``rmq-spark broker --namesrv 'h:p;h:p' --broker-name B --cluster C`` sets ``broker.namesrv_addr``,
+``broker.broker_name`` and ``broker.cluster_name``; ``start_registration`` starts a
+``NamesrvRegistration`` for them (``None`` without name servers: nothing changes).
+
+The address registered is where clients reach the broker: today the gRPC access point
+(``broker.advertised_host`` or the listen host, and the bound port), as the remoting server is
+not built yet. The HA address is RocketMQ's default, port + 1; nothing listens there.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+
+from rmq_spark.broker.config import BrokerConfig, parse_namesrv_addr
+from rmq_spark.broker.remoting.namesrv_api import BrokerIdentity
+from rmq_spark.broker.remoting.namesrv_client import NamesrvRegistration
+
+__all__ = ["add_namesrv_arguments", "namesrv_overrides", "start_registration"]
+
+
+def add_namesrv_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--namesrv",
+        metavar="'HOST:PORT;HOST:PORT'",
+        help="RocketMQ name servers to register with (broker.namesrv_addr)",
+    )
+    parser.add_argument("--broker-name", metavar="NAME", help="broker name (broker.broker_name)")
+    parser.add_argument("--cluster", metavar="NAME", help="cluster name (broker.cluster_name)")
+
+
+def namesrv_overrides(args: argparse.Namespace) -> dict[str, str]:
+    """The ``broker.*`` overrides the options above ask for."""
+    pairs = (
+        ("broker.namesrv_addr", getattr(args, "namesrv", None)),
+        ("broker.broker_name", getattr(args, "broker_name", None)),
+        ("broker.cluster_name", getattr(args, "cluster", None)),
+    )
+    return {key: value for key, value in pairs if value is not None}
+
+
+def start_registration(
+    config: BrokerConfig, port: int, topics: Callable[[], Mapping[str, int]]
+) -> NamesrvRegistration | None:
+    """Register the broker serving on ``port`` with ``config.namesrv_addr``; ``None`` if empty."""
+    addresses = parse_namesrv_addr(config.namesrv_addr)
+    if not addresses:
+        return None
+    host = config.route_host
+    identity = BrokerIdentity(
+        cluster_name=config.cluster_name,
+        broker_name=config.broker_name,
+        addr=f"{host}:{port}",
+        ha_addr=f"{host}:{port + 1}",
+    )
+    interval_s = config.register_interval_ms / 1000
+    return NamesrvRegistration(addresses, identity, topics, interval_s=interval_s).start()
