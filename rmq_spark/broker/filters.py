@@ -23,8 +23,7 @@ one expression share it. Does not own where filtering happens (the consume path)
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -123,30 +122,6 @@ class Sql92Filter:
             return False
 
 
-class _FilterCache:
-    """The compiled filters most recently asked for, at most ``CACHED_FILTERS_MAX``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._filters: OrderedDict[tuple[str, str], MessageFilter] = OrderedDict()
-
-    def get(self, key: tuple[str, str]) -> MessageFilter | None:
-        with self._lock:
-            found = self._filters.get(key)
-            if found is not None:
-                self._filters.move_to_end(key)
-            return found
-
-    def put(self, key: tuple[str, str], compiled: MessageFilter) -> None:
-        with self._lock:
-            self._filters[key] = compiled
-            if len(self._filters) > CACHED_FILTERS_MAX:
-                self._filters.popitem(last=False)
-
-
-_CACHE = _FilterCache()
-
-
 def compile_filter(expression_type: str, expression: str) -> MessageFilter:
     """Compile a gRPC ``FilterExpression`` (or take it from the cache).
 
@@ -156,14 +131,10 @@ def compile_filter(expression_type: str, expression: str) -> MessageFilter:
     type, an expression over ``EXPRESSION_LENGTH_MAX`` or one that does not parse (errors are
     not cached: they cost a parse bounded by the length limit).
     """
-    key = (expression_type, expression)
-    compiled = _CACHE.get(key)
-    if compiled is None:
-        compiled = _compile(expression_type, expression)
-        _CACHE.put(key, compiled)
-    return compiled
+    return _compile(expression_type, expression)
 
 
+@functools.lru_cache(maxsize=CACHED_FILTERS_MAX)  # thread-safe; exceptions are not kept
 def _compile(expression_type: str, expression: str) -> MessageFilter:
     if len(expression) > EXPRESSION_LENGTH_MAX:
         raise FilterExpressionError(

@@ -20,7 +20,13 @@ from typing import Any
 
 from rmq_spark.broker.config import BrokerConfig
 
-__all__ = ["Admitted", "InflightBytes", "connection_options", "ensure_fd_limit"]
+__all__ = [
+    "Admitted",
+    "InflightBytes",
+    "connection_options",
+    "ensure_fd_limit",
+    "handle_loop_exception",
+]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -135,6 +141,8 @@ def connection_options(config: BrokerConfig) -> list[tuple[str, Any]]:
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.max_connection_idle_ms", config.connection_idle_timeout_ms),
         ("grpc.server_handshake_timeout_ms", config.handshake_timeout_ms),
+        # HTTP/2's default, said aloud: the front reads whole frames (h2watch.py).
+        ("grpc.http2.max_frame_size", 16_384),
     ] + (
         # Without the front (tls_mode=disabled) grpc caps connections itself.
         [("grpc.max_allowed_incoming_connections", config.max_connections)]
@@ -163,3 +171,22 @@ def ensure_fd_limit(max_connections: int) -> None:
             needed,
             max_connections,
         )
+
+
+def handle_loop_exception(loop: Any, context: dict[str, Any]) -> None:
+    """The event loop's exception handler: an accept that failed for want of descriptors is
+    one warning line (asyncio logs it with a traceback, once per queued connection, and
+    retries in 1 s); anything else goes to asyncio's default handler."""
+    error = context.get("exception")
+    if context.get("message") == "socket.accept() out of system resource" and isinstance(
+        error, OSError
+    ):
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        log.warning(
+            "broker: cannot accept connections: %s (open-files limit %d, ulimit -n); "
+            "accepting again in 1 s",
+            error.strerror,
+            soft,
+        )
+        return
+    loop.default_exception_handler(context)

@@ -129,5 +129,5 @@ def test_depth_limit_is_exact_and_the_cache_is_bounded() -> None:
     assert compile_filter("SQL92", "a > 1") is first  # compiled once
     for i in range(CACHED_FILTERS_MAX + 10):
         compile_filter("TAG", f"t{i}")
-    assert len(filters._CACHE._filters) == CACHED_FILTERS_MAX
+    assert filters._compile.cache_info().currsize == CACHED_FILTERS_MAX
     assert compile_filter("SQL92", "a > 1") is not first  # the oldest went first
