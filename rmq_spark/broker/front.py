@@ -14,7 +14,10 @@ or when accept fails for want of file descriptors, the oldest connection not yet
 call (``Link``: "unproven") is closed to make room, else the new one is closed. Owns the budget
 of request bytes (``inflight_request_bytes_max``): a gRPC message's declared length is booked
 before grpc buffers it (``h2watch.RequestGate``); and the client address behind each relayed
-connection (``client_peer``: grpc only sees the front's address).
+connection (``client_peer``: grpc only sees the front's address). One address may book at
+most half the budget (or one maximal message), and while others wait for the budget a
+connection whose booked message has had no byte for ``handshake_timeout_ms`` is closed: a
+slow sender cannot sit on the budget.
 
 Does not own HTTP/2 itself and idle or dead connections once answered (grpc's keepalive
 options, ``limits.py``).
@@ -80,6 +83,9 @@ class Front:
         self._peers: dict[int, str] = {}  # the front's local port towards grpc -> client peer
         self._waiting: OrderedDict[Link, None] = OrderedDict()  # streams held for the budget
         self._wake_scheduled = False
+        self._booked_by: dict[str, int] = {}  # budget bytes booked per client address
+        self._share = max(settings.inflight_bytes // 2, settings.message_bytes_max)
+        self._watchdog: asyncio.TimerHandle | None = None
         self._counts = {"refused": 0, "evicted": 0, "expired": 0}
         self._warned_s = 0.0
 
@@ -98,7 +104,9 @@ class Front:
 
     async def serve(self) -> None:
         assert self._sock is not None
-        asyncio.get_running_loop().add_reader(self._sock.fileno(), self._accept)
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self._sock.fileno(), self._accept)
+        self._watchdog = loop.call_later(1.0, self._watch_stalls)
 
     def stop_accepting(self) -> None:
         """Close the listening socket; relayed connections go on (their calls finish)."""
@@ -106,6 +114,9 @@ class Front:
         if sock is not None:
             asyncio.get_running_loop().remove_reader(sock.fileno())
             sock.close()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     def close(self) -> None:
         """Stop accepting and close every relayed connection."""
@@ -238,12 +249,37 @@ class Front:
     def wait_for_budget(self, link: Link) -> None:
         self._waiting[link] = None
 
-    def give(self, nbytes: int) -> None:
+    def book(self, host: str, nbytes: int) -> bool:
+        """Book ``nbytes`` for a connection from ``host``: within its address's share and
+        the budget, else ``False`` (the message waits)."""
+        booked = self._booked_by.get(host, 0)
+        if booked + nbytes > self._share or not self.budget.take(nbytes):
+            return False
+        self._booked_by[host] = booked + nbytes
+        return True
+
+    def give(self, host: str, nbytes: int) -> None:
         """Bytes given back to the budget: the links waiting for it retry, soon, in order."""
         self.budget.give(nbytes)
+        left = self._booked_by.pop(host) - nbytes
+        if left:
+            self._booked_by[host] = left
         if self._waiting and not self._wake_scheduled:
             self._wake_scheduled = True
             asyncio.get_running_loop().call_soon(self._wake)
+
+    def _watch_stalls(self) -> None:
+        """Once a second, while some message waits for the budget: close the connections
+        whose booked message stopped arriving ``handshake_timeout_s`` ago."""
+        loop = asyncio.get_running_loop()
+        self._watchdog = loop.call_later(1.0, self._watch_stalls)
+        if not self._waiting:
+            return
+        limit = loop.time() - self.settings.handshake_timeout_s
+        for link in [x for x in self._links if x.gate.incomplete and x.last_data < limit]:
+            self._counts["expired"] += 1
+            link.close()
+            self._warn(f"closed a connection from {link.peer} whose booked request stalled")
 
     def _wake(self) -> None:
         self._wake_scheduled = False

@@ -49,7 +49,10 @@ class Link(asyncio.Protocol):
         self._refusal: PlaintextRefusal | None = None
         self._closed = False
         s = front.settings
-        self.gate = RequestGate(front.budget.take, front.give, s.message_bytes_max)
+        self.gate = RequestGate(
+            lambda n: front.book(host, n), lambda n: front.give(host, n), s.message_bytes_max
+        )
+        self.last_data = 0.0  # the loop's time of the client's last bytes
         self._watch = ResponseWatch()
         loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = loop.call_later(
@@ -121,6 +124,7 @@ class Link(asyncio.Protocol):
             self.close()
 
     def data_received(self, data: bytes) -> None:
+        self.last_data = asyncio.get_running_loop().time()
         if self._refusal is not None:
             self._client.write(self._refusal.feed(data))
             return

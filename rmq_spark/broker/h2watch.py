@@ -86,6 +86,11 @@ class RequestGate:
     def waiting(self) -> bool:
         return bool(self._waiting)
 
+    @property
+    def incomplete(self) -> bool:
+        """A booked message has bytes still to come (its booking waits on the client)."""
+        return any(s.booked and (s.remaining or s.prefix) for s in self._streams.values())
+
     def feed(self, data: bytes) -> bytes:
         buffer = self._buffer
         buffer += data
