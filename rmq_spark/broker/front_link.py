@@ -26,7 +26,7 @@ from rmq_spark.broker.h2watch import PlaintextRefusal, RequestGate, ResponseWatc
 if TYPE_CHECKING:
     from rmq_spark.broker.front import Front
 
-__all__ = ["TLS_RECORD_HANDSHAKE", "Link"]
+__all__ = ["Link", "TLS_RECORD_HANDSHAKE"]
 
 log = logging.getLogger("rmq_spark.broker")
 
