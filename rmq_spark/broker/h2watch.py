@@ -132,7 +132,9 @@ class RequestGate:
         stream = self._streams.pop(stream_id, None)
         if stream is None:
             return
-        self._held_bytes -= sum(len(frame) for frame in stream.held)
+        if stream.held:
+            self._held_bytes -= sum(len(frame) for frame in stream.held)
+            self._waiting.remove(stream_id)
         if stream.booked:
             self._give(stream.booked)
 

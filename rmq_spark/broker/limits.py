@@ -141,8 +141,6 @@ def connection_options(config: BrokerConfig) -> list[tuple[str, Any]]:
         ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
         ("grpc.max_connection_idle_ms", config.connection_idle_timeout_ms),
         ("grpc.server_handshake_timeout_ms", config.handshake_timeout_ms),
-        # HTTP/2's default, said aloud: the front reads whole frames (h2watch.py).
-        ("grpc.http2.max_frame_size", 16_384),
     ] + (
         # Without the front (tls_mode=disabled) grpc caps connections itself.
         [("grpc.max_allowed_incoming_connections", config.max_connections)]
