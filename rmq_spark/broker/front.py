@@ -173,6 +173,9 @@ class Front:
             asyncio.get_running_loop().add_reader(self._sock.fileno(), self._accept)
 
     def _admit(self, conn: socket.socket, address: Any) -> None:
+        # asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP, and an accepted
+        # socket of socket.create_server has proto 0: without it, Nagle delays every answer.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         host, port = address[:2]
         if host.startswith("::ffff:") and "." in host:
             host = host[len("::ffff:") :]  # grpc names IPv4-mapped peers ipv4:
