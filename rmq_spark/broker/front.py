@@ -15,9 +15,9 @@ call (``Link``: "unproven") is closed to make room, else the new one is closed. 
 of request bytes (``inflight_request_bytes_max``): a gRPC message's declared length is booked
 before grpc buffers it (``h2watch.RequestGate``); and the client address behind each relayed
 connection (``client_peer``: grpc only sees the front's address). One address may book at
-most half the budget (or one maximal message), and while others wait for the budget a
-connection whose booked message has had no byte for ``handshake_timeout_ms`` is closed: a
-slow sender cannot sit on the budget.
+most half the budget (or one maximal message), and a connection whose booked message has
+had no byte for ``handshake_timeout_ms`` (while the front was reading it) is closed: a
+stalled sender cannot sit on the budget.
 
 Does not own HTTP/2 itself and idle or dead connections once answered (grpc's keepalive
 options, ``limits.py``).
@@ -272,11 +272,11 @@ class Front:
             asyncio.get_running_loop().call_soon(self._wake)
 
     def _watch_stalls(self) -> None:
-        """Once a second, while some message waits for the budget: close the connections
-        whose booked message stopped arriving ``handshake_timeout_s`` ago."""
+        """Once a second, while bytes are booked: close the connections whose booked message
+        stopped arriving ``handshake_timeout_s`` ago (time spent waiting on grpc excluded)."""
         loop = asyncio.get_running_loop()
         self._watchdog = loop.call_later(1.0, self._watch_stalls)
-        if not self._waiting:
+        if not self.budget.used_bytes:
             return
         limit = loop.time() - self.settings.handshake_timeout_s
         for link in [x for x in self._links if x.gate.incomplete and x.last_data < limit]:

@@ -237,10 +237,12 @@ class _Backend(asyncio.Protocol):
     def pause_writing(self) -> None:  # grpc reads slower than the client writes
         if self.link._client is not None:
             self.link._client.pause_reading()
+        self.link.last_data = float("inf")  # not the client's stall while we do not read
 
     def resume_writing(self) -> None:
         if self.link._client is not None:
             self.link._client.resume_reading()
+        self.link.last_data = asyncio.get_running_loop().time()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.link.close()

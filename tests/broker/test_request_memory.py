@@ -24,7 +24,7 @@ from typing import Any
 
 import grpc
 import pytest
-from broker_harness import BrokerProcess
+from broker_harness import BrokerProcess, wait_for
 
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
@@ -51,23 +51,37 @@ def _literal(name: bytes, value: bytes) -> bytes:
     return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
 
 
-def _attack_connection(address: str) -> socket.socket:
+def _headers(path: bytes) -> bytes:
+    return (
+        b"\x83\x86\x04"  # :method POST, :scheme http, :path (literal, indexed name)
+        + bytes([len(path)])
+        + path
+        + _literal(b":authority", b"broker")
+        + _literal(b"content-type", b"application/grpc")
+        + _literal(b"te", b"trailers")
+    )
+
+
+def _attack_connection(
+    address: str, streams: int = _STREAMS, answered: bool = False
+) -> socket.socket:
+    """A raw connection from 127.0.0.2: ``streams`` SendMessage calls each declaring a maximal
+    request and sending ``_SENT`` bytes of it; ``answered``: after one answered call first."""
     host, port = address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5, source_address=("127.0.0.2", 0))
     sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, b""))
     sock.recv(65536)  # the broker's SETTINGS
     sock.sendall(_frame(4, 1, 0, b""))  # ACK
-    block = (
-        b"\x83\x86\x04"  # :method POST, :scheme http, :path (literal, indexed name)
-        + bytes([len(_PATH)])
-        + _PATH
-        + _literal(b":authority", b"broker")
-        + _literal(b"content-type", b"application/grpc")
-        + _literal(b"te", b"trailers")
-    )
+    first = 1
+    if answered:
+        route = b"/apache.rocketmq.v2.MessagingService/QueryRoute"
+        sock.sendall(_frame(1, 4, 1, _headers(route)) + _frame(0, 1, 1, b"\x00" * 5))
+        sock.recv(65536)  # its answer
+        first = 3
+    block = _headers(_PATH)
     body = b"\x00" + _DECLARED.to_bytes(4, "big") + b"x" * (_SENT - 5)
-    for k in range(_STREAMS):
-        stream = 1 + 2 * k
+    for k in range(streams):
+        stream = first + 2 * k
         sock.sendall(_frame(1, 4, stream, block))  # HEADERS, END_HEADERS
         for at in range(0, len(body), 16_384):
             sock.sendall(_frame(0, 0, stream, body[at : at + 16_384]))
@@ -129,3 +143,33 @@ def test_concurrent_maximal_requests_keep_peak_memory_bounded(
     assert growth < _PEAK_GROWTH_MB, f"peak RSS grew {growth:.0f} MB"
     print(f"{requests} requests: peak RSS +{growth:.0f} MB, a legitimate send {legit_s:.3f} s")
     assert "Traceback" not in broker.log_text()
+
+
+def test_a_stalled_booking_is_closed_when_others_wait(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    # The budget is one maximal message; an answered connection books it and stops sending.
+    broker = broker_factory(
+        "broker.grpc_receive_limit_bytes=33554432",
+        "broker.inflight_request_bytes_max=33554432",
+        "broker.handshake_timeout_ms=2000",
+        "broker.topics=ok:1",
+    )
+    stalled = _attack_connection(broker.address, streams=1, answered=True)
+    try:
+        with grpc.insecure_channel(broker.address) as channel:
+            stub = spb_grpc.MessagingServiceStub(channel)
+
+            # Refused (RESOURCE_EXHAUSTED) until the stalled connection is closed (~2 s).
+            def sent() -> bool:
+                try:
+                    return _send(stub, b"m" * (4 * _MIB - 1024), count=7) == pb.OK
+                except grpc.RpcError as err:
+                    assert err.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, err
+                    time.sleep(0.5)
+                    return False
+
+            wait_for(sent, 20, "a maximal send to pass")
+    finally:
+        stalled.close()
+    assert "whose booked request stalled" in broker.log_text()
