@@ -92,30 +92,42 @@ class RequestGate:
         return any(s.booked and (s.remaining or s.prefix) for s in self._streams.values())
 
     def feed(self, data: bytes) -> bytes:
-        buffer = self._buffer
-        buffer += data
-        out = bytearray()
         start = 0
-        if not self._preface:
-            if len(buffer) < len(H2_PREFACE):
-                if not H2_PREFACE.startswith(bytes(buffer)):
+        if self._buffer or not self._preface:  # a frame cut by the last read, or the start
+            self._buffer += data
+            data = bytes(self._buffer)
+            self._buffer.clear()
+            if not self._preface:
+                if not data.startswith(H2_PREFACE[: len(data)]) or (
+                    len(data) >= len(H2_PREFACE) and not data.startswith(H2_PREFACE)
+                ):
                     raise ValueError("not an HTTP/2 client preface")
-                return b""
-            if buffer[: len(H2_PREFACE)] != H2_PREFACE:
-                raise ValueError("not an HTTP/2 client preface")
-            self._preface = True
-            out += H2_PREFACE
-            start = len(H2_PREFACE)
-        while len(buffer) - start >= 9:
-            length = int.from_bytes(buffer[start : start + 3], "big")
+                if len(data) < len(H2_PREFACE):
+                    self._buffer += data
+                    return b""
+                self._preface = True
+                start = len(H2_PREFACE)
+        # Frames that pass unchanged are not copied: runs of them are cut out of ``data``.
+        size, first, out, emit = len(data), 0, None, bytearray()
+        while size - start >= 9:
+            length = int.from_bytes(data[start : start + 3], "big")
             if length > FRAME_SIZE_MAX:
                 raise ValueError(f"a {length}-byte HTTP/2 frame")
             end = start + 9 + length
-            if len(buffer) < end:
+            if end > size:
                 break
-            self._route(bytes(buffer[start:end]), out)
+            if not self._route(data, start, end, emit):
+                out = out if out is not None else bytearray()
+                out += data[first:start]
+                out += emit
+                emit.clear()
+                first = end
             start = end
-        del buffer[:start]
+        if start < size:
+            self._buffer += data[start:]
+        if out is None:
+            return data if start == size and first == 0 else data[first:start]
+        out += data[first:start]
         return bytes(out)
 
     def retry(self) -> bytes:
@@ -144,36 +156,35 @@ class RequestGate:
             self.stream_ended(stream_id)
         self._waiting.clear()
 
-    def _route(self, frame: bytes, out: bytearray) -> None:
-        kind, flags = frame[3], frame[4]
-        stream_id = int.from_bytes(frame[5:9], "big") & 0x7FFFFFFF
+    def _route(self, data: bytes, start: int, end: int, emit: bytearray) -> bool:
+        """Whether the frame ``data[start:end]`` goes on unchanged; if not, it was held or
+        dropped, and ``emit`` has what goes in its place."""
+        kind, flags = data[start + 3], data[start + 4]
+        stream_id = int.from_bytes(data[start + 5 : start + 9], "big") & 0x7FFFFFFF
         if stream_id == 0:
-            out += frame
-            return
+            return True
         if stream_id in self._refused:  # the client has not seen our RST_STREAM yet
-            if kind == _DATA and len(frame) > 9:
-                self.to_client += _h2_frame(_WINDOW_UPDATE, 0, 0, _u32(len(frame) - 9))
-            return
+            if kind == _DATA and end - start > 9:
+                self.to_client += _h2_frame(_WINDOW_UPDATE, 0, 0, _u32(end - start - 9))
+            return False
         if kind == _RST_STREAM:
             self.stream_ended(stream_id)  # held frames dropped: the client gave up on them
-            out += frame
-            return
+            return True
         stream = self._streams.get(stream_id)
         if stream is None:
             if kind != _HEADERS:
-                out += frame  # a closed or unknown stream: grpc answers per HTTP/2
-                return
+                return True  # a closed or unknown stream: grpc answers per HTTP/2
             stream = self._streams[stream_id] = _Stream()
-        if not stream.held and (kind != _DATA or self._admit(stream, frame, flags)):
+        if not stream.held and (kind != _DATA or self._admit(stream, data, start, end, flags)):
             stream.passed = stream.passed or kind == _DATA
-            out += frame
-            return
+            return True
         if not stream.held:
             self._waiting.append(stream_id)
-        stream.held.append(frame)
-        self._held_bytes += len(frame)
+        stream.held.append(data[start:end])
+        self._held_bytes += end - start
         if self._held_bytes > HELD_BYTES_MAX:
-            self._refuse(stream_id, stream, out)
+            self._refuse(stream_id, stream, emit)
+        return False
 
     def _refuse(self, stream_id: int, stream: _Stream, out: bytearray) -> None:
         dropped = sum(len(frame) - 9 for frame in stream.held if frame[3] == _DATA)
@@ -191,17 +202,17 @@ class RequestGate:
     def _drain(self, stream_id: int, stream: _Stream, out: bytearray) -> None:
         while stream.held:
             frame = stream.held[0]
-            if frame[3] == _DATA and not self._admit(stream, frame, frame[4]):
+            if frame[3] == _DATA and not self._admit(stream, frame, 0, len(frame), frame[4]):
                 self._waiting.append(stream_id)
                 return
             out += stream.held.popleft()
             self._held_bytes -= len(frame)
             stream.passed = stream.passed or frame[3] == _DATA
 
-    def _admit(self, stream: _Stream, frame: bytes, flags: int) -> bool:
-        """Walk the frame's data for message starts; book the last one's declared length
-        (the ones before it on this stream have been passed on whole)."""
-        begin, end = 9, len(frame)
+    def _admit(self, stream: _Stream, frame: bytes, start: int, end: int, flags: int) -> bool:
+        """Walk the DATA frame ``frame[start:end]`` for message starts; book the last one's
+        declared length (the ones before it on this stream have been passed on whole)."""
+        begin = start + 9
         if flags & _PADDED and end > begin:
             end -= frame[begin]
             begin += 1
