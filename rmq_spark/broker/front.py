@@ -144,9 +144,10 @@ class Front:
             except ConnectionAbortedError:
                 continue
             except OSError as err:
-                if err.errno not in _OUT_OF_DESCRIPTORS:
-                    raise
-                self._out_of_descriptors(err)
+                if err.errno in _OUT_OF_DESCRIPTORS:
+                    self._out_of_descriptors(err)
+                else:  # one line (repeats are collapsed by the log's limiter), no traceback
+                    log.warning("broker: accepting a connection failed: %s", err)
                 return
             self._admit(conn, address)
 
