@@ -48,7 +48,7 @@ class BrokerConfig:
     tls_key_file: str = ""  # PEM private key of tls_cert_file
     max_connections: int = 1000  # client connections at once (front.py says who gives way)
     max_connections_per_address: int = 100  # connections from one client address (loopback too)
-    handshake_timeout_ms: int = 10_000  # a connection not answered a call this long: closed
+    handshake_timeout_ms: int = 10_000  # a connection without a whole call this long: closed
     connection_idle_timeout_ms: int = 300_000  # a connection without any call this long: closed
     keepalive_time_ms: int = 60_000  # ping a quiet client this often (finds dead peers)
     keepalive_timeout_ms: int = 20_000  # a ping unanswered this long: the connection is closed

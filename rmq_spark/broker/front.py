@@ -10,8 +10,9 @@ passes through the front once per direction; ``bench/bench_grpc.py --tls-compare
 
 Owns admission: at most ``max_connections`` connections, at most
 ``max_connections_per_address`` from one client address (loopback included); at either cap,
-or when accept fails for want of file descriptors, the oldest connection not yet answered a
-call (``Link``: "unproven") is closed to make room, else the new one is closed. Owns the budget
+or when accept fails for want of file descriptors, the oldest connection that has not yet
+sent a whole request or been answered one (``Link``: "unproven") is closed to make room,
+else the new one is closed. Owns the budget
 of request bytes (``inflight_request_bytes_max``): a gRPC message's declared length is booked
 before grpc buffers it (``h2watch.RequestGate``); and the client address behind each relayed
 connection (``client_peer``: grpc only sees the front's address). One address may book at
@@ -207,7 +208,7 @@ class Front:
     def _evict(self, victim: Link, why: str) -> None:
         self._counts["evicted"] += 1
         victim.close()
-        self._warn(f"{why}: closed the oldest connection not yet answered a call")
+        self._warn(f"{why}: closed the oldest connection without a whole call yet")
 
     def _warn(self, what: str) -> None:
         now = time.monotonic()
@@ -216,7 +217,7 @@ class Front:
             c = self._counts
             log.warning(
                 "broker: %s (%d connections; so far %d refused, %d closed to make room, "
-                "%d closed unanswered after broker.handshake_timeout_ms)",
+                "%d closed without a whole call after broker.handshake_timeout_ms)",
                 what,
                 len(self._links),
                 c["refused"],

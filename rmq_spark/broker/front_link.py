@@ -6,9 +6,10 @@ with the broker's certificate, ALPN ``h2``) or plaintext, opens a plaintext conn
 grpc's listener on 127.0.0.1 and relays both ways: the client's bytes through a
 ``RequestGate`` (request sizes booked in the front's budget before grpc buffers them), grpc's
 through a ``ResponseWatch`` (the first answered call proves the connection; ended streams
-give their bookings back). A connection not answered a call within ``handshake_timeout_s``
-of its accept is closed, whatever it sent (silent, a TLS or HTTP/2 handshake held open,
-requests never finished). Under ``tls_mode=enforcing`` a plaintext client is answered
+give their bookings back). A connection that has neither sent a whole request (a long-polling
+receive is answered late) nor been answered within ``handshake_timeout_s`` of its accept is
+closed, whatever it sent (silent, a TLS or HTTP/2 handshake held open, requests never
+finished). Under ``tls_mode=enforcing`` a plaintext client is answered
 ``PlaintextRefusal`` until that timer closes it.
 
 Does not own admission, the per-address count or the budget (``front.py``).
@@ -140,6 +141,8 @@ class Link(asyncio.Protocol):
         self._pass_on(out)
         if self.gate.waiting:
             self.front.wait_for_budget(self)
+        if self.gate.request_sent and not self.answered:
+            self._proven()
 
     def _pass_on(self, out: bytes) -> None:
         if out:
@@ -154,6 +157,8 @@ class Link(asyncio.Protocol):
         """The front's budget has room again: pass on what the gate can let through now."""
         if self._backend is not None and not self._closed:
             self._pass_on(self.gate.retry())
+            if self.gate.request_sent and not self.answered:
+                self._proven()
 
     def pause_writing(self) -> None:  # the client reads slower than grpc writes
         if self._backend is not None:
@@ -187,11 +192,15 @@ class Link(asyncio.Protocol):
         for stream_id in ended:
             self.gate.stream_ended(stream_id)
         if self._watch.answered and not self.answered:
-            self.answered = True
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-            self.front.answered(self)
+            self._proven()
+
+    def _proven(self) -> None:
+        """A whole request reached grpc, or grpc answered one: no longer evictable."""
+        self.answered = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self.front.answered(self)
 
     def close(self) -> None:
         """Close both sides and give back what the connection had booked (idempotent)."""

@@ -81,6 +81,7 @@ class RequestGate:
         self._held_bytes = 0
         self._refused: deque[int] = deque(maxlen=_REFUSED_REMEMBERED)
         self.to_client = bytearray()  # our own frames for the client (refusals), to send
+        self.request_sent = False  # a whole request went to grpc (END_STREAM passed on)
 
     @property
     def waiting(self) -> bool:
@@ -177,6 +178,7 @@ class RequestGate:
             stream = self._streams[stream_id] = _Stream()
         if not stream.held and (kind != _DATA or self._admit(stream, data, start, end, flags)):
             stream.passed = stream.passed or kind == _DATA
+            self.request_sent = self.request_sent or bool(flags & _END_STREAM)
             return True
         if not stream.held:
             self._waiting.append(stream_id)
@@ -208,6 +210,7 @@ class RequestGate:
             out += stream.held.popleft()
             self._held_bytes -= len(frame)
             stream.passed = stream.passed or frame[3] == _DATA
+            self.request_sent = self.request_sent or bool(frame[4] & _END_STREAM)
 
     def _admit(self, stream: _Stream, frame: bytes, start: int, end: int, flags: int) -> bool:
         """Walk the DATA frame ``frame[start:end]`` for message starts; book the last one's

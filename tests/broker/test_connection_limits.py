@@ -4,9 +4,9 @@ Before: ``max_connections`` sockets that each sent the HTTP/2 preface and an emp
 frame and then nothing locked every new client out (the front only made room by closing
 connections that had sent nothing; grpc kept them until keepalive, ~80 s); a TLS slowloris
 (one ClientHello byte at a time) held its slots for grpc's handshake timeout; one address
-could take every slot with connections that had each made one call. Now a connection not
-answered a call within ``handshake_timeout_ms`` of its accept is closed, at the cap the
-oldest unanswered one makes room, and one address holds at most
+could take every slot with connections that had each made one call. Now a connection that
+has neither sent a whole request nor been answered within ``handshake_timeout_ms`` of its
+accept is closed, at the cap the oldest such one makes room, and one address holds at most
 ``max_connections_per_address``.
 """
 
@@ -202,3 +202,21 @@ def test_one_address_cannot_take_every_slot(
         _official_sends(official_producer, rocketmq, broker.address)
         assert _tls_send(broker) == pb.OK
     assert "max_connections_per_address" in broker.log_text()
+
+
+def test_a_long_polling_first_call_outlives_the_handshake_timeout(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    # The request is whole at once; its answer comes after the long poll (3 s > 1 s).
+    broker = broker_factory("broker.handshake_timeout_ms=1000", "broker.topics=conn-limits:1")
+    request = spb.ReceiveMessageRequest(batch_size=1)
+    request.message_queue.topic.name = "conn-limits"
+    request.group.name = "pollers"
+    request.long_polling_timeout.FromSeconds(3)
+    request.invisible_duration.FromSeconds(30)
+    with grpc.insecure_channel(broker.address) as channel:
+        stub = spb_grpc.MessagingServiceStub(channel)
+        started = time.monotonic()
+        replies = list(stub.ReceiveMessage(request, timeout=30, metadata=_METADATA))
+    assert replies[0].status.code == pb.MESSAGE_NOT_FOUND
+    assert time.monotonic() - started >= 2.5  # it really waited
