@@ -374,6 +374,9 @@ class InvalidMessageIdError(InvalidMessageError):
         self.text = text
 
 
+_EXPRESSION_SHOWN_MAX = 200
+
+
 class FilterExpressionError(RmqError):
     """A consumer's filter expression that does not compile (the gRPC layer answers
     ``ILLEGAL_FILTER_EXPRESSION``). ``position`` is the 0-based character offset of the
@@ -391,7 +394,10 @@ class FilterExpressionError(RmqError):
                 if "\n" in expression
                 else f" at column {column}"
             )
-        super().__init__(f"{expression_type} filter {expression!r}{where}: {reason}")
+        shown = repr(expression)
+        if len(expression) > _EXPRESSION_SHOWN_MAX:  # an answer and a log line, not a copy
+            shown = f"{expression[:_EXPRESSION_SHOWN_MAX]!r}... ({len(expression)} characters)"
+        super().__init__(f"{expression_type} filter {shown}{where}: {reason}")
         self.expression_type = expression_type
         self.expression = expression
         self.position = position

@@ -49,15 +49,17 @@ class BrokerConfig:
     tls_cert_file: str = ""  # PEM certificate chain; empty: self-signed in <store>/config/tls/
     tls_key_file: str = ""  # PEM private key of tls_cert_file
     max_connections: int = 1000  # client connections at once (front.py says who gives way)
-    handshake_timeout_ms: int = 10_000  # a connection silent (or mid-handshake) this long: closed
+    max_connections_per_address: int = 100  # connections from one client address (loopback too)
+    handshake_timeout_ms: int = 10_000  # a connection without a whole call this long: closed
     connection_idle_timeout_ms: int = 300_000  # a connection without any call this long: closed
     keepalive_time_ms: int = 60_000  # ping a quiet client this often (finds dead peers)
     keepalive_timeout_ms: int = 20_000  # a ping unanswered this long: the connection is closed
     inflight_request_bytes_max: int = (
         256 * _MIB
-    )  # SendMessage bytes served at once; past it: TOO_MANY_REQUESTS
+    )  # request bytes booked at once (front); past it: RESOURCE_EXHAUSTED
     namesrv_addr: str = ""  # RocketMQ name servers to register with, "host:port;host:port"
     register_interval_ms: int = 30_000  # REGISTER_BROKER period (RocketMQ: 10000..60000)
+    log_repeat_interval_ms: int = 10_000  # a repeated log line: once per interval, with a count
 
     def __post_init__(self) -> None:
         from rmq_spark.eventloop import EVENT_LOOPS
@@ -139,10 +141,12 @@ def _check_tls_and_limits(config: BrokerConfig) -> None:
         raise ValueError("tls_cert_file, tls_key_file: set both or neither")
     for name in (
         "max_connections",
+        "max_connections_per_address",
         "handshake_timeout_ms",
         "connection_idle_timeout_ms",
         "keepalive_time_ms",
         "keepalive_timeout_ms",
+        "log_repeat_interval_ms",
     ):
         if getattr(config, name) < 1:
             raise ValueError(f"{name}: must be >= 1, got {getattr(config, name)}")

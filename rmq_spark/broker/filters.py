@@ -13,11 +13,17 @@ Owns ``compile_filter(expression_type, expression)`` for the two filter types of
   property) and an evaluation RocketMQ would abort (``'abc' > 5``) do not match.
 
 A bad expression raises ``FilterExpressionError`` (the gRPC layer's
-``ILLEGAL_FILTER_EXPRESSION``). Does not own where filtering happens (the consume path).
+``ILLEGAL_FILTER_EXPRESSION``), and so does one longer than ``EXPRESSION_LENGTH_MAX``
+characters (RocketMQ states no limit; gRPC would admit 130 MiB, which the parser would hold
+many times over) or nested deeper than ``sql92.SQL92_DEPTH_MAX``. Compiled filters are kept in
+a bounded cache keyed by (type, expression): every ReceiveMessage names its filter, and a
+compiled filter is immutable and depends on nothing else (not the group), so consumers with
+one expression share it. Does not own where filtering happens (the consume path).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -28,6 +34,8 @@ from rmq_spark.errors import FilterExpressionError
 from rmq_spark.store.hashing import java_string_hash
 
 __all__ = [
+    "CACHED_FILTERS_MAX",
+    "EXPRESSION_LENGTH_MAX",
     "EXPRESSION_TYPES",
     "MessageFilter",
     "Sql92Filter",
@@ -39,6 +47,8 @@ EXPRESSION_TYPES = ("TAG", "SQL", "SQL92", "FILTER_TYPE_UNSPECIFIED", "")
 _TAG_TYPES = frozenset({"TAG", "FILTER_TYPE_UNSPECIFIED", ""})  # GrpcConverter: default TAG
 _SQL_TYPES = frozenset({"SQL", "SQL92"})
 SUB_ALL = "*"
+EXPRESSION_LENGTH_MAX = 16 * 1024  # characters of one TAG or SQL92 expression
+CACHED_FILTERS_MAX = 1024  # compiled filters kept (least recently used dropped first)
 TAGS_PROPERTY = "TAGS"
 
 
@@ -113,13 +123,27 @@ class Sql92Filter:
 
 
 def compile_filter(expression_type: str, expression: str) -> MessageFilter:
-    """Compile a gRPC ``FilterExpression``.
+    """Compile a gRPC ``FilterExpression`` (or take it from the cache).
 
     ``expression_type`` is the gRPC ``FilterType`` name (``"TAG"``, ``"SQL"``, or
     ``"FILTER_TYPE_UNSPECIFIED"``, which the proxy treats as TAG) or RocketMQ's
     ``ExpressionType`` (``"TAG"``, ``"SQL92"``). Raises ``FilterExpressionError`` for another
-    type or an expression that does not parse.
+    type, an expression over ``EXPRESSION_LENGTH_MAX`` or one that does not parse (errors are
+    not cached: they cost a parse bounded by the length limit).
     """
+    return _compile(expression_type, expression)
+
+
+@functools.lru_cache(maxsize=CACHED_FILTERS_MAX)  # thread-safe; exceptions are not kept
+def _compile(expression_type: str, expression: str) -> MessageFilter:
+    if len(expression) > EXPRESSION_LENGTH_MAX:
+        raise FilterExpressionError(
+            expression_type,
+            expression,
+            None,
+            f"the expression has {len(expression)} characters, more than the "
+            f"{EXPRESSION_LENGTH_MAX} allowed",
+        )
     if expression_type in _TAG_TYPES:
         return TagFilter.parse(expression)
     if expression_type in _SQL_TYPES:

@@ -1,332 +1,328 @@
-"""The public gRPC port: TLS and plaintext on one port, a connection cap, a handshake timeout.
+"""The public gRPC port: TLS and plaintext on one port, admission, a budget of request bytes.
 
 RocketMQ's proxy serves TLS and plaintext gRPC on one port (``ProxyAndTlsProtocolNegotiator``,
 ``tlsMode=permissive``): it looks at the first bytes of a connection and installs a TLS or a
 plaintext handler. grpc's Python server cannot do that on one listener, so the front does it
-on asyncio: it accepts on the public port, reads the first byte (a TLS ClientHello record
-starts with 0x16, HTTP/2's plaintext preface with ``P``) and splices the connection to one of
-two grpc listeners on 127.0.0.1 (TLS, plaintext), each with a port of its own. Every byte then
-passes through the front once per direction; the cost is measured by ``bench/bench_grpc.py
---tls-compare``.
+on asyncio: it accepts on the public port, looks at the first byte (a TLS ClientHello record
+starts with 0x16, HTTP/2's plaintext preface with ``P``), ends TLS itself when it is TLS, and
+relays the HTTP/2 to grpc's plaintext listener on 127.0.0.1 (``front_link.py``). Every byte
+passes through the front once per direction; ``bench/bench_grpc.py --tls-compare`` measures it.
 
-Owns: admission (``max_connections``; at the cap the oldest connection that has sent nothing
-yet is closed to make room, else the new one is closed), closing a connection that sends
-nothing for ``handshake_timeout_ms``, refusing plaintext under ``tls_mode=enforcing`` (every
-call answered UNAVAILABLE "this port requires TLS" until the client hangs up or the handshake
-timeout passes), and the client address behind each spliced
-connection (``client_peer``: grpc only sees the front's address).
+Owns admission: at most ``max_connections`` connections, at most
+``max_connections_per_address`` from one client address (loopback included); at either cap,
+or when accept fails for want of file descriptors, the oldest connection that has not yet
+sent a whole request or been answered one (``Link``: "unproven") is closed to make room,
+else the new one is closed. Owns the budget
+of request bytes (``inflight_request_bytes_max``): a gRPC message's declared length is booked
+before grpc buffers it (``h2watch.RequestGate``); and the client address behind each relayed
+connection (``client_peer``: grpc only sees the front's address). One address may book at
+most half the budget (or one maximal message), and a connection whose booked message has
+had no byte for ``handshake_timeout_ms`` (while the front was reading it) is closed: a
+stalled sender cannot sit on the budget.
 
-Does not own: TLS itself and HTTP/2 (grpc), idle and dead connections after the handshake
-(grpc's keepalive options, ``limits.py``).
+Does not own HTTP/2 itself and idle or dead connections once answered (grpc's keepalive
+options, ``limits.py``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
-import struct
+import socket
+import ssl
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
 from rmq_spark.broker.config import BrokerConfig
-from rmq_spark.broker.tls import TlsFiles, server_credentials
+from rmq_spark.broker.front_link import TLS_RECORD_HANDSHAKE, Link
+from rmq_spark.broker.limits import InflightBytes
+from rmq_spark.broker.tls import TlsFiles
 from rmq_spark.errors import BrokerError
 
-__all__ = ["Front", "FrontSettings", "TLS_RECORD_HANDSHAKE", "open_front"]
+__all__ = ["Front", "FrontSettings", "TLS_RECORD_HANDSHAKE", "open_front", "tls_context"]
 
 log = logging.getLogger("rmq_spark.broker")
 
-TLS_RECORD_HANDSHAKE = 0x16  # the first byte of every TLS ClientHello
 _LOOPBACK = "127.0.0.1"
 _WARN_EVERY_S = 10.0
+_ACCEPTS_PER_WAKE = 64
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_MIB = 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
 class FrontSettings:
-    """Where the front listens and splices to; ``None`` port: that kind is not served."""
+    """Where the front listens and relays to. ``tls``: ``None``, a TLS client is closed;
+    ``plaintext``: ``False`` (``enforcing``), a plaintext client's calls are refused."""
 
     host: str
     port: int
-    plain_port: int | None
-    tls_port: int | None
+    plain_port: int
+    tls: ssl.SSLContext | None
+    plaintext: bool
     max_connections: int
     handshake_timeout_s: float
-
-
-_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-_H2_HEADERS, _H2_SETTINGS = 0x1, 0x4
-_GRPC_UNAVAILABLE = 14
-
-
-def _h2_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return (
-        struct.pack(">I", len(payload))[1:]
-        + bytes([kind, flags])
-        + struct.pack(">I", stream)
-        + payload
-    )
-
-
-def _literal(name: bytes, value: bytes) -> bytes:
-    # HPACK literal header field without indexing, new name; both shorter than 127 bytes.
-    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
-
-
-class _PlaintextRefusal:
-    """Answers every call of a plaintext HTTP/2 client with a gRPC status saying why.
-
-    A bare close or GOAWAY reaches the user as "Failed parsing HTTP/2" or a deadline; a
-    trailers-only response (``grpc-status`` 14, ``grpc-message``) is shown as it is.
-    """
-
-    def __init__(self, reason: str) -> None:
-        self._buffer = bytearray()
-        self._preface_seen = False
-        self._trailers = (
-            b"\x88"  # :status 200 (HPACK static table entry 8)
-            + _literal(b"content-type", b"application/grpc")
-            + _literal(b"grpc-status", str(_GRPC_UNAVAILABLE).encode())
-            + _literal(b"grpc-message", reason.encode())
-        )
-
-    def feed(self, data: bytes) -> bytes:
-        """The client's bytes in, our answer out (settings, then one status per call)."""
-        self._buffer += data
-        out = bytearray()
-        if not self._preface_seen:
-            if len(self._buffer) < len(_H2_PREFACE):
-                return b""
-            self._preface_seen = True
-            del self._buffer[: len(_H2_PREFACE)]
-            out += _h2_frame(_H2_SETTINGS, 0, 0, b"")
-        while len(self._buffer) >= 9:
-            length = int.from_bytes(self._buffer[:3], "big")
-            if len(self._buffer) < 9 + length:
-                break
-            kind, flags = self._buffer[3], self._buffer[4]
-            stream = int.from_bytes(self._buffer[5:9], "big") & 0x7FFFFFFF
-            del self._buffer[: 9 + length]
-            if kind == _H2_SETTINGS and not flags & 0x1:
-                out += _h2_frame(_H2_SETTINGS, 0x1, 0, b"")  # ACK
-            elif kind == _H2_HEADERS:
-                out += _h2_frame(_H2_HEADERS, 0x5, stream, self._trailers)  # END_STREAM|HEADERS
-        return bytes(out)
+    max_connections_per_address: int = 100
+    inflight_bytes: int = 256 * _MIB
+    message_bytes_max: int = 130 * _MIB  # grpc's receive limit: longer ones it refuses
 
 
 class Front:
-    """The asyncio server on the public port; lives on the grpc server's loop."""
+    """The listening socket on the public port; lives on the grpc server's loop."""
 
     def __init__(self, settings: FrontSettings) -> None:
         self.settings = settings
         self.port = 0
-        self._server: asyncio.Server | None = None
-        self._clients: set[_Client] = set()
-        self._silent: OrderedDict[_Client, None] = OrderedDict()  # no byte received yet
+        self.budget = InflightBytes(settings.inflight_bytes)
+        self._sock: socket.socket | None = None
+        self._links: set[Link] = set()
+        self._unproven: OrderedDict[Link, None] = OrderedDict()  # not answered yet, oldest first
+        self._per_address: dict[str, int] = {}
         self._peers: dict[int, str] = {}  # the front's local port towards grpc -> client peer
-        self._refused = 0
+        self._waiting: OrderedDict[Link, None] = OrderedDict()  # streams held for the budget
+        self._wake_scheduled = False
+        self._booked_by: dict[str, int] = {}  # budget bytes booked per client address
+        self._share = max(settings.inflight_bytes // 2, settings.message_bytes_max)
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._counts = {"refused": 0, "evicted": 0, "expired": 0}
         self._warned_s = 0.0
 
     @property
     def connections(self) -> int:
-        return len(self._clients)
+        return len(self._links)
 
     async def bind(self) -> int:
         """Bind and listen on the public port (accepting starts with ``serve``)."""
         s = self.settings
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: _Client(self), s.host, s.port, start_serving=False, backlog=1024
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        infos = socket.getaddrinfo(s.host, s.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+        self._sock = socket.create_server(infos[0][4][:2], family=infos[0][0], backlog=1024)
+        self._sock.setblocking(False)
+        self.port = self._sock.getsockname()[1]
         return self.port
 
     async def serve(self) -> None:
-        assert self._server is not None
-        await self._server.start_serving()
+        assert self._sock is not None
+        loop = asyncio.get_running_loop()
+        loop.add_reader(self._sock.fileno(), self._accept)
+        self._watchdog = loop.call_later(1.0, self._watch_stalls)
 
     def stop_accepting(self) -> None:
-        """Close the listening socket; spliced connections go on (their calls finish)."""
-        if self._server is not None:
-            self._server.close()
+        """Close the listening socket; relayed connections go on (their calls finish)."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            asyncio.get_running_loop().remove_reader(sock.fileno())
+            sock.close()
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
 
     def close(self) -> None:
-        """Stop accepting and close every spliced connection."""
+        """Stop accepting and close every relayed connection."""
         self.stop_accepting()
-        for client in list(self._clients):
-            client.close()
+        for link in list(self._links):
+            link.close()
 
     def client_peer(self, peer: str) -> str:
-        """grpc's ``context.peer()`` of a spliced connection -> the client's own address."""
+        """grpc's ``context.peer()`` of a relayed connection -> the client's own address."""
         prefix = f"ipv4:{_LOOPBACK}:"
         if peer.startswith(prefix) and peer[len(prefix) :].isdigit():
             return self._peers.get(int(peer[len(prefix) :]), peer)
         return peer
 
-    # --- used by _Client -----------------------------------------------------------------
+    # --- admission -----------------------------------------------------------------------
 
-    def admit(self, client: _Client) -> bool:
-        if len(self._clients) >= self.settings.max_connections:
-            if not self._silent:
-                self._refused += 1
-                self._warn("refused a connection")
-                return False
-            victim, _ = self._silent.popitem(last=False)
-            victim.close()
-            self._warn("closed the oldest connection that had sent nothing")
-        self._clients.add(client)
-        self._silent[client] = None
+    def _accept(self) -> None:
+        for _ in range(_ACCEPTS_PER_WAKE):
+            if self._sock is None:
+                return
+            try:
+                conn, address = self._sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as err:
+                if err.errno in _OUT_OF_DESCRIPTORS:
+                    self._out_of_descriptors(err)
+                else:  # one line (repeats are collapsed by the log's limiter), no traceback
+                    log.warning("broker: accepting a connection failed: %s", err)
+                return
+            self._admit(conn, address)
+
+    def _out_of_descriptors(self, err: OSError) -> None:
+        """Close the oldest unproven connection and accept again once it is gone; with none,
+        wait a second (the listening socket stays readable: no busy loop)."""
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        loop.remove_reader(self._sock.fileno())
+        victim = next(iter(self._unproven), None)
+        if victim is not None:
+            self._evict(victim, f"accept failed ({err.strerror})")
+            loop.call_soon(self._resume_accepting)  # after the victim's sockets closed
+        else:
+            log.warning(
+                "broker: cannot accept connections: %s (ulimit -n; every connection has been "
+                "answered); accepting again in 1 s",
+                err.strerror,
+            )
+            loop.call_later(1.0, self._resume_accepting)
+
+    def _resume_accepting(self) -> None:
+        if self._sock is not None:
+            asyncio.get_running_loop().add_reader(self._sock.fileno(), self._accept)
+
+    def _admit(self, conn: socket.socket, address: Any) -> None:
+        # asyncio sets TCP_NODELAY only on sockets whose proto is IPPROTO_TCP, and an accepted
+        # socket of socket.create_server has proto 0: without it, Nagle delays every answer.
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        host, port = address[:2]
+        if host.startswith("::ffff:") and "." in host:
+            host = host[len("::ffff:") :]  # grpc names IPv4-mapped peers ipv4:
+        s = self.settings
+        if self._per_address.get(host, 0) >= s.max_connections_per_address:
+            victim = next((link for link in self._unproven if link.host == host), None)
+            if not self._make_room(victim, conn, "broker.max_connections_per_address"):
+                return
+        if len(self._links) >= s.max_connections:
+            victim = next(iter(self._unproven), None)
+            if not self._make_room(victim, conn, "broker.max_connections"):
+                return
+        peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+        link = Link(self, conn, host, peer)
+        self._links.add(link)
+        self._unproven[link] = None
+        self._per_address[host] = self._per_address.get(host, 0) + 1
+
+    def _make_room(self, victim: Link | None, conn: socket.socket, cap: str) -> bool:
+        if victim is None:
+            self._counts["refused"] += 1
+            conn.close()
+            self._warn(f"refused a connection at {cap}")
+            return False
+        self._evict(victim, f"{cap} reached")
         return True
 
-    def spoke(self, client: _Client) -> None:
-        self._silent.pop(client, None)
-
-    def forget(self, client: _Client) -> None:
-        self._clients.discard(client)
-        self._silent.pop(client, None)
-        if client.local_port is not None:
-            self._peers.pop(client.local_port, None)
+    def _evict(self, victim: Link, why: str) -> None:
+        self._counts["evicted"] += 1
+        victim.close()
+        self._warn(f"{why}: closed the oldest connection without a whole call yet")
 
     def _warn(self, what: str) -> None:
         now = time.monotonic()
         if now - self._warned_s >= _WARN_EVERY_S:
             self._warned_s = now
+            c = self._counts
             log.warning(
-                "broker: %s: %d connections is broker.max_connections (%d refused so far)",
+                "broker: %s (%d connections; so far %d refused, %d closed to make room, "
+                "%d closed without a whole call after broker.handshake_timeout_ms)",
                 what,
-                self.settings.max_connections,
-                self._refused,
+                len(self._links),
+                c["refused"],
+                c["evicted"],
+                c["expired"],
             )
 
+    # --- used by Link --------------------------------------------------------------------
 
-class _Client(asyncio.Protocol):
-    """One client connection: waits for the first byte, then splices to grpc."""
+    def note_expired(self) -> None:
+        self._counts["expired"] += 1
 
-    def __init__(self, front: Front) -> None:
-        self.front = front
-        self.transport: Any = None
-        self.backend: Any = None
-        self.local_port: int | None = None
-        self.peer = ""
-        self._pending = bytearray()
-        self._refusal: _PlaintextRefusal | None = None
-        self._connecting = False
-        self._closed = False
-        self._timer: asyncio.TimerHandle | None = None
+    def answered(self, link: Link) -> None:
+        self._unproven.pop(link, None)
 
-    def connection_made(self, transport: Any) -> None:
-        self.transport = transport
-        if not self.front.admit(self):
-            self._closed = True
-            transport.abort()
+    def backend_opened(self, link: Link) -> None:
+        assert link.local_port is not None
+        self._peers[link.local_port] = link.peer
+
+    def forget(self, link: Link) -> None:
+        if link not in self._links:
             return
-        host, port = transport.get_extra_info("peername")[:2]
-        if host.startswith("::ffff:") and "." in host:
-            host = host[len("::ffff:") :]  # grpc names IPv4-mapped peers ipv4:
-        self.peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+        self._links.discard(link)
+        self._unproven.pop(link, None)
+        self._waiting.pop(link, None)
+        left = self._per_address[link.host] - 1
+        if left:
+            self._per_address[link.host] = left
+        else:
+            del self._per_address[link.host]
+        if link.local_port is not None:
+            self._peers.pop(link.local_port, None)
+
+    def wait_for_budget(self, link: Link) -> None:
+        self._waiting[link] = None
+
+    def book(self, host: str, nbytes: int) -> bool:
+        """Book ``nbytes`` for a connection from ``host``: within its address's share and
+        the budget, else ``False`` (the message waits)."""
+        booked = self._booked_by.get(host, 0)
+        if booked + nbytes > self._share or not self.budget.take(nbytes):
+            return False
+        self._booked_by[host] = booked + nbytes
+        return True
+
+    def give(self, host: str, nbytes: int) -> None:
+        """Bytes given back to the budget: the links waiting for it retry, soon, in order."""
+        self.budget.give(nbytes)
+        left = self._booked_by.pop(host) - nbytes
+        if left:
+            self._booked_by[host] = left
+        if self._waiting and not self._wake_scheduled:
+            self._wake_scheduled = True
+            asyncio.get_running_loop().call_soon(self._wake)
+
+    def _watch_stalls(self) -> None:
+        """Once a second, while bytes are booked: close the connections whose booked message
+        stopped arriving ``handshake_timeout_s`` ago (time spent waiting on grpc excluded)."""
         loop = asyncio.get_running_loop()
-        self._timer = loop.call_later(self.front.settings.handshake_timeout_s, self.close)
-
-    def data_received(self, data: bytes) -> None:
-        if self.backend is not None:
-            self.backend.write(data)
+        self._watchdog = loop.call_later(1.0, self._watch_stalls)
+        if not self.budget.used_bytes:
             return
-        if self._refusal is not None:
-            self.transport.write(self._refusal.feed(data))
-            return
-        self._pending += data
-        if self._connecting or self._closed:
-            return
-        self._connecting = True
-        self.front.spoke(self)
-        if self._timer is not None:
-            self._timer.cancel()  # grpc's handshake timeout takes over
-        s = self.front.settings
-        is_tls = data[0] == TLS_RECORD_HANDSHAKE
-        port = s.tls_port if is_tls else s.plain_port
-        if port is None and is_tls:  # no certificate: the TLS client's handshake fails
-            self.close()
-            return
-        if port is None:  # plaintext under tls_mode=enforcing: answered until it hangs up
-            self._refusal = _PlaintextRefusal(
-                "rmq-spark: this port requires TLS (broker.tls_mode=enforcing)"
-            )
-            self.transport.write(self._refusal.feed(bytes(self._pending)))
-            loop = asyncio.get_running_loop()
-            self._timer = loop.call_later(self.front.settings.handshake_timeout_s, self.close)
-            return
-        self.transport.pause_reading()
-        asyncio.ensure_future(self._connect(port))
+        limit = loop.time() - self.settings.handshake_timeout_s
+        for link in [x for x in self._links if x.gate.incomplete and x.last_data < limit]:
+            self._counts["expired"] += 1
+            link.close()
+            self._warn(f"closed a connection from {link.peer} whose booked request stalled")
 
-    async def _connect(self, port: int) -> None:
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.create_connection(lambda: _Backend(self), _LOOPBACK, port)
-        except OSError as err:
-            log.error("broker error: the front cannot reach grpc on port %d: %s", port, err)
-            self.close()
-
-    def backend_made(self, transport: Any) -> None:
-        if self._closed:
-            transport.close()
-            return
-        self.backend = transport
-        self.local_port = transport.get_extra_info("sockname")[1]
-        self.front._peers[self.local_port] = self.peer
-        transport.write(bytes(self._pending))
-        self._pending.clear()
-        self.transport.resume_reading()
-
-    def pause_writing(self) -> None:  # the client reads slower than grpc writes
-        if self.backend is not None:
-            self.backend.pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.backend is not None:
-            self.backend.resume_reading()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.close()
-
-    def close(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self.front.forget(self)
-        if self._closed:
-            return
-        self._closed = True
-        self.transport.close()
-        if self.backend is not None:
-            self.backend.close()
+    def _wake(self) -> None:
+        self._wake_scheduled = False
+        for link in list(self._waiting):
+            link.budget_freed()
+            if not link.gate.waiting:
+                self._waiting.pop(link, None)
 
 
-class _Backend(asyncio.Protocol):
-    """The front's connection to a grpc listener, carrying one client's bytes."""
+def tls_context(files: TlsFiles) -> ssl.SSLContext:
+    """The front's server-side TLS: the pair, ALPN ``h2`` (gRPC needs it), TLS 1.2 or later,
+    no client certificate asked for (as the RocketMQ proxy's ``ClientAuth.NONE``).
 
-    def __init__(self, client: _Client) -> None:
-        self.client = client
-
-    def connection_made(self, transport: Any) -> None:
-        self.client.backend_made(transport)
-
-    def data_received(self, data: bytes) -> None:
-        self.client.transport.write(data)
-
-    def pause_writing(self) -> None:  # grpc reads slower than the client writes
-        self.client.transport.pause_reading()
-
-    def resume_writing(self) -> None:
-        self.client.transport.resume_reading()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.client.close()
+    Raises
+    ------
+    BrokerError
+        A file cannot be read or the pair does not match.
+    """
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.set_alpn_protocols(["h2"])
+    try:
+        context.load_cert_chain(files.cert_file, files.key_file)
+    except (OSError, ssl.SSLError) as err:
+        raise BrokerError(f"broker.tls: cannot load {files.cert_file}: {err}") from err
+    return context
 
 
 async def open_front(
-    server: Any, config: BrokerConfig, host: str, port: int, tls: TlsFiles | None
+    server: Any,
+    config: BrokerConfig,
+    host: str,
+    port: int,
+    tls: TlsFiles | None,
+    receive_limit: int,
 ) -> Front:
-    """Add grpc's listeners on 127.0.0.1 to ``server`` (plaintext unless ``enforcing``, TLS
-    with a certificate) and bind a ``Front`` to ``host:port`` (serving once ``serve()``).
+    """Add grpc's plaintext listener on 127.0.0.1 to ``server`` and bind a ``Front`` to
+    ``host:port`` (serving once ``serve()``); ``receive_limit``: grpc's, in bytes.
 
     Raises
     ------
@@ -336,12 +332,7 @@ async def open_front(
     if tls is None and config.tls_mode == "enforcing":
         raise BrokerError("broker.tls_mode=enforcing: no certificate given to this endpoint")
     try:
-        plain_port = None
-        if tls is None or config.tls_mode != "enforcing":
-            plain_port = server.add_insecure_port(f"{_LOOPBACK}:0")
-        tls_port = None
-        if tls is not None:
-            tls_port = server.add_secure_port(f"{_LOOPBACK}:0", server_credentials(tls))
+        plain_port = server.add_insecure_port(f"{_LOOPBACK}:0")
     except RuntimeError as err:
         raise BrokerError(f"cannot listen on {_LOOPBACK} for the front: {err}") from err
     front = Front(
@@ -349,9 +340,13 @@ async def open_front(
             host=host,
             port=port,
             plain_port=plain_port,
-            tls_port=tls_port,
+            tls=tls_context(tls) if tls is not None else None,
+            plaintext=config.tls_mode != "enforcing",
             max_connections=config.max_connections,
             handshake_timeout_s=config.handshake_timeout_ms / 1000,
+            max_connections_per_address=config.max_connections_per_address,
+            inflight_bytes=config.inflight_request_bytes_max,
+            message_bytes_max=receive_limit,
         )
     )
     try:
@@ -361,7 +356,7 @@ async def open_front(
     mode = "plaintext only"
     if tls is not None:
         kind = "self-signed certificate" if tls.self_signed else "certificate"
-        mode = "TLS only" if plain_port is None else "TLS and plaintext"
+        mode = "TLS only" if config.tls_mode == "enforcing" else "TLS and plaintext"
         mode += f" ({kind} {tls.cert_file})"
     log.info("broker: port %d serves %s", front.port, mode)
     return front

@@ -20,7 +20,13 @@ from typing import Any
 
 from rmq_spark.broker.config import BrokerConfig
 
-__all__ = ["Admitted", "InflightBytes", "connection_options", "ensure_fd_limit"]
+__all__ = [
+    "Admitted",
+    "InflightBytes",
+    "connection_options",
+    "ensure_fd_limit",
+    "handle_loop_exception",
+]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -163,3 +169,22 @@ def ensure_fd_limit(max_connections: int) -> None:
             needed,
             max_connections,
         )
+
+
+def handle_loop_exception(loop: Any, context: dict[str, Any]) -> None:
+    """The event loop's exception handler: an accept that failed for want of descriptors is
+    one warning line (asyncio logs it with a traceback, once per queued connection, and
+    retries in 1 s); anything else goes to asyncio's default handler."""
+    error = context.get("exception")
+    if context.get("message") == "socket.accept() out of system resource" and isinstance(
+        error, OSError
+    ):
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        log.warning(
+            "broker: cannot accept connections: %s (open-files limit %d, ulimit -n); "
+            "accepting again in 1 s",
+            error.strerror,
+            soft,
+        )
+        return
+    loop.default_exception_handler(context)

@@ -41,7 +41,13 @@ from rmq_spark.broker.grpc_api import (
     endpoints_of,
     grpc_server_options,
 )
-from rmq_spark.broker.limits import InflightBytes, connection_options, ensure_fd_limit
+from rmq_spark.broker.limits import (
+    InflightBytes,
+    connection_options,
+    ensure_fd_limit,
+    handle_loop_exception,
+)
+from rmq_spark.broker.lograte import install_repeat_limiter
 from rmq_spark.broker.metrics import MetricsEndpoint
 from rmq_spark.broker.remoting.registration import (
     add_namesrv_arguments,
@@ -178,6 +184,7 @@ class GrpcEndpoint:
             self._started.set()
             return
         self._loop = loop
+        loop.set_exception_handler(handle_loop_exception)
         try:
             loop.run_until_complete(self._serve())
         finally:
@@ -190,20 +197,18 @@ class GrpcEndpoint:
             authenticator = authenticator_for(
                 self._config, self._service.store_root, self._service.clock
             )
+            receive_limit = max(
+                self._config.grpc_receive_limit_bytes,
+                self._service.max_message_size_bytes + 1024 * 1024,
+            )
             server = grpc.aio.server(
                 interceptors=[AuthInterceptor(authenticator)],
-                options=grpc_server_options(
-                    max(
-                        self._config.grpc_receive_limit_bytes,
-                        self._service.max_message_size_bytes + 1024 * 1024,
-                    )
-                )
-                + connection_options(self._config),
+                options=grpc_server_options(receive_limit) + connection_options(self._config),
             )
             if self._config.tls_mode == "disabled":  # grpc on the public port, no front
                 self.port = self._bind_direct(server)
             else:
-                self.port = await self._bind_front(server)
+                self.port = await self._bind_front(server, receive_limit)
             consumers = None
             if self._consume is not None:
                 consumers = ConsumerRpcs(
@@ -252,10 +257,10 @@ class GrpcEndpoint:
         log.info("broker: port %d serves plaintext only (tls_mode=disabled)", port)
         return port
 
-    async def _bind_front(self, server: Any) -> int:
+    async def _bind_front(self, server: Any, receive_limit: int) -> int:
         """grpc on 127.0.0.1, the front on the public port; returns the public port."""
         self._front = await open_front(
-            server, self._config, self._host, self._requested_port, self._tls
+            server, self._config, self._host, self._requested_port, self._tls, receive_limit
         )
         return self._front.port
 
@@ -297,6 +302,7 @@ def run_broker(
     """
     clock = clock or SystemClock()
     host, port = parse_listen(broker_config.listen)
+    install_repeat_limiter(broker_config.log_repeat_interval_ms / 1000)
     take_own_cpu_share()
     stop_requested = threading.Event()
     received: list[str] = []

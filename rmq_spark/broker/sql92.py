@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from rmq_spark.broker import sql92_eval as ev
 from rmq_spark.errors import FilterExpressionError
 
-__all__ = ["compile_sql92"]
+__all__ = ["SQL92_DEPTH_MAX", "compile_sql92"]
+
+# How deeply an expression may nest: parentheses, NOT and signs, and operators applied to the
+# result of another (an AND/OR chain counts once). RocketMQ's JavaCC parser has no limit but
+# Java's stack; Python's stack would end near 160 parentheses as an internal error.
+SQL92_DEPTH_MAX = 100
 
 _KEYWORDS = frozenset(
     {"NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS"}
@@ -33,7 +38,8 @@ _TOKEN = re.compile(
     r"(?P<FLOAT>[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?"
     r"|[0-9]+[eE][+-]?[0-9]+)"
     r"|(?P<DECIMAL>0|[1-9][0-9]*[lL]?)"
-    r"|(?P<STRING>'(?:''|[^'])*')"
+    # Unrolled (no repeated group per character): 1 MB in a literal used 190 MB of re stack.
+    r"|(?P<STRING>'[^']*(?:''[^']*)*')"
     r"|(?P<ID>[a-zA-Z_$][a-zA-Z0-9_$]*)"
     r"|(?P<PUNCT><>|<=|>=|[=<>(),+-])"
 )
@@ -65,6 +71,7 @@ class _Node:
     kind: str
     evaluate: ev.Evaluator
     value: object = None
+    height: int = 1  # closures nested in ``evaluate``: what evaluating it costs in stack
 
     @property
     def is_boolean(self) -> bool:  # Java: instanceof BooleanExpression
@@ -83,8 +90,8 @@ def _property(name: str) -> _Node:
     return _Node("property", lambda get: get(name))
 
 
-def _boolean(evaluate: ev.Evaluator) -> _Node:
-    return _Node("boolean", evaluate)
+def _boolean(evaluate: ev.Evaluator, *parts: _Node) -> _Node:
+    return _Node("boolean", evaluate, height=1 + max((part.height for part in parts), default=0))
 
 
 class _Parser:
@@ -94,6 +101,7 @@ class _Parser:
         self._text = text
         self._scan_position = 0
         self._lookahead: list[_Token] = []
+        self._depth = 0  # productions entered through "(", NOT, "+" or "-"
 
     # -- tokens ---------------------------------------------------------------------------
 
@@ -143,29 +151,40 @@ class _Parser:
 
     def _or_expression(self) -> _Node:
         start = self._peek()
-        left = self._and_expression()
+        first = self._and_expression()
+        if self._peek().kind != "OR":
+            return first
+        parts = [self._as_boolean(first, start)]
         while self._peek().kind == "OR":
             token = self._next()
-            right = self._and_expression()
-            left = _boolean(
-                ev.logic_or(
-                    self._as_boolean(left, start).evaluate, self._as_boolean(right, token).evaluate
-                )
-            )
-        return left
+            parts.append(self._as_boolean(self._and_expression(), token))
+        return self._bounded(_boolean(ev.logic_any([p.evaluate for p in parts]), *parts), start)
 
     def _and_expression(self) -> _Node:
         start = self._peek()
-        left = self._equality_expression()
+        first = self._equality_expression()
+        if self._peek().kind != "AND":
+            return first
+        parts = [self._as_boolean(first, start)]
         while self._peek().kind == "AND":
             token = self._next()
-            right = self._equality_expression()
-            left = _boolean(
-                ev.logic_and(
-                    self._as_boolean(left, start).evaluate, self._as_boolean(right, token).evaluate
-                )
+            parts.append(self._as_boolean(self._equality_expression(), token))
+        return self._bounded(_boolean(ev.logic_all([p.evaluate for p in parts]), *parts), start)
+
+    def _bounded(self, node: _Node, token: _Token) -> _Node:
+        if node.height > SQL92_DEPTH_MAX:
+            raise self._fail(
+                token.position, f"the expression nests deeper than {SQL92_DEPTH_MAX} levels"
             )
-        return left
+        return node
+
+    def _nested(self, token: _Token) -> None:
+        """Entering a nested production: fail past the depth limit instead of the stack's."""
+        self._depth += 1
+        if self._depth > SQL92_DEPTH_MAX:
+            raise self._fail(
+                token.position, f"the expression nests deeper than {SQL92_DEPTH_MAX} levels"
+            )
 
     def _equality_expression(self) -> _Node:
         left = self._comparison_expression()
@@ -174,15 +193,19 @@ class _Parser:
             if token.kind in ("=", "<>"):
                 self._next()
                 equal = self._equal(left, self._comparison_expression(), token)
-                left = equal if token.kind == "=" else _boolean(ev.logic_not(equal.evaluate))
+                if token.kind == "<>":
+                    equal = _boolean(ev.logic_not(equal.evaluate), equal)
+                left = self._bounded(equal, token)
             elif token.kind == "IS":
                 self._next()
                 negated = self._peek().kind != "NULL"
                 if negated:
                     self._expect("NOT")
                 self._expect("NULL")
-                is_null = ev.equal(left.evaluate, lambda get: None)
-                left = _boolean(ev.logic_not(is_null) if negated else is_null)
+                is_null = _boolean(ev.equal(left.evaluate, lambda get: None), left)
+                if negated:
+                    is_null = _boolean(ev.logic_not(is_null.evaluate), is_null)
+                left = self._bounded(is_null, token)
             else:
                 return left
 
@@ -217,20 +240,23 @@ class _Parser:
                 left = self._in(left, self._string_list(), token, negated)
             else:
                 return left
+            left = self._bounded(left, token)
 
     def _unary_expression(self) -> _Node:
         token = self._peek()
+        if token.kind not in ("+", "-", "NOT"):
+            return self._primary_expression()
+        self._next()
+        self._nested(token)
+        operand = self._unary_expression()
+        self._depth -= 1
         if token.kind == "+":
-            self._next()
-            return self._unary_expression()
+            return operand
         if token.kind == "-":
-            self._next()
-            return _Node("negate", ev.negate(self._unary_expression().evaluate))
-        if token.kind == "NOT":
-            self._next()
-            operand = self._as_boolean(self._unary_expression(), token)
-            return _boolean(ev.logic_not(operand.evaluate))
-        return self._primary_expression()
+            negated = ev.negate(operand.evaluate)
+            return self._bounded(_Node("negate", negated, height=operand.height + 1), token)
+        operand = self._as_boolean(operand, token)
+        return self._bounded(_boolean(ev.logic_not(operand.evaluate), operand), token)
 
     def _primary_expression(self) -> _Node:
         token = self._next()
@@ -249,8 +275,10 @@ class _Parser:
         if kind == "ID":
             return _property(token.text)
         if kind == "(":
+            self._nested(token)
             inner = self._or_expression()
             self._expect(")")
+            self._depth -= 1
             return inner
         raise self._fail(token.position, f"expected a value, found {_describe(token)}")
 
@@ -272,7 +300,7 @@ class _Parser:
         if node.is_boolean:
             return node
         if node.kind == "property":
-            return _boolean(ev.boolean_cast(node.evaluate))
+            return _boolean(ev.boolean_cast(node.evaluate), node)
         raise self._fail(token.position, "expression will not result in a boolean value")
 
     def _equal(self, left: _Node, right: _Node, token: _Token) -> _Node:
@@ -281,14 +309,16 @@ class _Parser:
                 raise self._fail(token.position, "NULL cannot be compared (use IS NULL)")
         if left.is_constant and right.is_constant and left.is_boolean and not right.is_boolean:
             raise self._fail(token.position, "a boolean cannot be compared with a non-boolean")
-        return _boolean(ev.equal(left.evaluate, right.evaluate))
+        return _boolean(ev.equal(left.evaluate, right.evaluate), left, right)
 
     def _ordering(self, left: _Node, right: _Node, token: _Token) -> _Node:
         for side in (left, right):
             numeric = type(side.value) in (int, ev.JavaLong, float)
             if (side.is_constant and not numeric) or side.is_boolean:
                 raise self._fail(token.position, f"only numbers can be compared by {token.text!r}")
-        return _boolean(ev.ordering(left.evaluate, right.evaluate, _ORDERINGS[token.kind]))
+        return _boolean(
+            ev.ordering(left.evaluate, right.evaluate, _ORDERINGS[token.kind]), left, right
+        )
 
     def _between(
         self, value: _Node, low: _Node, high: _Node, token: _Token, negated: bool
@@ -296,7 +326,7 @@ class _Parser:
         if negated:
             below = self._ordering(value, low, _Token("<", "<", token.position))
             above = self._ordering(value, high, _Token(">", ">", token.position))
-            return _boolean(ev.logic_or(below.evaluate, above.evaluate))
+            return _boolean(ev.logic_or(below.evaluate, above.evaluate), below, above)
         if low.is_constant and high.is_constant:
             if low.value is None or high.value is None:
                 raise self._fail(token.position, "the values of BETWEEN cannot be NULL")
@@ -311,18 +341,20 @@ class _Parser:
                 )
         at_least = self._ordering(value, low, _Token(">=", ">=", token.position))
         at_most = self._ordering(value, high, _Token("<=", "<=", token.position))
-        return _boolean(ev.logic_and(at_least.evaluate, at_most.evaluate))
+        return _boolean(ev.logic_and(at_least.evaluate, at_most.evaluate), at_least, at_most)
 
     def _in(self, left: _Node, items: list[str], token: _Token, negated: bool) -> _Node:
         if left.kind != "property":
             raise self._fail(token.position, "IN needs a property on its left")
-        return _boolean(ev.in_list(left.evaluate, items, negated))
+        return _boolean(ev.in_list(left.evaluate, items, negated), left)
 
     def _string_test(self, left: _Node, search: str, kind: str, negated: bool) -> _Node:
         test = _STRING_TESTS[kind]
         if negated:
-            return _boolean(ev.string_test(left.evaluate, lambda v: not test(v, search), search))
-        return _boolean(ev.string_test(left.evaluate, lambda v: test(v, search), search))
+            return _boolean(
+                ev.string_test(left.evaluate, lambda v: not test(v, search), search), left
+            )
+        return _boolean(ev.string_test(left.evaluate, lambda v: test(v, search), search), left)
 
 
 def _unquote(image: str) -> str:

@@ -30,7 +30,9 @@ __all__ = [
     "float_literal",
     "in_list",
     "java_compare",
+    "logic_all",
     "logic_and",
+    "logic_any",
     "logic_not",
     "logic_or",
     "negate",
@@ -212,30 +214,44 @@ def _as_boolean(value: object) -> bool | None:
 
 def logic_and(left: Evaluator, right: Evaluator) -> Evaluator:
     """Three-valued AND; the right side is not evaluated once the left is false."""
-
-    def evaluate(get: Getter) -> object:
-        lv = _as_boolean(left(get))
-        if lv is False:
-            return False
-        rv = _as_boolean(right(get))
-        if rv is False:
-            return False
-        return None if lv is None or rv is None else True
-
-    return evaluate
+    return logic_all((left, right))
 
 
 def logic_or(left: Evaluator, right: Evaluator) -> Evaluator:
     """Three-valued OR; the right side is not evaluated once the left is true."""
+    return logic_any((left, right))
+
+
+def logic_all(operands: Sequence[Evaluator]) -> Evaluator:
+    """``a AND b AND c ...`` in one closure (a chain of 20,000 ANDs evaluates without
+    nesting 20,000 calls); left to right, stopping at the first false, as the Java chain."""
+    parts = tuple(operands)
 
     def evaluate(get: Getter) -> object:
-        lv = _as_boolean(left(get))
-        if lv is True:
-            return True
-        rv = _as_boolean(right(get))
-        if rv is True:
-            return True
-        return None if lv is None or rv is None else False
+        unknown = False
+        for part in parts:
+            value = _as_boolean(part(get))
+            if value is False:
+                return False
+            unknown = unknown or value is None
+        return None if unknown else True
+
+    return evaluate
+
+
+def logic_any(operands: Sequence[Evaluator]) -> Evaluator:
+    """``a OR b OR c ...`` in one closure; stops at the first true (three-valued OR is
+    associative, so this is the Java left-nested chain's value)."""
+    parts = tuple(operands)
+
+    def evaluate(get: Getter) -> object:
+        unknown = False
+        for part in parts:
+            value = _as_boolean(part(get))
+            if value is True:
+                return True
+            unknown = unknown or value is None
+        return None if unknown else False
 
     return evaluate
 

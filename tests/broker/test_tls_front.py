@@ -1,14 +1,20 @@
-"""The front alone (``broker/front.py``), with two asyncio echo servers standing for grpc's
-TLS and plaintext listeners: the first byte picks the listener, bytes pass both ways, the
-client's own address is what ``client_peer`` gives for grpc's view of the connection, and a
-plaintext HTTP/2 client under ``enforcing`` gets a trailers-only ``grpc-status: 14``.
+"""The front alone (``broker/front.py``), with an asyncio echo server standing for grpc's
+plaintext listener: the first byte picks TLS (ended by the front) or plaintext, bytes pass
+both ways, the client's own address is what ``client_peer`` gives for grpc's view of the
+connection, and a plaintext HTTP/2 client under ``enforcing`` gets a trailers-only
+``grpc-status: 14``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
+from pathlib import Path
 
-from rmq_spark.broker.front import Front, FrontSettings
+from rmq_spark.broker.front import Front, FrontSettings, tls_context
+from rmq_spark.broker.tls import make_self_signed
+
+_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
 class _Echo:
@@ -31,13 +37,14 @@ class _Echo:
         writer.close()
 
 
-async def _front(tls: _Echo | None, plain: _Echo | None) -> Front:
+async def _front(plain: _Echo, tls: ssl.SSLContext | None, plaintext: bool = True) -> Front:
     front = Front(
         FrontSettings(
             host="127.0.0.1",
             port=0,
-            plain_port=plain.port if plain else None,
-            tls_port=tls.port if tls else None,
+            plain_port=plain.port,
+            tls=tls,
+            plaintext=plaintext,
             max_connections=10,
             handshake_timeout_s=5,
         )
@@ -47,18 +54,27 @@ async def _front(tls: _Echo | None, plain: _Echo | None) -> Front:
     return front
 
 
-def test_first_byte_picks_the_listener_and_peers_map_back() -> None:
+def _client_tls() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    return context
+
+
+def test_first_byte_picks_tls_or_plaintext_and_peers_map_back(tmp_path: Path) -> None:
     async def run() -> None:
-        tls, plain = _Echo(b"T:"), _Echo(b"P:")
-        await tls.start()
+        plain = _Echo(b"P:")
         await plain.start()
-        front = await _front(tls, plain)
-        for first, echo, tag in ((b"\x16\x03\x01", tls, b"T:"), (b"PRI *", plain, b"P:")):
-            reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
-            writer.write(first)
-            assert await reader.readexactly(len(tag + first)) == tag + first
+        front = await _front(plain, tls_context(make_self_signed(tmp_path, ["127.0.0.1"])))
+        for tls in (_client_tls(), None):
+            reader, writer = await asyncio.open_connection("127.0.0.1", front.port, ssl=tls)
+            if tls is not None:
+                assert writer.get_extra_info("ssl_object").selected_alpn_protocol() == "h2"
+            writer.write(_PREFACE)
+            assert await reader.readexactly(2 + len(_PREFACE)) == b"P:" + _PREFACE
             client_port = writer.get_extra_info("sockname")[1]
-            grpc_view = f"ipv4:127.0.0.1:{echo.peers[-1][1]}"
+            grpc_view = f"ipv4:127.0.0.1:{plain.peers[-1][1]}"
             assert front.client_peer(grpc_view) == f"ipv4:127.0.0.1:{client_port}"
             writer.close()
         assert front.client_peer("ipv4:10.0.0.1:5") == "ipv4:10.0.0.1:5"
@@ -67,20 +83,20 @@ def test_first_byte_picks_the_listener_and_peers_map_back() -> None:
     asyncio.run(run())
 
 
-def test_enforcing_answers_plaintext_calls_with_a_grpc_status() -> None:
+def test_enforcing_answers_plaintext_calls_with_a_grpc_status(tmp_path: Path) -> None:
     async def run() -> None:
-        tls = _Echo(b"T:")
-        await tls.start()
-        front = await _front(tls, None)
+        plain = _Echo(b"P:")
+        await plain.start()
+        tls = tls_context(make_self_signed(tmp_path, ["127.0.0.1"]))
+        front = await _front(plain, tls, plaintext=False)
         reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
-        preface = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
         headers = bytes([0, 0, 1, 1, 4, 0, 0, 0, 1]) + b"\x83"  # HEADERS on stream 1
-        writer.write(preface + headers)
+        writer.write(_PREFACE + headers)
         answer = b""
         while b"requires TLS" not in answer:
             answer += await asyncio.wait_for(reader.read(4096), 5)
         assert b"grpc-status\x0214" in answer
-        assert not tls.peers  # never reached a listener
+        assert not plain.peers  # never reached grpc
         writer.close()
         front.close()
 
@@ -91,7 +107,7 @@ def test_without_a_certificate_a_tls_client_is_closed() -> None:
     async def run() -> None:
         plain = _Echo(b"P:")
         await plain.start()
-        front = await _front(None, plain)
+        front = await _front(plain, None)
         reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
         writer.write(b"\x16\x03\x01")
         assert await asyncio.wait_for(reader.read(100), 5) == b""

@@ -1,0 +1,103 @@
+"""The front's HTTP/2 reading (``h2watch.py``) on hand-made frames: bookings by declared
+size, held streams released in order, refusal past the held bound, SETTINGS rewritten, our
+frames put in only at a frame boundary of grpc's."""
+
+from __future__ import annotations
+
+from rmq_spark.broker.h2watch import (
+    FRAME_SIZE_MAX,
+    H2_PREFACE,
+    HELD_BYTES_MAX,
+    RequestGate,
+    ResponseWatch,
+)
+
+
+def _frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
+    return (
+        len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+    )
+
+
+def _message(size: int) -> bytes:
+    return b"\x00" + size.to_bytes(4, "big") + b"x" * size
+
+
+class _Budget:
+    def __init__(self, limit: int) -> None:
+        self.limit, self.used = limit, 0
+
+    def book(self, n: int) -> bool:
+        if self.used + n > self.limit:
+            return False
+        self.used += n
+        return True
+
+    def give(self, n: int) -> None:
+        self.used -= n
+
+
+def test_declared_sizes_are_booked_and_a_stream_that_does_not_fit_waits() -> None:
+    budget = _Budget(100)
+    gate = RequestGate(budget.book, budget.give, 1000)
+    assert gate.feed(H2_PREFACE) == H2_PREFACE
+    first = _frame(1, 4, 1, b"h") + _frame(0, 1, 1, _message(80))
+    assert gate.feed(first) == first and budget.used == 80
+    second_headers = _frame(1, 4, 3, b"h")
+    second = _frame(0, 1, 3, _message(50))
+    ping = _frame(6, 0, 0, b"12345678")
+    # The second stream's DATA waits; its HEADERS and connection frames go on.
+    assert gate.feed(second_headers + second + ping) == second_headers + ping
+    assert gate.waiting and budget.used == 80
+    gate.stream_ended(1)  # grpc answered the first call
+    assert budget.used == 0
+    assert gate.retry() == second and budget.used == 50 and not gate.waiting
+    gate.close()
+    assert budget.used == 0
+
+
+def test_a_message_over_the_receive_limit_is_passed_unbooked_for_grpc_to_refuse() -> None:
+    budget = _Budget(100)
+    gate = RequestGate(budget.book, budget.give, 200)
+    gate.feed(H2_PREFACE)
+    big = _frame(1, 4, 1, b"h") + _frame(0, 0, 1, b"\x00" + (10**6).to_bytes(4, "big"))
+    assert gate.feed(big) == big and budget.used == 0
+
+
+def test_past_the_held_bound_the_stream_is_refused_and_the_window_given_back() -> None:
+    budget = _Budget(10)
+    gate = RequestGate(budget.book, budget.give, 1 << 30)
+    gate.feed(H2_PREFACE)
+    gate.feed(_frame(1, 4, 1, b"h"))
+    body = _message(HELD_BYTES_MAX + FRAME_SIZE_MAX)
+    frames = [body[at : at + FRAME_SIZE_MAX] for at in range(0, len(body), FRAME_SIZE_MAX)]
+    out = b"".join(gate.feed(_frame(0, 0, 1, chunk)) for chunk in frames)
+    assert out == _frame(3, 0, 1, (8).to_bytes(4, "big"))  # CANCEL to grpc
+    to_client = bytes(gate.to_client)
+    assert b"grpc-status\x018" in to_client and b"inflight_request_bytes_max" in to_client
+    assert to_client[3] == 1 and to_client[4] == 5  # HEADERS, END_STREAM | END_HEADERS
+    given_back, at = 0, 0
+    while at < len(to_client):
+        length = int.from_bytes(to_client[at : at + 3], "big")
+        if to_client[at + 3] == 8:  # WINDOW_UPDATE on the connection
+            given_back += int.from_bytes(to_client[at + 9 : at + 13], "big")
+        at += 9 + length
+    assert given_back == len(body)  # every byte dropped, none passed to grpc
+    assert not gate.waiting and budget.used == 0
+
+
+def test_settings_are_rewritten_and_our_frames_wait_for_a_boundary() -> None:
+    watch = ResponseWatch()
+    settings = _frame(4, 0, 0, (5).to_bytes(2, "big") + (4 << 20).to_bytes(4, "big"))
+    out, ended = watch.feed(settings[:12])  # cut inside the payload
+    out2, _ = watch.feed(settings[12:])
+    assert out + out2 == _frame(4, 0, 0, (5).to_bytes(2, "big") + FRAME_SIZE_MAX.to_bytes(4, "big"))
+    data = _frame(0, 0, 1, b"abcdef")
+    out, _ = watch.feed(data[:11])  # mid-frame: an injected frame must wait
+    assert watch.inject(b"OURS") == b""
+    out2, _ = watch.feed(data[11:] + _frame(1, 5, 1, b"t"))
+    assert out + out2 == data + b"OURS" + _frame(1, 5, 1, b"t")
+    assert watch.answered
+    assert watch.inject(b"NOW") == b"NOW"
+    _, ended = watch.feed(_frame(3, 0, 3, b"\x00\x00\x00\x08"))
+    assert ended == [3]
