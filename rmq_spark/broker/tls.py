@@ -9,7 +9,7 @@ kept (the key readable by the owner only). In the store and not in ``conf/`` bec
 directory is the one place a broker can always write, and the certificate belongs to the
 broker serving that store; ``conf/`` may be a read-only install.
 
-Owns finding/making the PEM files and ``server_credentials``; the port that serves them is
+Owns finding/making the PEM files; the port that serves them (and its TLS context) is
 ``front.py``'s and ``server.py``'s.
 """
 
@@ -23,13 +23,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-import grpc
-
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.errors import BrokerError
 from rmq_spark.store.file_ops import fsync_dir, make_dirs_durably
 
-__all__ = ["TLS_DIR", "TlsFiles", "make_self_signed", "resolve_tls", "server_credentials"]
+__all__ = ["TLS_DIR", "TlsFiles", "make_self_signed", "resolve_tls"]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -174,19 +172,3 @@ def _is_ip(host: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def server_credentials(files: TlsFiles) -> grpc.ServerCredentials:
-    """grpc's server credentials for the pair (no client certificates asked for, as the
-    RocketMQ proxy's ``ClientAuth.NONE``).
-
-    Raises
-    ------
-    BrokerError
-        A file cannot be read.
-    """
-    try:
-        key, cert = files.key_file.read_bytes(), files.cert_file.read_bytes()
-    except OSError as err:
-        raise BrokerError(f"broker.tls: cannot read {err.filename}: {err.strerror}") from err
-    return grpc.ssl_server_credentials([(key, cert)])

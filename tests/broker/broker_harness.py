@@ -93,7 +93,7 @@ def start_broker(
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             args,
-            stdin=subprocess.DEVNULL,  # as a service: no terminal (see take_own_cpu_share)
+            stdin=subprocess.DEVNULL,  # as a service: no terminal (see cpu_share.take_own_cpu_share)
             stdout=log_file,
             stderr=subprocess.STDOUT,
             cwd=REPO_ROOT,
