@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import mmap
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -66,6 +67,19 @@ class BrokerProcess:
         self.proc.wait(timeout=STOP_DEADLINE_S)
 
 
+def closed_by_peer(sock: socket.socket, poll_s: float = 0.01) -> bool:
+    """Whether the broker closed (or reset) ``sock``: reads what is there, waiting ``poll_s``."""
+    sock.settimeout(poll_s)
+    try:
+        while sock.recv(65536):
+            pass
+    except TimeoutError:
+        return False
+    except OSError:
+        return True  # reset
+    return True
+
+
 def broker_command(store_dir: Path, listen: str, *extra: str) -> list[str]:
     return [
         sys.executable,
@@ -93,7 +107,7 @@ def start_broker(
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             args,
-            stdin=subprocess.DEVNULL,  # as a service: no terminal (see cpu_share.take_own_cpu_share)
+            stdin=subprocess.DEVNULL,  # as a service: no terminal (see take_own_cpu_share)
             stdout=log_file,
             stderr=subprocess.STDOUT,
             cwd=REPO_ROOT,

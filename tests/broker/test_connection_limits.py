@@ -21,7 +21,7 @@ from typing import Any
 
 import grpc
 import pytest
-from broker_harness import BrokerProcess, wait_for
+from broker_harness import BrokerProcess, closed_by_peer, wait_for
 
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
@@ -85,7 +85,7 @@ class _Attacker:
         end = time.monotonic() + _ATTACK_S
         while not self._stop.is_set() and time.monotonic() < end:
             for sock in list(socks):
-                if _closed_by_peer(sock):
+                if closed_by_peer(sock, 0.001):
                     socks.remove(sock)
                     sock.close()
                     self.closed_by_broker += 1
@@ -110,18 +110,6 @@ class _Attacker:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
-
-
-def _closed_by_peer(sock: socket.socket) -> bool:
-    sock.settimeout(0.001)
-    try:
-        while sock.recv(65536):
-            pass
-    except TimeoutError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 def _official_sends(official_producer: Callable[..., Any], rocketmq: Any, address: str) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 import grpc
 import pytest
-from broker_harness import BrokerProcess, wait_for
+from broker_harness import BrokerProcess, closed_by_peer, wait_for
 
 from rmq_spark.broker.limits import Admitted, InflightBytes
 from rmq_spark.broker.proto import definition_pb2 as pb
@@ -45,18 +45,6 @@ def _sockets(address: str, count: int, first: bytes = b"") -> Iterator[list[sock
     finally:
         for sock in opened:
             sock.close()
-
-
-def _closed_by_peer(sock: socket.socket) -> bool:
-    sock.settimeout(0.01)
-    try:
-        while sock.recv(65536):
-            pass
-    except TimeoutError:
-        return False
-    except OSError:
-        return True  # reset
-    return True
 
 
 def _send(stub: Any, message_id: str, body: bytes = b"x", count: int = 1) -> Any:
@@ -108,12 +96,12 @@ def test_flood_of_idle_sockets_new_client_still_produces_and_idle_ones_close(
     )
     with _sockets(broker.address, 60) as silent:
         if tls_mode == "disabled":  # grpc refuses at its cap until the handshake timeout
-            wait_for(lambda: _closed_by_peer(silent[0]), 10, "the first silent socket closed")
+            wait_for(lambda: closed_by_peer(silent[0]), 10, "the first silent socket closed")
         assert _official_send(official_producer, rocketmq, broker.address)
         # The broker closes every silent socket (made room for the client, or timed out).
-        wait_for(lambda: all(_closed_by_peer(s) for s in silent), 10, "silent sockets closed")
+        wait_for(lambda: all(closed_by_peer(s) for s in silent), 10, "silent sockets closed")
     with _sockets(broker.address, 5, _H2_PREFACE) as no_calls:
-        wait_for(lambda: all(_closed_by_peer(s) for s in no_calls), 10, "idle h2 closed")
+        wait_for(lambda: all(closed_by_peer(s) for s in no_calls), 10, "idle h2 closed")
     assert tls_mode == "disabled" or "max_connections" in broker.log_text()
     assert "Traceback" not in broker.log_text()
 
@@ -124,8 +112,8 @@ def test_at_the_cap_of_talking_connections_new_ones_wait_for_the_handshake_timeo
     broker = broker_factory("broker.max_connections=10", "broker.handshake_timeout_ms=1500")
     with _sockets(broker.address, 10, b"P") as stuck:  # each sent a byte, none finishes
         with _sockets(broker.address, 1) as (refused,):
-            wait_for(lambda: _closed_by_peer(refused), 5, "the 11th connection closed")
-        wait_for(lambda: all(_closed_by_peer(s) for s in stuck), 10, "stuck handshakes closed")
+            wait_for(lambda: closed_by_peer(refused), 5, "the 11th connection closed")
+        wait_for(lambda: all(closed_by_peer(s) for s in stuck), 10, "stuck handshakes closed")
     with grpc.insecure_channel(broker.address) as channel:
         stub = spb_grpc.MessagingServiceStub(channel)
         assert _send(stub, "after-cap").status.code == pb.OK
