@@ -97,6 +97,7 @@ class Broker:
             self.consume = ConsumeService(
                 self.service, self.store, clock=self._clock, wiring=consumer_wiring
             )
+            self.service.serve_send_backs(self.consume)
         except BaseException:
             self.store.close()
             raise

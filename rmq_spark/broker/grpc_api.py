@@ -123,8 +123,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
     service
         Where sends and route lookups go.
     executor
-        Runs the blocking ``service.send`` calls of a store without ``put_async`` (a store
-        with it is put from the loop: ``service.send_async``).
+        Runs the blocking calls: send-backs and redeliveries (``store_rpc.py``); sends are
+        put from the loop (``service.send_async``).
     route_host, route_port
         The address advertised in routes; clients send every RPC but QueryRoute there.
     shutdown
@@ -149,13 +149,11 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         self._consumers = consumers
         self._producer = ProducerRpcs(
             service,
-            executor,
             endpoints=endpoints_of(route_host, route_port),
             shutdown=shutdown,
             client_peer=client_peer or (lambda peer: peer),  # front.Front.client_peer
         )
-        consume = consumers.service if consumers is not None else None
-        self._store_rpcs = StoreRpcs(service, consume, executor, shutdown)
+        self._store_rpcs = StoreRpcs(service, executor, shutdown)
         self._telemetry = TelemetryRpc(
             shutdown=shutdown,
             max_body_size=min(service.max_message_size_bytes, 2**31 - 1),

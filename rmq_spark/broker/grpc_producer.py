@@ -1,8 +1,8 @@
 """The producer RPCs of the gRPC servicer: QueryRoute and SendMessage, protobuf <-> service calls.
 
 Owns the translation of a ``SendMessageRequest`` into ``SendCommand``s (after the wire-level
-prechecks: shutdown, encoding, message type, digest, timestamps), where each send runs (on the
-loop through ``send_async``, or on the executor), and the route reply. Every message is an
+prechecks: shutdown, encoding, message type, digest, timestamps), each awaited on the loop
+(``BrokerService.send_async``), and the route reply. Every message is an
 ordinary send: send-back and redelivery have their own RPCs (``store_rpc.py``). Does not own
 validation, queue choice or stored properties
 (``service.py``, ``send_rules.py``); ``grpc_api.MessagingServicer`` calls it under its guard.
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from concurrent.futures import Executor
 from typing import Any
 
 from rmq_spark.broker.grpc_wire import (
@@ -44,14 +43,12 @@ class ProducerRpcs:
     def __init__(
         self,
         service: BrokerService,
-        executor: Executor,
         *,
         endpoints: pb.Endpoints,
         shutdown: asyncio.Event,
         client_peer: Callable[[str], str],
     ) -> None:
         self._service = service
-        self._executor = executor
         self._endpoints = endpoints
         self._shutdown = shutdown
         self._client_peer = client_peer
@@ -86,18 +83,12 @@ class ProducerRpcs:
             )
         born_host = peer_address(self._client_peer(context.peer()))
         topics = resolved_of(context).topics  # one per message, as the ACL checked them
-        loop = asyncio.get_running_loop()
         entries = []
         for message, topic in zip(request.messages, topics, strict=True):
             entry = self._precheck(message)
             if entry is None:
                 command = self._command(message, topic, born_host)
-                if self._service.puts_async:
-                    outcome = await self._service.send_async(command)  # awaits its fsync
-                else:
-                    outcome = await loop.run_in_executor(
-                        self._executor, self._service.send, command
-                    )
+                outcome = await self._service.send_async(command)  # awaits its fsync
                 entry = self._entry(outcome)
             entries.append(entry)
         codes = {entry.status.code for entry in entries}

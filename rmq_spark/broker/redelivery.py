@@ -36,7 +36,7 @@ Does not own the RPC (``broker/store_rpc.py``) nor the put (``broker/service.py`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.broker.schedule_records import (
     Discard,
@@ -51,6 +51,9 @@ from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_T
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.properties import UNIQ_KEY, parse_properties
 from rmq_spark.store.put import PutRequest
+
+if TYPE_CHECKING:
+    from rmq_spark.broker.store_port import BrokerStore
 
 __all__ = [
     "NotDue",
@@ -168,7 +171,9 @@ def ref_from_message(message: Any) -> RedeliveryRef | str:
     )
 
 
-def resolve_redelivery(store: Any, ref: RedeliveryRef, now_ms: int) -> PutRequest | NotDue | str:
+def resolve_redelivery(
+    store: BrokerStore, ref: RedeliveryRef, now_ms: int
+) -> PutRequest | NotDue | str:
     """The broker's side: the put for ``ref``, ``NotDue``, or why it is refused.
 
     Parameters

@@ -23,9 +23,10 @@ import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 from rmq_spark.broker.redelivery import NotDue, RedeliveryRef, resolve_redelivery
+from rmq_spark.broker.store_port import BrokerStore
 from rmq_spark.errors import StoreMetadataError
 from rmq_spark.store.put import PutResult, PutStatus
 
@@ -34,7 +35,6 @@ __all__ = [
     "RedeliveredCopy",
     "RedeliveryJournal",
     "redeliver_once",
-    "store_min_offset",
 ]
 
 log = logging.getLogger("rmq_spark.broker")
@@ -142,14 +142,8 @@ class RedeliveryJournal:
         return len(self._entries)
 
 
-def store_min_offset(store: Any) -> int:
-    """The store's first CommitLog offset (records below it were deleted)."""
-    lowest = getattr(store, "min_offset", 0)
-    return int(lowest() if callable(lowest) else lowest)
-
-
 def redeliver_once(
-    journal: RedeliveryJournal, store: Any, ref: RedeliveryRef, now_ms: int
+    journal: RedeliveryJournal, store: BrokerStore, ref: RedeliveryRef, now_ms: int
 ) -> RedeliveredCopy | PutResult | str:
     """Redeliver ``ref`` unless it was: its first copy (nothing put), the put's result
     (journaled when OK), or why it is refused. Puts synchronously (``store.put``; a
@@ -168,7 +162,7 @@ def redeliver_once(
             copy = RedeliveredCopy(
                 result.topic, result.queue_id, result.queue_offset, result.physical_offset
             )
-            journal.record(ref.physical_offset, copy, store_min_offset(store))
+            journal.record(ref.physical_offset, copy, store.min_offset)
         return result
 
 

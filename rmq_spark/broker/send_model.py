@@ -13,7 +13,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from rmq_spark.broker.redelivery import RedeliveryRef
 from rmq_spark.store.message import HostAddress
 from rmq_spark.store.properties import (
     BORN_TIMESTAMP,
@@ -128,9 +127,6 @@ class SendCommand:
     born_host_text: str = ""
     trace_context: str = ""
     delay_level: int | None = None  # RocketMQ 4 style delay level (embedded sends only)
-    # A redelivery request of the schedule job (``redelivery.py``): names a schedule record in
-    # this store (a str: why the request could not be read); nothing else of the command is used.
-    redelivery: RedeliveryRef | str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -331,6 +331,7 @@ def run_broker(
             store_config.root_dir, clock=clock, seen=store.queue_offsets()
         )
         consume = ConsumeService(service, store, clock=clock)
+        service.serve_send_backs(consume)
     except BaseException:
         store.close()
         _restore(previous)

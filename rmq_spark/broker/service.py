@@ -14,7 +14,6 @@ record encoding and durability (the store: a put is acknowledged only when the s
 
 from __future__ import annotations
 
-import contextvars
 import logging
 import threading
 import time
@@ -22,12 +21,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
+from rmq_spark.broker.consumer import send_back as send_backs
 from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, RedeliveryRef
 from rmq_spark.broker.redelivery_journal import (
     RedeliveredCopy,
     RedeliveryJournal,
     redeliver_once,
-    store_min_offset,
 )
 from rmq_spark.broker.send_model import (
     BORN_HOST,
@@ -42,11 +41,12 @@ from rmq_spark.broker.send_model import (
     reject,
 )
 from rmq_spark.broker.send_rules import message_properties, timer_transform, validate_send
+from rmq_spark.broker.store_port import BrokerStore
 from rmq_spark.broker.topics import CreationBudget, TopicStatus, TopicTable, group_queue_id
 from rmq_spark.broker.traffic import TrafficStats
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
-from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
+from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import LOCALHOST
 from rmq_spark.store.properties import REAL_QID, REAL_TOPIC
@@ -79,16 +79,8 @@ _PUT_CODES = {
 }
 
 
-# Set by ``send_async`` around its (synchronous) ``send``: ``_put`` then hands the request
-# back (``_PutLater``) instead of putting it, and the coroutine awaits ``put_async``.
-_PUT_LATER: contextvars.ContextVar[bool] = contextvars.ContextVar("put_later", default=False)
-
-
-class _PutLater(Exception):  # noqa: N818 - control flow inside BrokerService, never escapes
-    def __init__(self, request: PutRequest, message_id: str) -> None:
-        super().__init__(message_id)
-        self.request = request
-        self.message_id = message_id
+def _stopping(message_id: str) -> SendOutcome:
+    return reject(SendCode.SHUTTING_DOWN, "broker is shutting down", message_id)
 
 
 def _store_failure(err: StoreError, message_id: str) -> SendOutcome:
@@ -119,8 +111,7 @@ class BrokerService:
     Parameters
     ----------
     store
-        The open store (anything with ``put(PutRequest) -> PutResult``). The service does not
-        close it.
+        The open store (``store_port.BrokerStore``). The service does not close it.
     config
         The broker section of the configuration.
     clock
@@ -132,7 +123,7 @@ class BrokerService:
 
     def __init__(
         self,
-        store: object,
+        store: BrokerStore,
         config: BrokerConfig | None = None,
         *,
         clock: Clock | None = None,
@@ -156,9 +147,9 @@ class BrokerService:
             ],
         )
         # Delay levels past the last are refused (the store alone would clamp them silently).
-        store_config = getattr(store, "config", None)
-        levels = getattr(store_config, "message_delay_level", DEFAULT_MESSAGE_DELAY_LEVEL)
-        self._delay_level_max = len(parse_message_delay_level(levels))
+        levels = parse_message_delay_level(store.config.message_delay_level)
+        self._delay_level_max = len(levels)
+        self._send_backs: send_backs.SendBackPort | None = None  # the consume service's
         self._state_lock = threading.Condition()
         self._journal: RedeliveryJournal | None = None
         self._journal_lock = threading.Lock()
@@ -202,40 +193,7 @@ class BrokerService:
             return RouteOutcome(SendCode.TOPIC_NOT_FOUND, found.topic, reason=found.reason)
         return RouteOutcome(SendCode.OK, found.topic, found.queue_count)
 
-    # --- sends ----------------------------------------------------------------------------
-
-    @property
-    def puts_async(self) -> bool:
-        """Whether the store has ``put_async``: then ``send_async`` never blocks its loop."""
-        return hasattr(self._store, "put_async")
-
-    async def send_async(self, command: SendCommand) -> SendOutcome:
-        """``send`` for a coroutine on an event loop (the gRPC handlers): the same checks and
-        the same acknowledgement (``OK`` only once the store made the record durable under its
-        flush policy), but the put is the store's ``put_async``: under SYNC the coroutine
-        awaits the fsync, no thread blocks per send. Needs ``puts_async``."""
-        with self._state_lock:  # in flight until the put is answered (send counts itself too)
-            self._in_flight += 1
-        try:
-            token = _PUT_LATER.set(True)
-            try:
-                return self.send(command)  # refused, or answered without a put
-            except _PutLater as later:
-                request, message_id = later.request, later.message_id
-            finally:
-                _PUT_LATER.reset(token)
-            started = time.perf_counter()
-            try:
-                result: PutResult = await self._store.put_async(request)  # type: ignore[attr-defined]
-            except StoreError as err:
-                return _store_failure(err, message_id)
-            self.traffic.put_done((result,), time.perf_counter() - started)
-            return _put_outcome(result, message_id)
-        finally:
-            with self._state_lock:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._state_lock.notify_all()
+    # --- the entry points: each front maps its wire calls to these -------------------------
 
     def send(self, command: SendCommand) -> SendOutcome:
         """Validate, place and store one message.
@@ -247,38 +205,57 @@ class BrokerService:
             flush policy). A retried send (same topic and message id) returns the first
             outcome's position with ``duplicate=True`` and stores nothing new.
         """
-        with self._state_lock:
-            if self._shutting_down:
-                return reject(SendCode.SHUTTING_DOWN, "broker is shutting down", command.message_id)
-            self._in_flight += 1
+        refused = self._enter(command.message_id)
+        if refused is not None:
+            return refused
         try:
-            return self._send(command)
+            placed = self._place(command)
+            if isinstance(placed, SendOutcome):
+                return placed
+            started = time.perf_counter()
+            try:
+                result = self._store.put(placed)
+            except StoreError as err:
+                return _store_failure(err, command.message_id)
+            return self._stored(result, command.message_id, started)
         finally:
-            with self._state_lock:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._state_lock.notify_all()
+            self._leave()
+
+    async def send_async(self, command: SendCommand) -> SendOutcome:
+        """``send`` for a coroutine on an event loop (the gRPC handlers): the same checks and
+        the same acknowledgement, but the put is the store's ``put_async``: under SYNC the
+        coroutine awaits the fsync, no thread blocks per send."""
+        refused = self._enter(command.message_id)
+        if refused is not None:
+            return refused
+        try:
+            placed = self._place(command)
+            if isinstance(placed, SendOutcome):
+                return placed
+            started = time.perf_counter()
+            try:
+                result = await self._store.put_async(placed)
+            except StoreError as err:
+                return _store_failure(err, command.message_id)
+            return self._stored(result, command.message_id, started)
+        finally:
+            self._leave()
 
     def send_batch(self, commands: Sequence[SendCommand]) -> list[SendOutcome]:
         """``send`` of many messages with one store ``put_batch`` (one lock, one write, one
         fsync under SYNC), in order; the same checks and outcomes as ``send`` one by one,
         except that a refusal by the store itself (not by the checks) refuses the whole
-        batch, as ``put_batch`` is all or nothing. Redelivery commands are not accepted."""
+        batch, as ``put_batch`` is all or nothing."""
         with self._state_lock:
             if self._shutting_down:
-                return [
-                    reject(SendCode.SHUTTING_DOWN, "broker is shutting down", c.message_id)
-                    for c in commands
-                ]
+                return [_stopping(c.message_id) for c in commands]
             self._in_flight += 1
         try:
             placed = [self._place(command) for command in commands]
             requests = [p for p in placed if isinstance(p, PutRequest)]
             started = time.perf_counter()
             try:
-                results: list[PutResult] = (
-                    self._store.put_batch(requests) if requests else []  # type: ignore[attr-defined]
-                )
+                results = self._store.put_batch(requests) if requests else []
             except StoreError as err:
                 return [_store_failure(err, c.message_id) for c in commands]
             self.traffic.put_done(results, time.perf_counter() - started)
@@ -288,23 +265,79 @@ class BrokerService:
                 for c, p in zip(commands, placed, strict=True)
             ]
         finally:
-            with self._state_lock:
-                self._in_flight -= 1
-                if self._in_flight == 0:
-                    self._state_lock.notify_all()
+            self._leave()
 
-    def _send(self, command: SendCommand) -> SendOutcome:
-        if command.redelivery is not None:
-            return self._redeliver(command.redelivery, command.message_id)
-        placed = self._place(command)
-        if isinstance(placed, SendOutcome):
-            return placed
-        return self._put(placed, command.message_id)
+    def send_back(
+        self, group: str, record: send_backs.SendBackRecord
+    ) -> PutResult | send_backs.Refused:
+        """A consumer group's send-back of one record (``consumer/send_back.py``): its retry
+        copy or dead letter. Who may name a record how is the front's gate's
+        (``store_gate.py``); refused when the broker has no consume service."""
+        port = self._send_backs
+        if port is None:
+            return send_backs.Refused("this broker serves no consumer groups")
+        return send_backs.send_back(port, group, record)
+
+    def redeliver(self, ref: RedeliveryRef | str, message_id: str) -> SendOutcome:
+        """Put back a due schedule record of this store exactly as the in-process schedule
+        job does (docs/DELAY.md, "Redelivery through a broker"), once: a second request for
+        the same record answers the first copy's position. Every refusal is the same
+        ``REDELIVERY_REFUSED`` (the reason is logged); ``ref`` is that reason when the front
+        could not read the request. Puts synchronously: call it from a worker thread."""
+        refused = self._enter(message_id)
+        if refused is not None:
+            return refused
+        try:
+            if isinstance(ref, str):
+                return self._refuse_redelivery(ref, message_id)
+            journal = self.redelivery_journal()
+            try:
+                found = redeliver_once(journal, self._store, ref, self._clock.now_ms())
+            except StoreError as err:
+                return _store_failure(err, message_id)
+            if isinstance(found, str):
+                return self._refuse_redelivery(found, message_id)
+            if isinstance(found, RedeliveredCopy):  # redelivered before: its first copy
+                return SendOutcome(
+                    SendCode.OK,
+                    message_id=message_id,
+                    topic=found.topic,
+                    queue_id=found.queue_id,
+                    queue_offset=found.queue_offset,
+                    physical_offset=found.physical_offset,
+                    duplicate=True,
+                )
+            self.traffic.put_done((found,), None)
+            return _put_outcome(found, message_id)
+        finally:
+            self._leave()
+
+    def serve_send_backs(self, port: send_backs.SendBackPort) -> None:
+        """Where ``send_back`` finds the groups (the consume service, once built)."""
+        self._send_backs = port
+
+    # --- one send, step by step ---------------------------------------------------------
+
+    def _enter(self, message_id: str) -> SendOutcome | None:
+        """Count a send in flight, or its refusal once a shutdown began."""
+        with self._state_lock:
+            if self._shutting_down:
+                return _stopping(message_id)
+            self._in_flight += 1
+        return None
+
+    def _leave(self) -> None:
+        with self._state_lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self._state_lock.notify_all()
+
+    def _stored(self, result: PutResult, message_id: str, started: float) -> SendOutcome:
+        self.traffic.put_done((result,), time.perf_counter() - started)
+        return _put_outcome(result, message_id)
 
     def _place(self, command: SendCommand) -> PutRequest | SendOutcome:
         """The checks and the placement of a send: its put request, or the refusal."""
-        if command.redelivery is not None:
-            return reject(SendCode.BAD_REQUEST, "a redelivery in a batch", command.message_id)
         problem = self.validate(command)
         if problem is not None:
             return problem
@@ -331,7 +364,7 @@ class BrokerService:
                 properties[REAL_TOPIC] = route.topic
                 properties[REAL_QID] = str(queue_id)
                 topic, stored_queue_id = RMQ_SYS_WHEEL_TIMER_TOPIC, 0
-        request = PutRequest(
+        return PutRequest(
             topic=topic,
             queue_id=stored_queue_id,
             body=command.body,
@@ -340,37 +373,6 @@ class BrokerService:
             born_host=command.born_host or LOCALHOST,
             idempotent=True,
         )
-        return request
-
-    def _redeliver(self, ref: RedeliveryRef | str, message_id: str) -> SendOutcome:
-        """Put back a due schedule record of this store exactly as the in-process schedule
-        job does (docs/DELAY.md, "Redelivery through a broker"), once: a second request for
-        the same record answers the first copy's position. Every refusal is the same
-        ``REDELIVERY_REFUSED`` (the reason is logged). Puts synchronously (never from
-        ``send_async``: ``grpc_api`` runs redeliveries on its executor)."""
-        if isinstance(ref, str):  # the wire layer could not read the request
-            return self._refuse_redelivery(ref, message_id)
-        try:
-            found = redeliver_once(
-                self.redelivery_journal(), self._store, ref, self._clock.now_ms()
-            )
-        except StoreError as err:
-            return _store_failure(err, message_id)
-        if isinstance(found, str):
-            return self._refuse_redelivery(found, message_id)
-        if not isinstance(found, RedeliveredCopy):
-            self.traffic.put_done((found,), None)
-        if isinstance(found, RedeliveredCopy):  # redelivered before: its first copy
-            return SendOutcome(
-                SendCode.OK,
-                message_id=message_id,
-                topic=found.topic,
-                queue_id=found.queue_id,
-                queue_offset=found.queue_offset,
-                physical_offset=found.physical_offset,
-                duplicate=True,
-            )
-        return _put_outcome(found, message_id)
 
     @staticmethod
     def _refuse_redelivery(reason: str, message_id: str) -> SendOutcome:
@@ -378,10 +380,9 @@ class BrokerService:
         return reject(SendCode.BAD_REQUEST, REDELIVERY_REFUSED, message_id)
 
     @property
-    def store_root(self) -> Path | None:
-        """The store's root directory (``None`` for a store without one)."""
-        root = getattr(self._store, "root_dir", None)
-        return Path(root) if root is not None else None
+    def store_root(self) -> Path:
+        """The store's root directory."""
+        return Path(self._store.root_dir)
 
     @property
     def clock(self) -> Clock:
@@ -391,10 +392,8 @@ class BrokerService:
         """The journal of redeliveries (``<store>/config/redelivered.log``), opened once."""
         with self._journal_lock:
             if self._journal is None:
-                root = Path(getattr(self._store, "root_dir", "."))
-                self._journal = RedeliveryJournal.open(
-                    root / "config", store_min_offset(self._store)
-                )
+                root = Path(self._store.root_dir)
+                self._journal = RedeliveryJournal.open(root / "config", self._store.min_offset)
             return self._journal
 
     def sync_redeliveries(self) -> None:
@@ -402,17 +401,6 @@ class BrokerService:
         replying to a request that redelivered."""
         if self._journal is not None:
             self._journal.sync()
-
-    def _put(self, request: PutRequest, message_id: str) -> SendOutcome:
-        if _PUT_LATER.get():  # inside send_async: it awaits the put itself
-            raise _PutLater(request, message_id)
-        started = time.perf_counter()
-        try:
-            result: PutResult = self._store.put(request)  # type: ignore[attr-defined]
-        except StoreError as err:
-            return _store_failure(err, message_id)
-        self.traffic.put_done((result,), time.perf_counter() - started)
-        return _put_outcome(result, message_id)
 
     # --- the pieces -----------------------------------------------------------------------
 

@@ -26,7 +26,6 @@ from typing import Any
 
 from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
 from rmq_spark.broker.consumer import send_back
-from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.grpc_client import client_metadata
 from rmq_spark.broker.grpc_wire import status, status_code
 from rmq_spark.broker.proto import definition_pb2 as pb
@@ -34,7 +33,7 @@ from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import store_service_pb2 as ssb
 from rmq_spark.broker.redelivery import ref_from_message
 from rmq_spark.broker.resources import resolved_of
-from rmq_spark.broker.send_model import SendCode, SendCommand, SendOutcome
+from rmq_spark.broker.send_model import SendCode, SendOutcome
 from rmq_spark.broker.service import BrokerService
 
 __all__ = [
@@ -78,17 +77,10 @@ def send_back_result(result: Any, message_id: str) -> Any:
 
 
 class StoreRpcs:
-    """SendBack and Redeliver over one broker (``consumers``: its consume service, if any)."""
+    """SendBack and Redeliver over one broker: ``BrokerService.send_back`` / ``redeliver``."""
 
-    def __init__(
-        self,
-        service: BrokerService,
-        consumers: ConsumeService | None,
-        executor: Executor,
-        shutdown: asyncio.Event,
-    ) -> None:
+    def __init__(self, service: BrokerService, executor: Executor, shutdown: asyncio.Event) -> None:
         self._service = service
-        self._consumers = consumers
         self._executor = executor
         self._shutdown = shutdown
 
@@ -102,25 +94,24 @@ class StoreRpcs:
         stopping = self._stopping()
         if stopping is not None:
             return stopping
-        consumers = self._consumers
-        if consumers is None:
-            missing = pb.Status(code=pb.NOT_IMPLEMENTED, message="SendBack is not served")
-            return spb.SendMessageResponse(status=missing)
         resolved = resolved_of(context)  # the group and topics store_gate checked
         assert resolved.group is not None
         group, pairs = resolved.group.full, zip(request.entries, resolved.topics, strict=True)
-        work = lambda: [self._send_back_one(consumers, group, e, t.full) for e, t in pairs]  # noqa: E731
+        work = lambda: [self._send_back_one(group, e, t.full) for e, t in pairs]  # noqa: E731
         entries = await asyncio.get_running_loop().run_in_executor(self._executor, work)
         return _response(entries)
 
-    def _send_back_one(self, consumers: ConsumeService, group: str, entry: Any, topic: str) -> Any:
+    def _send_back_one(self, group: str, entry: Any, topic: str) -> Any:
+        record: send_back.SendBackRecord | None = None
         if entry.WhichOneof("record") == "physical_offset":
             # store_gate lets an entry by offset through only for the store identity
-            result = send_back.by_offset(consumers, group, entry.physical_offset)
+            record = send_back.ByOffset(entry.physical_offset)
         elif entry.WhichOneof("record") == "receipt_handle":
-            result = send_back.by_receipt(consumers, group, topic, entry.receipt_handle)
+            record = send_back.ByReceipt(topic, entry.receipt_handle)
+        if record is None:
+            result: Any = send_back.Refused("the entry names no record")
         else:
-            result = send_back.Refused("the entry names no record")
+            result = self._service.send_back(group, record)
         return send_back_result(result, entry.message_id)
 
     async def redeliver(self, request: Any, context: Any) -> Any:
@@ -129,15 +120,9 @@ class StoreRpcs:
             return stopping
         loop = asyncio.get_running_loop()
         entries = []
-        topics = resolved_of(context).topics  # one per message, as store_gate checked them
-        for message, topic in zip(request.messages, topics, strict=True):
-            command = SendCommand(
-                topic=topic.full,
-                body=b"",
-                message_id=message.system_properties.message_id,
-                redelivery=ref_from_message(message),
-            )
-            outcome = await loop.run_in_executor(self._executor, self._service.send, command)
+        for message in request.messages:  # store_gate checked each one's schedule topic
+            ref, mid = ref_from_message(message), message.system_properties.message_id
+            outcome = await loop.run_in_executor(self._executor, self._service.redeliver, ref, mid)
             entries.append(_entry(outcome))
         # the redelivery journal is durable before the reply says OK
         await loop.run_in_executor(self._executor, self._service.sync_redeliveries)

@@ -30,7 +30,6 @@ def _service(store: MessageStore) -> BrokerService:
 def test_a_sync_send_async_is_ok_only_once_an_fsync_covers_the_record(tmp_path: Path) -> None:
     store = open_store(tmp_path, flush_policy=FlushPolicy.SYNC)
     service = _service(store)
-    assert service.puts_async
 
     async def send(index: int) -> tuple[SendOutcome, int]:
         outcome = await service.send_async(_command(index))

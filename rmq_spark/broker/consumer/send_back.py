@@ -36,7 +36,17 @@ from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.properties import RETRY_TOPIC
 from rmq_spark.store.put import PutRequest, PutResult
 
-__all__ = ["Refused", "SEND_BACK_REFUSED", "SendBackPort", "by_offset", "by_receipt"]
+__all__ = [
+    "ByOffset",
+    "ByReceipt",
+    "Refused",
+    "SEND_BACK_REFUSED",
+    "SendBackPort",
+    "SendBackRecord",
+    "by_offset",
+    "by_receipt",
+    "send_back",
+]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -50,6 +60,24 @@ class Refused:
     reason: str  # for the broker's log only
 
 
+@dataclass(frozen=True, slots=True)
+class ByOffset:
+    """The record at a CommitLog offset (the store identity's way)."""
+
+    physical_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ByReceipt:
+    """The record delivered to the group as ``topic`` (stored name) under ``receipt_handle``."""
+
+    topic: str
+    receipt_handle: str
+
+
+SendBackRecord = ByOffset | ByReceipt
+
+
 class SendBackPort(Protocol):
     """What a send-back needs of the consume service (``ConsumeService``)."""
 
@@ -58,6 +86,13 @@ class SendBackPort(Protocol):
     def read_record(self, physical_offset: int) -> DecodedRecord: ...
     def max_reconsume(self, group: str) -> int: ...
     def put_send_back(self, request: PutRequest) -> PutResult: ...
+
+
+def send_back(service: SendBackPort, group: str, record: SendBackRecord) -> PutResult | Refused:
+    """The send-back of ``record`` by ``group``: ``by_offset`` or ``by_receipt``."""
+    if isinstance(record, ByOffset):
+        return by_offset(service, group, record.physical_offset)
+    return by_receipt(service, group, record.topic, record.receipt_handle)
 
 
 def by_offset(service: SendBackPort, group: str, physical_offset: int) -> PutResult | Refused:
