@@ -21,18 +21,19 @@ import dataclasses
 from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
+from rmq_spark.broker.assembly import open_broker
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.consumer.ports import ConsumerWiring
 from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.consumer_client import Consumer
 from rmq_spark.broker.message_id import MessageIdGenerator
-from rmq_spark.broker.server import GrpcEndpoint, open_store
+from rmq_spark.broker.server import GrpcEndpoint
 from rmq_spark.broker.service import BrokerService, MessageKind, SendCommand, SendOutcome
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import BrokerError
 from rmq_spark.store.config import StoreConfig
+from rmq_spark.store.message_store import MessageStore
 
 __all__ = ["Broker"]
 
@@ -76,40 +77,23 @@ class Broker:
         if listen is not None:
             self._broker_config = dataclasses.replace(self._broker_config, listen=listen)
         store_config = dataclasses.replace(store_config or StoreConfig(), root_dir=Path(store_dir))
-        self.store: Any = open_store(store_config, self._clock)
-        self.service = BrokerService(
-            self.store,
-            self._broker_config,
-            clock=self._clock,
-            max_message_size_bytes=store_config.max_message_size_bytes,
+        self._parts = open_broker(
+            store_config, self._broker_config, self._clock, consumer_wiring=consumer_wiring
         )
-        try:
-            self.service.topics.use_config_file(
-                store_config.root_dir, clock=self._clock, seen=self.store.queue_offsets()
-            )
-        except BaseException:
-            self.store.close()
-            raise
+        self.store: MessageStore = self._parts.store
+        self.service: BrokerService = self._parts.service
+        self.consume: ConsumeService = self._parts.consume
         self._ids = MessageIdGenerator(self._clock)
         self._endpoint: GrpcEndpoint | None = None
         self._closed = False
-        try:
-            self.consume = ConsumeService(
-                self.service, self.store, clock=self._clock, wiring=consumer_wiring
-            )
-            self.service.serve_send_backs(self.consume)
-        except BaseException:
-            self.store.close()
-            raise
         if listen is not None:
             try:
-                self._endpoint = GrpcEndpoint(
-                    self.service, self._broker_config, self.consume
-                ).start()
+                endpoint = GrpcEndpoint(self.service, self._broker_config, self.consume).start()
             except BaseException:
-                self.consume.close()
-                self.store.close()
+                self._parts.close()
                 raise
+            self._parts.fronts.callback(endpoint.stop)
+            self._endpoint = endpoint
 
     @property
     def address(self) -> str:
@@ -172,20 +156,9 @@ class Broker:
 
     def close(self) -> None:
         """Refuse new sends and receives, stop serving, let in-flight sends finish, save the
-        consumer groups' progress, close the store."""
-        if self._closed:
-            return
+        consumer groups' progress, close the store (``assembly.OpenBroker.close``)."""
         self._closed = True
-        self.service.begin_shutdown()
-        self.consume.begin_shutdown()
-        try:
-            if self._endpoint is not None:
-                self._endpoint.stop()
-            self.service.wait_idle(self._broker_config.shutdown_grace_ms / 1000)
-            self.service.topics.close()
-            self.consume.close()
-        finally:
-            self.store.close()
+        self._parts.close()
 
     def __enter__(self) -> Broker:
         return self

@@ -24,11 +24,13 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import grpc
 
+from rmq_spark.broker.assembly import OpenBroker, open_broker
 from rmq_spark.broker.auth import authenticator_for, open_listener_warning
 from rmq_spark.broker.auth_grpc import AuthInterceptor
 from rmq_spark.broker.config import BrokerConfig, parse_listen
@@ -58,12 +60,12 @@ from rmq_spark.broker.remoting.registration import (
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.broker.tls import TlsFiles, resolve_tls
 from rmq_spark.clock import Clock, SystemClock
-from rmq_spark.errors import BrokerError, RmqError, StoreLockedError
+from rmq_spark.errors import BrokerError, RmqError
 from rmq_spark.eventloop import new_event_loop
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message import HostAddress
 
-__all__ = ["GrpcEndpoint", "check_port_free", "main", "open_store", "run_broker"]
+__all__ = ["GrpcEndpoint", "check_port_free", "main", "run_broker"]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -92,19 +94,6 @@ def check_port_free(host: str, port: int) -> None:
         raise BrokerError(f"cannot listen on {host}:{port}: {err.strerror}") from err
     finally:
         probe.close()
-
-
-def open_store(store_config: StoreConfig, clock: Clock) -> Any:
-    """Open the MessageStore, turning "locked by another process" into a clear BrokerError."""
-    from rmq_spark.store.message_store import MessageStore
-
-    try:
-        return MessageStore.open(store_config, clock=clock)
-    except StoreLockedError as err:
-        raise BrokerError(
-            f"store {store_config.root_dir} is in use by another process "
-            f"(its lock file is held): {err}"
-        ) from err
 
 
 def store_config_for(store_config: StoreConfig, listen_host: str, listen_port: int) -> StoreConfig:
@@ -312,48 +301,59 @@ def run_broker(
         received.append(signal.Signals(signum).name)
         stop_requested.set()
 
-    # Installed first: a signal during start-up still ends in a clean close.
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with ExitStack() as process:
+        # Installed first: a signal during start-up still ends in a clean close.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            process.callback(signal.signal, sig, signal.signal(sig, on_signal))
         check_port_free(host, port)
-        store = open_store(store_config_for(store_config, host, port), clock)
-    except BaseException:
-        _restore(previous)
-        raise
-    try:
-        service = BrokerService(
-            store,
-            broker_config,
-            clock=clock,
-            max_message_size_bytes=store_config.max_message_size_bytes,
-        )
-        service.topics.use_config_file(  # topics.json, with the topics the log holds
-            store_config.root_dir, clock=clock, seen=store.queue_offsets()
-        )
-        consume = ConsumeService(service, store, clock=clock)
-        service.serve_send_backs(consume)
-    except BaseException:
-        store.close()
-        _restore(previous)
-        raise
-    try:
-        ensure_fd_limit(broker_config.max_connections)
-        tls = resolve_tls(broker_config, store_config.root_dir)
-        endpoint = GrpcEndpoint(service, broker_config, consume, tls).start()
-    except BaseException:
-        consume.close()
-        store.close()
-        _restore(previous)
-        raise
-    try:
-        metrics = _start_metrics(broker_config, service, consume, store)
-    except BaseException:
-        endpoint.stop()
-        consume.close()
-        store.close()
-        _restore(previous)
-        raise
-    started_s = time.monotonic()
+        config = store_config_for(store_config, host, port)
+        broker = process.enter_context(open_broker(config, broker_config, clock))
+        endpoint, metrics = _serve(broker, broker_config, store_config.root_dir)
+        started_s = time.monotonic()
+        _log_started(endpoint, metrics, store_config, broker_config)
+        namesrv = start_registration(broker_config, endpoint.port, broker.service.topics.snapshot)
+        if namesrv is not None:
+            broker.announcers.callback(namesrv.stop)
+        open_warning = open_listener_warning(broker_config)
+        if open_warning is not None:
+            log.warning("broker: %s", open_warning)
+        if ready_file is not None:
+            ready_file.write_text(f"{endpoint.address}\n", encoding="utf-8")
+        while not stop_requested.wait(timeout=1.0):
+            pass
+        broker.close()
+    log.info(
+        "broker stopped: %s after %.1f s; store closed cleanly%s",
+        received[0] if received else "stop",
+        time.monotonic() - started_s,
+        "" if broker.idle else " (some sends were still running at the deadline)",
+    )
+    return 0
+
+
+def _serve(
+    broker: OpenBroker, config: BrokerConfig, root_dir: Path
+) -> tuple[GrpcEndpoint, MetricsEndpoint | None]:
+    """Start the network parts over ``broker`` (its ``fronts``: stopped when it closes)."""
+    ensure_fd_limit(config.max_connections)
+    tls = resolve_tls(config, root_dir)
+    endpoint = GrpcEndpoint(broker.service, config, broker.consume, tls).start()
+    broker.fronts.callback(endpoint.stop)
+    metrics = None
+    if config.metrics_listen:
+        metrics = MetricsEndpoint(
+            config.metrics_listen, broker.service, broker.consume, broker.store
+        ).start()
+        broker.fronts.callback(metrics.stop)
+    return endpoint, metrics
+
+
+def _log_started(
+    endpoint: GrpcEndpoint,
+    metrics: MetricsEndpoint | None,
+    store_config: StoreConfig,
+    broker_config: BrokerConfig,
+) -> None:
     log.info(
         "broker started: listening on %s (pid %d), store %s, flush %s, topics %s, loop %s, "
         "metrics %s",
@@ -367,51 +367,6 @@ def run_broker(
         endpoint.loop_name,
         metrics.url if metrics is not None else "off",
     )
-    namesrv = start_registration(broker_config, endpoint.port, service.topics.snapshot)
-    open_warning = open_listener_warning(broker_config)
-    if open_warning is not None:
-        log.warning("broker: %s", open_warning)
-    if ready_file is not None:
-        ready_file.write_text(f"{endpoint.address}\n", encoding="utf-8")
-    try:
-        while not stop_requested.wait(timeout=1.0):
-            pass
-    finally:
-        if namesrv is not None:
-            namesrv.stop()  # unregister first, as RocketMQ's broker does
-        service.begin_shutdown()
-        consume.begin_shutdown()
-        if metrics is not None:
-            metrics.stop()
-        endpoint.stop()
-        idle = service.wait_idle(broker_config.shutdown_grace_ms / 1000)
-        service.topics.close()  # topics.json holds every topic
-        try:
-            consume.close()  # saves consumer offsets
-        finally:
-            store.close()
-            _restore(previous)
-    log.info(
-        "broker stopped: %s after %.1f s; store closed cleanly%s",
-        received[0] if received else "stop",
-        time.monotonic() - started_s,
-        "" if idle else " (some sends were still running at the deadline)",
-    )
-    return 0
-
-
-def _start_metrics(
-    config: BrokerConfig, service: BrokerService, consume: ConsumeService, store: Any
-) -> MetricsEndpoint | None:
-    """The Prometheus endpoint of ``broker.metrics_listen``; ``None`` when it is not set."""
-    if not config.metrics_listen:
-        return None
-    return MetricsEndpoint(config.metrics_listen, service, consume, store).start()
-
-
-def _restore(previous: dict[Any, Any]) -> None:
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
 
 
 def build_parser(prog: str = "python -m rmq_spark.broker.server") -> argparse.ArgumentParser:
