@@ -27,9 +27,9 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from rmq_spark.broker.config import BrokerConfig  # noqa: E402
+from rmq_spark.broker.config_files.rocketmq_config import TopicConfig  # noqa: E402
+from rmq_spark.broker.config_files.rocketmq_config_files import read_topics, write_topics  # noqa: E402
 from rmq_spark.broker.producer import Producer  # noqa: E402
-from rmq_spark.broker.rocketmq_config import TopicConfig  # noqa: E402
-from rmq_spark.broker.rocketmq_config_files import read_topics, write_topics  # noqa: E402
 
 
 def _start(store: Path, work: Path) -> tuple[subprocess.Popen[bytes], str]:

@@ -10,7 +10,7 @@ the official Python client (``--threads`` x ``--inflight`` sends in flight, 100 
 * with ``--py-spy PATH`` (``pip install --target DIR py-spy``), a py-spy sample of the Python
   threads (``--nonblocking``, 200 Hz), each sample put in one layer by its innermost frame of
   ours: the gRPC/asyncio machinery (grpc.aio's C extension and the event loop, where no frame
-  of ours is on the stack), ``broker/grpc_api.py``, the rest of ``broker/``, the store's put
+  of ours is on the stack), ``broker/grpc/grpc_api.py``, the rest of ``broker/``, the store's put
   path, its group commit and fdatasync, the segment warmer. The layers' shares are scaled to
   the busiest thread's (the event loop's) CPU per message.
 

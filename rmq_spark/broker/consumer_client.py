@@ -17,13 +17,13 @@ from typing import Any
 
 import grpc
 
-from rmq_spark.broker.auth import RequestSigner
-from rmq_spark.broker.consume_grpc import consume_status_code
-from rmq_spark.broker.consume_wire import delivered_message
 from rmq_spark.broker.consumer.service import Rejected
-from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
+from rmq_spark.broker.grpc.consume_grpc import consume_status_code
+from rmq_spark.broker.grpc.consume_wire import delivered_message
+from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.security.auth import RequestSigner
 from rmq_spark.broker.topics import full_topic_name
 from rmq_spark.clock import SystemClock
 from rmq_spark.errors import BrokerError, ConsumeRejectedError

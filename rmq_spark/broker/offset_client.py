@@ -13,8 +13,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from rmq_spark.broker.auth import RequestSigner
-from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
+from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
+from rmq_spark.broker.security.auth import RequestSigner
 from rmq_spark.clock import SystemClock
 from rmq_spark.errors import BrokerError, ConsumeRejectedError
 

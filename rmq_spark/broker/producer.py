@@ -16,11 +16,11 @@ from typing import Any
 
 import grpc
 
-from rmq_spark.broker.auth import RequestSigner
-from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
+from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.message_id import MessageIdGenerator
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.security.auth import RequestSigner
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import BrokerError, SendRejectedError
 
@@ -134,7 +134,7 @@ class Producer:
                 message_id=message_id,
             )
             if not outcome.ok:
-                from rmq_spark.broker.grpc_api import status_code
+                from rmq_spark.broker.grpc.grpc_api import status_code
 
                 raise _rejected(status_code(outcome.code), outcome.reason, message_id)
             return SendReceipt(message_id, outcome.queue_offset)

@@ -30,7 +30,7 @@ with the ``Redeliver`` right (``store_gate.py`` checks it before the request rea
 service). Every refusal is the same reply (``REDELIVERY_REFUSED``), and a second request for
 one schedule record returns the first copy's position (``redelivery_journal.py``).
 
-Does not own the RPC (``broker/store_rpc.py``) nor the put (``broker/service.py``).
+Does not own the RPC (``broker/grpc/store_rpc.py``) nor the put (``broker/service.py``).
 """
 
 from __future__ import annotations

@@ -31,34 +31,34 @@ from typing import Any
 import grpc
 
 from rmq_spark.broker.assembly import OpenBroker, open_broker
-from rmq_spark.broker.auth import authenticator_for, open_listener_warning
-from rmq_spark.broker.auth_grpc import AuthInterceptor
 from rmq_spark.broker.config import BrokerConfig, parse_listen
-from rmq_spark.broker.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.cpu_share import take_own_cpu_share
-from rmq_spark.broker.front import Front, open_front
-from rmq_spark.broker.grpc_api import (
+from rmq_spark.broker.grpc.consume_grpc import ConsumerRpcs
+from rmq_spark.broker.grpc.grpc_api import (
     MessagingServicer,
     add_servicer_to_server,
     endpoints_of,
     grpc_server_options,
 )
-from rmq_spark.broker.limits import (
-    InflightBytes,
-    connection_options,
-    ensure_fd_limit,
-    handle_loop_exception,
-)
-from rmq_spark.broker.lograte import install_repeat_limiter
 from rmq_spark.broker.metrics import MetricsEndpoint
 from rmq_spark.broker.remoting.registration import (
     add_namesrv_arguments,
     namesrv_overrides,
     start_registration,
 )
+from rmq_spark.broker.security.auth import authenticator_for, open_listener_warning
+from rmq_spark.broker.security.auth_grpc import AuthInterceptor
+from rmq_spark.broker.security.front import Front, open_front
+from rmq_spark.broker.security.limits import (
+    InflightBytes,
+    connection_options,
+    ensure_fd_limit,
+    handle_loop_exception,
+)
+from rmq_spark.broker.security.lograte import install_repeat_limiter
+from rmq_spark.broker.security.tls import TlsFiles, resolve_tls
 from rmq_spark.broker.service import BrokerService
-from rmq_spark.broker.tls import TlsFiles, resolve_tls
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import BrokerError, RmqError
 from rmq_spark.eventloop import new_event_loop

@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmq_spark.broker.rocketmq_config import TopicConfig
-from rmq_spark.broker.rocketmq_config_files import read_topics_versioned, write_topics
-from rmq_spark.broker.topics_file import TopicsFileWriter
+from rmq_spark.broker.config_files.rocketmq_config import TopicConfig
+from rmq_spark.broker.config_files.rocketmq_config_files import read_topics_versioned, write_topics
+from rmq_spark.broker.config_files.topics_file import TopicsFileWriter
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.store.hashing import java_string_hash
 from rmq_spark.store.layout import (

@@ -7,7 +7,7 @@ import platform
 import sys
 from importlib import metadata
 
-from rmq_spark.broker.auth import open_listener_warning
+from rmq_spark.broker.security.auth import open_listener_warning
 from rmq_spark.cli.common import add_config_arguments, config_from_args
 from rmq_spark.envcheck import check_java, find_delta_jars, find_rocketmq_jars
 from rmq_spark.errors import EnvironmentCheckError, RmqError

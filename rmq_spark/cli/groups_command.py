@@ -23,9 +23,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rmq_spark.broker.config_files.rocketmq_config_files import (
+    read_consumer_offsets,
+    write_consumer_offsets,
+)
 from rmq_spark.broker.consumer.persist import INFLIGHT_FILE, offsets_file_lock
 from rmq_spark.broker.consumer.revive import REVIVE_GROUP
-from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets, write_consumer_offsets
 from rmq_spark.errors import ConfigError, StoreLockedError, StoreMetadataError
 from rmq_spark.store.codec import DecodedRecord, decode_record
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR

@@ -5,7 +5,8 @@ redelivery job needs to resume exactly once: the progress of every level and of 
 queue (``QueueProgress``) and the intent of the batch being put (``Intent``). See docs/DELAY.md.
 
 Does not own files (``progress.py``), deciding what is due (``schedule.py``) or RocketMQ's
-``delayOffset.json`` (``rmq_spark.broker.rocketmq_config``, one codec for every config file).
+``delayOffset.json`` (``rmq_spark.broker.config_files.rocketmq_config``, one codec for every
+config file).
 """
 
 from __future__ import annotations

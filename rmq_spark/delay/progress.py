@@ -7,7 +7,7 @@ Owns reading and writing them durably:
   directory), so after a crash it is either the old or the new content.
 - ``delayOffset.json`` (+ ``.bak``) and ``timercheck``: RocketMQ's files, mirrors of the level
   offsets and of the timer queue's low-water mark (``rocketmq_timercheck``) written after the
-  journal, through ``rmq_spark.broker.rocketmq_config_files`` (the owner of every
+  journal, through ``rmq_spark.broker.config_files.rocketmq_config_files`` (the owner of every
   RocketMQ config file: format, ``.bak``, atomic replace, ``dataVersion``). A mirror that
   cannot be read at all is ignored with a warning: the journal is authoritative.
 - ``schedule.lock``: an ``flock`` held while a job runs, so that two jobs never redeliver from
@@ -26,12 +26,12 @@ import logging
 import os
 from pathlib import Path
 
-from rmq_spark.broker.rocketmq_config_files import (
+from rmq_spark.broker.config_files.rocketmq_config_files import (
     DELAY_OFFSET_FILE,
     read_delay_offsets,
     write_delay_offsets,
 )
-from rmq_spark.broker.rocketmq_timercheck import write_timer_checkpoint
+from rmq_spark.broker.config_files.rocketmq_timercheck import write_timer_checkpoint
 from rmq_spark.clock import ManualClock
 from rmq_spark.delay.offsets import Journal, format_journal, parse_journal
 from rmq_spark.delay.schedule import QueueProgress

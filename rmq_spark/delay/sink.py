@@ -18,10 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
-from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
+from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
+from rmq_spark.broker.grpc.store_rpc import store_stub
 from rmq_spark.broker.redelivery import RedeliveryRef, redelivery_put_request, ref_to_message
-from rmq_spark.broker.store_rpc import store_stub
+from rmq_spark.broker.security.auth import (
+    STORE_ACCESS_KEY,
+    read_redelivery_secret,
+    signature_metadata,
+)
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.delay.log_reader import LogReader
 from rmq_spark.errors import RmqError
@@ -157,7 +161,7 @@ class GrpcSink:
     store_dir
         The broker's store, read (never written) to find where the next put can land, and
         where the broker keeps the redelivery secret (``config/redelivery.secret``) that
-        signs each request as the store's identity (``broker.auth.STORE_ACCESS_KEY``).
+        signs each request as the store's identity (``broker.security.auth.STORE_ACCESS_KEY``).
     credentials
         ``(access key, secret key)`` of a user with the ``Redeliver`` right to sign with
         instead (auth on); ``None``: the store's secret.

@@ -23,9 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmq_spark.broker.config_files.rocketmq_config_files import read_consumer_offsets
 from rmq_spark.broker.consumer.persist import commit_offsets_offline
 from rmq_spark.broker.offset_client import OffsetClient
-from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets
 from rmq_spark.errors import BrokerError, ConsumeRejectedError, GroupOffsetError, StoreLockedError
 from rmq_spark.spark.options import SourceOptions
 from rmq_spark.store.consume_queue import PRE_BLANK_UNIT

@@ -16,7 +16,7 @@ of the same failure is dropped by the store's idempotency window (the last
 Embedded (``store=`` alone): opens the store in this process (no broker may hold it), first
 puts back the retry copies already due (the broker's ``RetryReviver``; the schedule job leaves
 ``%RETRY%`` records to the broker), then stores the copies. Through a broker (``brokers=`` and
-``store=``): one ``StoreService.SendBack`` call per batch of rows (``broker/store_rpc.py``),
+``store=``): one ``StoreService.SendBack`` call per batch of rows (``broker/grpc/store_rpc.py``),
 naming each message by its CommitLog offset, which the broker accepts from the store's own
 identity only: the call is signed with the secret the broker keeps in ``<store>/config/``, so
 the job must run where it can read the store (as it does to read it). The broker's reviver
@@ -132,9 +132,9 @@ def _through_broker(address: str, root: Path, group: str, offsets: list[int]) ->
 
     import grpc
 
-    from rmq_spark.broker.grpc_client import messaging_channel
+    from rmq_spark.broker.grpc.grpc_client import messaging_channel
+    from rmq_spark.broker.grpc.store_rpc import send_back_request, store_signed_metadata, store_stub
     from rmq_spark.broker.proto import definition_pb2 as pb
-    from rmq_spark.broker.store_rpc import send_back_request, store_signed_metadata, store_stub
 
     sent = 0
     channel, _messaging = messaging_channel(address)

@@ -168,9 +168,9 @@ class GrpcTarget:
     max_delay_level = 0  # delay levels are refused at plan time through a broker
 
     def __init__(self, options: SinkOptions) -> None:
-        from rmq_spark.broker.auth import RequestSigner
-        from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
+        from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
         from rmq_spark.broker.message_id import MessageIdGenerator
+        from rmq_spark.broker.security.auth import RequestSigner
 
         self._options = options
         self._channel, self._stub = messaging_channel(options.brokers)

@@ -19,10 +19,10 @@ import grpc
 import pytest
 from broker_harness import BrokerProcess, read_records, start_broker, wait_for
 
-from rmq_spark.broker.auth import signature_metadata
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
+from rmq_spark.broker.security.auth import signature_metadata
 
 USERS = """
 [users.alice]

@@ -10,8 +10,9 @@ from types import ModuleType
 
 import pytest
 
-from rmq_spark.broker.acl import Action, Need, User, allowed, parse_policy, parse_users
-from rmq_spark.broker.auth import (
+from rmq_spark.broker.redelivery_journal import RedeliveredCopy, RedeliveryJournal
+from rmq_spark.broker.security.acl import Action, Need, User, allowed, parse_policy, parse_users
+from rmq_spark.broker.security.auth import (
     STORE_ACCESS_KEY,
     Authenticator,
     Identity,
@@ -23,7 +24,6 @@ from rmq_spark.broker.auth import (
     sign,
     signature_metadata,
 )
-from rmq_spark.broker.redelivery_journal import RedeliveredCopy, RedeliveryJournal
 from rmq_spark.clock import ManualClock
 from rmq_spark.errors import ConfigError, StoreMetadataError
 
@@ -160,7 +160,7 @@ def test_the_redelivery_journal_survives_reopen_drops_deleted_records_and_a_torn
 
 
 def test_the_example_users_file_and_production_config_load() -> None:
-    from rmq_spark.broker.acl import load_users
+    from rmq_spark.broker.security.acl import load_users
     from rmq_spark.config import load_config
 
     root = Path(__file__).resolve().parents[2]

@@ -6,7 +6,7 @@ import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmq_spark.broker.config import BrokerConfig, parse_listen, parse_topic_spec
-from rmq_spark.broker.grpc_api import delivery_timestamp_ms, endpoints_of, peer_address
+from rmq_spark.broker.grpc.grpc_api import delivery_timestamp_ms, endpoints_of, peer_address
 from rmq_spark.broker.message_id import MessageIdGenerator
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.topics import TopicStatus, TopicTable, group_queue_id, topic_name_problem

@@ -13,9 +13,12 @@ import pytest
 from broker_harness import props, read_records, wait_for
 
 from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.config_files.rocketmq_config import GroupSettings
+from rmq_spark.broker.config_files.rocketmq_config_files import (
+    SubscriptionGroups,
+    read_consumer_offsets,
+)
 from rmq_spark.broker.embedded import Broker
-from rmq_spark.broker.rocketmq_config import GroupSettings
-from rmq_spark.broker.rocketmq_config_files import SubscriptionGroups, read_consumer_offsets
 from rmq_spark.clock import ManualClock
 from rmq_spark.errors import ConsumeRejectedError
 

@@ -9,8 +9,11 @@ from pathlib import Path
 import pytest
 
 from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.config_files.rocketmq_config_files import (
+    SubscriptionGroups,
+    read_consumer_offsets,
+)
 from rmq_spark.broker.embedded import Broker
-from rmq_spark.broker.rocketmq_config_files import SubscriptionGroups, read_consumer_offsets
 from rmq_spark.cli.main import EXIT_ERROR, main
 from rmq_spark.clock import ManualClock
 

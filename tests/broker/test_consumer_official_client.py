@@ -19,8 +19,11 @@ import pytest
 from broker_harness import BrokerProcess, wait_for
 
 from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.config_files.rocketmq_config_files import (
+    SubscriptionGroups,
+    read_consumer_offsets,
+)
 from rmq_spark.broker.embedded import Broker
-from rmq_spark.broker.rocketmq_config_files import SubscriptionGroups, read_consumer_offsets
 
 _INVISIBLE_S = 10  # the smallest invisible time a receive may ask for (as the Java proxy)
 # Retries come back through delay levels 3, 4, ... (10 s, 30 s, ...): 1 s each in these tests.

@@ -22,8 +22,11 @@ from typing import Any
 from broker_harness import BrokerProcess, props, read_records, wait_for
 
 from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.config_files.rocketmq_config_files import (
+    SubscriptionGroups,
+    read_consumer_offsets,
+)
 from rmq_spark.broker.embedded import Broker
-from rmq_spark.broker.rocketmq_config_files import SubscriptionGroups, read_consumer_offsets
 from rmq_spark.clock import ManualClock
 
 _INVISIBLE_MS = 10_000

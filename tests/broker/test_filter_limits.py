@@ -18,12 +18,16 @@ import grpc
 import pytest
 from broker_harness import BrokerProcess, start_broker
 
-from rmq_spark.broker import filters
-from rmq_spark.broker.filters import CACHED_FILTERS_MAX, EXPRESSION_LENGTH_MAX, compile_filter
+from rmq_spark.broker.filters import expression as filters
+from rmq_spark.broker.filters.expression import (
+    CACHED_FILTERS_MAX,
+    EXPRESSION_LENGTH_MAX,
+    compile_filter,
+)
+from rmq_spark.broker.filters.sql92 import SQL92_DEPTH_MAX
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
-from rmq_spark.broker.sql92 import SQL92_DEPTH_MAX
 from rmq_spark.errors import FilterExpressionError
 
 _METADATA = (("x-mq-client-id", "filter-limits"), ("x-mq-language", "JAVA"))

@@ -4,7 +4,7 @@ frames put in only at a frame boundary of grpc's."""
 
 from __future__ import annotations
 
-from rmq_spark.broker.h2watch import (
+from rmq_spark.broker.security.h2watch import (
     FRAME_SIZE_MAX,
     H2_PREFACE,
     HELD_BYTES_MAX,

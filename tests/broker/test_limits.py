@@ -21,10 +21,10 @@ import grpc
 import pytest
 from broker_harness import BrokerProcess, closed_by_peer, wait_for
 
-from rmq_spark.broker.limits import Admitted, InflightBytes
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
+from rmq_spark.broker.security.limits import Admitted, InflightBytes
 
 _MIB = 1024 * 1024
 _METADATA = (("x-mq-client-id", "limits-test"), ("x-mq-language", "PYTHON"))

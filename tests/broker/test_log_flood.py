@@ -18,7 +18,7 @@ from pathlib import Path
 
 from broker_harness import REPO_ROOT, broker_command, wait_for
 
-from rmq_spark.broker.lograte import RepeatLimiter
+from rmq_spark.broker.security.lograte import RepeatLimiter
 
 _FDS = 200  # the broker's open-files limit (soft and hard): it cannot raise it
 _FLOOD = 300  # connections per round: 2 in 3 hold the HTTP/2 preface, 1 in 3 send HTTP/1.1

@@ -17,13 +17,16 @@ import grpc
 import pytest
 from broker_harness import BrokerProcess, start_broker
 
+from rmq_spark.broker.config_files.rocketmq_config_files import (
+    read_consumer_offsets,
+    write_consumer_offsets,
+)
 from rmq_spark.broker.consumer.persist import commit_offsets_offline, offsets_file_lock
 from rmq_spark.broker.consumer_client import Consumer
 from rmq_spark.broker.producer import Producer
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
-from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets, write_consumer_offsets
 from rmq_spark.errors import StoreLockedError
 
 _TOPIC = "ledger"

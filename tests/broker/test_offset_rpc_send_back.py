@@ -15,9 +15,9 @@ import pytest
 from broker_harness import props, read_records, start_broker
 
 from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.config_files.rocketmq_config_files import SubscriptionGroups
 from rmq_spark.broker.embedded import Broker
 from rmq_spark.broker.producer import Producer
-from rmq_spark.broker.rocketmq_config_files import SubscriptionGroups
 from rmq_spark.errors import GroupOffsetError, SendRejectedError
 from rmq_spark.spark.retry import send_to_retry
 from rmq_spark.store.config import StoreConfig

@@ -21,12 +21,16 @@ import grpc
 import pytest
 from broker_harness import BrokerProcess, props, read_records, wait_for
 
-from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
+from rmq_spark.broker.grpc.store_rpc import store_stub
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, RedeliveryRef, ref_to_message
-from rmq_spark.broker.store_rpc import store_stub
+from rmq_spark.broker.security.auth import (
+    STORE_ACCESS_KEY,
+    read_redelivery_secret,
+    signature_metadata,
+)
 from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import MessageRecord
 

@@ -19,16 +19,24 @@ import grpc
 import pytest
 from broker_harness import BrokerProcess, props, read_records, wait_for
 
-from rmq_spark.broker.acl import Action, Need, Policy, User, allowed, needs_of, rights_names
-from rmq_spark.broker.auth import signature_metadata
 from rmq_spark.broker.consumer.send_back import SEND_BACK_REFUSED
+from rmq_spark.broker.grpc.store_rpc import STORE_SERVICE, store_stub
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.proto import store_service_pb2 as ssb
 from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, RedeliveryRef, ref_to_message
-from rmq_spark.broker.resources import Resolved, resolve, resolver_names
-from rmq_spark.broker.store_rpc import STORE_SERVICE, store_stub
+from rmq_spark.broker.security.acl import (
+    Action,
+    Need,
+    Policy,
+    User,
+    allowed,
+    needs_of,
+    rights_names,
+)
+from rmq_spark.broker.security.auth import signature_metadata
+from rmq_spark.broker.security.resources import Resolved, resolve, resolver_names
 from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
 
 SMALL = "store.segment_size_bytes=16777216"  # 16 MiB segments: the disk is shared
@@ -255,7 +263,7 @@ _FROM_THE_PROTOBUF = re.compile(
 def test_handlers_take_names_only_from_the_edge(module: str) -> None:
     """No handler reads, computes or validates a name from the protobuf: the ACL and it share
     the one ``Resolved`` the edge made (``resources.py``)."""
-    source = (Path(__file__).parents[2] / "rmq_spark" / "broker" / module).read_text()
+    source = (Path(__file__).parents[2] / "rmq_spark" / "broker" / "grpc" / module).read_text()
     code = [line for line in source.splitlines() if not line.lstrip().startswith(("#", "``"))]
     found = [line.strip() for line in code if _FROM_THE_PROTOBUF.search(line)]
     assert found == [], module

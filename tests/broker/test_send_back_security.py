@@ -18,15 +18,15 @@ from typing import Any
 import grpc
 from broker_harness import BrokerProcess, props, read_records, start_broker, wait_for
 
-from rmq_spark.broker.auth import signature_metadata
 from rmq_spark.broker.consumer.send_back import SEND_BACK_REFUSED
 from rmq_spark.broker.consumer_client import Consumer
-from rmq_spark.broker.grpc_client import client_metadata, messaging_channel
+from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
+from rmq_spark.broker.grpc.store_rpc import send_back_request, store_signed_metadata, store_stub
 from rmq_spark.broker.producer import Producer
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import store_service_pb2 as ssb
-from rmq_spark.broker.store_rpc import send_back_request, store_signed_metadata, store_stub
+from rmq_spark.broker.security.auth import signature_metadata
 
 SMALL = "store.segment_size_bytes=16777216"
 USERS = """

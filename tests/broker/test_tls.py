@@ -21,7 +21,7 @@ from broker_harness import REPO_ROOT, BrokerProcess, by_uniq_key, props, read_re
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
-from rmq_spark.broker.tls import TLS_DIR, make_self_signed
+from rmq_spark.broker.security.tls import TLS_DIR, make_self_signed
 
 # Run in a child: grpc reads GRPC_DEFAULT_SSL_ROOTS_FILE_PATH once, and the official client
 # builds its TLS channel from grpc's default roots (it has no option for a CA file).

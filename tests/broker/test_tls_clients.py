@@ -22,7 +22,7 @@ import pytest
 from broker_harness import REPO_ROOT, BrokerProcess
 from test_consumer_go_client import _build
 
-from rmq_spark.broker.tls import make_self_signed
+from rmq_spark.broker.security.tls import make_self_signed
 
 PEERS = REPO_ROOT / "bench" / "peers"
 if str(PEERS) not in sys.path:

@@ -1,4 +1,4 @@
-"""The front alone (``broker/front.py``), with an asyncio echo server standing for grpc's
+"""The front alone (``broker/security/front.py``), with an asyncio echo server standing for grpc's
 plaintext listener: the first byte picks TLS (ended by the front) or plaintext, bytes pass
 both ways, the client's own address is what ``client_peer`` gives for grpc's view of the
 connection, and a plaintext HTTP/2 client under ``enforcing`` gets a trailers-only
@@ -11,8 +11,8 @@ import asyncio
 import ssl
 from pathlib import Path
 
-from rmq_spark.broker.front import Front, FrontSettings, tls_context
-from rmq_spark.broker.tls import make_self_signed
+from rmq_spark.broker.security.front import Front, FrontSettings, tls_context
+from rmq_spark.broker.security.tls import make_self_signed
 
 _PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 

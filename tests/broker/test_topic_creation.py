@@ -11,9 +11,9 @@ import pytest
 from broker_harness import start_broker
 
 from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.config_files.rocketmq_config import decode_topics
+from rmq_spark.broker.config_files.rocketmq_config_files import config_path, read_topics
 from rmq_spark.broker.producer import Producer
-from rmq_spark.broker.rocketmq_config import decode_topics
-from rmq_spark.broker.rocketmq_config_files import config_path, read_topics
 from rmq_spark.broker.topics import CreationBudget, TopicStatus, TopicTable
 from rmq_spark.clock import ManualClock
 from rmq_spark.errors import SendRejectedError

@@ -13,9 +13,9 @@ import grpc
 import pytest
 from delay_world import START_MS, TEST_LEVELS, DelayWorld, make_world, store_config
 
-from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
 from rmq_spark.broker.embedded import Broker
-from rmq_spark.broker.grpc_client import messaging_channel
+from rmq_spark.broker.grpc.grpc_client import messaging_channel
+from rmq_spark.broker.grpc.store_rpc import store_stub
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.redelivery import (
@@ -24,7 +24,11 @@ from rmq_spark.broker.redelivery import (
     RedeliveryRef,
     ref_to_message,
 )
-from rmq_spark.broker.store_rpc import store_stub
+from rmq_spark.broker.security.auth import (
+    STORE_ACCESS_KEY,
+    read_redelivery_secret,
+    signature_metadata,
+)
 from rmq_spark.clock import ManualClock
 from rmq_spark.config import load_config
 from rmq_spark.delay.job import ScheduleJobSpec, run_schedule

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from rmq_spark.broker.rocketmq_config import decode_delay_offsets
+from rmq_spark.broker.config_files.rocketmq_config import decode_delay_offsets
 from rmq_spark.delay.offsets import Journal
 from rmq_spark.delay.progress import ProgressFiles
 from rmq_spark.delay.schedule import QueueProgress

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from delay_world import START_MS, TEST_LEVELS, make_world
 
-from rmq_spark.broker.rocketmq_config_files import read_delay_offsets
+from rmq_spark.broker.config_files.rocketmq_config_files import read_delay_offsets
 from rmq_spark.cli import schedule_command
 from rmq_spark.clock import ManualClock
 from rmq_spark.config import load_config

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from delay_world import START_MS, DelayWorld
 
-from rmq_spark.broker.rocketmq_timercheck import (
+from rmq_spark.broker.config_files.rocketmq_timercheck import (
     TimerCheckpoint,
     read_timer_checkpoint,
     write_timer_checkpoint,

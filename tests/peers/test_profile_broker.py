@@ -15,7 +15,7 @@ import pytest
         ),
         (
             "BaseEventLoop._run_once (asyncio/base_events.py:1);Handle._run (asyncio/events.py:80)"
-            ";MessagingServicer._guard (rmq_spark/broker/grpc_api.py:261)"
+            ";MessagingServicer._guard (rmq_spark/broker/grpc/grpc_api.py:261)"
             ";Appender.append (rmq_spark/store/appender.py:142);prepare (rmq_spark/store/put.py:3)"
             ";encode_properties (rmq_spark/store/properties.py:161)",
             "store: put (encode, CRC, append)",
@@ -25,7 +25,7 @@ import pytest
             "store: group commit + fdatasync (io_uring)",
         ),
         (
-            "Handle._run (asyncio/events.py:80);SendMessage (rmq_spark/broker/grpc_api.py:331)"
+            "Handle._run (asyncio/events.py:80);SendMessage (rmq_spark/broker/grpc/grpc_api.py:331)"
             ";BrokerService.send_async (rmq_spark/broker/service.py:324)",
             "broker: service and the rest of broker/",
         ),

@@ -27,12 +27,12 @@ from typing import Any
 
 import pytest
 
-from rmq_spark.broker.embedded import Broker
-from rmq_spark.broker.rocketmq_config_files import (
+from rmq_spark.broker.config_files.rocketmq_config_files import (
     SubscriptionGroups,
     read_consumer_offsets,
     write_consumer_offsets,
 )
+from rmq_spark.broker.embedded import Broker
 from rmq_spark.broker.service import SendOutcome
 from rmq_spark.clock import SystemClock
 from rmq_spark.delay.config import DelayConfig

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from rmq_spark.broker.config import BrokerConfig, parse_namesrv_addr
+from rmq_spark.broker.config_files.rocketmq_config import DataVersion
 from rmq_spark.broker.remoting.codec import decode_one, encode_frame
 from rmq_spark.broker.remoting.namesrv_api import (
     BrokerIdentity,
@@ -26,7 +27,6 @@ from rmq_spark.broker.remoting.namesrv_api import (
     unregister_broker,
 )
 from rmq_spark.broker.remoting.namesrv_client import NamesrvRegistration
-from rmq_spark.broker.rocketmq_config import DataVersion
 
 IDENTITY = BrokerIdentity("SparkCluster", "rmq-b1", "10.0.0.5:8081", "10.0.0.5:8082")
 

@@ -21,8 +21,11 @@ from typing import Any
 import pytest
 from broker.broker_harness import BrokerProcess, read_records, start_broker
 
+from rmq_spark.broker.config_files.rocketmq_config_files import (
+    SubscriptionGroups,
+    read_consumer_offsets,
+)
 from rmq_spark.broker.producer import Producer
-from rmq_spark.broker.rocketmq_config_files import SubscriptionGroups, read_consumer_offsets
 
 pytestmark = pytest.mark.spark
 

@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 from broker.broker_harness import start_broker
 
+from rmq_spark.broker.config_files.rocketmq_config_files import read_consumer_offsets
 from rmq_spark.broker.producer import Producer
-from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets
 from rmq_spark.spark.group_offsets import queue_offsets_at
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

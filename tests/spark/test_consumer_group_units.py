@@ -9,8 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from rmq_spark.broker.config_files.rocketmq_config_files import (
+    read_consumer_offsets,
+    write_consumer_offsets,
+)
 from rmq_spark.broker.embedded import Broker
-from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets, write_consumer_offsets
 from rmq_spark.errors import GroupOffsetError, SourceError
 from rmq_spark.spark.group_offsets import (
     GroupSync,

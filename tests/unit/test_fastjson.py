@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rmq_spark.broker import rocketmq_config as rc
+from rmq_spark.broker.config_files import rocketmq_config as rc
 from rmq_spark.broker.fastjson import FastjsonError, parse_fastjson
 from rmq_spark.errors import StoreMetadataError
 

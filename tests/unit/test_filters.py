@@ -1,4 +1,5 @@
-"""Consumer filters (rmq_spark/broker/filters.py, sql92.py): TAG and SQL92 as RocketMQ 5.3.3.
+"""Consumer filters (rmq_spark/broker/filters/expression.py, sql92.py): TAG and SQL92 as
+RocketMQ 5.3.3.
 
 The SQL92 answers are RocketMQ's own: ``rocketmq_reference/filter_cases.json`` holds what
 ``SelectorParser`` (rocketmq-filter 5.3.3) parses and evaluates for each case, written by
@@ -13,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from rmq_spark.broker.filters import Sql92Filter, TagFilter, compile_filter
-from rmq_spark.broker.sql92 import compile_sql92
-from rmq_spark.broker.sql92_eval import EvaluationError
+from rmq_spark.broker.filters.expression import Sql92Filter, TagFilter, compile_filter
+from rmq_spark.broker.filters.sql92 import compile_sql92
+from rmq_spark.broker.filters.sql92_eval import EvaluationError
 from rmq_spark.errors import FilterExpressionError, RmqError
 from rmq_spark.store.hashing import java_string_hash, tags_code
 

@@ -1,4 +1,5 @@
-"""RocketMQ's config files (rmq_spark/broker/rocketmq_config*.py, TopicTable.use_config_file).
+"""RocketMQ's config files (rmq_spark/broker/config_files/rocketmq_config*.py,
+TopicTable.use_config_file).
 
 ``rocketmq_reference/config/rocketmq/`` holds the four files as RocketMQ 5.3.3's own classes
 write them (``ConfigSamples.java``); ``config/ours/`` the same tables encoded by us, which
@@ -12,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rmq_spark.broker import rocketmq_config as rc
-from rmq_spark.broker.rocketmq_config_files import (
+from rmq_spark.broker.config_files import rocketmq_config as rc
+from rmq_spark.broker.config_files.rocketmq_config_files import (
     SubscriptionGroups,
     config_path,
     read_consumer_offsets,

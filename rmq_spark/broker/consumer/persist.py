@@ -29,8 +29,11 @@ import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
+from rmq_spark.broker.config_files.rocketmq_config_files import (
+    read_consumer_offsets,
+    write_consumer_offsets,
+)
 from rmq_spark.broker.consumer.ports import ConsumerWiring
-from rmq_spark.broker.rocketmq_config_files import read_consumer_offsets, write_consumer_offsets
 from rmq_spark.errors import StoreLockedError, StoreMetadataError
 from rmq_spark.store.fileio import make_dirs_durably, write_file_atomically
 from rmq_spark.store.view import broker_has_store_open

@@ -11,13 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.broker.consumer.ports import ConsumerWiring, QueueSource
-from rmq_spark.broker.filters import compile_filter
-from rmq_spark.broker.rocketmq_config_files import (
+from rmq_spark.broker.config_files.rocketmq_config_files import (
     SubscriptionGroups,
     read_consumer_offsets,
     write_consumer_offsets,
 )
+from rmq_spark.broker.consumer.ports import ConsumerWiring, QueueSource
+from rmq_spark.broker.filters.expression import compile_filter
 from rmq_spark.clock import Clock
 from rmq_spark.errors import FilterExpressionError
 

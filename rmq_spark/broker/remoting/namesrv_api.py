@@ -13,14 +13,14 @@ import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rmq_spark.broker.remoting.codec import RemotingCommand
-from rmq_spark.broker.rocketmq_config import (
+from rmq_spark.broker.config_files.rocketmq_config import (
     PERM_READ,
     PERM_WRITE,
     DataVersion,
     TopicConfig,
     encode_topics,
 )
+from rmq_spark.broker.remoting.codec import RemotingCommand
 
 __all__ = [
     "BrokerIdentity",

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
+from rmq_spark.broker.config_files.rocketmq_config import DataVersion
 from rmq_spark.broker.remoting.codec import (
     FRAME_MAX_BYTES,
     NeedMoreData,
@@ -34,7 +35,6 @@ from rmq_spark.broker.remoting.namesrv_api import (
     registered_topics,
     unregister_broker,
 )
-from rmq_spark.broker.rocketmq_config import DataVersion
 from rmq_spark.errors import RemotingFrameError
 
 __all__ = ["NamesrvConnection", "NamesrvRegistration"]

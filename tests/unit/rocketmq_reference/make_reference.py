@@ -12,8 +12,9 @@ fetches from Maven Central into ``bench/peers/.cache/rocketmq``)::
   queue RocketMQ 5.3.3's proxy picks for a FIFO message group (``SendMessageActivity``).
 * ``config/rocketmq/*.json``: topics.json, subscriptionGroup.json, consumerOffset.json and
   delayOffset.json as the broker's own classes write them (``ConfigSamples.java``);
-  ``config/ours/*.json``: the same tables encoded by ``rmq_spark.broker.rocketmq_config``,
-  and ``config/rocketmq_read.txt``: what the broker's decoders read from each directory
+  ``config/ours/*.json``: the same tables encoded by
+  ``rmq_spark.broker.config_files.rocketmq_config``, and ``config/rocketmq_read.txt``: what
+  the broker's decoders read from each directory
   (the script stops unless RocketMQ reads ours exactly as its own).
 
 The tests read the committed JSON; they never run Java.
@@ -328,7 +329,7 @@ def _java_classpath(jars: Path, program: str, out: str) -> str:
 
 
 def _encode_ours(source: Path, target: Path) -> None:
-    from rmq_spark.broker import rocketmq_config as rc
+    from rmq_spark.broker.config_files import rocketmq_config as rc
 
     target.mkdir(parents=True, exist_ok=True)
     text = {name: (source / name).read_text("utf-8") for name in CONFIG_FILES}

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from hashlib import sha1
 from pathlib import Path
 
-from rmq_spark.broker.acl import User, load_users
 from rmq_spark.broker.config import BrokerConfig, parse_listen
+from rmq_spark.broker.security.acl import User, load_users
 from rmq_spark.clock import Clock
 from rmq_spark.errors import ConfigError
 

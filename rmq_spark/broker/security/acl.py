@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.broker.resources import Resolved
+from rmq_spark.broker.security.resources import Resolved
 from rmq_spark.errors import ConfigError
 
 __all__ = [

@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from rmq_spark.broker.rocketmq_config import DataVersion, TopicConfig
-from rmq_spark.broker.rocketmq_config_files import write_topics
+from rmq_spark.broker.config_files.rocketmq_config import DataVersion, TopicConfig
+from rmq_spark.broker.config_files.rocketmq_config_files import write_topics
 from rmq_spark.clock import Clock
 from rmq_spark.errors import StoreIOError
 

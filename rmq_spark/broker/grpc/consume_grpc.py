@@ -15,7 +15,6 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
-from rmq_spark.broker.consume_wire import consumer_settings, delivered_message
 from rmq_spark.broker.consumer.groups import Delivery
 from rmq_spark.broker.consumer.service import (
     POLL_MS_MAX,
@@ -24,9 +23,10 @@ from rmq_spark.broker.consumer.service import (
     Receive,
     Rejected,
 )
+from rmq_spark.broker.grpc.consume_wire import consumer_settings, delivered_message
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.resources import Name, resolved_of
+from rmq_spark.broker.security.resources import Name, resolved_of
 from rmq_spark.broker.service import SendCode
 
 __all__ = ["ConsumerRpcs", "consume_status_code"]

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rmq_spark.broker.rocketmq_config import (
+from rmq_spark.broker.config_files.rocketmq_config import (
     DataVersion,
     GroupSettings,
     TopicConfig,

@@ -22,13 +22,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from rmq_spark.broker.acl import missing_rights, needs_of
-from rmq_spark.broker.auth import Identity, Refusal
 from rmq_spark.broker.consumer.send_back import SEND_BACK_REFUSED
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.redelivery import REDELIVERY_REFUSED
-from rmq_spark.broker.resources import Refused, Resolved, resolve
+from rmq_spark.broker.security.acl import missing_rights, needs_of
+from rmq_spark.broker.security.auth import Identity, Refusal
+from rmq_spark.broker.security.resources import Refused, Resolved, resolve
 
 __all__ = ["StoreGate"]
 

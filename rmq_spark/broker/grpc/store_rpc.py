@@ -24,15 +24,19 @@ from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.broker.auth import STORE_ACCESS_KEY, read_redelivery_secret, signature_metadata
 from rmq_spark.broker.consumer import send_back
-from rmq_spark.broker.grpc_client import client_metadata
-from rmq_spark.broker.grpc_wire import status, status_code
+from rmq_spark.broker.grpc.grpc_client import client_metadata
+from rmq_spark.broker.grpc.grpc_wire import status, status_code
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import store_service_pb2 as ssb
 from rmq_spark.broker.redelivery import ref_from_message
-from rmq_spark.broker.resources import resolved_of
+from rmq_spark.broker.security.auth import (
+    STORE_ACCESS_KEY,
+    read_redelivery_secret,
+    signature_metadata,
+)
+from rmq_spark.broker.security.resources import resolved_of
 from rmq_spark.broker.send_model import SendCode, SendOutcome
 from rmq_spark.broker.service import BrokerService
 

@@ -27,14 +27,14 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 
-from rmq_spark.broker.acl import missing_rights, needs_of
-from rmq_spark.broker.auth import Authenticator, Identity, Refusal
-from rmq_spark.broker.limits import Admitted
+from rmq_spark.broker.grpc.store_rpc import STORE_SERVICE
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.resources import Refused, Resolved, resolve
-from rmq_spark.broker.store_gate import StoreGate
-from rmq_spark.broker.store_rpc import STORE_SERVICE
+from rmq_spark.broker.security.acl import missing_rights, needs_of
+from rmq_spark.broker.security.auth import Authenticator, Identity, Refusal
+from rmq_spark.broker.security.limits import Admitted
+from rmq_spark.broker.security.resources import Refused, Resolved, resolve
+from rmq_spark.broker.security.store_gate import StoreGate
 
 __all__ = ["AuthInterceptor", "Gate"]
 

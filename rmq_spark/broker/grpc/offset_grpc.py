@@ -14,11 +14,11 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from rmq_spark.broker.consume_grpc import client_id_of
 from rmq_spark.broker.consumer.service import ConsumeService
+from rmq_spark.broker.grpc.consume_grpc import client_id_of
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.resources import resolved_of
+from rmq_spark.broker.security.resources import resolved_of
 from rmq_spark.broker.service import SendCode
 
 __all__ = ["OffsetRpcs"]

@@ -22,10 +22,10 @@ import logging
 import socket
 from typing import TYPE_CHECKING, Any
 
-from rmq_spark.broker.h2watch import PlaintextRefusal, RequestGate, ResponseWatch
+from rmq_spark.broker.security.h2watch import PlaintextRefusal, RequestGate, ResponseWatch
 
 if TYPE_CHECKING:
-    from rmq_spark.broker.front import Front
+    from rmq_spark.broker.security.front import Front
 
 __all__ = ["Link", "TLS_RECORD_HANDSHAKE"]
 

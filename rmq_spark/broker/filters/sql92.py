@@ -18,7 +18,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from rmq_spark.broker import sql92_eval as ev
+from rmq_spark.broker.filters import sql92_eval as ev
 from rmq_spark.errors import FilterExpressionError
 
 __all__ = ["SQL92_DEPTH_MAX", "compile_sql92"]

@@ -37,9 +37,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmq_spark.broker.config import BrokerConfig
-from rmq_spark.broker.front_link import TLS_RECORD_HANDSHAKE, Link
-from rmq_spark.broker.limits import InflightBytes
-from rmq_spark.broker.tls import TlsFiles
+from rmq_spark.broker.security.front_link import TLS_RECORD_HANDSHAKE, Link
+from rmq_spark.broker.security.limits import InflightBytes
+from rmq_spark.broker.security.tls import TlsFiles
 from rmq_spark.errors import BrokerError
 
 __all__ = ["Front", "FrontSettings", "TLS_RECORD_HANDSHAKE", "open_front", "tls_context"]

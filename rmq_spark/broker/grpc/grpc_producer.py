@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from rmq_spark.broker.grpc_wire import (
+from rmq_spark.broker.grpc.grpc_wire import (
     delivery_timestamp_ms,
     digest_problem,
     peer_address,
@@ -25,7 +25,7 @@ from rmq_spark.broker.grpc_wire import (
 )
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.resources import Name, resolved_of
+from rmq_spark.broker.security.resources import Name, resolved_of
 from rmq_spark.broker.send_model import MessageKind, SendCode, SendCommand, SendOutcome
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.store.message import HostAddress

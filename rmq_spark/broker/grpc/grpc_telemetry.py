@@ -13,11 +13,11 @@ from typing import Any
 
 import grpc
 
-from rmq_spark.broker.consume_grpc import ConsumerRpcs
-from rmq_spark.broker.grpc_wire import CLIENT_ID_HEADER, Malformed, status
+from rmq_spark.broker.grpc.consume_grpc import ConsumerRpcs
+from rmq_spark.broker.grpc.grpc_wire import CLIENT_ID_HEADER, Malformed, status
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
-from rmq_spark.broker.resources import Name, resolved_of
+from rmq_spark.broker.security.resources import Name, resolved_of
 
 __all__ = ["TelemetryRpc"]
 

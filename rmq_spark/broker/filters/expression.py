@@ -28,8 +28,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rmq_spark.broker.sql92 import compile_sql92
-from rmq_spark.broker.sql92_eval import EvaluationError, Evaluator
+from rmq_spark.broker.filters.sql92 import compile_sql92
+from rmq_spark.broker.filters.sql92_eval import EvaluationError, Evaluator
 from rmq_spark.errors import FilterExpressionError
 from rmq_spark.store.hashing import java_string_hash
 

@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmq_spark.broker.rocketmq_config_files import config_path
+from rmq_spark.broker.config_files.rocketmq_config_files import config_path
 from rmq_spark.errors import StoreIOError, StoreMetadataError
 from rmq_spark.store.fileio import make_dirs_durably, write_file_atomically
 

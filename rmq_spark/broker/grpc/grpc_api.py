@@ -25,10 +25,10 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 
-from rmq_spark.broker.consume_grpc import ConsumerRpcs
-from rmq_spark.broker.grpc_producer import ProducerRpcs
-from rmq_spark.broker.grpc_telemetry import TelemetryRpc
-from rmq_spark.broker.grpc_wire import (
+from rmq_spark.broker.grpc.consume_grpc import ConsumerRpcs
+from rmq_spark.broker.grpc.grpc_producer import ProducerRpcs
+from rmq_spark.broker.grpc.grpc_telemetry import TelemetryRpc
+from rmq_spark.broker.grpc.grpc_wire import (
     CLIENT_ID_HEADER,
     Malformed,
     delivery_timestamp_ms,
@@ -39,13 +39,13 @@ from rmq_spark.broker.grpc_wire import (
     status,
     status_code,
 )
-from rmq_spark.broker.limits import InflightBytes
-from rmq_spark.broker.offset_grpc import OffsetRpcs
+from rmq_spark.broker.grpc.offset_grpc import OffsetRpcs
+from rmq_spark.broker.grpc.store_rpc import STORE_SERVICE, StoreRpcs
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
+from rmq_spark.broker.security.limits import InflightBytes
 from rmq_spark.broker.service import BrokerService
-from rmq_spark.broker.store_rpc import STORE_SERVICE, StoreRpcs
 
 __all__ = [
     "CLIENT_ID_HEADER",

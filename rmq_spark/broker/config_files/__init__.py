@@ -1,0 +1,1 @@
+"""RocketMQ's own config files under ``<store>/config/``: their codec and each file."""

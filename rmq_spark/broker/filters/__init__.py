@@ -1,0 +1,1 @@
+"""Consumers' message filters: TAG and SQL92 (RocketMQ's selector grammar)."""
