@@ -101,3 +101,33 @@ def test_settings_are_rewritten_and_our_frames_wait_for_a_boundary() -> None:
     assert watch.inject(b"NOW") == b"NOW"
     _, ended = watch.feed(_frame(3, 0, 3, b"\x00\x00\x00\x08"))
     assert ended == [3]
+
+
+def test_reading_does_not_depend_on_where_reads_cut_the_frames() -> None:
+    # The readers take whole frame headers straight from a read and fall back to carrying a
+    # cut one over: every cut must give the same bytes, ended streams and bookings.
+    settings = _frame(4, 0, 0, (5).to_bytes(2, "big") + (4 << 20).to_bytes(4, "big"))
+    answers = settings + b"".join(
+        _frame(1, 4, s, b"hd") + _frame(0, 0, s, _message(7)) + _frame(1, 5, s, b"t")
+        for s in (1, 3)
+    )
+    body = _message(30)  # its length prefix cut across two DATA frames
+    requests = H2_PREFACE + b"".join(
+        _frame(1, 4, s, b"h") + _frame(0, 0, s, body[:3]) + _frame(0, 1, s, body[3:])
+        for s in (1, 3)
+    )
+    whole_out, whole_ended = ResponseWatch().feed(answers)
+    whole_budget = _Budget(1000)
+    whole_gate = RequestGate(whole_budget.book, whole_budget.give, 1000)
+    assert whole_gate.feed(requests) == requests and whole_budget.used == 60
+    for step in (1, 2, 5, 9, 10, 13):
+        watch, out, ended = ResponseWatch(), b"", []
+        budget = _Budget(1000)
+        gate, passed = RequestGate(budget.book, budget.give, 1000), b""
+        for at in range(0, max(len(answers), len(requests)), step):
+            piece, gone = watch.feed(answers[at : at + step])
+            out, ended = out + piece, ended + gone
+            passed += gate.feed(requests[at : at + step])
+        assert (out, ended, watch.answered) == (whole_out, whole_ended, True)
+        assert passed == requests and budget.used == whole_budget.used
+        assert ended == [1, 3] and FRAME_SIZE_MAX.to_bytes(4, "big") in out

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from rmq_spark.broker.security.h2watch import PlaintextRefusal, RequestGate, ResponseWatch
@@ -51,11 +52,11 @@ class Link(asyncio.Protocol):
         self._closed = False
         s = front.settings
         self.gate = RequestGate(
-            lambda n: front.book(host, n), lambda n: front.give(host, n), s.message_bytes_max
+            partial(front.book, host), partial(front.give, host), s.message_bytes_max
         )
         self.last_data = 0.0  # the loop's time of the client's last bytes
         self._watch = ResponseWatch()
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = loop.call_later(
             s.handshake_timeout_s, self._expired
         )
@@ -125,7 +126,7 @@ class Link(asyncio.Protocol):
             self.close()
 
     def data_received(self, data: bytes) -> None:
-        self.last_data = asyncio.get_running_loop().time()
+        self.last_data = self._loop.time()
         if self._refusal is not None:
             self._client.write(self._refusal.feed(data))
             return

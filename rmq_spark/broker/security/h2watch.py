@@ -46,6 +46,8 @@ _REFUSED_REMEMBERED = 64
 _GRPC_PREFIX = 5  # compressed flag, 4-byte big-endian length
 _GRPC_UNAVAILABLE, _GRPC_RESOURCE_EXHAUSTED = 14, 8
 _END_HEADERS, _CONTINUATION, _PUSH_PROMISE = 0x4, 0x9, 0x5
+_FRAME_HEADER = struct.Struct(">BHBBI")  # length (high byte, low 16 bits), type, flags, stream
+_U32 = struct.Struct(">I")
 _OVER_BUDGET = "rmq-spark: broker.inflight_request_bytes_max reached, request refused; retry later"
 
 
@@ -110,14 +112,16 @@ class RequestGate:
                 start = len(H2_PREFACE)
         # Frames that pass unchanged are not copied: runs of them are cut out of ``data``.
         size, first, out, emit = len(data), 0, None, bytearray()
+        unpack = _FRAME_HEADER.unpack_from
         while size - start >= 9:
-            length = int.from_bytes(data[start : start + 3], "big")
+            high, low, kind, flags, stream_id = unpack(data, start)
+            length = high << 16 | low
             if length > FRAME_SIZE_MAX:
                 raise ValueError(f"a {length}-byte HTTP/2 frame")
             end = start + 9 + length
             if end > size:
                 break
-            if not self._route(data, start, end, emit):
+            if stream_id and not self._route(data, start, end, kind, flags, stream_id, emit):
                 out = out if out is not None else bytearray()
                 out += data[first:start]
                 out += emit
@@ -157,14 +161,22 @@ class RequestGate:
             self.stream_ended(stream_id)
         self._waiting.clear()
 
-    def _route(self, data: bytes, start: int, end: int, emit: bytearray) -> bool:
-        """Whether the frame ``data[start:end]`` goes on unchanged; if not, it was held or
-        dropped, and ``emit`` has what goes in its place."""
-        kind, flags = data[start + 3], data[start + 4]
-        stream_id = int.from_bytes(data[start + 5 : start + 9], "big") & 0x7FFFFFFF
-        if stream_id == 0:
+    def _route(
+        self,
+        data: bytes,
+        start: int,
+        end: int,
+        kind: int,
+        flags: int,
+        stream_id: int,
+        emit: bytearray,
+    ) -> bool:
+        """Whether the frame ``data[start:end]`` of stream ``stream_id`` (not 0) goes on
+        unchanged; if not, it was held or dropped, and ``emit`` has what goes in its place."""
+        stream_id &= 0x7FFFFFFF
+        if not stream_id:  # the reserved bit alone
             return True
-        if stream_id in self._refused:  # the client has not seen our RST_STREAM yet
+        if self._refused and stream_id in self._refused:  # it has not seen our RST_STREAM yet
             if kind == _DATA and end - start > 9:
                 self.to_client += _h2_frame(_WINDOW_UPDATE, 0, 0, _u32(end - start - 9))
             return False
@@ -177,8 +189,10 @@ class RequestGate:
                 return True  # a closed or unknown stream: grpc answers per HTTP/2
             stream = self._streams[stream_id] = _Stream()
         if not stream.held and (kind != _DATA or self._admit(stream, data, start, end, flags)):
-            stream.passed = stream.passed or kind == _DATA
-            self.request_sent = self.request_sent or bool(flags & _END_STREAM)
+            if kind == _DATA:
+                stream.passed = True
+            if flags & _END_STREAM:
+                self.request_sent = True
             return True
         if not stream.held:
             self._waiting.append(stream_id)
@@ -226,6 +240,10 @@ class RequestGate:
                 step = min(remaining, end - position)
                 remaining -= step
                 position += step
+                continue
+            if not prefix and end - position >= _GRPC_PREFIX:  # a whole prefix in the frame
+                remaining = declared = _U32.unpack_from(frame, position + 1)[0]
+                position += _GRPC_PREFIX
                 continue
             take = min(_GRPC_PREFIX - len(prefix), end - position)
             prefix += frame[position : position + take]
@@ -276,6 +294,7 @@ class ResponseWatch:
         ended: list[int] = []
         pieces: list[bytes] = []
         position, size, mark = 0, len(data), 0  # data[mark:] not yet in pieces
+        unpack = _FRAME_HEADER.unpack_from
         while position < size:
             if self._injected and self._at_boundary():
                 pieces += (data[mark:position], bytes(self._injected))
@@ -292,31 +311,44 @@ class ResponseWatch:
                         pieces.append(_lower_frame_size(self._settings))
                         self._settings = None
                 continue
-            take = min(9 - len(self._header), size - position)
-            self._header += data[position : position + take]
-            position += take
-            if len(self._header) < 9:
-                break
-            header, self._header = self._header, b""
-            self._skip = int.from_bytes(header[:3], "big")
-            kind, flags = header[3], header[4]
-            stream_id = int.from_bytes(header[5:9], "big") & 0x7FFFFFFF
-            if kind in (_HEADERS, _PUSH_PROMISE, _CONTINUATION):
-                self._in_block = not flags & _END_HEADERS
-            if kind == _SETTINGS and not flags & _ACK and self._skip:
-                pieces.append(data[mark:position])
-                mark, self._settings = position, bytearray()
-            elif kind == _HEADERS and stream_id:
-                self.answered = True
+            if self._header or size - position < 9:  # a header cut by a read
+                take = min(9 - len(self._header), size - position)
+                self._header += data[position : position + take]
+                position += take
+                if len(self._header) < 9:
+                    break
+                high, low, kind, flags, stream_id = unpack(self._header)
+                self._header = b""
+            else:
+                high, low, kind, flags, stream_id = unpack(data, position)
+                position += 9
+            length = high << 16 | low
+            stream_id &= 0x7FFFFFFF
+            if kind == _DATA:
                 if flags & _END_STREAM:
                     ended.append(stream_id)
-            elif kind == _RST_STREAM or (kind == _DATA and flags & _END_STREAM):
+            elif kind == _HEADERS:
+                self._in_block = not flags & _END_HEADERS
+                if stream_id:
+                    self.answered = True
+                    if flags & _END_STREAM:
+                        ended.append(stream_id)
+            elif kind == _SETTINGS and not flags & _ACK and length:
+                pieces.append(data[mark:position])
+                mark, self._settings = position, bytearray()
+            elif kind == _RST_STREAM:
                 ended.append(stream_id)
+            elif kind == _PUSH_PROMISE or kind == _CONTINUATION:
+                self._in_block = not flags & _END_HEADERS
+            if self._settings is None and size - position >= length:
+                position += length  # the whole payload is here: passed on as it is
+            else:
+                self._skip = length
         if self._injected and self._at_boundary():
             pieces += (data[mark:], bytes(self._injected))
             mark = size
             self._injected.clear()
-        if not pieces:
+        if not pieces and not mark:  # nothing taken out or put in: passed on as it came
             return data, ended
         pieces.append(data[mark:])
         return b"".join(pieces), ended
