@@ -19,6 +19,7 @@ __all__ = [
     "KAFKA_SINK_EQUIVALENT",
     "kafka_column_hint",
     "unknown_option",
+    "unknown_read_or_write_option",
     "unknown_sink_option",
 ]
 
@@ -101,13 +102,29 @@ def unknown_sink_option(key: str, valid: tuple[str, ...]) -> SinkError:
     )
 
 
+def unknown_read_or_write_option(
+    key: str, source: tuple[str, ...], sink: tuple[str, ...]
+) -> SourceError | SinkError:
+    """The error for ``key``, an option of neither the source nor the sink, before Spark says
+    whether it reads or writes: the sink's when only a sink option is close to it."""
+    lower = key.lower()
+    if _closest_name(lower, sink) and not _closest_name(lower, source):
+        return unknown_sink_option(key, sink)
+    return unknown_option(key, source)
+
+
 def kafka_column_hint(column: str) -> str:
     """What to use instead of a column of Spark's Kafka sink, or "" for any other name."""
     hint = KAFKA_SINK_COLUMNS.get(column.lower())
     return f"{hint} (a column of Spark's Kafka sink)" if hint else ""
 
 
-def _closest(lower: str, valid: tuple[str, ...]) -> str:
+def _closest_name(lower: str, valid: tuple[str, ...]) -> str:
     by_lower = {name.lower(): name for name in valid}
     close = difflib.get_close_matches(lower, list(by_lower), n=1, cutoff=0.75)
-    return f"did you mean {by_lower[close[0]]}?" if close else "no option is close to it"
+    return by_lower[close[0]] if close else ""
+
+
+def _closest(lower: str, valid: tuple[str, ...]) -> str:
+    name = _closest_name(lower, valid)
+    return f"did you mean {name}?" if name else "no option is close to it"

@@ -41,7 +41,7 @@ from rmq_spark.spark.multi_store import (
     query_schemas,
     spark_schema_for,
 )
-from rmq_spark.spark.option_hints import KAFKA_SINK_EQUIVALENT
+from rmq_spark.spark.option_hints import KAFKA_SINK_EQUIVALENT, unknown_read_or_write_option
 from rmq_spark.spark.option_values import OPTION_NAMES
 from rmq_spark.spark.options import SourceOptions, check_options, parse_options
 from rmq_spark.spark.partitions import (
@@ -123,7 +123,7 @@ class RocketMQDataSource(DataSource):
         for key in options:
             lower = str(key).lower()
             if lower not in _KNOWN and not lower.startswith(("store.", "broker.")):
-                check_options(options)  # the source's error, with its hints
+                raise unknown_read_or_write_option(str(key), OPTION_NAMES, SINK_OPTION_NAMES)
 
     @classmethod
     def name(cls) -> str:

@@ -52,3 +52,13 @@ def test_source_hints_are_unchanged() -> None:
         StructType([StructField("topic", StringType()), StructField("body", BinaryType())]),
         parse_sink_options({"path": "/s"}),
     )
+
+
+def test_the_source_refuses_a_name_of_neither_when_spark_builds_it() -> None:
+    from rmq_spark.spark.source import RocketMQDataSource
+
+    with pytest.raises(SourceError, match="'startingOffset' .* did you mean startingOffsets"):
+        RocketMQDataSource({"path": "/s", "startingOffset": "earliest"})
+    with pytest.raises(SinkError, match="'batchMesages' .*sink: did you mean batchMessages"):
+        RocketMQDataSource({"path": "/s", "keyColumn": "k", "batchMesages": "1"})
+    RocketMQDataSource({"path": "/s", "topic": "t", "keyColumn": "k", "store.x": "1"})  # later
