@@ -30,6 +30,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from rmq_spark.errors import RmqError, SourceError
 from rmq_spark.spark import planner
@@ -169,8 +170,9 @@ class RocketMQDataSource(DataSource):
         return stream_writer(dict(self.options), schema, overwrite)
 
 
-class _RefusedStreamReader(DataSourceStreamReader):
-    """A stream whose options were refused: every call Spark makes raises that error."""
+class _RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream whose options were refused: every call Spark makes raises that error (with
+    every trigger: the first call may be prepareForTriggerAvailableNow)."""
 
     def __init__(self, error: RmqError) -> None:
         self.error = error
@@ -179,7 +181,7 @@ class _RefusedStreamReader(DataSourceStreamReader):
     def _refuse(self, *args: Any) -> Any:
         raise self.error
 
-    initialOffset = latestOffset = partitions = read = _refuse
+    initialOffset = latestOffset = partitions = read = prepareForTriggerAvailableNow = _refuse
 
     def commit(self, end: dict) -> None:
         pass
