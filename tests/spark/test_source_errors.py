@@ -13,7 +13,7 @@ from rmq_spark.spark.schema import spark_schema
 
 pytestmark = pytest.mark.spark
 
-TYPO = "unknown option 'startingOffset' for the rocketmq source: did you mean startingOffsets?"
+TYPO = "unknown option 'startingoffset' for the rocketmq source: did you mean startingOffsets?"
 ENDING = "option endingOffsets applies to batch queries only"
 
 
@@ -76,14 +76,14 @@ def test_a_batch_read_with_schema_refuses_a_stream_option_in_one_line(spark, sto
 
 def test_the_sink_hints_at_kafka_habits(spark, tmp_path: Path):
     frame = spark.range(2).selectExpr("'T' AS topic", "cast(id AS string) AS value")
-    write = frame.write.format("rocketmq").mode("append")
+    sink = str(tmp_path / "sink")
     with pytest.raises(Exception) as caught:
-        write.option("topic", "T").save(str(tmp_path / "sink"))
+        frame.write.format("rocketmq").mode("append").option("topic", "T").save(sink)
     assert "unknown option 'topic' for the rocketmq sink: use a topic column" in first_line(
         caught.value
     )
     with pytest.raises(Exception) as caught:
-        write.save(str(tmp_path / "sink"))
+        frame.write.format("rocketmq").mode("append").save(sink)
     assert "unknown column 'value' for the rocketmq sink: use body (a column of Spark's Kafka" in (
         first_line(caught.value)
     )
