@@ -17,6 +17,7 @@ __all__ = [
     "KAFKA_EQUIVALENT",
     "KAFKA_SINK_COLUMNS",
     "KAFKA_SINK_EQUIVALENT",
+    "SPARK_TABLE_KEYS",
     "kafka_column_hint",
     "unknown_option",
     "unknown_read_or_write_option",
@@ -37,6 +38,10 @@ KAFKA_EQUIVALENT: dict[str, str] = {
     "kafkaConsumer.pollTimeoutMs": "none: records are read from local files, nothing is polled",
 }
 """Spark's Kafka source options (Kafka's spelling) -> what to use instead."""
+
+SPARK_TABLE_KEYS = frozenset({"owner", "location", "provider", "comment", "external"})
+"""Set by Spark itself on a catalog table (``CREATE TABLE ... USING rocketmq``) and handed over
+with the user's options: ignored by the source and the sink."""
 
 KAFKA_SINK_EQUIVALENT: dict[str, str] = {
     "topic": 'use a topic column, e.g. .withColumn("topic", lit("Orders"))',

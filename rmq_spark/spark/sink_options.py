@@ -15,7 +15,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rmq_spark.errors import SinkError
-from rmq_spark.spark.option_hints import kafka_column_hint, unknown_sink_option
+from rmq_spark.spark.option_hints import (
+    SPARK_TABLE_KEYS,
+    kafka_column_hint,
+    unknown_sink_option,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
@@ -76,6 +80,8 @@ def _canonical(options: Mapping[str, str]) -> dict[str, str]:
     canonical: dict[str, str] = {}
     for key, value in options.items():
         lower = key.lower()
+        if lower in SPARK_TABLE_KEYS:
+            continue
         if lower.startswith(_OVERRIDE_SECTIONS):
             canonical[lower] = value
         elif lower in by_lower:

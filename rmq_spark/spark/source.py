@@ -42,7 +42,11 @@ from rmq_spark.spark.multi_store import (
     query_schemas,
     spark_schema_for,
 )
-from rmq_spark.spark.option_hints import KAFKA_SINK_EQUIVALENT, unknown_read_or_write_option
+from rmq_spark.spark.option_hints import (
+    KAFKA_SINK_EQUIVALENT,
+    SPARK_TABLE_KEYS,
+    unknown_read_or_write_option,
+)
 from rmq_spark.spark.option_values import OPTION_NAMES
 from rmq_spark.spark.options import SourceOptions, check_options, parse_options
 from rmq_spark.spark.partitions import (
@@ -90,7 +94,10 @@ def register(spark: SparkSession) -> None:
 
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-_KNOWN = {name.lower() for name in (*OPTION_NAMES, *SINK_OPTION_NAMES, *KAFKA_SINK_EQUIVALENT)}
+_KNOWN = {
+    name.lower()
+    for name in (*OPTION_NAMES, *SINK_OPTION_NAMES, *KAFKA_SINK_EQUIVALENT, *SPARK_TABLE_KEYS)
+}
 
 
 def _one_line(method: _F) -> _F:
@@ -117,9 +124,9 @@ class RocketMQDataSource(DataSource):
 
     @_one_line
     def __init__(self, options: dict[str, str]) -> None:
-        # Spark builds the source at load() for every kind of query, the only Python call it
-        # makes there when a schema is given (.schema(...) skips schema()): a name neither the
-        # source nor the sink has fails here. A Kafka sink option is left to writer()'s hint.
+        # The first Python call of every query (with .schema(...) Spark skips schema() and
+        # builds the source when it plans): a name neither the source nor the sink has fails
+        # here, before any reader or writer. A Kafka sink option is left to writer()'s hint.
         super().__init__(options)
         for key in options:
             lower = str(key).lower()
