@@ -28,5 +28,8 @@ fi
 echo "venv: installing pinned dependencies (requirements.lock) ..."
 "$VENV/bin/python" -m pip install -q --upgrade pip setuptools wheel
 "$VENV/bin/python" -m pip install -q -r requirements.lock
-"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e .
+# compat: the checkout goes on sys.path, where Spark's look-up of Python data sources
+# (pkgutil.iter_modules) finds pyspark_rocketmq; the default editable finder hides it.
+"$VENV/bin/python" -m pip install -q --no-deps --no-build-isolation -e . \
+  --config-settings editable_mode=compat
 echo "venv: ready ($("$VENV/bin/python" --version))"

@@ -14,6 +14,8 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# pyspark_rocketmq: what Spark's look-up of Python data sources finds (format("rocketmq")).
+PACKAGES = ("rmq_spark", "pyspark_rocketmq")
 
 
 def main(argv: list[str]) -> int:
@@ -22,9 +24,10 @@ def main(argv: list[str]) -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     target = out_dir / f"rmq_spark-{version}.zip"
     with zipfile.ZipFile(target, "w", zipfile.ZIP_DEFLATED) as archive:
-        for path in sorted((ROOT / "rmq_spark").rglob("*")):
-            if path.is_file() and "__pycache__" not in path.parts:
-                archive.write(path, path.relative_to(ROOT))
+        for package in PACKAGES:
+            for path in sorted((ROOT / package).rglob("*")):
+                if path.is_file() and "__pycache__" not in path.parts:
+                    archive.write(path, path.relative_to(ROOT))
     print(target)
     return 0
 

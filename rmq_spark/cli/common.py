@@ -13,6 +13,7 @@ from rmq_spark.config import RmqConfig, default_config_path, load_config, parse_
 from rmq_spark.errors import StoreError
 
 __all__ = [
+    "HELP_WIDTH",
     "add_config_arguments",
     "check_store_path",
     "config_from_args",
@@ -21,6 +22,8 @@ __all__ = [
     "require_store",
     "setup_logging",
 ]
+
+HELP_WIDTH = 88  # pre-wrapped --help text (RawDescriptionHelpFormatter keeps it as it is)
 
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:

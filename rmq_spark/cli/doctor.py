@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import shutil
 import sys
 from importlib import metadata
 
@@ -20,8 +21,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         "doctor",
         help="check Python, Java, Spark, Delta and the jars",
         description="Check that this machine can run rmq-spark: Python >= 3.11, Java >= 17, "
-        "pyspark and delta-spark installed, the Delta Lake jars fetched; reports RocketMQ's "
-        "name server jars (optional: only `namesrv` and `mqadmin` need them). Exits 1 and says "
+        "pyspark and delta-spark installed, the Delta Lake jars fetched; reports Maven and "
+        "RocketMQ's name server jars (optional: `make setup` fetches the jars with Maven, only "
+        "`namesrv` and `mqadmin` need RocketMQ's). Exits 1 and says "
         "what to do if anything is missing. Warns (exit code unchanged) when the configured "
         "broker would listen beyond loopback with auth off.",
     )
@@ -54,12 +56,20 @@ def run_checks() -> list[tuple[str, bool, str]]:
 
 def optional_checks() -> list[tuple[str, bool, str]]:
     """(name, ok, detail) for what only some commands need; a miss does not fail ``doctor``."""
+    mvn = shutil.which("mvn")
+    maven = (
+        ("maven", True, f"{mvn} (make setup fetches the jars with it; the Java interop tests)")
+        if mvn
+        else ("maven", False, "mvn not on PATH: `make setup` needs it to fetch the jars once "
+              "(Debian/Ubuntu: apt-get install maven)")
+    )  # fmt: skip
     try:
         jars = find_rocketmq_jars()
         detail = f"{len(jars)} jars in {jars[0].parent} (rmq-spark namesrv, mqadmin)"
-        return [("rocketmq jars", True, detail)]
+        return [maven, ("rocketmq jars", True, detail)]
     except EnvironmentCheckError as err:
-        return [("rocketmq jars", False, f"{err} (needed by rmq-spark namesrv and mqadmin only)")]
+        rocketmq = f"{err} (needed by rmq-spark namesrv and mqadmin only)"
+        return [maven, ("rocketmq jars", False, rocketmq)]
 
 
 def security_warnings(args: argparse.Namespace) -> list[tuple[str, str]]:

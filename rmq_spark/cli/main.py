@@ -9,6 +9,7 @@ import argparse
 import importlib
 import logging
 import sys
+import textwrap
 from collections.abc import Sequence
 
 from rmq_spark.errors import RmqError
@@ -55,7 +56,29 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module_name in _COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
+    for command in (parser, *subparsers.choices.values()):
+        command.formatter_class = _whole_words(command.formatter_class)
     return parser
+
+
+def _whole_words(formatter: type[argparse.HelpFormatter]) -> type[argparse.HelpFormatter]:
+    """``formatter`` wrapping at spaces only: argparse's textwrap splits ``rmq-spark`` at its
+    hyphen and a long message id or path in two."""
+
+    def wrap(text: str, width: int) -> list[str]:
+        text = " ".join(text.split())
+        return textwrap.wrap(text, width, break_on_hyphens=False, break_long_words=False)
+
+    class WholeWords(formatter):  # type: ignore[misc, valid-type]
+        def _split_lines(self, text: str, width: int) -> list[str]:
+            return wrap(text, width)
+
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            if issubclass(formatter, argparse.RawDescriptionHelpFormatter):
+                return super()._fill_text(text, width, indent)
+            return "\n".join(indent + line for line in wrap(text, width - len(indent)))
+
+    return WholeWords
 
 
 def main(argv: Sequence[str] | None = None) -> int:

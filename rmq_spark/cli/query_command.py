@@ -13,11 +13,12 @@ from __future__ import annotations
 import argparse
 import base64
 import sys
+import textwrap
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from rmq_spark.cli.common import local_path
+from rmq_spark.cli.common import HELP_WIDTH, local_path
 from rmq_spark.cli.store_commands import text_or_none
 from rmq_spark.errors import ConfigError
 
@@ -31,16 +32,18 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "query",
         help="find messages by key, by message id or by store time (JSON lines)",
-        description=(
+        description=textwrap.fill(  # pre-wrapped: the formatter keeps lines as they are
             "Look messages up like RocketMQ's queryMessage / viewMessage: by key (UNIQ_KEY or "
             "a KEYS token) or by store-time range from the reput tables, or by offset message "
-            "id straight from the CommitLog. Prints JSON lines with rmq-spark dump's fields."
+            "id straight from the CommitLog. Prints JSON lines with rmq-spark dump's fields.",
+            HELP_WIDTH,
         ),
         epilog=(
             "examples: rmq-spark query --tables ./tables --topic orders --key order-1\n"
             "          rmq-spark query --store ./store --topic orders --key order-1\n"
             "          rmq-spark query --store ./store --msg-id 7F00000100002A9F0000000000000000"
         ),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--tables", type=local_path, default=None, help="reput tables directory")
     parser.add_argument(
@@ -108,8 +111,10 @@ def record_json(decoded: Any, *, with_body: bool = True) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the lookup the arguments ask for and print JSON lines; 1 when nothing was found."""
-    from rmq_spark.cli.common import print_json_line
+    from rmq_spark.cli.common import print_json_line, require_store
 
+    if args.store is not None:
+        require_store(args.store)  # a typo is one line, never a traceback or a new store
     if args.msg_id is not None:
         if args.store is None:
             raise ConfigError("--store", "--msg-id reads the CommitLog: give the store directory")

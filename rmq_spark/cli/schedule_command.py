@@ -10,11 +10,12 @@ from __future__ import annotations
 import argparse
 import re
 import signal
+import textwrap
 import threading
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.cli.common import local_path
+from rmq_spark.cli.common import HELP_WIDTH, local_path
 
 __all__ = [
     "add_schedule_arguments",
@@ -166,11 +167,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "schedule",
         help="redeliver delayed (delay-level) and timer messages when they fall due",
-        description=(
+        description=textwrap.fill(  # pre-wrapped: the formatter keeps lines as they are
             "RocketMQ's ScheduleMessageService as a job: find due entries of "
             "SCHEDULE_TOPIC_XXXX and rmq_sys_wheel_timer, restore each message as RocketMQ "
             "does and put it into its real topic exactly once. Progress is kept in "
-            "<store>/config/delayOffset.json and scheduleJournal.json."
+            "<store>/config/delayOffset.json and scheduleJournal.json.",
+            HELP_WIDTH,
         ),
         epilog=(
             "examples: rmq-spark schedule --store ./store --tables ./tables --once\n"

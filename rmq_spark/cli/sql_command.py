@@ -16,11 +16,12 @@ import shlex
 import subprocess
 import sys
 import tempfile
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rmq_spark.cli.common import local_path
+from rmq_spark.cli.common import HELP_WIDTH, local_path
 
 __all__ = ["register", "run", "spark_sql_command"]
 
@@ -34,11 +35,12 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "sql",
         help="open spark-sql on the reput tables (rmq.*) without registering anything",
-        description=(
+        description=textwrap.fill(  # pre-wrapped: the formatter keeps lines as they are
             "Start Spark's spark-sql with the settings of build_session(tables_dir=...): Delta "
             "and the Hive metastore beside the tables, where the reput job registered rmq.*. "
             "While another JVM holds that embedded metastore (a running reput job), spark-sql "
-            "uses the in-memory catalog with the tables registered, and one warning says so."
+            "uses the in-memory catalog with the tables registered, and one warning says so.",
+            HELP_WIDTH,
         ),
         epilog=(
             "examples: rmq-spark sql --tables ./tables -e 'SELECT count(*) FROM rmq.messages'\n"

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rmq_spark.errors import SourceError
-from rmq_spark.spark.option_hints import unknown_option
+from rmq_spark.spark.option_hints import SPARK_TABLE_KEYS, unknown_option
 from rmq_spark.spark.option_modes import EndingMode, StartingMode, ending_values, starting_values
 from rmq_spark.spark.option_values import (
     EARLIEST_QUEUE_OFFSET,
@@ -117,6 +117,8 @@ _BY_LOWER = {name.lower(): name for name in OPTION_NAMES}
 def _canonical_keys(options: Mapping[str, str]) -> dict[str, str]:
     found: dict[str, str] = {}
     for key, value in options.items():
+        if str(key).lower() in SPARK_TABLE_KEYS:
+            continue
         name = _BY_LOWER.get(str(key).lower())
         if name is None:
             raise unknown_option(str(key), OPTION_NAMES)

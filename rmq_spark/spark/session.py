@@ -42,6 +42,21 @@ __all__ = ["build_session", "merged_conf", "session_conf", "spark_home"]
 
 _log = logging.getLogger(__name__)
 _LISTS = {"spark.sql.extensions": ",", "spark.jars": ","}  # merged, not replaced
+# Read by spark-submit when it starts the JVM (classpath, JVM options, Ivy): set afterwards,
+# Spark keeps them without effect (a jar in spark.jars never reaches the driver's classpath).
+LAUNCHER_SETTINGS = (
+    "spark.driver.defaultJavaOptions",
+    "spark.driver.extraClassPath",
+    "spark.driver.extraJavaOptions",
+    "spark.driver.extraLibraryPath",
+    "spark.driver.memory",
+    "spark.jars",
+    "spark.jars.excludes",
+    "spark.jars.ivy",
+    "spark.jars.ivySettings",
+    "spark.jars.packages",
+    "spark.jars.repositories",
+)
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
@@ -139,6 +154,7 @@ def build_session(
     existing = SparkSession.getActiveSession()
     if existing is not None:
         spark = existing
+        _require_launched(_launcher_conf(config, extra_conf))
         require_delta(spark)
         _log.info("reusing the active SparkSession (master %s): the [spark] config does not "
                   "apply to it", spark.sparkContext.master)  # fmt: skip
@@ -160,13 +176,13 @@ def _new_session(
     extra_conf: Mapping[str, str] | None,
     tables_dir: str | Path | None,
 ) -> SparkSession:
-    from pyspark import SparkConf, SparkContext
+    from pyspark import SparkConf
     from pyspark.sql import SparkSession
 
     # SparkContext takes the Python of its workers (UDFs, the rocketmq source) from
     # PYSPARK_PYTHON, else `python3` on PATH, which may lack our dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    SparkContext._ensure_initialized()  # the JVM spark-submit / PYSPARK_SUBMIT_ARGS started
+    _start_jvm(_launcher_conf(config, extra_conf))
     given = dict(SparkConf().getAll())  # what spark-submit, pyspark and spark-defaults set
     ours = session_conf(config, tables_dir=tables_dir)
     ours["spark.master"] = config.master
@@ -182,6 +198,59 @@ def _new_session(
     for key, value in conf.items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def _launcher_conf(config: SparkConfig, extra_conf: Mapping[str, str] | None) -> dict[str, str]:
+    """The launcher settings the caller gave (``extra_conf``, the ``[spark]`` extra settings)."""
+    given = dict(item.partition("=")[::2] for item in config.extra_conf)
+    given.update(extra_conf or {})
+    return {
+        key.strip(): value.strip()
+        for key, value in given.items()
+        if key.strip() in LAUNCHER_SETTINGS
+    }
+
+
+def _start_jvm(launcher: Mapping[str, str]) -> None:
+    """Start the JVM with ``launcher`` (PYSPARK_SUBMIT_ARGS still wins: it comes after), or
+    join the one spark-submit / pyspark started, which must already have them."""
+    from pyspark import SparkConf, SparkContext
+
+    if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
+        conf = SparkConf(loadDefaults=False)
+        for key, value in launcher.items():
+            conf.set(key, value)
+        SparkContext._ensure_initialized(conf=conf)
+        return
+    SparkContext._ensure_initialized()
+    _require_launched(launcher)
+
+
+def _require_launched(launcher: Mapping[str, str]) -> None:
+    """Refuse launcher settings the running JVM was not started with.
+
+    Raises
+    ------
+    EnvironmentCheckError
+        Naming the first such setting and how to pass it.
+    """
+    from pyspark import SparkConf
+
+    running = dict(SparkConf().getAll())
+    for key, value in sorted(launcher.items()):
+        have = running.get(key, "")
+        if key in _LISTS:  # spark-submit turns a path into a file: URI
+            sep = _LISTS[key]
+            wanted = {item.removeprefix("file:") for item in value.split(sep) if item}
+            if wanted <= {item.removeprefix("file:") for item in have.split(sep)}:
+                continue
+        elif have == value:
+            continue
+        raise EnvironmentCheckError(
+            f"{key} is read when the JVM starts, and this process's JVM is already running "
+            f"(spark-submit, pyspark or an earlier session); pass --conf {key}={value} to "
+            "spark-submit / pyspark (or in PYSPARK_SUBMIT_ARGS before Python starts Spark)"
+        )
 
 
 def merged_conf(given: Mapping[str, str], ours: Mapping[str, str]) -> dict[str, str]:

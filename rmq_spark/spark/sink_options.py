@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rmq_spark.errors import SinkError
+from rmq_spark.spark.option_hints import (
+    SPARK_TABLE_KEYS,
+    kafka_column_hint,
+    unknown_sink_option,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql.types import DataType, StructType
@@ -75,15 +80,14 @@ def _canonical(options: Mapping[str, str]) -> dict[str, str]:
     canonical: dict[str, str] = {}
     for key, value in options.items():
         lower = key.lower()
+        if lower in SPARK_TABLE_KEYS:
+            continue
         if lower.startswith(_OVERRIDE_SECTIONS):
             canonical[lower] = value
         elif lower in by_lower:
             canonical[by_lower[lower]] = value
         else:
-            raise SinkError(
-                f"unknown option {key!r} of the rocketmq sink; valid options: "
-                f"{', '.join(SINK_OPTION_NAMES)}, store.<key>, broker.<key>"
-            )
+            raise unknown_sink_option(key, (*SINK_OPTION_NAMES, "store.<key>", "broker.<key>"))
     return canonical
 
 
@@ -169,9 +173,6 @@ def check_columns(schema: StructType, options: SinkOptions) -> None:
         Naming the column, its type and what is accepted.
     """
     names = [f.name for f in schema.fields]
-    for required in _REQUIRED:
-        if required not in names:
-            raise SinkError(f"the rocketmq sink needs a {required!r} column; the input has {names}")
     for column in schema.fields:
         got = _type_name(column.dataType)
         if column.name == options.key_column:
@@ -180,15 +181,20 @@ def check_columns(schema: StructType, options: SinkOptions) -> None:
             continue
         accepted = COLUMNS.get(column.name)
         if accepted is None:
+            hint = kafka_column_hint(column.name) or "drop or rename it"
             raise SinkError(
-                f"unknown column {column.name!r} for the rocketmq sink; columns: "
-                f"{', '.join(COLUMNS)} and the keyColumn option's (drop or rename it)"
+                f"unknown column {column.name!r} for the rocketmq sink: {hint}; columns: "
+                f"{', '.join(COLUMNS)} and the keyColumn option's"
             )
         if got not in accepted:
             raise SinkError(
                 f"column {column.name!r} has type {got}; the rocketmq sink takes "
                 f"{' or '.join(accepted)}"
             )
+    # after the unknown columns: Kafka's value column gets its hint, not 'needs a body'
+    for required in _REQUIRED:
+        if required not in names:
+            raise SinkError(f"the rocketmq sink needs a {required!r} column; the input has {names}")
     if options.key_column and options.key_column not in names:
         raise SinkError(f"keyColumn {options.key_column!r} is not a column of the input {names}")
     if "delay_level" in names and not options.embedded:

@@ -9,17 +9,19 @@ batch limits and timestamps from ``planner.py``, rows from ``columnar.py``. Spar
 ``initialOffset`` / ``latestOffset`` / ``partitions`` on the driver and ``read`` on
 executors; ``read`` keeps no state between calls.
 
-Usage::
+Usage (Spark finds the source through the ``pyspark_rocketmq`` package, nothing to register;
+``register`` serves a Python that cannot see that package)::
 
-    register(spark)
     spark.read.format("rocketmq").load("/path/to/store")
     spark.readStream.format("rocketmq").option("startingOffsets", "earliest").load(path)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Callable, Iterator
+from functools import wraps
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -28,8 +30,9 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
+from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
-from rmq_spark.errors import SourceError
+from rmq_spark.errors import RmqError, SourceError
 from rmq_spark.spark import planner
 from rmq_spark.spark.driver_read import stream_reader
 from rmq_spark.spark.multi_store import (
@@ -39,6 +42,12 @@ from rmq_spark.spark.multi_store import (
     query_schemas,
     spark_schema_for,
 )
+from rmq_spark.spark.option_hints import (
+    KAFKA_SINK_EQUIVALENT,
+    SPARK_TABLE_KEYS,
+    unknown_read_or_write_option,
+)
+from rmq_spark.spark.option_values import OPTION_NAMES
 from rmq_spark.spark.options import SourceOptions, check_options, parse_options
 from rmq_spark.spark.partitions import (
     MIN_SPLIT_BYTES,
@@ -56,6 +65,7 @@ from rmq_spark.spark.sink import (
     batch_writer,
     stream_writer,
 )
+from rmq_spark.spark.sink_options import SINK_OPTION_NAMES
 from rmq_spark.spark.stream import BACKLOG_COUNT_MAX, PROGRESS_COUNT_MAX, RocketMQStreamReader
 
 if TYPE_CHECKING:
@@ -83,18 +93,56 @@ def register(spark: SparkSession) -> None:
     spark.dataSource.register(RocketMQDataSource)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+_KNOWN = {
+    name.lower()
+    for name in (*OPTION_NAMES, *SINK_OPTION_NAMES, *KAFKA_SINK_EQUIVALENT, *SPARK_TABLE_KEYS)
+}
+
+
+def _one_line(method: _F) -> _F:
+    """Our errors, raised in the Python worker Spark plans the query in, reach the user as one
+    line: PySpark prints a worker's error without its traceback when ``SPARK_HIDE_TRACEBACK``
+    is set. Set only as our error leaves: the worker exits after reporting any error, so
+    nobody else's traceback is hidden. Outside a Spark worker nothing changes."""
+
+    @wraps(method)
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except RmqError:
+            if os.environ.get("SPARK_PYTHON_RUNTIME") == "PYTHON_WORKER":
+                os.environ["SPARK_HIDE_TRACEBACK"] = "1"
+            raise
+
+    return checked  # type: ignore[return-value]
+
+
 class RocketMQDataSource(DataSource):
     """``format("rocketmq")``: reads a store's CommitLog segments directly (no broker);
     writes through a broker or into a store (``sink.py``)."""
+
+    @_one_line
+    def __init__(self, options: dict[str, str]) -> None:
+        # The first Python call of every query (with .schema(...) Spark skips schema() and
+        # builds the source when it plans): a name neither the source nor the sink has fails
+        # here, before any reader or writer. A Kafka sink option is left to writer()'s hint.
+        super().__init__(options)
+        for key in options:
+            lower = str(key).lower()
+            if lower not in _KNOWN and not lower.startswith(("store.", "broker.")):
+                raise unknown_read_or_write_option(str(key), OPTION_NAMES, SINK_OPTION_NAMES)
 
     @classmethod
     def name(cls) -> str:
         return FORMAT_NAME
 
+    @_one_line
     def schema(self) -> StructType:
         check_options(self.options)  # at load(): one clear line, for read and readStream
         return spark_schema_for(self.options.get("path", ""))
 
+    @_one_line
     def reader(self, schema: StructType) -> DataSourceReader:
         stores = per_store_options(parse_options(self.options, streaming=False))
         arrow, inner = query_schemas(schema, several=len(stores) > 1)
@@ -104,6 +152,15 @@ class RocketMQDataSource(DataSource):
         return MultiStoreBatchReader(readers, arrow)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        try:
+            return self._stream_reader(schema)
+        except RmqError as err:
+            # PySpark's stream runner cannot report an error of streamReader() (it ends in an
+            # UnboundLocalError of its own): the query fails at its first call instead.
+            return _RefusedStreamReader(err)
+
+    @_one_line
+    def _stream_reader(self, schema: StructType) -> DataSourceStreamReader:
         stores = per_store_options(parse_options(self.options, streaming=True))
         arrow, inner = query_schemas(schema, several=len(stores) > 1)
         if len(stores) == 1:
@@ -111,11 +168,33 @@ class RocketMQDataSource(DataSource):
         readers = {path: stream_reader(options, inner) for path, options in stores.items()}
         return MultiStoreStreamReader(readers, arrow)
 
+    @_one_line
     def writer(self, schema: StructType, overwrite: bool) -> RocketMQBatchWriter:
         return batch_writer(dict(self.options), schema, overwrite)  # the sink: sink.py
 
+    @_one_line
     def streamWriter(self, schema: StructType, overwrite: bool) -> RocketMQStreamWriter:
         return stream_writer(dict(self.options), schema, overwrite)
+
+
+class _RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream whose options were refused: every call Spark makes raises that error (with
+    every trigger: the first call may be prepareForTriggerAvailableNow)."""
+
+    def __init__(self, error: RmqError) -> None:
+        self.error = error
+
+    @_one_line
+    def _refuse(self, *args: Any) -> Any:
+        raise self.error
+
+    initialOffset = latestOffset = partitions = read = prepareForTriggerAvailableNow = _refuse
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
 
 
 # --- batch ------------------------------------------------------------------------------------
