@@ -44,7 +44,6 @@ from peer_common import (
     JvmProcess,
     PeerError,
     fetch_jars,
-    free_port,
     interrupt_on_sigterm,
     java_command,
     port_is_free,
@@ -69,15 +68,33 @@ def resolve_rocketmq_jars() -> list[Path]:
     return fetch_jars("rocketmq", POM)
 
 
-def _broker_ports() -> int:
+# Ports for the JVMs come from below Linux's ephemeral range (32768-60999): a port picked
+# there is not listened on for the seconds a JVM takes to start, and any process's outgoing
+# connection may take it meanwhile (the proxy then fails to bind and exits).
+_LOW_PORTS = range(20_000, 32_000)
+
+
+def _low_ports(taken: set[int], count: int = 1, spread: tuple[int, ...] = (0,)) -> list[int]:
+    """``count`` free ports p (each with p + every offset of ``spread`` free too) outside the
+    ephemeral range, none of them or their spread in ``taken``; all added to ``taken``."""
+    rng = random.Random()
+    found: list[int] = []
+    for _ in range(400 * count):
+        port = rng.randrange(_LOW_PORTS.start + 2, _LOW_PORTS.stop - 2)
+        near = {port + offset for offset in spread}
+        if near & taken or not all(port_is_free(p) for p in near):
+            continue
+        taken |= near
+        found.append(port)
+        if len(found) == count:
+            return found
+    raise PeerError("rocketmq: found no free ports below the ephemeral range")
+
+
+def _broker_ports(taken: set[int]) -> int:
     """A free port p for the broker such that p - 2 (its 'fast' remoting server, which RocketMQ
     always puts there) and p + 1 (its HA service) are free too."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20_000, 60_000)
-        if all(port_is_free(p) for p in (port - 2, port, port + 1)):
-            return port
-    raise PeerError("rocketmq: found no free broker port p with p - 2 and p + 1 free")
+    return _low_ports(taken, 1, (-2, -1, 0, 1))[0]
 
 
 def _properties(values: dict[str, object]) -> str:
@@ -152,8 +169,9 @@ class RocketMQBroker:
         # RocketMQ logs (and defaults its store) under user.home: keep all of it in ``work``.
         options = (*OPENS, f"-Duser.home={work}", f"-Drocketmq.home.dir={work}")
         env = {**os.environ, "ROCKETMQ_HOME": str(work), "RMQ_PROXY_HOME": str(work)}
-        self.namesrv_port, self.grpc_port = free_port(), free_port()
-        broker_port = _broker_ports()
+        taken: set[int] = set()
+        broker_port = _broker_ports(taken)
+        self.namesrv_port, self.grpc_port, proxy_remoting_port = _low_ports(taken, 3)
         (work / "namesrv.conf").write_text(
             _properties({"listenPort": self.namesrv_port, "bindAddress": "127.0.0.1"})
         )
@@ -166,7 +184,7 @@ class RocketMQBroker:
                     "rocketMQClusterName": CLUSTER,
                     "namesrvAddr": self.namesrv_addr,
                     "grpcServerPort": self.grpc_port,
-                    "remotingListenPort": free_port(),
+                    "remotingListenPort": proxy_remoting_port,
                     "proxyMode": "local",
                     "grpcShutdownTimeSeconds": 3,
                 }

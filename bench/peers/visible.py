@@ -138,7 +138,10 @@ def _python_sends(args: argparse.Namespace, broker: RmqSparkBroker) -> dict[str,
     producers = make_producers(rocketmq, broker.endpoint, args.threads)
     body = os.urandom(args.body_bytes)
     warm_up(rocketmq, producers, TOPIC, body, 10)
-    since_ms = int(time.time() * 1000)
+    # The paced phase starts in a later millisecond than the last warm-up send was stored in
+    # (a fast SYNC reply can come back within the millisecond of its store timestamp).
+    since_ms = int(time.time() * 1000) + 1
+    time.sleep(max(0.0, since_ms / 1000 - time.time()))
     sends = paced(
         rocketmq, producers, TOPIC, body, args.rate, args.seconds, [broker.process.pid], 0
     )
