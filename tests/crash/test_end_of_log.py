@@ -41,6 +41,15 @@ def _batch_partitions(root: Path, **options: str) -> list:
     ).partitions()
 
 
+def _tree(root: Path) -> dict[str, int]:
+    """Every file under ``root`` with its size: what a read-only command must leave alone."""
+    return {
+        str(path.relative_to(root)): path.stat().st_size
+        for path in root.rglob("*")
+        if path.is_file()
+    }
+
+
 def _truncate(path: Path, length: int) -> None:
     with path.open("r+b") as handle:
         handle.truncate(length)
@@ -60,9 +69,10 @@ def test_truncating_the_last_segment_at_every_byte_of_its_last_records_fails_lou
     data_end = in_last[-1].physical_offset + in_last[-1].total_size - base
     first_cut = in_last[-2].physical_offset - base
     root = tmp_path / "cut"
+    shutil.copytree(pristine, root)
     for cut in range(first_cut, data_end):
-        shutil.rmtree(root, ignore_errors=True)
-        shutil.copytree(pristine, root)
+        # The readers below write nothing: restoring the one cut segment is a pristine copy.
+        shutil.copyfile(last, root / "commitlog" / last.name)
         _truncate(root / "commitlog" / last.name, cut)
         code, out, _ = _run(["verify", "--store", str(root)], capsys)
         assert code == 1, (cut, out)
@@ -72,6 +82,7 @@ def test_truncating_the_last_segment_at_every_byte_of_its_last_records_fails_lou
         assert code == 2 and str(root / "commitlog" / last.name) in err, (cut, err)
         with pytest.raises(DataMissingError, match=f"{last.name}: the data ends"):
             _batch_partitions(root)  # what the Spark source plans from (no JVM needed)
+    assert _tree(root) == _tree(pristine) | {f"commitlog/{last.name}": data_end - 1}
     # Cut inside the zeros after the data: nothing acknowledged is missing.
     shutil.rmtree(root)
     shutil.copytree(pristine, root)
