@@ -9,6 +9,7 @@ configuration (TLS on): ``test_tls_clients.py``.
 from __future__ import annotations
 
 import os
+import ssl
 import subprocess
 import sys
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from broker_harness import REPO_ROOT, BrokerProcess, by_uniq_key, props, read_re
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
-from rmq_spark.broker.security.tls import TLS_DIR, make_self_signed
+from rmq_spark.broker.security.tls import TLS_DIR, TlsFiles, make_self_signed
 
 # Run in a child: grpc reads GRPC_DEFAULT_SSL_ROOTS_FILE_PATH once, and the official client
 # builds its TLS channel from grpc's default roots (it has no option for a CA file).
@@ -177,3 +178,48 @@ def test_disabled_serves_plaintext_only(
         with pytest.raises(grpc.RpcError) as refused:
             _route(channel)
     assert refused.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
+def test_the_self_signed_pair_needs_no_openssl_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Made in-process (the ``cryptography`` package): a host without the ``openssl`` command
+    still gets a certificate, valid now, naming every host the broker is reached by."""
+    from cryptography import x509
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty-bin"))
+    files = make_self_signed(tmp_path / "tls", hosts=["localhost", "127.0.0.1", "::1", "b.example"])
+    certificate = x509.load_pem_x509_certificate(files.cert_file.read_bytes())
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["localhost", "b.example"]
+    assert [str(ip) for ip in names.get_values_for_type(x509.IPAddress)] == ["127.0.0.1", "::1"]
+    assert certificate.not_valid_after_utc.year - certificate.not_valid_before_utc.year >= 9
+    assert files.key_file.stat().st_mode & 0o077 == 0
+    _handshake(files, server_hostname="b.example")
+
+
+def _handshake(files: TlsFiles, server_hostname: str) -> None:
+    """A TLS handshake in memory: the key matches the certificate, which a client that trusts
+    it accepts for ``server_hostname``."""
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(files.cert_file, files.key_file)
+    client = ssl.create_default_context(cadata=files.cert_file.read_text())
+    ends = [ssl.MemoryBIO() for _ in range(4)]
+    s_side = server.wrap_bio(ends[0], ends[1], server_side=True)
+    c_side = client.wrap_bio(ends[2], ends[3], server_hostname=server_hostname)
+    for _ in range(10):
+        for side in (c_side, s_side):
+            try:
+                side.do_handshake()
+            except ssl.SSLWantReadError:
+                pass
+        ends[0].write(ends[3].read())  # client -> server
+        ends[2].write(ends[1].read())  # server -> client
+        if c_side.version() and s_side.version():
+            try:
+                c_side.do_handshake()
+                s_side.do_handshake()
+                return
+            except ssl.SSLWantReadError:
+                continue
+    raise AssertionError("the TLS handshake did not finish")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import crcmod.predefined
 import pytest
 from store_helpers import open_store
 
@@ -168,3 +169,19 @@ def test_digit_runs_and_tails_are_the_sealed_property_of_each_record() -> None:
         runs = [RECORD_CRC_KEY + digits + b"\x02" for digits in record_crc_digit_runs(records)]
         assert runs == sealed == [record_crc_tail(record) for record in records]
         assert zlib.crc32(b"") == 0
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["put", "put_batch"])
+@pytest.mark.parametrize("path", sorted(_REQUESTS))
+def test_both_crcs_agree_with_an_independent_crc32(tmp_path: Path, path: str, batch: bool) -> None:
+    """crcmod's CRC-32 (its own tables, not zlib's) is the oracle for BODYCRC and for the
+    record CRC over every byte before the ``__CRC32#`` property (docs/FORMAT.md 2.3)."""
+    crc32 = crcmod.predefined.mkCrcFun("crc-32")
+    store = open_store(tmp_path / "store")
+    data = _stored(store, _REQUESTS[path], batch)
+    store.close()
+    record = decode_record(bytearray(data), 0, check_crc=True)
+    assert isinstance(record, DecodedRecord)
+    assert record.record.body_crc == crc32(record.record.body) & 0x7FFFFFFF
+    value = data[-RECORD_CRC_BYTES + 9 : -1]
+    assert value == record_crc_digits(crc32(data[:-RECORD_CRC_BYTES]) & 0x7FFFFFFF)

@@ -4,8 +4,8 @@ RocketMQ 5's clients (Java ``enableSsl``, Go ``EnableSsl``) default to TLS and t
 certificate; RocketMQ's proxy answers them with a self-signed certificate of its own
 (``tlsTestModeEnable``, on by default). We do the same so those clients connect with their
 default configuration: without ``broker.tls_cert_file`` the broker uses
-``<store>/config/tls/{cert,key}.pem``, made with the ``openssl`` command on first start and
-kept (the key readable by the owner only). In the store and not in ``conf/`` because the store
+``<store>/config/tls/{cert,key}.pem``, made with the ``cryptography`` package on first start
+and kept (the key readable by the owner only). In the store and not in ``conf/`` because the store
 directory is the one place a broker can always write, and the certificate belongs to the
 broker serving that store; ``conf/`` may be a read-only install.
 
@@ -15,13 +15,17 @@ Owns finding/making the PEM files; the port that serves them (and its TLS contex
 
 from __future__ import annotations
 
+import datetime
 import ipaddress
 import logging
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.errors import BrokerError
@@ -49,7 +53,7 @@ def resolve_tls(config: BrokerConfig, store_root: Path | None) -> TlsFiles | Non
 
     ``tls_mode = "disabled"``: ``None``. A configured ``tls_cert_file``/``tls_key_file``: those
     (they must be readable). Otherwise the store's self-signed pair, made if missing; without
-    ``openssl`` (or a store) ``permissive`` falls back to plaintext with a warning.
+    a store ``permissive`` falls back to plaintext with a warning.
 
     Raises
     ------
@@ -65,8 +69,6 @@ def resolve_tls(config: BrokerConfig, store_root: Path | None) -> TlsFiles | Non
                 raise BrokerError(f"broker.tls: cannot read {path} (tls_cert_file/tls_key_file)")
         return files
     problem = "the broker has no store directory" if store_root is None else ""
-    if not problem and shutil.which("openssl") is None:
-        problem = "the openssl command is not installed"
     if not problem:
         assert store_root is not None
         return make_self_signed(store_root / TLS_DIR, hosts=_hosts(config))
@@ -88,7 +90,7 @@ def _hosts(config: BrokerConfig) -> list[str]:
 
 def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
     """``directory/cert.pem`` and ``key.pem`` (EC P-256, 10 years, the hosts as subject
-    alternative names), made with ``openssl`` unless a whole pair exists already.
+    alternative names) unless a whole pair exists already.
 
     Written so a power cut leaves the old pair or the new one: temp files, fsync, rename,
     fsync of the directory (a pinned certificate survives). A pair a crash left damaged (a
@@ -97,7 +99,7 @@ def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
     Raises
     ------
     BrokerError
-        ``openssl`` failed or the directory cannot be written.
+        The directory cannot be written.
     """
     files = TlsFiles(directory / "cert.pem", directory / "key.pem", self_signed=True)
     damage = _pair_damage(files)
@@ -109,26 +111,13 @@ def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
             directory,
             damage,
         )
-    names = ",".join(
-        f"IP:{host}" if _is_ip(host) else f"DNS:{host}" for host in dict.fromkeys(hosts)
-    )
+    names = list(dict.fromkeys(hosts))
+    key_pem, cert_pem = _self_signed_pem(names)
     tmp_key, tmp_cert = directory / "key.pem.tmp", directory / "cert.pem.tmp"
-    command = [
-        "openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-        "-nodes", "-days", str(_VALID_DAYS), "-subj", "/CN=rmq-spark broker",
-        "-addext", f"subjectAltName={names}", "-keyout", str(tmp_key), "-out", str(tmp_cert),
-    ]  # fmt: skip
     try:
         make_dirs_durably(directory)
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
-        if done.returncode != 0:
-            raise BrokerError(
-                f"openssl could not make a self-signed certificate in {directory}: "
-                f"{done.stderr.strip().splitlines()[-1:]}"
-            )
-        tmp_key.chmod(0o600)
-        for tmp in (tmp_key, tmp_cert):
-            _fsync_file(tmp)
+        _write_durably(tmp_key, key_pem, mode=0o600)
+        _write_durably(tmp_cert, cert_pem, mode=0o644)
         tmp_key.replace(files.key_file)
         tmp_cert.replace(files.cert_file)
         fsync_dir(directory)
@@ -136,6 +125,47 @@ def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
         raise BrokerError(f"cannot write a self-signed certificate to {directory}: {err}") from err
     log.info("broker: made a self-signed TLS certificate %s (%s)", files.cert_file, names)
     return files
+
+
+def _self_signed_pem(hosts: list[str]) -> tuple[bytes, bytes]:
+    """A new P-256 key and a certificate for ``hosts``, both PEM (the key unencrypted, PKCS#8)."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rmq-spark broker")])
+    now = datetime.datetime.now(datetime.UTC)
+    alt_names = [
+        x509.IPAddress(ipaddress.ip_address(host)) if _is_ip(host) else x509.DNSName(host)
+        for host in hosts
+    ]
+    certificate = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))  # clocks a little behind
+        .not_valid_after(now + datetime.timedelta(days=_VALID_DAYS))
+        .add_extension(x509.SubjectAlternativeName(alt_names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    return key_pem, certificate.public_bytes(serialization.Encoding.PEM)
+
+
+def _write_durably(path: Path, data: bytes, *, mode: int) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 _PEM_ENDS = {"cert.pem": b"-----END CERTIFICATE-----", "key.pem": b"PRIVATE KEY-----"}
@@ -156,14 +186,6 @@ def _pair_damage(files: TlsFiles) -> str | None:
         if not text.rstrip().endswith(_PEM_ENDS[path.name]):
             return f"{path.name} is cut short"
     return None
-
-
-def _fsync_file(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _is_ip(host: str) -> bool:
