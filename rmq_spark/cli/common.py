@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from rmq_spark.config import RmqConfig, default_config_path, load_config, parse_override
-from rmq_spark.errors import StoreError
+from rmq_spark.errors import StoreError, TableError
 
 __all__ = [
     "HELP_WIDTH",
@@ -20,6 +20,7 @@ __all__ = [
     "local_path",
     "print_json_line",
     "require_store",
+    "require_tables",
     "setup_logging",
 ]
 
@@ -78,14 +79,28 @@ def local_path(text: str) -> Path:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def require_store(root: Path) -> None:
-    """Raise ``StoreError`` (one line) unless ``root`` is a store (has ``commitlog/``): for
-    commands that read a store and must not create one (dump, verify, reput, schedule)."""
+def require_store(root: Path, hint: str = "") -> None:
+    """Raise ``StoreError`` (one line, ending with ``hint`` if given) unless ``root`` is a
+    store (has ``commitlog/``): for commands that read a store and must not create one (dump,
+    verify, reput, schedule), and for ``send`` without ``--create``."""
     from rmq_spark.store.layout import COMMITLOG_DIR
 
     if not (root / COMMITLOG_DIR).is_dir():
         what = "does not exist" if not root.exists() else f"has no {COMMITLOG_DIR}/ directory"
-        raise StoreError(f"{root} is not a store: it {what}")
+        raise StoreError(f"{root} is not a store: it {what}" + (f"; {hint}" if hint else ""))
+
+
+def require_tables(tables_dir: Path) -> None:
+    """Raise ``TableError`` (one line) unless ``tables_dir`` holds at least one reput table:
+    for commands that read the tables and must not create a catalog beside a typo (sql)."""
+    from rmq_spark.spark.tables import TABLE_NAMES, table_path
+
+    if not any((table_path(tables_dir, name) / "_delta_log").is_dir() for name in TABLE_NAMES):
+        what = "does not exist" if not tables_dir.exists() else "holds none of the reput tables"
+        raise TableError(
+            f"{tables_dir} is not a reput tables directory: it {what} "
+            f"({', '.join(TABLE_NAMES)}); run `rmq-spark reput` first"
+        )
 
 
 def check_store_path(path: Path) -> None:

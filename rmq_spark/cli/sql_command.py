@@ -115,12 +115,13 @@ def sql_conf(config: Any, tables_dir: Path) -> tuple[dict[str, str], list[str]]:
 
 def run(args: argparse.Namespace) -> int:
     """Run (or print) spark-sql on the tables' catalog; its exit code is ours."""
-    from rmq_spark.cli.common import config_from_args
+    from rmq_spark.cli.common import config_from_args, require_tables
     from rmq_spark.spark.catalog import derby_log_option
     from rmq_spark.spark.session import spark_home
 
     config = config_from_args(args)
     tables = Path(args.tables or config.reput.tables_dir).absolute()
+    require_tables(tables)  # a typo must not get an empty catalog of its own
     conf, statements = sql_conf(config, tables)
     extra = [*(["-e", args.sql] if args.sql else []), *(["-f", args.file] if args.file else [])]
     home = spark_home()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import base64
 import dataclasses
+import logging
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -44,6 +45,8 @@ from rmq_spark.store.properties import DELAY, parse_properties
 
 __all__ = ["build_parser", "main", "record_json", "register", "text_or_none"]
 
+log = logging.getLogger("rmq_spark.cli")
+
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_ERROR = 2
@@ -69,7 +72,7 @@ def _register_send(subparsers: argparse._SubParsersAction) -> None:  # type: ign
         help="put messages into a store",
         description=(
             "Put one message (--body) or one message per input line (--stdin) into the store "
-            "at --store, creating it if needed, and print one JSON object per message: "
+            "at --store (a new store only with --create), and print one JSON object per message: "
             '{"status", "msg_id", "uniq_key", "topic", "queue_id", "queue_offset", '
             '"physical_offset"}. topic and queue_id are the stored ones: a delayed message '
             "is stored in SCHEDULE_TOPIC_XXXX, queue (delay level - 1). Exits 1 if any "
@@ -77,6 +80,12 @@ def _register_send(subparsers: argparse._SubParsersAction) -> None:  # type: ign
         ),
     )
     _store_argument(parser)
+    parser.add_argument(
+        "--create",
+        action="store_true",
+        help="make a new store at --store if there is none (without it, a path that is not a "
+        "store is refused: a typo must not create one)",
+    )
     parser.add_argument("--topic", required=True, help="topic ([%%|a-zA-Z0-9_-], <= 127 chars)")
     parser.add_argument("--tags", metavar="TAG", help="the TAGS property (filtering tag)")
     parser.add_argument(
@@ -190,6 +199,11 @@ def _handle_send(args: argparse.Namespace) -> int:
     )
     failures = 0
     check_store_path(args.store)
+    if args.create:
+        if not (args.store / COMMITLOG_DIR).is_dir():
+            log.info("send: creating a new store at %s", args.store)
+    else:
+        require_store(args.store, hint="pass --create to make a new store there")
     with MessageStore.open(_store_config(args)) as store:
         rules = _broker_rules(args, store)
         for body in bodies:

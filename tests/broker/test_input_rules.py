@@ -105,7 +105,7 @@ def test_cli_send_applies_the_broker_rules(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], arguments: list[str], expected: str
 ) -> None:
     store = tmp_path / "store"
-    code = cli_main(["send", "--store", str(store), "--topic", "T", *arguments])
+    code = cli_main(["send", "--create", "--store", str(store), "--topic", "T", *arguments])
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert err.count("\n") == 0, err
@@ -117,7 +117,7 @@ def test_cli_send_still_stores_valid_messages(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     store = tmp_path / "store"
-    argv = ["send", "--store", str(store), "--topic", "T", "--body", "x", "--tags", "t"]
+    argv = ["send", "--create", "--store", str(store), "--topic", "T", "--body", "x", "--tags", "t"]
     assert cli_main([*argv, "--delay-level", "18", "--property", "k=v"]) == 0
     capsys.readouterr()
     (record,) = read_records(store)
@@ -132,7 +132,7 @@ def test_cli_send_stdin_reports_a_refused_line_and_stores_the_others(
 
     store = tmp_path / "store"
     monkeypatch.setattr("sys.stdin", io.StringIO("one\n\nthree\n"))
-    assert cli_main(["send", "--store", str(store), "--topic", "T", "--stdin"]) == 1
+    assert cli_main(["send", "--create", "--store", str(store), "--topic", "T", "--stdin"]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert [line.split('"')[3] for line in lines] == ["PUT_OK", "REFUSED", "PUT_OK"]
     assert "--body: MESSAGE_BODY_EMPTY" in lines[1]

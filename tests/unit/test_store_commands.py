@@ -24,7 +24,7 @@ def test_send_prints_one_json_object_with_the_stored_position(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = _run(
-        ["send", "--store", str(tmp_path), "--topic", "T", "--tags", "TagA", "--keys", "k1",
+        ["send", "--create", "--store", str(tmp_path), "--topic", "T", "--tags", "TagA", "--keys", "k1",
          "k2", "--queue-id", "3", "--property", "color=red", "--body", "hello"],
         capsys,
     )  # fmt: skip
@@ -41,7 +41,7 @@ def test_send_with_delay_level_reports_the_schedule_topic(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = _run(
-        ["send", "--store", str(tmp_path), "--topic", "T", "--delay-level", "3", "--body", "x"],
+        ["send", "--create", "--store", str(tmp_path), "--topic", "T", "--delay-level", "3", "--body", "x"],
         capsys,
     )
     result = json.loads(out[0])
@@ -52,7 +52,7 @@ def test_send_stdin_puts_one_message_per_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO("one\ntwo\nthree\n"))
-    code, out, _ = _run(["send", "--store", str(tmp_path), "--topic", "T", "--stdin"], capsys)
+    code, out, _ = _run(["send", "--create", "--store", str(tmp_path), "--topic", "T", "--stdin"], capsys)
     assert code == 0
     assert [json.loads(line)["queue_offset"] for line in out] == [0, 1, 2]
     code, out, _ = _run(["dump", "--store", str(tmp_path)], capsys)
@@ -66,7 +66,7 @@ def test_send_stdin_puts_one_message_per_line(
 def test_send_of_an_illegal_topic_exits_1_with_the_status(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = _run(["send", "--store", str(tmp_path), "--topic", "a b", "--body", "x"], capsys)
+    code, out, _ = _run(["send", "--create", "--store", str(tmp_path), "--topic", "a b", "--body", "x"], capsys)
     assert code == 1 and json.loads(out[0])["status"] == "MESSAGE_ILLEGAL"
 
 
@@ -163,3 +163,20 @@ def test_module_runs_standalone_with_help() -> None:
         check=True,
     )
     assert "BLANK" in done.stdout and "--store" in done.stdout
+
+
+def test_send_to_a_path_that_is_not_a_store_creates_nothing_without_create(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    typo = tmp_path / "stroe"
+    code, out, err = _run(["send", "--store", str(typo), "--topic", "T", "--body", "x"], capsys)
+    assert code == 2 and out == []
+    assert err.strip() == (
+        f"rmq-spark send: error: {typo} is not a store: it does not exist; "
+        "pass --create to make a new store there"
+    )
+    assert not typo.exists()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    code, _, err = _run(["send", "--store", str(empty), "--topic", "T", "--body", "x"], capsys)
+    assert code == 2 and "has no commitlog/ directory" in err and list(empty.iterdir()) == []
