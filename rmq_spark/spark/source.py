@@ -58,6 +58,7 @@ from rmq_spark.spark.partitions import (
     resolve_batch_end,
     resolve_start,
 )
+from rmq_spark.spark.py_files import expose_py_files_to_stream_runner
 from rmq_spark.spark.schema import ARROW_SCHEMA
 from rmq_spark.spark.sink import (
     RocketMQBatchWriter,
@@ -128,6 +129,7 @@ class RocketMQDataSource(DataSource):
         # builds the source when it plans): a name neither the source nor the sink has fails
         # here, before any reader or writer. A Kafka sink option is left to writer()'s hint.
         super().__init__(options)
+        expose_py_files_to_stream_runner()
         for key in options:
             lower = str(key).lower()
             if lower not in _KNOWN and not lower.startswith(("store.", "broker.")):

@@ -2,8 +2,8 @@
 submitted as a user would: ``spark-submit --master spark://... --py-files rmq_spark.zip
 jobs/reput.py --store file://... --tables file://...``. Driver and executors run a Python
 that has the dependencies but *not* rmq_spark (``-S``: the checkout's editable install is
-invisible), so the package reaches them only through ``--py-files`` (``make package``) and, for the
-driver's own Python workers, ``PYTHONPATH``."""
+invisible), so the package reaches them only through ``--py-files`` (``make package``), with no
+``PYTHONPATH``."""
 
 from __future__ import annotations
 
@@ -59,9 +59,9 @@ def test_reput_job_on_a_standalone_cluster_from_the_package_zip(cluster, tmp_pat
     python = _python_without_rmq_spark(tmp_path)
     env = dict(os.environ, SPARK_HOME=str(SPARK_HOME), PYSPARK_PYTHON=str(python))
     env["PYSPARK_DRIVER_PYTHON"] = str(python)
-    # The driver JVM's own Python workers (the streaming source's planner) take PYTHONPATH
-    # from its environment, not from --py-files: docs/TABLES.md says so.
-    env["PYTHONPATH"] = package
+    # --py-files alone: no PYTHONPATH for the Python processes the driver's JVM starts itself
+    # (the streaming source's runner), which Spark points at an empty folder (py_files.py).
+    env.pop("PYTHONPATH", None)
     done = subprocess.run(
         [
             str(SPARK_HOME / "bin" / "spark-submit"), "--master", cluster,
