@@ -57,6 +57,7 @@ from produce_cases import paced, warm_up  # noqa: E402
 from rmq_spark_broker import RmqSparkBroker  # noqa: E402
 
 TOPIC = "BenchTopic"
+WARM_UP_TOPIC = "BenchWarmUp"  # not timed
 JAVA_PRODUCER = HERE / "java" / "KafkaPacedProducer.java"
 RMQ_JAVA_PRODUCER = HERE / "java" / "RmqPacedProducer.java"
 JAVA_CLIENT_POM = HERE / "java-client.pom.xml"
@@ -85,17 +86,23 @@ def _rows_committed(table: Path) -> int:
     return total
 
 
-def visible_latencies_ms(table: Path, column: str, since_ms: int) -> list[int]:
-    """Per row of the Delta table whose timestamp ``column`` is ``since_ms`` or later: the
-    commit time of its file minus that timestamp."""
+def visible_latencies_ms(
+    table: Path, column: str, since_ms: int, topic: str | None = None
+) -> list[int]:
+    """Per row of the Delta table whose timestamp ``column`` is ``since_ms`` or later (and
+    whose ``topic`` is ``topic``, if given): the commit time of its file minus that
+    timestamp."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
     latencies: list[int] = []
     for _, stamp_ms, files in _delta_commits(table):
         for name in files:
-            stamps = pq.read_table(table / name, columns=[column])[column]
-            millis = stamps.cast(pa.timestamp("ms")).cast(pa.int64()).to_pylist()
+            rows = pq.read_table(table / name, columns=[column, *(["topic"] if topic else [])])
+            if topic is not None:
+                rows = rows.filter(pc.equal(rows["topic"], topic))
+            millis = rows[column].cast(pa.timestamp("ms")).cast(pa.int64()).to_pylist()
             latencies.extend(stamp_ms - value for value in millis if value >= since_ms)
     return sorted(latencies)
 
@@ -137,11 +144,10 @@ def _python_sends(args: argparse.Namespace, broker: RmqSparkBroker) -> dict[str,
     assert broker.process is not None
     producers = make_producers(rocketmq, broker.endpoint, args.threads)
     body = os.urandom(args.body_bytes)
-    warm_up(rocketmq, producers, TOPIC, body, 10)
-    # The paced phase starts in a later millisecond than the last warm-up send was stored in
-    # (a fast SYNC reply can come back within the millisecond of its store timestamp).
-    since_ms = int(time.time() * 1000) + 1
-    time.sleep(max(0.0, since_ms / 1000 - time.time()))
+    # The warm-up goes to a topic of its own: the timed rows are the paced topic's, exactly,
+    # whatever millisecond the clock puts either phase in.
+    warm_up(rocketmq, producers, WARM_UP_TOPIC, body, 10)
+    since_ms = int(time.time() * 1000)  # for the commit gaps only
     sends = paced(
         rocketmq, producers, TOPIC, body, args.rate, args.seconds, [broker.process.pid], 0
     )
@@ -207,7 +213,7 @@ def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
             job.wait(120)
     since_ms = int(sends.pop("since_ms"))
     sends.pop("stored")
-    latencies = visible_latencies_ms(tables / "messages", "store_timestamp", since_ms)
+    latencies = visible_latencies_ms(tables / "messages", "store_timestamp", 0, TOPIC)
     log_text = log_path.read_text(errors="replace")
     return {
         "system": "rmq-spark",
