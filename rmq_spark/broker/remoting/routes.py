@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from rmq_spark.broker.remoting import produce
+from rmq_spark.broker.remoting import admin, produce
 from rmq_spark.broker.remoting.calls import Deps, Handler
 
 __all__ = ["build_routes"]
 
-_MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (produce.handlers,)
+_MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (
+    produce.handlers,
+    admin.handlers,
+)
 
 
 def build_routes(deps: Deps) -> dict[int, Handler]:
