@@ -383,6 +383,12 @@ class TopicTable:
             change = self._changed_locked(topic, TopicConfig(topic, queue_count, queue_count))
         self._written_later(change)
 
+    def queue_count(self, topic: str) -> int | None:
+        """The queue count of the stored topic ``topic``; None when the table has no such
+        topic (never creates one: a reader's question)."""
+        with self._lock:
+            return self._queue_counts.get(topic)
+
     def snapshot(self) -> dict[str, int]:
         """Topic -> queue count, as now."""
         with self._lock:
