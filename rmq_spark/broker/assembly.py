@@ -23,13 +23,16 @@ from types import TracebackType
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.consumer.ports import ConsumerWiring
 from rmq_spark.broker.consumer.service import ConsumeService
+from rmq_spark.broker.remoting.calls import Deps
+from rmq_spark.broker.remoting.endpoint import RemotingEndpoint, remoting_bind
+from rmq_spark.broker.security.tls import TlsFiles
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.clock import Clock
 from rmq_spark.errors import BrokerError, StoreLockedError
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
 
-__all__ = ["OpenBroker", "open_broker", "open_store"]
+__all__ = ["OpenBroker", "open_broker", "open_remoting", "open_store"]
 
 
 def open_store(store_config: StoreConfig, clock: Clock) -> MessageStore:
@@ -126,3 +129,18 @@ def open_broker(
         core.close()
         raise
     return OpenBroker(store, service, consume, core)
+
+
+def open_remoting(
+    broker: OpenBroker, config: BrokerConfig, tls: TlsFiles | None, grpc_port: int
+) -> RemotingEndpoint | None:
+    """Serve RocketMQ's remoting protocol over ``broker`` on ``config.remoting_listen`` (one of
+    its ``fronts``); ``None`` when that is empty. ``grpc_port``: the bound gRPC port (``auto``
+    listens next to it)."""
+    where = remoting_bind(config, grpc_port)
+    if where is None:
+        return None
+    deps = Deps(broker.service, broker.store, config, broker.consume)
+    endpoint = RemotingEndpoint(deps, tls, *where).start()
+    broker.fronts.callback(endpoint.stop)
+    return endpoint

@@ -21,6 +21,7 @@ _MIB = 1024 * 1024
 @dataclass(frozen=True, slots=True)
 class BrokerConfig:
     listen: str = "127.0.0.1:8081"  # host:port the gRPC server binds (port 0: any free port)
+    remoting_listen: str = "auto"  # remoting host:port; auto: the gRPC port - 1; "": off
     advertised_host: str = ""  # host put in routes for clients; empty: the listen host
     broker_name: str = "broker-a"  # broker name in the routes clients receive
     cluster_name: str = "DefaultCluster"  # stored as the CLUSTER property of every message
@@ -72,6 +73,11 @@ class BrokerConfig:
             parse_listen(self.listen)
         except ValueError as err:
             raise ValueError(f"listen: {err}") from None
+        if self.remoting_listen.strip() not in ("", "auto"):
+            try:
+                parse_listen(self.remoting_listen)
+            except ValueError as err:
+                raise ValueError(f"remoting_listen: {err}") from None
         if self.metrics_listen:
             try:
                 parse_listen(self.metrics_listen)

@@ -22,12 +22,13 @@ from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
-from rmq_spark.broker.assembly import open_broker
+from rmq_spark.broker.assembly import open_broker, open_remoting
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.consumer.ports import ConsumerWiring
 from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.consumer_client import Consumer
 from rmq_spark.broker.message_id import MessageIdGenerator
+from rmq_spark.broker.remoting.endpoint import RemotingEndpoint
 from rmq_spark.broker.server import GrpcEndpoint
 from rmq_spark.broker.service import BrokerService, MessageKind, SendCommand, SendOutcome
 from rmq_spark.clock import Clock, SystemClock
@@ -85,15 +86,17 @@ class Broker:
         self.consume: ConsumeService = self._parts.consume
         self._ids = MessageIdGenerator(self._clock)
         self._endpoint: GrpcEndpoint | None = None
+        self.remoting: RemotingEndpoint | None = None  # RocketMQ 4.x clients, with listen=
         self._closed = False
         if listen is not None:
             try:
                 endpoint = GrpcEndpoint(self.service, self._broker_config, self.consume).start()
+                self._parts.fronts.callback(endpoint.stop)
+                self._endpoint = endpoint
+                self.remoting = open_remoting(self._parts, self._broker_config, None, endpoint.port)
             except BaseException:
                 self._parts.close()
                 raise
-            self._parts.fronts.callback(endpoint.stop)
-            self._endpoint = endpoint
 
     @property
     def address(self) -> str:

@@ -30,7 +30,7 @@ from typing import Any
 
 import grpc
 
-from rmq_spark.broker.assembly import OpenBroker, open_broker
+from rmq_spark.broker.assembly import OpenBroker, open_broker, open_remoting
 from rmq_spark.broker.config import BrokerConfig, parse_listen
 from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.cpu_share import take_own_cpu_share
@@ -42,6 +42,7 @@ from rmq_spark.broker.grpc.grpc_api import (
     grpc_server_options,
 )
 from rmq_spark.broker.metrics import MetricsEndpoint
+from rmq_spark.broker.remoting.endpoint import RemotingEndpoint, remoting_bind
 from rmq_spark.broker.remoting.registration import (
     add_namesrv_arguments,
     namesrv_overrides,
@@ -306,12 +307,16 @@ def run_broker(
         for sig in (signal.SIGTERM, signal.SIGINT):
             process.callback(signal.signal, sig, signal.signal(sig, on_signal))
         check_port_free(host, port)
-        config = store_config_for(store_config, host, port)
+        # STOREHOST: where tools dial an offset message id (the remoting port when served).
+        remoting_at = remoting_bind(broker_config, port)
+        config = store_config_for(store_config, host, remoting_at[1] if remoting_at else port)
         broker = process.enter_context(open_broker(config, broker_config, clock))
-        endpoint, metrics = _serve(broker, broker_config, store_config.root_dir)
+        endpoint, metrics, remoting = _serve(broker, broker_config, store_config.root_dir)
         started_s = time.monotonic()
         _log_started(endpoint, metrics, store_config, broker_config)
-        namesrv = start_registration(broker_config, endpoint.port, broker.service.topics.snapshot)
+        # Name servers hand out the remoting address (4.x clients and tools dial it).
+        registered = remoting.port if remoting is not None else endpoint.port
+        namesrv = start_registration(broker_config, registered, broker.service.topics.snapshot)
         if namesrv is not None:
             broker.announcers.callback(namesrv.stop)
         open_warning = open_listener_warning(broker_config)
@@ -333,19 +338,20 @@ def run_broker(
 
 def _serve(
     broker: OpenBroker, config: BrokerConfig, root_dir: Path
-) -> tuple[GrpcEndpoint, MetricsEndpoint | None]:
+) -> tuple[GrpcEndpoint, MetricsEndpoint | None, RemotingEndpoint | None]:
     """Start the network parts over ``broker`` (its ``fronts``: stopped when it closes)."""
     ensure_fd_limit(config.max_connections)
     tls = resolve_tls(config, root_dir)
     endpoint = GrpcEndpoint(broker.service, config, broker.consume, tls).start()
     broker.fronts.callback(endpoint.stop)
+    remoting = open_remoting(broker, config, tls, endpoint.port)
     metrics = None
     if config.metrics_listen:
         metrics = MetricsEndpoint(
             config.metrics_listen, broker.service, broker.consume, broker.store
         ).start()
         broker.fronts.callback(metrics.stop)
-    return endpoint, metrics
+    return endpoint, metrics, remoting
 
 
 def _log_started(

@@ -4,9 +4,10 @@
 ``broker.broker_name`` and ``broker.cluster_name``; ``start_registration`` starts a
 ``NamesrvRegistration`` for them (``None`` without name servers: nothing changes).
 
-The address registered is where clients reach the broker: today the gRPC access point
-(``broker.advertised_host`` or the listen host, and the bound port), as the remoting server is
-not built yet. The HA address is RocketMQ's default, port + 1; nothing listens there.
+The address registered is where 4.x clients and tools reach the broker: the remoting port
+(``broker.advertised_host`` or the listen host, and the bound remoting port; the gRPC port
+when ``broker.remoting_listen`` is empty). The HA address is RocketMQ's default, port + 1;
+nothing listens there.
 """
 
 from __future__ import annotations
