@@ -1,5 +1,5 @@
 """The pure rules of the remoting consume codes (issue 26): the PULL_MESSAGE status table and
-batch, the 4.x client registry, queue locks."""
+batch, the 4.x client registry, queue locks, the consume-stats body, the ACL rows."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ import json
 import pytest
 
 from rmq_spark.broker.remoting import pull_rules as rules
+from rmq_spark.broker.remoting.calls import Call
+from rmq_spark.broker.remoting.codec import RemotingCommand
+from rmq_spark.broker.remoting.codes import RequestCode
+from rmq_spark.broker.remoting.consume_stats import format_consume_stats
 from rmq_spark.broker.remoting.consumer_links import (
     CLIENT_EXPIRY_MS,
     CLIENT_IDS_PER_LINK_MAX,
@@ -15,6 +19,7 @@ from rmq_spark.broker.remoting.consumer_links import (
     HeartbeatError,
     parse_heartbeat,
 )
+from rmq_spark.broker.remoting.permissions import needs_of_call
 from rmq_spark.broker.remoting.queue_locks import LOCK_EXPIRY_MS, QueueLocks
 from rmq_spark.store.consume_queue import PRE_BLANK_UNIT, CqUnit
 
@@ -227,3 +232,58 @@ def test_unlock_frees_only_the_callers_locks() -> None:
     assert locks.try_lock("g", "b", [Q0], 2) == [Q0]
     locks.drop_client("b")
     assert locks.holder("g", Q0, 3) is None
+
+
+# --- GET_CONSUME_STATS body ---------------------------------------------------------------------
+
+
+def test_consume_stats_body_is_fastjsons_object_keyed_map() -> None:
+    body = format_consume_stats("broker-a", [("T", 0, 10, 4, 123), ("T", 1, 0, 0, 0)])
+    assert body == (
+        b'{"consumeTps":0.0,"offsetTable":{'
+        b'{"brokerName":"broker-a","queueId":0,"topic":"T"}:'
+        b'{"brokerOffset":10,"consumerOffset":4,"lastTimestamp":123,"pullOffset":4},'
+        b'{"brokerName":"broker-a","queueId":1,"topic":"T"}:'
+        b'{"brokerOffset":0,"consumerOffset":0,"lastTimestamp":0,"pullOffset":0}}}'
+    )
+
+
+# --- the ACL rows of the consume codes ---------------------------------------------------------
+
+
+class _Link:
+    link_id = 1
+
+
+def _call(code: int, fields: dict[str, str] | None = None, body: bytes = b"") -> Call:
+    return Call(RemotingCommand(code=code, ext_fields=fields, body=body), _Link())  # type: ignore[arg-type]
+
+
+def _names(code: int, fields: dict[str, str] | None = None, body: bytes = b"") -> set[str]:
+    needs = needs_of_call(_call(code, fields, body))
+    assert isinstance(needs, list)
+    return {f"{n.resource_type}:{n.name}:{'|'.join(a.value for a in n.actions)}" for n in needs}
+
+
+def test_a_pull_needs_sub_on_group_and_topic_and_its_retry_topic_is_the_groups() -> None:
+    fields = {"consumerGroup": "g", "topic": "T", "queueId": "0"}
+    assert _names(RequestCode.PULL_MESSAGE, fields) == {"Group:g:Sub", "Topic:T:Sub"}
+    retry = {**fields, "topic": "%RETRY%g"}
+    assert _names(RequestCode.PULL_MESSAGE, retry) == {"Group:g:Sub"}
+    other = {**fields, "topic": "%RETRY%victim"}  # another group's retries: that group's Sub
+    assert _names(RequestCode.PULL_MESSAGE, other) == {"Group:g:Sub", "Group:victim:Sub"}
+    for code in (RequestCode.QUERY_CONSUMER_OFFSET, RequestCode.UPDATE_CONSUMER_OFFSET):
+        assert _names(code, fields) == {"Group:g:Sub", "Topic:T:Sub"}
+    assert _names(RequestCode.GET_MAX_OFFSET, {"topic": "T"}) == {"Topic:T:Sub"}
+    back = {"group": "g", "originTopic": "T", "offset": "1"}
+    assert _names(RequestCode.CONSUMER_SEND_MSG_BACK, back) == {"Group:g:Sub", "Topic:T:Sub"}
+
+
+def test_heartbeat_and_lock_bodies_name_their_groups_and_topics() -> None:
+    beat = _beat("c", group="g", topics=("T", "%RETRY%g"))
+    assert _names(RequestCode.HEART_BEAT, body=beat) == {"Group:g:Sub", "Topic:T:Sub"}
+    lock = json.dumps(
+        {"consumerGroup": "g", "clientId": "c", "mqSet": [{"topic": "T", "queueId": 0}]}
+    ).encode()
+    assert _names(RequestCode.LOCK_BATCH_MQ, body=lock) == {"Group:g:Sub", "Topic:T:Sub"}
+    assert _names(RequestCode.UNLOCK_BATCH_MQ, body=b"junk") == {"Group::Sub"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-__all__ = ["LOCK_EXPIRY_MS", "LOCKS_PER_REQUEST_MAX", "QueueKey", "QueueLocks"]
+__all__ = ["LOCKS_PER_REQUEST_MAX", "LOCK_EXPIRY_MS", "QueueKey", "QueueLocks"]
 
 LOCK_EXPIRY_MS = 60_000
 LOCKS_PER_REQUEST_MAX = 1024  # queues in one LOCK_BATCH_MQ / UNLOCK_BATCH_MQ body

@@ -10,12 +10,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from rmq_spark.broker.remoting import produce
+from rmq_spark.broker.remoting import (
+    consume,
+    consume_stats,
+    locks,
+    offsets_remote,
+    produce,
+    pull,
+    send_back_remote,
+)
 from rmq_spark.broker.remoting.calls import Deps, Handler
 
 __all__ = ["build_routes"]
 
-_MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (produce.handlers,)
+_MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (
+    produce.handlers,
+    consume.handlers,
+    pull.handlers,
+    offsets_remote.handlers,
+    send_back_remote.handlers,
+    locks.handlers,
+    consume_stats.handlers,
+)
 
 
 def build_routes(deps: Deps) -> dict[int, Handler]:
