@@ -126,7 +126,8 @@ class SendCommand:
     born_host: HostAddress | None = None
     born_host_text: str = ""
     trace_context: str = ""
-    delay_level: int | None = None  # RocketMQ 4 style delay level (embedded sends only)
+    delay_level: int | None = None  # RocketMQ 4 style delay level (embedded, remoting sends)
+    queue_id: int | None = None  # the queue a 4.x producer chose; None: the broker picks
 
 
 @dataclass(frozen=True, slots=True)

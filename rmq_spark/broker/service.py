@@ -345,7 +345,16 @@ class BrokerService:
         route = self.route(command.topic, command.namespace, client=client)
         if route.code is not SendCode.OK:
             return reject(route.code, route.reason, command.message_id)
-        if command.message_group is not None:
+        if command.queue_id is not None:  # a remoting producer's own choice
+            if not 0 <= command.queue_id < route.queue_count:
+                return reject(
+                    SendCode.BAD_REQUEST,
+                    f"queueId {command.queue_id} is not a queue of {route.topic} "
+                    f"({route.queue_count} queues)",
+                    command.message_id,
+                )
+            queue_id = command.queue_id
+        elif command.message_group is not None:
             queue_id = group_queue_id(command.message_group, route.queue_count)
         else:
             queue_id = self.topics.next_queue_id(route.topic, route.queue_count)

@@ -1,13 +1,102 @@
 """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE: a 4.x producer's send, through the one
-send path (``BrokerService``)."""
+send path (``BrokerService``).
+
+A single message is ``BrokerService.send_async`` (awaited on the loop, as the gRPC front
+does); a batch is checked whole first (``BrokerService.validate`` of every message: one bad
+message refuses the batch and stores nothing, as RocketMQ's all-or-nothing batch put does),
+then ``BrokerService.send_batch`` (one store write) on a worker thread. The answer is what a
+RocketMQ broker answers (REMOTING_PROTOCOL.md 4.1): ``msgId`` the offset message id of the
+stored record (comma-joined for a batch), ``queueId``, ``queueOffset`` (the first message's),
+``transactionId`` (the UNIQ_KEY), ``MSG_REGION`` and ``TRACE_ON``. A refusal maps its
+``SendCode`` to the response code a 4.x client acts on (``_CODES``).
+"""
 
 from __future__ import annotations
 
-from rmq_spark.broker.remoting.calls import Deps, Handler
+import asyncio
+import logging
 
-__all__ = ["handlers"]
+from rmq_spark.broker.message_id import MessageIdGenerator
+from rmq_spark.broker.remoting.calls import Call, Deps, Handler
+from rmq_spark.broker.remoting.codec import RemotingCommand
+from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
+from rmq_spark.broker.remoting.send_wire import commands_of
+from rmq_spark.broker.send_model import SendCode, SendOutcome
+from rmq_spark.store.message import HostAddress
+from rmq_spark.store.msg_id import offset_msg_id
+
+__all__ = ["handlers", "response_code"]
+
+log = logging.getLogger("rmq_spark.broker")
+
+REGION = "DefaultRegion"  # RocketMQ's default regionId
+
+# SendCode -> what a RocketMQ broker answers for the same refusal. A 4.x producer retries
+# SYSTEM_ERROR, NO_PERMISSION, TOPIC_NOT_EXIST and SERVICE_NOT_AVAILABLE (on another broker);
+# a flush timeout is SYSTEM_ERROR here since the outcome carries no position (the retry is
+# answered from the first put: sends are idempotent on UNIQ_KEY).
+_CODES = {
+    SendCode.OK: ResponseCode.SUCCESS,
+    SendCode.BAD_REQUEST: ResponseCode.INVALID_PARAMETER,
+    SendCode.ILLEGAL_TOPIC: ResponseCode.INVALID_PARAMETER,
+    SendCode.TOPIC_NOT_FOUND: ResponseCode.TOPIC_NOT_EXIST,
+    SendCode.UNSUPPORTED: ResponseCode.NO_PERMISSION,
+    SendCode.SHUTTING_DOWN: ResponseCode.SERVICE_NOT_AVAILABLE,
+    SendCode.FLUSH_TIMEOUT: ResponseCode.SYSTEM_ERROR,
+    SendCode.STORE_ERROR: ResponseCode.SYSTEM_ERROR,
+}
+
+
+def response_code(code: SendCode) -> ResponseCode:
+    """The remoting response code of a send outcome (the message checks: MESSAGE_ILLEGAL)."""
+    return _CODES.get(code, ResponseCode.MESSAGE_ILLEGAL)
 
 
 def handlers(deps: Deps) -> dict[int, Handler]:
     """The produce codes' handlers over ``deps.service``."""
-    return {}
+    sender = _Sender(deps)
+    return {
+        RequestCode.SEND_MESSAGE: sender.send,
+        RequestCode.SEND_MESSAGE_V2: sender.send,
+        RequestCode.SEND_BATCH_MESSAGE: sender.send,
+    }
+
+
+class _Sender:
+    def __init__(self, deps: Deps) -> None:
+        self._service = deps.service
+        self._store_host = HostAddress.parse(deps.store.config.store_host)
+        self._ids = MessageIdGenerator(deps.service.clock)
+
+    async def send(self, call: Call) -> RemotingCommand:
+        service = self._service
+        _, queue_id, commands = commands_of(
+            call, service.clock.now_ms(), service.max_message_size_bytes, self._ids.next_id
+        )
+        if call.code != RequestCode.SEND_BATCH_MESSAGE:
+            return self._answer(call, queue_id, [await service.send_async(commands[0])])
+        for command in commands:
+            refused = service.validate(command)
+            if refused is not None:
+                return self._answer(call, queue_id, [refused])
+        outcomes = await asyncio.to_thread(service.send_batch, commands)
+        return self._answer(call, queue_id, outcomes)
+
+    def _answer(
+        self, call: Call, queue_id: int | None, outcomes: list[SendOutcome]
+    ) -> RemotingCommand:
+        failed = next((o for o in outcomes if not o.ok), None)
+        if failed is not None:
+            log.debug("remoting: send refused: %s %s", failed.code.name, failed.reason)
+            return call.reply(response_code(failed.code), failed.reason or failed.code.name)
+        first = outcomes[0]
+        msg_ids = ",".join(offset_msg_id(self._store_host, o.physical_offset) for o in outcomes)
+        fields = {
+            "msgId": msg_ids,
+            "queueId": str(queue_id if queue_id is not None else first.queue_id),
+            "queueOffset": str(first.queue_offset),
+            "transactionId": first.message_id,
+            "MSG_REGION": REGION,
+            "TRACE_ON": "true",
+        }
+        return call.reply(ResponseCode.SUCCESS, None, fields)
