@@ -135,7 +135,9 @@ def by_pulled(service: SendBackPort, group: str, pulled: ByPulled) -> PutResult 
     if pulled.topic not in (stored, shown) or not _consumable(stored, group):
         return Refused(f"the record at {pulled.physical_offset} is not {pulled.topic!r}'s")
     limit = service.max_reconsume(group) if pulled.max_reconsume is None else pulled.max_reconsume
-    copy = send_back_request(record, group, limit, delay_level=pulled.delay_level)
+    copy = send_back_request(
+        record, group, limit, delay_level=pulled.delay_level, keep_message_id=True
+    )
     return service.put_send_back(copy)
 
 
