@@ -345,3 +345,22 @@ def test_consume_stats_show_committed_against_max(client) -> None:
 
 def test_the_broker_is_still_up(served) -> None:
     assert served[0].proc.poll() is None
+
+
+def test_a_heartbeat_flood_of_groups_creates_retry_topics_within_the_creation_budget(
+    client,
+) -> None:
+    groups = [
+        {"groupName": f"gFlood{i}", "consumeType": "CONSUME_PASSIVELY",
+         "messageModel": "CLUSTERING", "subscriptionDataSet": []}
+        for i in range(200)
+    ]  # fmt: skip
+    body = json.dumps({"clientID": "flood@1", "consumerDataSet": groups}).encode()
+    assert call(client, request(RequestCode.HEART_BEAT, body=body)).code == ResponseCode.SUCCESS
+
+    def exists(group: str) -> bool:
+        fields = {"topic": f"%RETRY%{group}", "queueId": 0}
+        return call(client, request(RequestCode.GET_MAX_OFFSET, fields)).code == 0
+
+    assert exists("gFlood0")
+    assert not exists("gFlood199")  # over auto_create_topics_burst (100) from one address

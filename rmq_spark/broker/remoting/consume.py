@@ -127,8 +127,12 @@ def _heartbeat_handler(consumers: RemoteConsumers) -> Handler:
             "address": f"{link.peer_host}:{link.peer_port}",
         }
         changed = consumers.links.register(link.link_id, beat, consumers.now_ms(), **about)
+        topics = consumers.deps.service.topics
         for data in beat.consumers:
-            consumers.deps.service.topics.add_internal(retry_topic(data.group), 1)
+            # A heartbeat from anywhere may name any group: its retry topic is a creation
+            # like a producer's (the same per-address budget); the first send-back of the
+            # group creates it otherwise.
+            topics.add_internal(retry_topic(data.group), 1, client=link.peer_host)
         consumers.notify(changed)
         return call.reply(ResponseCode.SUCCESS)
 
