@@ -11,6 +11,7 @@ BIN := $(VENV)/bin
 DEPS_STAMP := $(VENV)/.deps-installed
 JARS_STAMP := jars/manifest.txt
 ROCKETMQ_JARS_STAMP := jars/rocketmq/manifest.txt
+ROCKETMQ4_JARS_STAMP := jars/rocketmq4/manifest.txt
 LINK_STAMP := $(VENV)/.delta-jars-linked
 PYTEST_ARGS ?=
 
@@ -19,7 +20,7 @@ PYTEST_ARGS ?=
 help:
 	@sed -n '1,8p' Makefile
 
-setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP) $(ROCKETMQ_JARS_STAMP)
+setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP) $(ROCKETMQ_JARS_STAMP) $(ROCKETMQ4_JARS_STAMP)
 
 $(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
 	@scripts/bootstrap_venv.sh
@@ -32,6 +33,10 @@ $(JARS_STAMP): scripts/delta-jars.pom.xml scripts/fetch_jars.sh
 # never linked into pyspark (link_jars.sh links jars/manifest.txt only).
 $(ROCKETMQ_JARS_STAMP): scripts/rocketmq-jars.pom.xml scripts/fetch_rocketmq_jars.sh | $(JARS_STAMP)
 	@scripts/fetch_rocketmq_jars.sh
+
+# RocketMQ 4.9.8's Java client, for the tests of the broker's remoting port: its own folder too.
+$(ROCKETMQ4_JARS_STAMP): scripts/rocketmq4-jars.pom.xml scripts/fetch_rocketmq4_jars.sh | $(JARS_STAMP)
+	@scripts/fetch_rocketmq4_jars.sh
 
 $(LINK_STAMP): $(DEPS_STAMP) $(JARS_STAMP) scripts/link_jars.sh
 	@scripts/link_jars.sh

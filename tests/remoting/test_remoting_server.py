@@ -154,3 +154,42 @@ def test_remoting_listen_empty_serves_no_remoting(tmp_path: Path) -> None:
         assert not accepts(port)
     finally:
         assert broker.stop() == 0
+
+
+def _silent(port: int) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+def test_connection_caps_and_timeouts_are_the_grpc_ports(tmp_path: Path) -> None:
+    broker, port = start_remoting_broker(
+        tmp_path / "store", tmp_path / "work", "broker.max_connections_per_address=2",
+        "broker.handshake_timeout_ms=1500", "broker.connection_idle_timeout_ms=3000",
+    )  # fmt: skip
+    try:
+        # at the per-address cap the oldest connection without a whole frame gives way
+        first, second = _silent(port), _silent(port)
+        wait_for(lambda: "ready" if second.fileno() > 0 else None, 5, "connect")
+        proven = FrameClient(port)
+        wait_for(lambda: closed_by_peer(first), 10, "the oldest silent one to be closed")
+        assert proven.call(RemotingCommand(code=UNKNOWN, opaque=1)).opaque == 1
+        # a silent connection is closed after handshake_timeout_ms
+        wait_for(lambda: closed_by_peer(second), 10, "the silent one to time out")
+        # an answered connection left idle is closed after connection_idle_timeout_ms
+        wait_for(lambda: closed_by_peer(proven.sock), 15, "the idle one to be closed")
+        assert broker.proc.poll() is None
+        _still_serves(port)
+    finally:
+        assert broker.stop() == 0
+
+
+def test_the_embedded_broker_serves_remoting_next_to_grpc(tmp_path: Path) -> None:
+    from rmq_spark.broker.embedded import Broker
+
+    with Broker(tmp_path / "store", listen="127.0.0.1:0") as broker:
+        assert broker.remoting is not None and broker.remoting.port > 0
+        client = FrameClient(broker.remoting.port)
+        try:
+            answer = client.call(RemotingCommand(code=UNKNOWN, opaque=4))
+            assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        finally:
+            client.close()

@@ -19,7 +19,9 @@ from rmq_spark.broker.config import BrokerConfig, parse_namesrv_addr
 from rmq_spark.broker.remoting.namesrv_api import BrokerIdentity
 from rmq_spark.broker.remoting.namesrv_client import NamesrvRegistration
 
-__all__ = ["add_namesrv_arguments", "namesrv_overrides", "start_registration"]
+__all__ = ["DEFAULT_TOPIC", "add_namesrv_arguments", "namesrv_overrides", "start_registration"]
+
+DEFAULT_TOPIC = "TBW102"  # TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC
 
 
 def add_namesrv_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,4 +59,19 @@ def start_registration(
         ha_addr=f"{host}:{port + 1}",
     )
     interval_s = config.register_interval_ms / 1000
+    if config.auto_create_topics:
+        topics = _with_default_topic(topics, config.default_queue_count)
     return NamesrvRegistration(addresses, identity, topics, interval_s=interval_s).start()
+
+
+def _with_default_topic(
+    topics: Callable[[], Mapping[str, int]], queue_count: int
+) -> Callable[[], Mapping[str, int]]:
+    """``topics`` plus RocketMQ's ``TBW102``: a 4.x producer whose topic has no route yet
+    sends along TBW102's route, and the broker creates the topic on that first send (as a
+    RocketMQ broker with ``autoCreateTopicEnable``)."""
+
+    def with_default() -> Mapping[str, int]:
+        return {DEFAULT_TOPIC: queue_count, **topics()}
+
+    return with_default

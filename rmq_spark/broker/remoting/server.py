@@ -81,7 +81,8 @@ class RemotingServer:
         self.budget = InflightBytes(max(config.inflight_request_bytes_max, frame_max_bytes))
         self.connections: OrderedDict[Connection, None] = OrderedDict()  # oldest first
         self._per_address: dict[str, int] = {}
-        self._pending_sockets: set[socket.socket] = set()  # accepted, first byte not seen
+        # accepted, first byte not seen yet (oldest first): the first to give way at a cap
+        self._pending_sockets: OrderedDict[socket.socket, str] = OrderedDict()
         self._waiting: OrderedDict[Connection, None] = OrderedDict()  # for budget
         self._sock: socket.socket | None = None
         self._sweeper: asyncio.TimerHandle | None = None
@@ -161,9 +162,7 @@ class RemotingServer:
         if err.errno not in _OUT_OF_DESCRIPTORS:
             log.warning("remoting: accepting a connection failed: %s", err)
             return
-        victim = self._oldest_unproven(None)
-        if victim is not None:
-            self._evict(victim, f"accept failed ({err.strerror})")
+        if self._evict_unproven(None, f"accept failed ({err.strerror})"):
             return
         loop = asyncio.get_running_loop()
         assert self._sock is not None
@@ -182,15 +181,14 @@ class RemotingServer:
             host = host[len("::ffff:") :]
         c = self.config
         if self._per_address.get(host, 0) >= c.max_connections_per_address:
-            victim = self._oldest_unproven(host)
-            if not self._make_room(victim, conn, "broker.max_connections_per_address"):
+            if not self._make_room(host, conn, "broker.max_connections_per_address"):
                 return
         if len(self.connections) + len(self._pending_sockets) >= c.max_connections:
-            if not self._make_room(self._oldest_unproven(None), conn, "broker.max_connections"):
+            if not self._make_room(None, conn, "broker.max_connections"):
                 return
         self._per_address[host] = self._per_address.get(host, 0) + 1
         conn.setblocking(False)
-        self._pending_sockets.add(conn)
+        self._pending_sockets[conn] = host
         loop = asyncio.get_running_loop()
         deadline = loop.call_later(c.handshake_timeout_ms / 1000, self._first_byte_late, conn, host)
         loop.add_reader(conn.fileno(), self._first_byte, conn, host, address[1], deadline)
@@ -206,7 +204,7 @@ class RemotingServer:
             first = b""
         deadline.cancel()
         asyncio.get_running_loop().remove_reader(conn.fileno())
-        self._pending_sockets.discard(conn)
+        self._pending_sockets.pop(conn, None)
         tls = bool(first) and first[0] == TLS_RECORD_HANDSHAKE
         if not first or (tls and self._tls is None) or (not tls and not self._plaintext):
             why = "sent TLS but the port has no certificate" if tls else "sent plaintext"
@@ -221,10 +219,13 @@ class RemotingServer:
         if conn in self._pending_sockets:
             self._counts["expired"] += 1
             self._drop_socket(conn)
-            self._release_address(host)
 
     def _drop_socket(self, conn: socket.socket) -> None:
-        self._pending_sockets.discard(conn)
+        """Close an accepted socket whose first byte was not seen; its address count too."""
+        host = self._pending_sockets.pop(conn, None)
+        if host is None:
+            return
+        self._release_address(host)
         try:
             asyncio.get_running_loop().remove_reader(conn.fileno())
         except (ValueError, OSError):
@@ -263,26 +264,30 @@ class RemotingServer:
         else:
             self._per_address.pop(host, None)
 
-    def _oldest_unproven(self, host: str | None) -> Connection | None:
-        return next(
-            (c for c in self.connections if not c.proven and (host is None or c.peer_host == host)),
-            None,
+    def _evict_unproven(self, host: str | None, why: str) -> bool:
+        """Close the oldest connection (of ``host``) without a whole frame yet, if any."""
+        sock = next((s for s, h in self._pending_sockets.items() if host in (None, h)), None)
+        victim = next(
+            (c for c in self.connections if not c.proven and host in (None, c.peer_host)), None
         )
-
-    def _make_room(self, victim: Connection | None, conn: socket.socket, cap: str) -> bool:
-        if victim is None:
-            self._counts["refused"] += 1
-            conn.close()
-            self._warn(f"refused a connection at {cap}")
+        if sock is None and victim is None:
             return False
-        self._evict(victim, f"{cap} reached")
+        self._counts["evicted"] += 1
+        if sock is not None:
+            self._drop_socket(sock)
+        elif victim is not None:
+            victim.abort()
+            self.forget(victim)  # its count is free now, before the loop reports the close
+        self._warn(f"{why}: closed the oldest connection without a whole frame yet")
         return True
 
-    def _evict(self, victim: Connection, why: str) -> None:
-        self._counts["evicted"] += 1
-        victim.abort()
-        self.forget(victim)  # its count is free now, before the loop reports the close
-        self._warn(f"{why}: closed the oldest connection without a whole frame yet")
+    def _make_room(self, host: str | None, conn: socket.socket, cap: str) -> bool:
+        if self._evict_unproven(host, f"{cap} reached"):
+            return True
+        self._counts["refused"] += 1
+        conn.close()
+        self._warn(f"refused a connection at {cap}")
+        return False
 
     def _sweep(self) -> None:
         """Once a second: close connections past the handshake, stall or idle timeouts."""
