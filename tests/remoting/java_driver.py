@@ -1,5 +1,5 @@
-"""``ConsumeDriver.java`` (RocketMQ 4.9.8's client) as a subprocess driven line by line: one JVM
-for every scenario of a test module, under the machine-wide bench lock."""
+"""``ConsumeDriver.java`` (RocketMQ 4.9.8's client, ``java4.py``'s jars) as a subprocess driven
+line by line: one JVM for every scenario of a test module, under the machine-wide bench lock."""
 
 from __future__ import annotations
 
@@ -11,41 +11,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from namesrv_harness import REPO_ROOT
+from rmq_spark.jvm import java_command
 
-SOURCE = Path(__file__).parent / "java" / "ConsumeDriver.java"
 LOCK = "/tmp/bench.lock"
-
-
-def rocketmq4_jars() -> list[Path]:
-    """RocketMQ 4.9.8's client jars (``jars/rocketmq4``, or ``$RMQ_SPARK_ROCKETMQ4_JARS``)."""
-    folder = Path(os.environ.get("RMQ_SPARK_ROCKETMQ4_JARS", REPO_ROOT / "jars" / "rocketmq4"))
-    manifest = folder / "manifest.txt"
-    if not manifest.exists():
-        return []
-    return [folder / name for name in manifest.read_text().split()]
-
-
-def compile_driver(jars: Sequence[Path], classes: Path) -> None:
-    classes.mkdir(parents=True, exist_ok=True)
-    classpath = ":".join(str(jar) for jar in jars)
-    done = subprocess.run(
-        ["javac", "-nowarn", "-d", str(classes), "-cp", classpath, str(SOURCE)],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr[-2000:]
 
 
 class Driver:
     """The running JVM: ``do(command)`` waits for its OK; every output line is kept."""
 
-    def __init__(self, jars: Sequence[Path], classes: Path, namesrv: str, home: Path) -> None:
-        classpath = ":".join([*(str(j) for j in jars), str(classes)])
-        command = [
-            "flock", LOCK, "java", "-Xmx256m", f"-Duser.home={home}",
-            "-Drocketmq.client.rebalance.waitInterval=1000",
-            "-Drocketmq.client.logUseSlf4j=false", "-cp", classpath, "ConsumeDriver", namesrv,
-        ]  # fmt: skip
+    def __init__(self, class_path: Sequence[Path], namesrv: str, home: Path) -> None:
+        options = (f"-Duser.home={home}", "-Drocketmq.client.rebalance.waitInterval=1000")
+        command = ["flock", LOCK, *java_command("256m", class_path, *options)]
+        command += ["ConsumeDriver", namesrv]
         env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

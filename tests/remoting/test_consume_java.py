@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from broker.broker_harness import BrokerProcess, wait_for
 from consume_frames import call, records, request
-from java_driver import Driver, compile_driver, rocketmq4_jars
+from java4 import compile_check
+from java_driver import Driver
 from namesrv_harness import Namesrv
 from remoting_harness import FrameClient, start_remoting_broker
 
@@ -28,7 +29,6 @@ from rmq_spark.broker.remoting.pull_rules import FLAG_SUBSCRIPTION
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
-    pytest.mark.skipif(not rocketmq4_jars(), reason="needs jars/rocketmq4 (RocketMQ 4.9.8)"),
 ]
 
 TOPICS = "broker.topics=Split:4,Bcast:2,Retry:1,Fifo:2,Lite:1,Mixed:2,Reverse:2"
@@ -57,11 +57,10 @@ def world(
     broker, port = start_remoting_broker(
         root / "store", root / "work", TOPICS, f"broker.namesrv_addr={namesrv.addr}"
     )
-    jars = rocketmq4_jars()
-    compile_driver(jars, root / "classes")
+    class_path = compile_check("ConsumeDriver", root / "classes")
     home = root / "home"
     home.mkdir()
-    driver = Driver(jars, root / "classes", namesrv.addr, home)
+    driver = Driver(class_path, namesrv.addr, home)
     yield broker, port, driver
     driver.stop()
     assert broker.stop() == 0
