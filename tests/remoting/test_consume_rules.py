@@ -15,6 +15,7 @@ from rmq_spark.broker.remoting.consume_stats import format_consume_stats
 from rmq_spark.broker.remoting.consumer_links import (
     CLIENT_EXPIRY_MS,
     CLIENT_IDS_PER_LINK_MAX,
+    GROUPS_PER_LINK_MAX,
     ConsumerLinks,
     HeartbeatError,
     parse_heartbeat,
@@ -287,3 +288,29 @@ def test_heartbeat_and_lock_bodies_name_their_groups_and_topics() -> None:
     ).encode()
     assert _names(RequestCode.LOCK_BATCH_MQ, body=lock) == {"Group:g:Sub", "Topic:T:Sub"}
     assert _names(RequestCode.UNLOCK_BATCH_MQ, body=b"junk") == {"Group::Sub"}
+
+
+def test_one_connection_holds_a_bounded_number_of_group_memberships() -> None:
+    links = ConsumerLinks()
+    links.claim(1, "c")
+    for start in range(0, GROUPS_PER_LINK_MAX, 256):
+        beat = parse_heartbeat(_many_groups("c", range(start, start + 256)))
+        assert links.room(1, beat) is None
+        links.register(1, beat, 0)
+    again = parse_heartbeat(_many_groups("c", range(0, 256)))  # the same groups: no new ones
+    assert links.room(1, again) is None
+    one_more = parse_heartbeat(
+        _many_groups("c", range(GROUPS_PER_LINK_MAX, GROUPS_PER_LINK_MAX + 1))
+    )
+    assert links.room(1, one_more) is not None
+
+
+def _many_groups(client: str, numbers: range) -> bytes:
+    groups = [{"groupName": f"g{i}", "subscriptionDataSet": []} for i in numbers]
+    return json.dumps({"clientID": client, "consumerDataSet": groups}).encode()
+
+
+def test_consume_stats_of_a_named_topic_need_sub_on_it() -> None:
+    fields = {"consumerGroup": "g", "topic": "Payroll"}
+    assert _names(RequestCode.GET_CONSUME_STATS, fields) == {"Group:g:Sub", "Topic:Payroll:Sub"}
+    assert _names(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "g"}) == {"Group:g:Sub"}

@@ -117,6 +117,7 @@ def _heartbeat_handler(consumers: RemoteConsumers) -> Handler:
             if problem is not None:
                 return call.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, problem)
         refusal = consumers.links.claim(call.link.link_id, beat.client_id)
+        refusal = refusal or consumers.links.room(call.link.link_id, beat)
         if refusal is not None:
             return call.reply(ResponseCode.SYSTEM_ERROR, f"heartbeat refused: {refusal}")
         consumers.watch(call.link)

@@ -24,6 +24,7 @@ __all__ = [
     "ConsumerEntry",
     "ConsumerLinks",
     "GROUPS_PER_HEARTBEAT_MAX",
+    "GROUPS_PER_LINK_MAX",
     "Heartbeat",
     "HeartbeatError",
     "SUBSCRIPTIONS_PER_GROUP_MAX",
@@ -35,6 +36,7 @@ CLIENT_EXPIRY_MS = 120_000  # channelExpiredTimeout
 GROUPS_PER_HEARTBEAT_MAX = 256  # consumer plus producer groups in one heartbeat
 SUBSCRIPTIONS_PER_GROUP_MAX = 256
 CLIENT_IDS_PER_LINK_MAX = 8  # a Java client instance uses one id per connection
+GROUPS_PER_LINK_MAX = 1024  # (client id, consumer group) memberships one connection may hold
 _ID_LENGTH_MAX = 255
 
 
@@ -173,11 +175,24 @@ class ConsumerLinks:
             self.owners[client_id] = link
         return None
 
+    def room(self, link: Hashable, heartbeat: Heartbeat) -> str | None:
+        """Why the heartbeat would take ``link`` past ``GROUPS_PER_LINK_MAX`` memberships
+        (groups are never dropped by a later heartbeat, only by their connection's close)."""
+        held = sum(1 for m in self.consumers.values() for e in m.values() if e.link == link)
+        new = sum(
+            1
+            for data in heartbeat.consumers
+            if heartbeat.client_id not in self.consumers.get(data.group, {})
+        )
+        if held + new > GROUPS_PER_LINK_MAX:
+            return f"more than {GROUPS_PER_LINK_MAX} consumer groups on one connection"
+        return None
+
     def register(
         self, link: Hashable, heartbeat: Heartbeat, now_ms: int, **about: Any
     ) -> list[str]:
-        """Record a heartbeat (its client id already claimed); returns the consumer groups
-        whose members or subscriptions changed."""
+        """Record a heartbeat (its client id claimed, ``room`` checked); returns the consumer
+        groups whose members or subscriptions changed."""
         changed = []
         for data in heartbeat.consumers:
             members = self.consumers.setdefault(data.group, {})

@@ -69,7 +69,9 @@ PERMISSIONS: dict[int, Permission] = {
     RequestCode.LOCK_BATCH_MQ: Permission(body=rights.lock_needs),
     RequestCode.UNLOCK_BATCH_MQ: Permission(body=rights.lock_needs),
     RequestCode.GET_CONSUMER_CONNECTION_LIST: _GROUP,
-    RequestCode.GET_CONSUME_STATS: _GROUP,
+    RequestCode.GET_CONSUME_STATS: Permission(
+        group=("consumerGroup",), group_actions=_SUB, topic=("topic",), topic_actions=_SUB
+    ),
     # look-ups for tools: read a topic's data
     RequestCode.QUERY_MESSAGE: Permission(topic=("topic",), topic_actions=_SUB),
     RequestCode.VIEW_MESSAGE_BY_ID: _ADMIN,  # names a CommitLog offset, not a topic
