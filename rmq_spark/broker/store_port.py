@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from rmq_spark.broker.consumer.ports import ConsumerStore
+from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.consume_queues import ConsumeQueues
 from rmq_spark.store.latency import LatencySnapshot
@@ -41,6 +42,12 @@ class BrokerStore(ConsumerStore, Protocol):
 
     @property
     def consume_queues(self) -> ConsumeQueues: ...
+
+    @property
+    def commitlog(self) -> CommitLog:
+        """The segments: a record's stored bytes (``read(offset, size)``), as a remoting
+        pull sends them."""
+        ...
 
     def put_batch(self, requests: Sequence[PutRequest]) -> list[PutResult]:
         """All or nothing; one write, one fsync under SYNC."""

@@ -373,15 +373,25 @@ class TopicTable:
         if self._writer is not None:
             self._writer.close()
 
-    def add_internal(self, topic: str, queue_count: int = 1) -> None:
+    def add_internal(self, topic: str, queue_count: int = 1, *, client: str | None = None) -> bool:
         """Record a topic the broker itself writes (``%RETRY%group``, ``%DLQ%group``) so that
-        topics.json lists it; its name stays illegal for producers."""
+        topics.json lists it; its name stays illegal for producers. ``client`` (an address):
+        a new topic spends its creation budget; False (nothing created) when over it."""
         with self._lock:
             if topic in self._queue_counts:
-                return
+                return True
+            if client is not None and not self._budget.take(client):
+                return False
             self._queue_counts[topic] = queue_count
             change = self._changed_locked(topic, TopicConfig(topic, queue_count, queue_count))
         self._written_later(change)
+        return True
+
+    def queue_count(self, topic: str) -> int | None:
+        """The queue count of the stored topic ``topic``; None when the table has no such
+        topic (never creates one: a reader's question)."""
+        with self._lock:
+            return self._queue_counts.get(topic)
 
     def snapshot(self) -> dict[str, int]:
         """Topic -> queue count, as now."""

@@ -131,20 +131,34 @@ def send_back_uniq_key(group: str, origin_message_id: str, reconsume: int) -> st
 
 
 def send_back_request(
-    record: DecodedRecord, group: str, max_reconsume: int, attempts: int = 1
+    record: DecodedRecord,
+    group: str,
+    max_reconsume: int,
+    attempts: int = 1,
+    *,
+    delay_level: int = 0,
+    keep_message_id: bool = False,
 ) -> PutRequest:
     """The copy of a message ``group`` failed to consume, as RocketMQ's send-back: into
     ``%RETRY%<group>`` (delay level 3 + its reconsume times) while its reconsume times are
     below ``max_reconsume``, else into ``%DLQ%<group>``. ``attempts``: the failed deliveries
-    of this copy (a receipt's attempt; 1 for the Spark helper's). Idempotent (module doc)."""
+    of this copy (a receipt's attempt; 1 for the Spark helper's). ``delay_level`` as a 4.x
+    consumer asks: 0 the default, above 0 that level, below 0 straight to the DLQ.
+    Idempotent (module doc), unless ``keep_message_id``: a 4.x consumer's copy keeps the
+    message's UNIQ_KEY (its msgId across retries, as RocketMQ's), so a replayed send-back
+    may store a second copy (at least once)."""
     properties = parse_properties(record.record.properties)
     tried = prior_reconsumes(record, group) + attempts
-    if tried > max_reconsume:
+    if tried > max_reconsume or delay_level < 0:
         topic = f"%DLQ%{group}"
         copy = dlq_properties(record, properties, tried, max_reconsume)
         copy[DLQ_ORIGIN_MESSAGE_ID] = copy[ORIGIN_MESSAGE_ID]
     else:
         topic = f"%RETRY%{group}"
         copy = retry_properties(record, properties, tried, max_reconsume)
+        if delay_level > 0:
+            copy[DELAY] = str(delay_level)
+    if keep_message_id:
+        return group_copy_request(topic, record, copy, tried, idempotent=False)
     copy[UNIQ_KEY] = send_back_uniq_key(group, copy[ORIGIN_MESSAGE_ID], tried)
     return group_copy_request(topic, record, copy, tried, idempotent=True)

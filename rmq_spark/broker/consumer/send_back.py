@@ -38,12 +38,14 @@ from rmq_spark.store.put import PutRequest, PutResult
 
 __all__ = [
     "ByOffset",
+    "ByPulled",
     "ByReceipt",
     "Refused",
     "SEND_BACK_REFUSED",
     "SendBackPort",
     "SendBackRecord",
     "by_offset",
+    "by_pulled",
     "by_receipt",
     "send_back",
 ]
@@ -75,7 +77,19 @@ class ByReceipt:
     receipt_handle: str
 
 
-SendBackRecord = ByOffset | ByReceipt
+@dataclass(frozen=True, slots=True)
+class ByPulled:
+    """The record at a CommitLog offset that a 4.x consumer pulled as ``topic`` (remoting
+    ``CONSUMER_SEND_MSG_BACK``; the gate checked ``Sub`` on ``topic`` and the group), with
+    the consumer's delay level (0: the default) and retry limit (None: the group's)."""
+
+    physical_offset: int
+    topic: str
+    delay_level: int = 0
+    max_reconsume: int | None = None
+
+
+SendBackRecord = ByOffset | ByReceipt | ByPulled
 
 
 class SendBackPort(Protocol):
@@ -92,6 +106,8 @@ def send_back(service: SendBackPort, group: str, record: SendBackRecord) -> PutR
     """The send-back of ``record`` by ``group``: ``by_offset`` or ``by_receipt``."""
     if isinstance(record, ByOffset):
         return by_offset(service, group, record.physical_offset)
+    if isinstance(record, ByPulled):
+        return by_pulled(service, group, record)
     return by_receipt(service, group, record.topic, record.receipt_handle)
 
 
@@ -103,6 +119,26 @@ def by_offset(service: SendBackPort, group: str, physical_offset: int) -> PutRes
     if not _consumable(record.record.topic, group):
         return Refused(f"{record.record.topic!r} at {physical_offset} is no topic {group} reads")
     return service.put_send_back(send_back_request(record, group, service.max_reconsume(group)))
+
+
+def by_pulled(service: SendBackPort, group: str, pulled: ByPulled) -> PutResult | Refused:
+    """The copy of the record at ``pulled.physical_offset``, which must be a record of
+    ``pulled.topic`` (or the group's retry copy of one): the offset alone would let a caller
+    copy any record into a retry topic it reads."""
+    record = _read(service, pulled.physical_offset)
+    if isinstance(record, Refused):
+        return record
+    stored = record.record.topic
+    shown = stored
+    if stored == retry_topic(group):
+        shown = property_value(record.record.properties, RETRY_TOPIC) or stored
+    if pulled.topic not in (stored, shown) or not _consumable(stored, group):
+        return Refused(f"the record at {pulled.physical_offset} is not {pulled.topic!r}'s")
+    limit = service.max_reconsume(group) if pulled.max_reconsume is None else pulled.max_reconsume
+    copy = send_back_request(
+        record, group, limit, delay_level=pulled.delay_level, keep_message_id=True
+    )
+    return service.put_send_back(copy)
 
 
 def by_receipt(

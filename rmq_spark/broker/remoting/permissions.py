@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from rmq_spark.broker.remoting import consume_rights as rights
 from rmq_spark.broker.remoting.calls import Call
 from rmq_spark.broker.remoting.codes import RequestCode
 from rmq_spark.broker.security.acl import Action, Need
@@ -42,6 +43,9 @@ class Permission:
 _SEND = Permission(topic=("topic", "b"), topic_actions=_PUB)
 _ANY_USER = Permission()  # any authenticated user: names no resource
 _ADMIN = Permission(admin=True)
+_GROUP_TOPIC = Permission(body=rights.group_and_topic_needs)
+_TOPIC = Permission(body=rights.topic_needs)
+_GROUP = Permission(group=("consumerGroup",), group_actions=_SUB)
 
 PERMISSIONS: dict[int, Permission] = {
     # produce
@@ -49,8 +53,25 @@ PERMISSIONS: dict[int, Permission] = {
     RequestCode.SEND_MESSAGE_V2: _SEND,
     RequestCode.SEND_BATCH_MESSAGE: _SEND,
     # client bookkeeping every producer and consumer sends
-    RequestCode.HEART_BEAT: _ANY_USER,
-    RequestCode.UNREGISTER_CLIENT: _ANY_USER,
+    RequestCode.HEART_BEAT: Permission(body=rights.heartbeat_needs),
+    RequestCode.UNREGISTER_CLIENT: _ANY_USER,  # only the caller's own client ids (consume.py)
+    # consume (consume_rights.py: a group's %RETRY% topic is the group's)
+    RequestCode.PULL_MESSAGE: _GROUP_TOPIC,
+    RequestCode.LITE_PULL_MESSAGE: _GROUP_TOPIC,
+    RequestCode.QUERY_CONSUMER_OFFSET: _GROUP_TOPIC,
+    RequestCode.UPDATE_CONSUMER_OFFSET: _GROUP_TOPIC,
+    RequestCode.GET_MIN_OFFSET: _TOPIC,
+    RequestCode.GET_MAX_OFFSET: _TOPIC,
+    RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: _TOPIC,
+    RequestCode.GET_EARLIEST_MSG_STORETIME: _TOPIC,
+    RequestCode.CONSUMER_SEND_MSG_BACK: Permission(body=rights.send_back_needs),
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: _GROUP,
+    RequestCode.LOCK_BATCH_MQ: Permission(body=rights.lock_needs),
+    RequestCode.UNLOCK_BATCH_MQ: Permission(body=rights.lock_needs),
+    RequestCode.GET_CONSUMER_CONNECTION_LIST: _GROUP,
+    RequestCode.GET_CONSUME_STATS: Permission(
+        group=("consumerGroup",), group_actions=_SUB, topic=("topic",), topic_actions=_SUB
+    ),
     # look-ups for tools: read a topic's data
     RequestCode.QUERY_MESSAGE: Permission(topic=("topic",), topic_actions=_SUB),
     RequestCode.VIEW_MESSAGE_BY_ID: _ADMIN,  # names a CommitLog offset, not a topic

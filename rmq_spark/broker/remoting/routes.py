@@ -10,7 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from rmq_spark.broker.remoting import admin, produce
+from rmq_spark.broker.remoting import (
+    admin,
+    consume,
+    consume_stats,
+    locks,
+    offsets_remote,
+    produce,
+    pull,
+    send_back_remote,
+)
 from rmq_spark.broker.remoting.calls import Deps, Handler
 
 __all__ = ["build_routes"]
@@ -18,6 +27,12 @@ __all__ = ["build_routes"]
 _MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (
     produce.handlers,
     admin.handlers,
+    consume.handlers,
+    pull.handlers,
+    offsets_remote.handlers,
+    send_back_remote.handlers,
+    locks.handlers,
+    consume_stats.handlers,
 )
 
 
