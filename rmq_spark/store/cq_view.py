@@ -65,6 +65,7 @@ class CqView:
         self.queue_id = int(self.directory.name) if self.directory.name.isdigit() else -1
         self.bases = bases
         self._fds: dict[int, int] = {}
+        self._loaded: np.ndarray | None = None
         self.min_offset = bases[0] if bases else 0
         self.max_offset = self.min_offset
         previous = -1
@@ -76,15 +77,19 @@ class CqView:
                 break  # the end is in this file: a later one's units are past it
 
     @classmethod
-    def open(cls, directory: str | Path) -> CqView:
-        """The queue whose files are in ``directory`` (none: an empty queue)."""
+    def open(cls, directory: str | Path, log_min_offset: int | None = None) -> CqView:
+        """The queue whose files are in ``directory`` (none: an empty queue). With
+        ``log_min_offset`` (the CommitLog's oldest byte), ``min_offset`` is ``live_min`` of
+        it: the units of records retention deleted are left out."""
         path = Path(directory)
         try:
             names = [entry.name for entry in os.scandir(path) if entry.is_file()]
         except (FileNotFoundError, NotADirectoryError):
             names = []
-        bases = sorted(int(n) // CQ_UNIT_SIZE_BYTES for n in names if n.isdigit())
-        return cls(path, bases)
+        view = cls(path, sorted(int(n) // CQ_UNIT_SIZE_BYTES for n in names if n.isdigit()))
+        if log_min_offset is not None:
+            view.min_offset = view.live_min(log_min_offset)
+        return view
 
     # --- files ------------------------------------------------------------------------------
 
@@ -112,11 +117,20 @@ class CqView:
 
     # --- units ------------------------------------------------------------------------------
 
+    def load(self) -> CqView:
+        """Read every written unit now and serve later reads from memory (a caller making
+        thousands of probes, as the dashboard's traffic chart does). Returns ``self``."""
+        self._loaded = None
+        self._loaded = self.all_units()
+        return self
+
     def units(self, start: int, count: int) -> np.ndarray:
         """``UNIT_DTYPE`` units of queue offsets ``[start, start + count)`` within the
         written ones (item ``i`` is ``max(start, min_offset) + i``; shorter where a file
         is gone)."""
         index, end = max(start, self.min_offset), min(start + count, self.max_offset)
+        if self._loaded is not None:
+            return self._loaded[index - self.min_offset : max(index, end) - self.min_offset]
         parts: list[np.ndarray] = []
         while index < end:
             base = self._base_of(index)
@@ -140,6 +154,10 @@ class CqView:
         """(CommitLog offset, size) of a written unit; ``None`` outside them (or gone)."""
         if not self.min_offset <= queue_offset < self.max_offset:
             return None
+        loaded = self._loaded
+        if loaded is not None and queue_offset - self.min_offset < len(loaded):
+            item = loaded[queue_offset - self.min_offset]
+            return int(item["phys"]), int(item["size"])
         found = self.units(queue_offset, 1)
         return (int(found["phys"][0]), int(found["size"][0])) if len(found) else None
 
@@ -184,6 +202,11 @@ class CqView:
 
         start = self.min_offset if low is None else max(low, self.min_offset)
         return first_at_or_after(start, self.max_offset, timestamp_ms, stamp)
+
+    def size_bytes(self) -> int:
+        """The CommitLog bytes of the records the written units name."""
+        sizes = self.all_units()["size"]
+        return int(sizes[sizes != PRE_BLANK_SIZE].astype(np.int64).sum())
 
     def close(self) -> None:
         for fd in self._fds.values():
