@@ -2,8 +2,8 @@
 ``rmq-spark groups reset`` (``mqadmin resetOffsetByTime``'s job).
 
 Owns reading a store's consumer progress without opening the store: ``config/
-consumerOffset.json``, ``config/consumerInflight.json`` and the ConsumeQueue files (opened
-read-only, never recovered or truncated: units past the last written one are ignored), so it
+consumerOffset.json``, ``config/consumerInflight.json`` and the ConsumeQueue files (through
+``store.cq_view.CqView``: read-only, never recovered or truncated), so it
 works while a broker runs (what it shows is as of the broker's last save, at most a second
 old). The reset rewrites consumerOffset.json and drops the group's in-flight state for the
 topic, and refuses while a process holds the store's lock (a running broker would overwrite
@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import struct
 import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -30,65 +29,23 @@ from rmq_spark.broker.config_files.rocketmq_config_files import (
 from rmq_spark.broker.consumer.persist import INFLIGHT_FILE, offsets_file_lock
 from rmq_spark.broker.consumer.revive import REVIVE_GROUP
 from rmq_spark.errors import ConfigError, StoreLockedError, StoreMetadataError
-from rmq_spark.store.codec import DecodedRecord, decode_record
-from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
+from rmq_spark.store.consume_queue import PRE_BLANK_SIZE
+from rmq_spark.store.cq_view import CqView, queue_dirs
 from rmq_spark.store.fileio import write_file_atomically
+from rmq_spark.store.reader import read_record_at
 from rmq_spark.store.view import StoreView, broker_has_store_open
 
 __all__ = [
     "GroupQueueRow",
-    "QueueFiles",
     "group_rows",
     "register",
     "reset_offsets",
     "reset_offsets_on_broker",
 ]
 
-_UNIT = struct.Struct(">qiq")  # CommitLog offset, size, tags code (FORMAT.md 6)
 
-
-class QueueFiles:
-    """One ConsumeQueue's units, read-only: ``[min_offset, max_offset)`` are written."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        names = sorted(p.name for p in directory.iterdir() if p.name.isdigit())
-        self._files = [(int(name) // _UNIT.size, directory / name) for name in names]
-        self.min_offset = self._files[0][0] if self._files else 0
-        self.max_offset = self.min_offset
-        for base, path in self._files[-2:]:  # RocketMQ's recover: the valid prefix
-            data = path.read_bytes()
-            count = 0
-            while (count + 1) * _UNIT.size <= len(data):
-                offset, size, _tags = _UNIT.unpack_from(data, count * _UNIT.size)
-                if offset < 0 or size <= 0:
-                    break
-                count += 1
-            if count:
-                self.max_offset = base + count
-
-    def units(self, start: int, end: int) -> list[tuple[int, int]]:
-        """(CommitLog offset, size) of queue offsets ``[start, end)`` within the written ones."""
-        start, end = max(start, self.min_offset), min(end, self.max_offset)
-        out: list[tuple[int, int]] = []
-        for base, path in self._files:
-            if start >= end:
-                break
-            with path.open("rb") as handle:
-                handle.seek((start - base) * _UNIT.size)
-                data = handle.read((end - start) * _UNIT.size)
-            for position in range(0, len(data) - _UNIT.size + 1, _UNIT.size):
-                offset, size, _tags = _UNIT.unpack_from(data, position)
-                out.append((offset, size))
-            start += len(data) // _UNIT.size
-        return out
-
-
-def _queues(root: Path, topic: str) -> dict[int, QueueFiles]:
-    directory = root / CONSUME_QUEUE_DIR / topic
-    if not directory.is_dir():
-        return {}
-    return {int(p.name): QueueFiles(p) for p in directory.iterdir() if p.name.isdigit()}
+def _queues(root: Path, topic: str) -> dict[int, CqView]:
+    return {queue_id: CqView.open(path) for queue_id, path in queue_dirs(root, topic).items()}
 
 
 def _inflight(root: Path) -> dict[str, dict[str, dict[str, Any]]]:
@@ -139,14 +96,14 @@ def _row(
     topic: str,
     queue_id: int,
     queues: dict[int, int],
-    files: dict[int, QueueFiles],
+    files: dict[int, CqView],
     inflight: dict[str, dict[str, dict[str, Any]]],
     depth: tuple[int, int],
 ) -> GroupQueueRow:
     queue = files.get(queue_id)
     max_offset = queue.max_offset if queue is not None else 0
     committed = queues.get(queue_id, queue.min_offset if queue is not None else 0)
-    units = queue.units(committed, max_offset) if queue is not None else []
+    sizes = queue.units(committed, max_offset - committed)["size"] if queue is not None else []
     extra = inflight.get(f"{topic}@{group}", {}).get(str(queue_id), {})
     attempts = extra.get("attempts", {})
     return GroupQueueRow(
@@ -156,7 +113,7 @@ def _row(
         committed,
         max_offset,
         max(0, max_offset - committed),
-        sum(size for _offset, size in units),
+        sum(int(size) for size in sizes if size != PRE_BLANK_SIZE),
         sum(1 for a in attempts.values() if int(a) > 0),
         *depth,
     )
@@ -175,28 +132,18 @@ def _dlq_depth(root: Path, group: str) -> int:
     return sum(q.max_offset - q.min_offset for q in _queues(root, f"%DLQ%{group}").values())
 
 
-def _store_timestamp(view: StoreView, physical_offset: int, size: int) -> int:
+def _store_timestamp(view: StoreView, physical_offset: int) -> int:
+    """The store time of the record at ``physical_offset``; -1 when it is gone (older than
+    anything still there, for the search)."""
     span = view.span_at(physical_offset)
     if span is None:
         return -1  # deleted by retention: older than anything still there
-    with view.segment(span) as segment:
-        data = segment.read(physical_offset - span.base_offset, size)
-    decoded = decode_record(data, 0, path=str(segment.path), check_crc=False)
-    return decoded.record.store_timestamp_ms if isinstance(decoded, DecodedRecord) else -1
-
-
-def _offset_for_time(view: StoreView, queue: QueueFiles, timestamp_ms: int) -> int:
-    """The first queue offset stored at or after ``timestamp_ms`` (RocketMQ's
-    ``getOffsetInQueueByTime``); ``max_offset`` if none."""
-    low, high = queue.min_offset, queue.max_offset
-    while low < high:
-        middle = (low + high) // 2
-        [(offset, size)] = queue.units(middle, middle + 1)
-        if _store_timestamp(view, offset, size) >= timestamp_ms:
-            high = middle
-        else:
-            low = middle + 1
-    return low
+    try:
+        with view.segment(span) as segment:
+            found = read_record_at(segment, physical_offset, check_crc=False)
+    except FileNotFoundError:
+        return -1
+    return found.record.store_timestamp_ms if found is not None else -1
 
 
 def reset_offsets(
@@ -215,7 +162,9 @@ def reset_offsets(
     view = StoreView.open(root) if to_time_ms is not None else None
     for queue_id, queue in sorted(queues.items()):
         if view is not None and to_time_ms is not None:
-            new[queue_id] = _offset_for_time(view, queue, to_time_ms)
+            new[queue_id] = queue.offset_for_time(
+                to_time_ms, lambda at, view=view: _store_timestamp(view, at)
+            )
         else:
             wanted = to_offset if to_offset is not None else queue.min_offset
             new[queue_id] = max(queue.min_offset, min(wanted, queue.max_offset))

@@ -2,9 +2,9 @@
 
 Owns (1) translating the end of a committed micro-batch (one CommitLog offset) into a queue
 offset per (topic, queue) of the query's topics: the first unit whose record starts at or
-after the end, by binary search in the ConsumeQueue files (read-only, as ``rmq-spark groups``
-reads them); a queue whose ConsumeQueue lags behind the end gets what is dispatched, so the
-group never runs ahead of Spark's commit; (2) committing them forward only, through a running
+after the end, by binary search in the ConsumeQueue (``store.cq_view.CqView``, read-only);
+a queue whose ConsumeQueue lags behind the end gets what is dispatched, so the group never
+runs ahead of Spark's commit; (2) committing them forward only, through a running
 broker (gRPC GetOffset + UpdateOffset) or, with none, into consumerOffset.json under the
 offsets lock (``persist.commit_offsets_offline``); (3) the other way for
 ``startingOffsets=group``: the smallest physical offset that skips no unit at or after any
@@ -15,9 +15,7 @@ what other tools see.
 from __future__ import annotations
 
 import logging
-import os
 import re
-import struct
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -28,14 +26,12 @@ from rmq_spark.broker.consumer.persist import commit_offsets_offline
 from rmq_spark.broker.offset_client import OffsetClient
 from rmq_spark.errors import BrokerError, ConsumeRejectedError, GroupOffsetError, StoreLockedError
 from rmq_spark.spark.options import SourceOptions
-from rmq_spark.store.consume_queue import PRE_BLANK_UNIT
-from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
+from rmq_spark.store.cq_view import CqView, queue_dirs, queue_topics
 from rmq_spark.store.view import StoreView
 
 __all__ = [
     "GroupCommitter",
     "GroupSync",
-    "QueueIndex",
     "committer_for",
     "group_start_offset",
     "group_topics",
@@ -46,88 +42,11 @@ __all__ = [
 
 log = logging.getLogger("rmq_spark.spark")
 
-_UNIT = struct.Struct(">qiq")  # CommitLog offset, size, tags code (FORMAT.md 6)
 _SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "rmq_sys_", "%LMQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_")
 
 
 def retry_topic_of(group: str) -> str:
     return f"%RETRY%{group}"
-
-
-class QueueIndex:
-    """One ConsumeQueue's units, read-only: queue offsets ``[min_offset, max_offset)``.
-
-    The written end is found by binary search over the last files (units are written in
-    order; the unwritten rest of a file is zeros), so a look costs a few ``pread`` calls.
-    """
-
-    def __init__(self, directory: Path) -> None:
-        names = sorted(p.name for p in directory.iterdir() if p.name.isdigit())
-        self._files = [(int(name) // _UNIT.size, directory / name) for name in names]
-        self.min_offset = self._files[0][0] if self._files else 0
-        self.max_offset = self.min_offset
-        for base, path in reversed(self._files[-2:]):
-            count = _written_units(path)
-            if count:
-                self.max_offset = base + count
-                break
-
-    def _unit(self, index: int) -> tuple[int, int]:
-        base, path = max((f for f in self._files if f[0] <= index), key=lambda f: f[0])
-        with path.open("rb") as handle:
-            handle.seek((index - base) * _UNIT.size)
-            physical, size, _tags = _UNIT.unpack(handle.read(_UNIT.size))
-        return physical, size
-
-    def physical_at(self, index: int) -> int:
-        """The CommitLog offset of the unit at queue offset ``index`` (-1: the pre-blank)."""
-        physical, size = self._unit(index)
-        return -1 if size == PRE_BLANK_UNIT.size else physical
-
-    def record_end(self, index: int) -> int:
-        """Where the record of the unit at ``index`` ends in the CommitLog."""
-        physical, size = self._unit(index)
-        return physical + size
-
-    def first_at_or_after(self, physical: int) -> int:
-        """The first queue offset whose record starts at or after ``physical`` (the queue's
-        max offset when every dispatched unit is before it)."""
-        low, high = self.min_offset, self.max_offset
-        while low < high:
-            middle = (low + high) // 2
-            if self.physical_at(middle) >= physical:
-                high = middle
-            else:
-                low = middle + 1
-        return low
-
-
-def _written_units(path: Path) -> int:
-    """How many units at the start of a ConsumeQueue file are written (offset >= 0, size > 0)."""
-    with path.open("rb") as handle:
-        total = os.fstat(handle.fileno()).st_size // _UNIT.size
-
-        def written(index: int) -> bool:
-            physical, size, _tags = _UNIT.unpack(
-                os.pread(handle.fileno(), _UNIT.size, index * _UNIT.size)
-            )
-            return physical >= 0 and size > 0
-
-        low, high = 0, total
-        while low < high:
-            middle = (low + high) // 2
-            if written(middle):
-                low = middle + 1
-            else:
-                high = middle
-        return low
-
-
-def _queue_dirs(root: Path, topic: str) -> dict[int, Path]:
-    directory = Path(root) / CONSUME_QUEUE_DIR / topic
-    if not directory.is_dir():
-        return {}
-    return {int(p.name): p for p in directory.iterdir() if p.name.isdigit()}
 
 
 def group_topics(
@@ -138,9 +57,7 @@ def group_topics(
     group's retry topic."""
     named = list(topics)
     if not named:
-        directory = Path(root) / CONSUME_QUEUE_DIR
-        found = sorted(p.name for p in directory.iterdir()) if directory.is_dir() else []
-        named = [t for t in found if not t.startswith(_SYSTEM_PREFIXES)]
+        named = [t for t in queue_topics(root) if not t.startswith(_SYSTEM_PREFIXES)]
         if topic_pattern:
             named = [t for t in named if re.fullmatch(topic_pattern, t)]
     retry = retry_topic_of(group)
@@ -151,8 +68,9 @@ def queue_offsets_at(root: Path, topics: Iterable[str], end: int) -> dict[tuple[
     """(topic, queue) -> the queue offset of the first record at or after CommitLog ``end``."""
     offsets: dict[tuple[str, int], int] = {}
     for topic in topics:
-        for queue_id, directory in sorted(_queue_dirs(root, topic).items()):
-            offsets[(topic, queue_id)] = QueueIndex(directory).first_at_or_after(end)
+        for queue_id, directory in queue_dirs(root, topic).items():
+            with CqView.open(directory) as queue:
+                offsets[(topic, queue_id)] = queue.first_at_or_after(end)
     return offsets
 
 
@@ -167,16 +85,25 @@ def group_start_offset(
     """
     bounds: list[int] = []
     for topic in topics:
-        for queue_id, directory in _queue_dirs(root, topic).items():
-            index = QueueIndex(directory)
-            position = max(committed.get((topic, queue_id), index.min_offset), index.min_offset)
-            while position < index.max_offset and index.physical_at(position) < 0:
-                position += 1  # the pre-blank filler names no record
-            if position < index.max_offset:
-                bounds.append(index.physical_at(position))
-            elif index.max_offset > index.min_offset:
-                bounds.append(index.record_end(index.max_offset - 1))
+        for queue_id, directory in queue_dirs(root, topic).items():
+            with CqView.open(directory) as queue:
+                bound = _start_bound(queue, committed.get((topic, queue_id), queue.min_offset))
+            if bound is not None:
+                bounds.append(bound)
     return min(bounds, default=None)
+
+
+def _start_bound(queue: CqView, committed: int) -> int | None:
+    """Where the record at ``committed`` (or the first after it naming one) starts; past the
+    queue's last record when it is consumed to its end; ``None`` for a queue without units."""
+    position = max(committed, queue.min_offset)
+    while position < queue.max_offset:
+        physical = queue.physical_at(position)
+        if physical is not None:
+            return physical
+        position += 1  # the pre-blank filler names no record
+    last = queue.unit(queue.max_offset - 1)
+    return None if last is None else last[0] + last[1]
 
 
 def committed_offsets(root: Path, group: str) -> dict[tuple[str, int], int]:

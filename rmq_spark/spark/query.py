@@ -24,9 +24,8 @@ from rmq_spark.spark.tables import (
     STORE_COLUMN,
     table_path,
 )
-from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record, peek_header
+from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.hashing import index_key_hash
-from rmq_spark.store.layout import MESSAGE_MAGIC_CODES
 from rmq_spark.store.msg_id import decode_offset_msg_id
 
 if TYPE_CHECKING:
@@ -193,33 +192,25 @@ def record_at(store_dir: str | Path, physical_offset: int) -> DecodedRecord:
 
 
 def _decode_at(view: StoreView, physical_offset: int, *, end: int | None) -> DecodedRecord:
-    from rmq_spark.store.view import MappedSegment
+    from rmq_spark.store.reader import read_record_at
+    from rmq_spark.store.view import FileSegment
 
     known_end = view.max_extent if end is None else end
     span = view.span_at(physical_offset)
     if span is None:
         raise OffsetOutOfRangeError(physical_offset, view.min_offset, known_end)
     path = view.segment_path(span.base_offset)
-    position = physical_offset - span.base_offset
     try:
-        with MappedSegment(path) as segment:
-            header = peek_header(segment.buffer, position)
-            if isinstance(header, NeedMoreData) or header[1] not in MESSAGE_MAGIC_CODES:
-                raise MessageNotFoundError(
-                    f"no message starts at physical offset {physical_offset} "
-                    f"({path.name} position {position})"
-                )
-            outcome = decode_record(segment.buffer, position, path=path.name)
+        with FileSegment(path, span.base_offset) as segment:
+            found = read_record_at(segment, physical_offset)
     except FileNotFoundError as err:
         raise OffsetOutOfRangeError(physical_offset, view.min_offset, known_end) from err
-    if not isinstance(outcome, DecodedRecord):
-        raise CorruptRecordError(path.name, position, f"expected a message, found {outcome}")
-    if outcome.record.physical_offset != physical_offset:
+    if found is None:
         raise MessageNotFoundError(
-            f"the record at physical offset {physical_offset} says it is at "
-            f"{outcome.record.physical_offset}: not a message start"
+            f"no message starts at physical offset {physical_offset} "
+            f"({path.name} position {physical_offset - span.base_offset})"
         )
-    return outcome
+    return found
 
 
 def message_by_msg_id(store_dir: str | Path, msg_id: str) -> MessageRecord:

@@ -2,10 +2,9 @@
 ``startingOffsets`` / ``endingOffsets`` / ``startingOffsetsByTimestamp`` JSON).
 
 The source's offsets stay physical (one ``{"physical_offset": N}`` for the whole log); a
-queue offset is translated through the store's ConsumeQueue, ``consumequeue/<topic>/<queue>/
-<20-digit byte offset>`` files of 20-byte units (CommitLog offset, size, tags code; docs/
-FORMAT.md 6), read here with ``pread`` only (never written, locked or deleted: a broker may
-own them). A query then reads the physical range that covers every queue's position and
+queue offset is translated through the store's ConsumeQueue, read with ``store.cq_view.CqView``
+(``pread`` only: a broker may own the files), from the first unit whose record is still in
+the log. A query then reads the physical range that covers every queue's position and
 drops, in ``read``, the rows of a queue outside ``[its start, its end)`` by ``queue_offset``
 (``QueueFilter``). Only the partitions below ``QueueFilter.below`` need that filter.
 
@@ -14,10 +13,8 @@ Does not own option syntax (``options.py``) nor partitioning and reading (``part
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -32,91 +29,31 @@ from rmq_spark.spark.options import (
     SourceOptions,
     StartingMode,
 )
-from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
-from rmq_spark.store.layout import CQ_UNIT_SIZE_BYTES
+from rmq_spark.store.cq_view import CqView, queue_dirs, queue_topics
 from rmq_spark.store.view import StoreView
 
-__all__ = ["QueueFilter", "QueueIndex", "apply_filter", "queue_end", "queue_filter", "queue_start"]
+__all__ = ["QueueFilter", "apply_filter", "queue_end", "queue_filter", "queue_start"]
 
-_UNIT_DTYPE = np.dtype([("phys", ">i8"), ("size", ">i4"), ("tags", ">i8")])
-_PRE_BLANK_SIZE = 0x7FFFFFFF  # RocketMQ's filler unit before a queue that starts past 0
 _NO_LIMIT = 1 << 62
 
 
-class QueueIndex:
-    """One queue's ConsumeQueue files, read-only: units ``[min_offset, max_offset)``."""
+def _lower_bound(queue: CqView, queue_offset: int, view: StoreView) -> int:
+    """A physical offset at or before the record ``queue_offset`` of this queue, past every
+    record of the queue before it (so a read from there, filtered by queue offset, sees all
+    of the queue from ``queue_offset``)."""
+    found = queue.unit(queue_offset)
+    if found is not None:
+        return found[0]
+    before = queue.unit(queue_offset - 1)
+    if before is not None:
+        return before[0] + before[1]  # the next record of the queue is further on
+    return view.min_offset
 
-    def __init__(self, directory: Path, log_min_offset: int) -> None:
-        self.directory = directory
-        names = sorted(n for n in os.listdir(directory) if n.isdigit())
-        self._files = [(int(n) // CQ_UNIT_SIZE_BYTES, directory / n) for n in names]
-        self.max_offset = self._files[0][0] if self._files else 0
-        for base, path in self._files[-2:]:  # RocketMQ's recover: the valid prefix
-            units = self._units_of(path)
-            bad = np.flatnonzero((units["phys"] < 0) | (units["size"] <= 0))
-            count = int(bad[0]) if len(bad) else len(units)
-            if count:
-                self.max_offset = base + count
-        self.min_offset = self.max_offset
-        for base, path in self._files:  # RocketMQ's minLogicOffset: first unit still in the log
-            units = self._units_of(path)[: max(0, self.max_offset - base)]
-            live = (units["phys"] >= log_min_offset) & (units["size"] > 0)
-            hits = np.flatnonzero(live & (units["size"] != _PRE_BLANK_SIZE))
-            if len(hits):
-                self.min_offset = base + int(hits[0])
-                break
 
-    @staticmethod
-    def _units_of(path: Path) -> np.ndarray:
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:  # deleted by retention since listed: no unit left in it
-            data = b""
-        return np.frombuffer(data[: len(data) - len(data) % CQ_UNIT_SIZE_BYTES], _UNIT_DTYPE)
-
-    def unit(self, queue_offset: int) -> tuple[int, int] | None:
-        """(CommitLog offset, size) of a written unit; ``None`` outside the files."""
-        if not self.min_offset <= queue_offset < self.max_offset:
-            return None
-        for base, path in reversed(self._files):
-            if base <= queue_offset:
-                try:
-                    with path.open("rb") as handle:
-                        handle.seek((queue_offset - base) * CQ_UNIT_SIZE_BYTES)
-                        raw = handle.read(CQ_UNIT_SIZE_BYTES)
-                except FileNotFoundError:
-                    return None  # deleted by retention since listed
-                if len(raw) < CQ_UNIT_SIZE_BYTES:
-                    return None
-                unit = np.frombuffer(raw, dtype=_UNIT_DTYPE)[0]
-                return int(unit["phys"]), int(unit["size"])
-        return None
-
-    def lower_bound(self, queue_offset: int, view: StoreView) -> int:
-        """A physical offset at or before the record ``queue_offset`` of this queue, past
-        every record of the queue before it (so a read from there, filtered by queue offset,
-        sees all of the queue from ``queue_offset``)."""
-        found = self.unit(queue_offset)
-        if found is not None:
-            return found[0]
-        before = self.unit(queue_offset - 1)
-        if before is not None:
-            return before[0] + before[1]  # the next record of the queue is further on
-        return view.min_offset
-
-    def first_stored_at(self, view: StoreView, timestamp_ms: int) -> int | None:
-        """The first queue offset stored at or after ``timestamp_ms``; ``None`` if none
-        (binary search over units: store times grow along the log)."""
-        low, high = self.min_offset, self.max_offset
-        while low < high:
-            middle = (low + high) // 2
-            unit = self.unit(middle)
-            stamp = planner.store_time_at(view, unit[0]) if unit is not None else None
-            if stamp is None or stamp < timestamp_ms:
-                low = middle + 1
-            else:
-                high = middle
-        return low if low < self.max_offset else None
+def _first_stored_at(queue: CqView, view: StoreView, timestamp_ms: int) -> int | None:
+    """The first queue offset stored at or after ``timestamp_ms``; ``None`` if none."""
+    found = queue.offset_for_time(timestamp_ms, lambda at: planner.store_time_at(view, at))
+    return found if found < queue.max_offset else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,26 +66,21 @@ class QueueFilter:
     below: int
 
 
-def _queues(view: StoreView, options: SourceOptions) -> dict[tuple[str, int], QueueIndex]:
-    root = view.store_dir / CONSUME_QUEUE_DIR
-    try:
-        topics = sorted(n for n in os.listdir(root) if (root / n).is_dir())
-    except FileNotFoundError:
-        topics = []
+def _queues(view: StoreView, options: SourceOptions) -> dict[tuple[str, int], CqView]:
+    topics = queue_topics(view.store_dir)
     if options.topics:
         topics = [t for t in topics if t in options.topics]
     elif options.topic_pattern:
         topics = [t for t in topics if re.fullmatch(options.topic_pattern, t)]
-    found: dict[tuple[str, int], QueueIndex] = {}
-    for topic in topics:
-        for name in os.listdir(root / topic):
-            if name.isdigit():
-                found[(topic, int(name))] = QueueIndex(root / topic / name, view.min_offset)
-    return found
+    return {
+        (topic, queue_id): CqView.open(directory, view.min_offset)
+        for topic in topics
+        for queue_id, directory in queue_dirs(view.store_dir, topic).items()
+    }
 
 
 def _check_named(
-    queues: dict[tuple[str, int], QueueIndex], named: set[tuple[str, int]], option: str
+    queues: dict[tuple[str, int], CqView], named: set[tuple[str, int]], option: str
 ) -> None:
     missing = sorted(set(queues) - named)
     if missing:
@@ -160,7 +92,7 @@ def _check_named(
 
 
 def _start_offsets(
-    view: StoreView, options: SourceOptions, queues: dict[tuple[str, int], QueueIndex], strict: bool
+    view: StoreView, options: SourceOptions, queues: dict[tuple[str, int], CqView], strict: bool
 ) -> dict[tuple[str, int], int]:
     """Queue offset where each named queue starts (-2 stands for the queue's start)."""
     starts: dict[tuple[str, int], int] = {}
@@ -168,7 +100,7 @@ def _start_offsets(
         starts[(topic, queue_id)] = value
     for topic, queue_id, stamp in options.starting_queue_times:
         index = queues.get((topic, queue_id))
-        found = index.first_stored_at(view, stamp) if index is not None else None
+        found = _first_stored_at(index, view, stamp) if index is not None else None
         if found is None and index is not None and options.timestamp_strategy_latest:
             found = index.max_offset
         if found is None:
@@ -187,20 +119,20 @@ def _start_offsets(
 
 
 def _end_offsets(
-    view: StoreView, options: SourceOptions, queues: dict[tuple[str, int], QueueIndex]
+    view: StoreView, options: SourceOptions, queues: dict[tuple[str, int], CqView]
 ) -> dict[tuple[str, int], int]:
     """Queue offset (exclusive) where each named queue ends; -1: the latest. By timestamp:
     the first message stored at or after it, or the latest if there is none (Kafka's rule)."""
     ends = {(topic, queue_id): value for topic, queue_id, value in options.ending_queues}
     for topic, queue_id, stamp in options.ending_queue_times:
         index = queues.get((topic, queue_id))
-        found = index.first_stored_at(view, stamp) if index is not None else None
+        found = _first_stored_at(index, view, stamp) if index is not None else None
         ends[(topic, queue_id)] = LATEST_QUEUE_OFFSET if found is None else found
     return ends
 
 
 def _checked_start(
-    key: tuple[str, int], value: int, index: QueueIndex | None, strict: bool, fail: bool
+    key: tuple[str, int], value: int, index: CqView | None, strict: bool, fail: bool
 ) -> int:
     assert value != LATEST_QUEUE_OFFSET, "refused by options.py (not replayable)"
     name = f"{key[0]}/{key[1]}"
@@ -240,7 +172,7 @@ def queue_filter(view: StoreView, options: SourceOptions, *, strict: bool) -> Qu
             low = _checked_start(key, value, index, strict, options.fail_on_data_loss)
             lows[key] = low
             if low > 0 and index is not None:
-                below = max(below, index.lower_bound(low, view))
+                below = max(below, _lower_bound(index, low, view))
             elif low > 0:
                 below = _NO_LIMIT  # a queue with no files yet: filter every partition
     ends = _end_offsets(view, options, queues) if ending else {}
@@ -272,7 +204,7 @@ def queue_start(view: StoreView, options: SourceOptions, end: int) -> int:
         index = queues.get(key)
         low = _checked_start(key, value, index, True, options.fail_on_data_loss)
         if index is not None:  # (a queue with no files yet has its records further on)
-            bounds.append(index.lower_bound(max(low, index.min_offset), view))
+            bounds.append(_lower_bound(index, max(low, index.min_offset), view))
     return max(view.min_offset, min(bounds))
 
 

@@ -10,7 +10,7 @@ txn version, its floors are its own rows' and it publishes its progress into its
 committed and the rest for the others; a restart resumes each store from its own offset.
 Rows carry the ``store`` column (the store's absolute path). Stores are written one after
 the other within a batch (each write is already a parallel Spark job). Does not own the
-one-store writer (``reput.py``), the tables (``tables.py``) nor the source.
+one-store writer (``reput_writer.py``), the tables (``tables.py``) nor the source.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.clock import Clock, SystemClock
-from rmq_spark.spark.reput import BatchReport, ReputBatchWriter
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.spark.reput_maintenance import TableMaintenance
 from rmq_spark.spark.reput_start import logged_store_ranges
+from rmq_spark.spark.reput_writer import BatchReport, ReputBatchWriter
 from rmq_spark.spark.tables import STORE_COLUMN, check_store_layout
 
 if TYPE_CHECKING:

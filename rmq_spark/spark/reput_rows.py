@@ -10,23 +10,15 @@ own table schemas or files (``tables.py``, ``delta_files.py``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from rmq_spark.store.cq_rule import DISPATCHED_TRANSACTION_TYPES, SPECIAL_TOPICS, special_tags_code
 from rmq_spark.store.hashing import java_string_hash
-from rmq_spark.store.layout import (
-    RMQ_SYS_SCHEDULE_TOPIC,
-    RMQ_SYS_WHEEL_TIMER_TOPIC,
-    TRANSACTION_COMMIT_TYPE,
-    TRANSACTION_MASK,
-    TRANSACTION_NOT_TYPE,
-    TRANSACTION_ROLLBACK_TYPE,
-)
-from rmq_spark.store.properties import DELAY, TIMER_DELIVER_MS, TIMER_OUT_MS
+from rmq_spark.store.layout import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
 
 __all__ = [
     "CONSUME_QUEUE_SCHEMA",
@@ -62,7 +54,6 @@ MESSAGE_INDEX_SCHEMA = pa.schema(
 _INT_MIN = -(1 << 31)
 # What Spark's try_cast(string AS int/bigint) accepts: an optional sign and ASCII digits,
 # surrounding whitespace and control characters ignored (no fraction, no exponent).
-_INTEGRAL = re.compile(r"[\x00-\x20]*([+-]?[0-9]+)[\x00-\x20]*")
 
 
 def _string_parts(strings: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -127,18 +118,6 @@ def map_value(maps: pa.Array, key: str) -> pa.Array:
     return items.take(pa.array(np.where(mask, 0, take), mask=mask))
 
 
-def _parse_integral(values: pa.Array, bits: int) -> np.ndarray:
-    """Integers of a string array as Spark's ``try_cast`` reads them; masked where it gives
-    null (absent, not a number, out of range)."""
-    low, high = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
-    parsed = np.ma.masked_all(len(values), dtype=np.int64)
-    for row in np.flatnonzero(np.asarray(values.is_valid())):
-        match = _INTEGRAL.fullmatch(values[int(row)].as_py())
-        if match and low <= (number := int(match.group(1))) <= high:
-            parsed[row] = number
-    return parsed
-
-
 def _transaction_bits(rows: pa.Table) -> np.ndarray:
     return np.asarray(rows.column("sys_flag")) & TRANSACTION_MASK
 
@@ -146,42 +125,30 @@ def _transaction_bits(rows: pa.Table) -> np.ndarray:
 def _special_codes(
     rows: pa.Table, codes: np.ndarray, store_ms: np.ndarray, delay_levels_ms: Sequence[int]
 ) -> None:
-    """Delivery times in place of the TAGS hash, for the schedule and the timer topic."""
+    """Delivery times in place of the TAGS hash for the schedule and the timer topic's rows:
+    ``cq_rule.special_tags_code`` of each (the broker's own rule; these rows are few)."""
     topic = rows.column("topic")
-    for name in (RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC):
+    levels = tuple(delay_levels_ms)
+    for name in SPECIAL_TOPICS:
         where = np.flatnonzero(np.asarray(pc.equal(topic, name)))
         if len(where) == 0:
             continue
-        props = rows.column("properties").take(pa.array(where))
-        props = props.combine_chunks() if isinstance(props, pa.ChunkedArray) else props
-        if name == RMQ_SYS_SCHEDULE_TOPIC:
-            if not delay_levels_ms:
-                continue
-            level = _parse_integral(map_value(props, DELAY), 32)
-            level = np.ma.minimum(level, len(delay_levels_ms))
-            due = ~np.ma.getmaskarray(level) & (np.ma.filled(level, 0) > 0)
-            levels = np.asarray(delay_levels_ms, dtype=np.int64)
-            picked = where[due]
-            codes[picked] = store_ms[picked] + levels[np.ma.filled(level, 1)[due] - 1]
-        else:
-            out = _parse_integral(map_value(props, TIMER_OUT_MS), 64)
-            deliver = _parse_integral(map_value(props, TIMER_DELIVER_MS), 64)
-            chosen = np.ma.where(np.ma.getmaskarray(out), deliver, out)
-            known = ~np.ma.getmaskarray(chosen)
-            codes[where[known]] = np.ma.filled(chosen, 0)[known]
+        props = rows.column("properties").take(pa.array(where)).to_pylist()
+        for row, items in zip(where, props, strict=True):
+            parsed = dict(items or ())
+            code = special_tags_code(name, parsed, int(store_ms[row]), levels)
+            if code is not None:
+                codes[row] = code
 
 
 def consume_queue_rows(rows: pa.Table, delay_levels_ms: Sequence[int]) -> pa.Table:
-    """ConsumeQueue rows (``CONSUME_QUEUE_SCHEMA``) of source rows: transaction type NOT or
-    COMMIT only. ``tags_code`` is the Java hash of TAGS (0 when absent); for
-    ``SCHEDULE_TOPIC_XXXX`` with DELAY > 0 the delivery time ``store time + delay of level
-    min(DELAY, levels)`` in ms; for ``rmq_sys_wheel_timer`` TIMER_OUT_MS, else TIMER_DELIVER_MS
-    (docs/TABLES.md).
+    """ConsumeQueue rows (``CONSUME_QUEUE_SCHEMA``) of source rows, by ``store/cq_rule.py``:
+    transaction type NOT or COMMIT only (``DISPATCHED_TRANSACTION_TYPES``); ``tags_code``
+    the Java hash of TAGS (0 when absent), or for ``SCHEDULE_TOPIC_XXXX`` and
+    ``rmq_sys_wheel_timer`` what ``special_tags_code`` says (docs/TABLES.md).
     """
     tx = _transaction_bits(rows)
-    dispatched = rows.filter(
-        pa.array((tx == TRANSACTION_NOT_TYPE) | (tx == TRANSACTION_COMMIT_TYPE))
-    )
+    dispatched = rows.filter(pa.array(np.isin(tx, DISPATCHED_TRANSACTION_TYPES)))
     tags = dispatched.column("tags").combine_chunks()
     codes = java_hash_codes(tags).astype(np.int64)
     stamps = dispatched.column("store_timestamp")

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +23,14 @@ from pathlib import Path
 from typing import cast
 
 from rmq_spark.errors import ConsumeQueueCorruptError
-from rmq_spark.store.consume_queue import PRE_BLANK_UNIT, CqUnit
+from rmq_spark.store.consume_queue import (
+    PRE_BLANK_UNIT,
+    UNIT,
+    CqUnit,
+    first_at_or_after,
+    first_live,
+    units_of,
+)
 from rmq_spark.store.cq_files import (
     CONSUME_QUEUE_DIR,
     CqQueueFiles,
@@ -39,7 +45,8 @@ UnitEntry = tuple[int, int, int, int]
 """``(queue_offset, physical_offset, size, tags_code)`` of one unit to place."""
 Listener = Callable[[set[QueueKey]], None]
 
-_UNIT = struct.Struct(">qiq")
+_UNIT = UNIT
+_READ_BLOCK_UNITS = 4096
 _PRE_BLANK = _UNIT.pack(PRE_BLANK_UNIT.physical_offset, PRE_BLANK_UNIT.size, 0)
 _log = logging.getLogger(__name__)
 
@@ -130,18 +137,15 @@ class ConsumeQueues:
         (``max_offset`` if none; RocketMQ ``getOffsetInQueueByTime``), by binary search;
         ``store_timestamp_of(physical_offset)`` reads a record's store time (for example
         ``lambda offset: store.read(offset).store_timestamp_ms``)."""
-        low, high = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
-        while low < high:
-            middle = (low + high) // 2
-            found = self.units(topic, queue_id, middle, 1)
+
+        def stamp(queue_offset: int) -> int | None:
+            found = self.units(topic, queue_id, queue_offset, 1)
             if not found or found[0] == PRE_BLANK_UNIT:
-                low = middle + 1  # names no record: look later
-                continue
-            if store_timestamp_of(found[0].physical_offset) >= timestamp_ms:
-                high = middle
-            else:
-                low = middle + 1
-        return low
+                return None  # names no record: look later
+            return store_timestamp_of(found[0].physical_offset)
+
+        low, high = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
+        return first_at_or_after(low, high, timestamp_ms, stamp)
 
     def queues(self) -> dict[str, list[int]]:
         """Every topic with a ConsumeQueue and its queue ids, ascending."""
@@ -338,13 +342,16 @@ class ConsumeQueues:
 def correct_min_offset(queue: CqQueueFiles, min_physical_offset: int) -> None:
     """``min_offset`` := the first unit pointing at or above ``min_physical_offset``
     (RocketMQ ``correctMinOffset``; pre-blank units never count)."""
-    index = queue.min_offset
-    end = queue.max_offset
-    for physical_offset, size, _tags in queue.iter_units(index, end):
-        if physical_offset >= min_physical_offset and size != PRE_BLANK_UNIT.size:
+    index, end = queue.min_offset, queue.max_offset
+    while index < end:
+        take = min(end, queue.base_of(index) + queue.file_units, index + _READ_BLOCK_UNITS) - index
+        units = units_of(queue.read(index, take))
+        found = first_live(units, min_physical_offset)
+        if found < len(units) or len(units) < take:
+            index += found
             break
-        index += 1
-    queue.min_offset = index
+        index += take
+    queue.min_offset = min(index, end)
 
 
 def _check_existing(queue: CqQueueFiles, entries: Sequence[UnitEntry]) -> None:

@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 from rmq_spark.errors import ConsumeQueueCorruptError, StoreMetadataError
-from rmq_spark.store.consume_queue import PRE_BLANK_UNIT, CqUnit
+from rmq_spark.store.consume_queue import UNIT, CqUnit, units_of, written_count
 from rmq_spark.store.fileio import fsync_dir, make_dirs_durably, write_file_atomically
 from rmq_spark.store.layout import CQ_UNIT_SIZE_BYTES, is_segment_name, segment_name
 
@@ -46,9 +45,8 @@ FLUSHED_RECORD_FILE = "config/consume_queue.json"
 record that claims units it no longer has, and tools that size CQ files by the first file
 they find there see only CQ files."""
 
-_UNIT = struct.Struct(">qiq")
+_UNIT = UNIT
 _UNIT_BYTES = CQ_UNIT_SIZE_BYTES
-_PRE_BLANK_SIZE = PRE_BLANK_UNIT.size
 _ZERO_CHUNK_BYTES = 1 << 20
 _READ_BLOCK_UNITS = 4096
 _RECORD_VERSION = 1
@@ -183,14 +181,7 @@ class CqQueueFiles:
             data = os.pread(self._fds[base], self.file_bytes, 0)
             used = len(data.rstrip(b"\0"))
             used += -used % _UNIT_BYTES
-            count = 0
-            for physical_offset, size, _tags in _UNIT.iter_unpack(data[:used]):
-                blank = physical_offset == 0 and size == _PRE_BLANK_SIZE
-                if physical_offset < 0 or size <= 0 or (physical_offset < previous and not blank):
-                    break
-                if not blank:
-                    previous = physical_offset
-                count += 1
+            count, previous = written_count(units_of(data[:used]), previous)
             self.max_offset = base + count
             if count < self.file_units:
                 self.tail_units = used // _UNIT_BYTES - count

@@ -13,7 +13,7 @@ branch for whole columns, for records whose properties are only TAGS and UNIQ_KE
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from rmq_spark.store.delay_levels import schedule_tags_code
 from rmq_spark.store.hashing import tags_code
@@ -32,7 +32,15 @@ from rmq_spark.store.properties import (
     parse_properties,
 )
 
-__all__ = ["SPECIAL_TOPICS", "TagsCodes", "dispatches", "tags_of", "unit_tags_code"]
+__all__ = [
+    "DISPATCHED_TRANSACTION_TYPES",
+    "SPECIAL_TOPICS",
+    "TagsCodes",
+    "dispatches",
+    "special_tags_code",
+    "tags_of",
+    "unit_tags_code",
+]
 
 SPECIAL_TOPICS = frozenset({RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC})
 """Topics whose tagsCode may come from properties other than TAGS."""
@@ -41,11 +49,14 @@ _INTEGRAL = re.compile(r"[\x00-\x20]*([+-]?[0-9]+)[\x00-\x20]*")  # as the reput
 _CACHE_MAX = 4096
 
 
+DISPATCHED_TRANSACTION_TYPES = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+"""SYSFLAG transaction types whose records get a unit (``sys_flag & TRANSACTION_MASK``)."""
+
+
 def dispatches(sys_flag: int) -> bool:
     """Whether a record with this SYSFLAG gets a unit (transaction type NOT or COMMIT; a
     prepared or rolled-back transaction message does not, as in RocketMQ)."""
-    tx_type = sys_flag & TRANSACTION_MASK
-    return tx_type == TRANSACTION_NOT_TYPE or tx_type == TRANSACTION_COMMIT_TYPE
+    return sys_flag & TRANSACTION_MASK in DISPATCHED_TRANSACTION_TYPES
 
 
 def unit_tags_code(
@@ -66,19 +77,28 @@ def unit_tags_code(
     if properties is None:
         return tags_code(tags)  # no DELAY, TIMER_OUT_MS nor TIMER_DELIVER_MS
     parsed = parse_properties(properties)
-    code = tags_code(parsed.get(TAGS))
+    special = special_tags_code(topic, parsed, store_timestamp_ms, delay_levels_ms)
+    return tags_code(parsed.get(TAGS)) if special is None else special
+
+
+def special_tags_code(
+    topic: str, parsed: Mapping[str, str], store_timestamp_ms: int, delay_levels_ms: tuple[int, ...]
+) -> int | None:
+    """The tagsCode a record of ``SPECIAL_TOPICS`` gets from its properties (``parsed`` as
+    ``parse_properties`` reads them) instead of its TAGS hash; ``None``: the TAGS hash.
+    The reput job's vectorised rule calls this for those rows (``spark/reput_rows.py``)."""
     if topic == RMQ_SYS_SCHEDULE_TOPIC:
         try:
             level = delay_level_of(parsed)
         except ValueError:
-            return code
-        due = schedule_tags_code(store_timestamp_ms, level, delay_levels_ms)
-        return code if due is None else due
-    for key in (TIMER_OUT_MS, TIMER_DELIVER_MS):
-        value = _int64(parsed.get(key))
-        if value is not None:
-            return value
-    return code
+            return None
+        return schedule_tags_code(store_timestamp_ms, level, delay_levels_ms)
+    if topic == RMQ_SYS_WHEEL_TIMER_TOPIC:
+        for key in (TIMER_OUT_MS, TIMER_DELIVER_MS):
+            value = _int64(parsed.get(key))
+            if value is not None:
+                return value
+    return None
 
 
 class TagsCodes(dict[str | None, int]):

@@ -1,10 +1,13 @@
 """Read-only access to a store's CommitLog, also while another process has it open.
 
 Owns ``SegmentCursor`` (decoding the records of one segment through a read-ahead buffer),
-``iter_records`` (every record from a physical offset, in log order) and ``verify_log``
-(check every record: magic, lengths, CRC, position). Used by recovery, ``rmq-spark dump`` and
-``rmq-spark verify``. Takes no lock and never writes: a reader opens the segments with
-``pread`` (a shared mapping of a file another process may truncate could fault).
+``iter_records`` (every record from a physical offset, in log order), ``verify_log``
+(check every record: magic, lengths, CRC, position) and ``read_record_at``/``record_at_bytes``,
+the one way to read one record by its physical offset (the store, ``query``, the delay
+job, the dashboard and ``rmq-spark groups`` all read a single record through it). Used by
+recovery, ``rmq-spark dump`` and ``rmq-spark verify``. Takes no lock and never writes: a
+reader opens the segments with ``pread`` (a shared mapping of a file another process may
+truncate could fault).
 
 A reader of a *running* store should stop at the checkpoint's ``confirmPhyOffset``
 (``checkpoint.read_checkpoint``): past it, a record may be half written.
@@ -16,13 +19,14 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError
-from rmq_spark.store.codec import DecodedRecord, decode_record
+from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record, peek_header
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import IoMode
 from rmq_spark.store.fileio import OsOpener
-from rmq_spark.store.layout import COMMITLOG_DIR
+from rmq_spark.store.layout import COMMITLOG_DIR, MESSAGE_MAGIC_CODES
 from rmq_spark.store.readable import (
     check_checkpoint,
     missing_prefix,
@@ -34,12 +38,15 @@ from rmq_spark.store.scan import LogScan, SegmentCursor, SegmentSource, StopKind
 from rmq_spark.store.view import StoreView
 
 __all__ = [
+    "RecordFile",
     "SegmentCursor",
     "VerifyResult",
     "iter_records",
     "open_read_only",
     "read_record",
+    "read_record_at",
     "read_store",
+    "record_at_bytes",
     "verify_log",
     "verify_segments",
     "verify_store",
@@ -218,6 +225,57 @@ def read_store(
             segment.close()
 
 
+class RecordFile(Protocol):
+    """A segment read with ``pread``: ``store.segment.Segment``, ``view.FileSegment``."""
+
+    base_offset: int
+
+    @property
+    def path(self) -> Path: ...
+
+    def read(self, position: int, size: int) -> bytes: ...
+
+
+def record_at_bytes(
+    data: bytes | memoryview, at: int, physical_offset: int, *, path: str, check_crc: bool = True
+) -> DecodedRecord | None:
+    """The message record at ``data[at:]``, if one starts there and says it is at
+    ``physical_offset`` (``position`` is that offset); ``None`` when none does (a blank,
+    another magic, bytes cut short, a record that says it is elsewhere).
+
+    Raises
+    ------
+    CorruptRecordError
+        A message record starts there but its bytes are damaged (CRC, lengths).
+    """
+    head = peek_header(data, at)
+    if isinstance(head, NeedMoreData) or head[1] not in MESSAGE_MAGIC_CODES:
+        return None
+    outcome = decode_record(data, at, path=path, check_crc=check_crc)
+    if not isinstance(outcome, DecodedRecord) or outcome.record.physical_offset != physical_offset:
+        return None
+    return DecodedRecord(outcome.record, physical_offset, outcome.total_size, outcome.magic_version)
+
+
+def read_record_at(
+    segment: RecordFile, physical_offset: int, *, check_crc: bool = True
+) -> DecodedRecord | None:
+    """``record_at_bytes`` of the record at ``physical_offset`` of ``segment``: two reads
+    (its size, then the record). Raises ``CorruptRecordError`` (with the segment's path and
+    position) and ``OSError`` (a read failed)."""
+    position = physical_offset - segment.base_offset
+    head = segment.read(position, 8)
+    size = _SIZE.unpack_from(head)[0] if len(head) == 8 else 0
+    data = segment.read(position, size) if size > 8 else head
+    path = str(segment.path)
+    try:
+        return record_at_bytes(data, 0, physical_offset, path=path, check_crc=check_crc)
+    except CorruptRecordError as err:
+        raise CorruptRecordError(
+            path, position, err.reason, stored_crc=err.stored_crc, computed_crc=err.computed_crc
+        ) from None
+
+
 def read_record(commitlog: CommitLog, physical_offset: int) -> DecodedRecord:
     """The record at ``physical_offset`` (BODYCRC checked); ``position`` is the physical offset.
 
@@ -232,30 +290,16 @@ def read_record(commitlog: CommitLog, physical_offset: int) -> DecodedRecord:
     segment = commitlog.segment_for(physical_offset)
     if segment is None or not physical_offset < commitlog.max_offset:
         raise OffsetOutOfRangeError(physical_offset, commitlog.min_offset, commitlog.max_offset)
-    position = physical_offset - segment.base_offset
     try:
-        head = segment.read(position, 8)
-        size = _SIZE.unpack_from(head)[0] if len(head) == 8 else 0
-        data = segment.read(position, size) if size > 8 else head
+        found = read_record_at(segment, physical_offset)
     except (OSError, ValueError) as err:  # closed by retention meanwhile
         raise OffsetOutOfRangeError(
             physical_offset, commitlog.min_offset, commitlog.max_offset
         ) from err
-    path = str(segment.path)
-    try:
-        outcome = decode_record(data, 0, path=path, check_crc=True)
-    except CorruptRecordError as err:
+    if found is None:
         raise CorruptRecordError(
-            path, position, err.reason, stored_crc=err.stored_crc, computed_crc=err.computed_crc
-        ) from None
-    if not isinstance(outcome, DecodedRecord):
-        raise CorruptRecordError(
-            path, position, f"no message record here ({type(outcome).__name__})"
+            str(segment.path),
+            physical_offset - segment.base_offset,
+            "no message record starts here (a blank, or not a record boundary)",
         )
-    if outcome.record.physical_offset != physical_offset:
-        raise CorruptRecordError(
-            path,
-            position,
-            f"record says it is at {outcome.record.physical_offset}: not a record boundary",
-        )
-    return DecodedRecord(outcome.record, physical_offset, outcome.total_size, outcome.magic_version)
+    return found

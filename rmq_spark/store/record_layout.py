@@ -23,6 +23,8 @@ from rmq_spark.store.layout import (
 
 __all__ = [
     "BODY_START",
+    "BORN_HOST_POSITION",
+    "BORN_TIMESTAMP_POSITION",
     "CACHE_MAX",
     "FIXED_HEADERS",
     "HEADER8",
@@ -35,11 +37,17 @@ __all__ = [
     "MAX_TOPIC_SIZE_BYTES_V2",
     "MIN_RECORD_SIZE_BYTES",
     "OFFSETS",
+    "PHYSICAL_OFFSET_POSITION",
     "QUEUE_OFFSET_POSITION",
     "RECORD_HEAD",
     "RECORD_HOSTS",
     "RecordPacker",
+    "STORE_TIMESTAMP_REACH",
+    "SYS_FLAG_POSITION",
     "body_crc",
+    "born_host_size",
+    "host_sizes",
+    "peek_store_timestamp",
     "record_mid",
     "record_packer",
     "record_size",
@@ -176,6 +184,41 @@ def record_size(
         + topic_bytes
         + props_bytes
     )
+
+
+SYS_FLAG_POSITION = PHYSICAL_OFFSET_POSITION + 8
+"""SYSFLAG, after PHYSICALOFFSET."""
+BORN_TIMESTAMP_POSITION = SYS_FLAG_POSITION + 4
+BORN_HOST_POSITION = BORN_TIMESTAMP_POSITION + 8
+"""BORNHOST (address, port); STORETIMESTAMP, STOREHOST, RECONSUMETIMES follow it."""
+STORE_TIMESTAMP_REACH = 80
+"""Bytes from a record's start that cover its STORETIMESTAMP whatever its hosts (76, 80
+rounded)."""
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+assert BORN_HOST_POSITION == 48
+
+
+def host_sizes(sys_flag: int) -> tuple[int, int]:
+    """Bytes of BORNHOST and STOREHOST (address and port: 8 for IPv4, 20 for IPv6)."""
+    return (20 if sys_flag & BORNHOST_V6_FLAG else 8), (20 if sys_flag & STOREHOST_V6_FLAG else 8)
+
+
+def born_host_size(born_v6: bool) -> int:
+    """Bytes of BORNHOST: 20 for IPv6, else 8."""
+    return 20 if born_v6 else 8
+
+
+def peek_store_timestamp(buf: bytes | memoryview, at: int, physical_offset: int) -> int | None:
+    """STORETIMESTAMP of the record at ``buf[at:]`` if it says it is at ``physical_offset``;
+    ``None`` when fewer than ``STORE_TIMESTAMP_REACH`` bytes are there or it says otherwise
+    (a read of one header field, for the binary searches by time)."""
+    if len(buf) - at < STORE_TIMESTAMP_REACH:
+        return None
+    if _I64.unpack_from(buf, at + PHYSICAL_OFFSET_POSITION)[0] != physical_offset:
+        return None
+    sys_flag = _I32.unpack_from(buf, at + SYS_FLAG_POSITION)[0]
+    return int(_I64.unpack_from(buf, at + store_timestamp_position(sys_flag))[0])
 
 
 def store_timestamp_position(sys_flag: int) -> int:

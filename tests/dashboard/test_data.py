@@ -86,16 +86,22 @@ def test_bad_lookups_raise_one_line_errors(world: World) -> None:
     assert lookup.parse_time_ms(str(START_MS), "begin") == START_MS
 
 
-def test_queue_snapshots_agree_with_groups_queue_files(world: World) -> None:
+def test_queue_snapshots_agree_with_the_brokers_queue_files(world: World) -> None:
     from rmq_spark.cli.dashboard.files import topic_queue_snapshots
-    from rmq_spark.cli.groups_command import QueueFiles
+    from rmq_spark.store.cq_files import CQ_FILE_UNITS, CqQueueFiles
 
     for topic in ("orders", "payments", "SCHEDULE_TOPIC_XXXX"):
         for snapshot in topic_queue_snapshots(world.root, topic):
-            files = QueueFiles(snapshot.directory)
-            assert (snapshot.min_offset, snapshot.max_offset) == (
-                files.min_offset,
-                files.max_offset,
-            )
-            units = files.units(files.min_offset, files.max_offset)
-            assert [snapshot.unit(i) for i in range(files.min_offset, files.max_offset)] == units
+            files = CqQueueFiles.load(snapshot.directory, CQ_FILE_UNITS)
+            try:
+                assert (snapshot.min_offset, snapshot.max_offset) == (
+                    files.min_offset,
+                    files.max_offset,
+                )
+                units = files.units(files.min_offset, files.max_offset - files.min_offset)
+                expected = [(u.physical_offset, u.size) for u in units]
+                assert [snapshot.unit(i) for i in range(files.min_offset, files.max_offset)] == (
+                    expected
+                )
+            finally:
+                files.close()

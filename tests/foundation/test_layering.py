@@ -3,8 +3,10 @@ delay <- cli/demo (the rocketmq sink and consumer groups talk to the broker), wi
 
 Reads the source with ``ast`` (so imports inside functions count too) instead of importing
 it. Modules directly under ``rmq_spark/`` (errors, clock, config, ...) are the foundation:
-anyone may import them, and they import no package. Modules inside one package (e.g.
-``spark/driver_read`` and ``spark/source``) are not checked against each other here.
+anyone may import them, and they import no package. Inside one package, modules import each
+other without a cycle either (``spark/reput`` -> ``spark/reput_multi`` -> ``spark/reput`` was
+one): an import in a function counts; one under ``if TYPE_CHECKING:`` does not there (a
+type named in an annotation, as ``ring_commit`` names ``async_commit``'s wave).
 """
 
 from __future__ import annotations
@@ -36,11 +38,30 @@ def _module_name(path: Path, root: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path, module: str) -> Iterator[tuple[int, str]]:
-    """``(line, imported module)`` of every ``rmq_spark`` import in the file, at any depth."""
+def _type_checking_only(tree: ast.AST) -> set[int]:
+    """``id`` of every node under an ``if TYPE_CHECKING:``."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        test = node.test if isinstance(node, ast.If) else None
+        name = test.id if isinstance(test, ast.Name) else getattr(test, "attr", None)
+        if name == "TYPE_CHECKING":
+            for statement in node.body:  # type: ignore[attr-defined]
+                inside.update(id(child) for child in ast.walk(statement))
+    return inside
+
+
+def _imports(
+    path: Path, module: str, modules: frozenset[str] | None = None
+) -> Iterator[tuple[int, str]]:
+    """``(line, imported module)`` of every ``rmq_spark`` import in the file, at any depth.
+    With ``modules`` (the module check): ``from package import name`` names
+    ``package.name`` when that is one of them, and ``TYPE_CHECKING`` imports are left out."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    skipped = _type_checking_only(tree) if modules is not None else set()
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -51,7 +72,8 @@ def _imports(path: Path, module: str) -> Iterator[tuple[int, str]]:
             # ``from rmq_spark import spark`` imports the package ``rmq_spark.spark``
             targets = [base] + [f"{base}.{alias.name}" for alias in node.names]
             if base != "rmq_spark":
-                targets = [base]
+                submodules = [name for name in targets[1:] if name in (modules or ())]
+                targets = submodules if len(submodules) == len(node.names) else [base]
         else:
             continue
         for target in targets:
@@ -105,6 +127,81 @@ def package_cycles(arrows: list[tuple[str, str, str]]) -> list[list[str]]:
                 elif nxt not in path and nxt > start:  # each cycle once, from its least node
                     stack.append((nxt, [*path, nxt]))
     return cycles
+
+
+def _modules(root: Path) -> dict[str, Path]:
+    return {
+        _module_name(path, root): path
+        for path in sorted(root.rglob("*.py"))
+        if "proto" not in path.relative_to(root).parts
+    }
+
+
+def module_arrows(root: Path) -> dict[str, set[str]]:
+    """``module -> modules of the same package it imports`` (the package's ``__init__``
+    excluded: importing a module runs it)."""
+    modules = _modules(root)
+    names = frozenset(modules)
+    graph: dict[str, set[str]] = {}
+    for module, path in modules.items():
+        package = _package_of(module)
+        for _line, target in _imports(path, module, names):
+            if target in names and target != module and _package_of(target) == package:
+                if package != FOUNDATION and target != f"rmq_spark.{package}":
+                    graph.setdefault(module, set()).add(target)
+    return graph
+
+
+def module_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
+def test_no_cycle_between_modules_of_a_package() -> None:
+    assert module_cycles(module_arrows(ROOT)) == []
+
+
+def test_the_check_sees_a_cycle_inside_a_package(tmp_path: Path) -> None:
+    root = tmp_path / "rmq_spark"
+    (root / "spark").mkdir(parents=True)
+    (root / "spark" / "__init__.py").write_text("from rmq_spark.spark import a\n")
+    (root / "spark" / "a.py").write_text("from rmq_spark.spark.b import g\n")
+    (root / "spark" / "b.py").write_text("from . import c\n")
+    (root / "spark" / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .d import x\n"
+        "def f():\n    from rmq_spark.spark import a\n"
+    )
+    (root / "spark" / "d.py").write_text("from rmq_spark.spark import a, b\n")
+    assert module_cycles(module_arrows(root)) == [
+        ["rmq_spark.spark.a", "rmq_spark.spark.b", "rmq_spark.spark.c"]
+    ]
 
 
 def test_every_arrow_between_packages_points_down() -> None:

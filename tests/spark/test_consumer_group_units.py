@@ -17,7 +17,6 @@ from rmq_spark.broker.embedded import Broker
 from rmq_spark.errors import GroupOffsetError, SourceError
 from rmq_spark.spark.group_offsets import (
     GroupSync,
-    QueueIndex,
     group_start_offset,
     group_topics,
     queue_offsets_at,
@@ -25,6 +24,7 @@ from rmq_spark.spark.group_offsets import (
 from rmq_spark.spark.options import StartingMode, parse_options
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
+from rmq_spark.store.cq_view import CqView
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.put import PutRequest
 
@@ -72,7 +72,7 @@ def test_queue_offsets_follow_the_commitlog_offset(
 ) -> None:
     root, placed = store
     for (topic, queue_id), offsets in placed.items():
-        index = QueueIndex(root / CONSUME_QUEUE_DIR / topic / str(queue_id))
+        index = CqView.open(root / CONSUME_QUEUE_DIR / topic / str(queue_id))
         assert (index.min_offset, index.max_offset) == (0, len(offsets))
         for position, physical in enumerate(offsets):
             assert index.physical_at(position) == physical

@@ -13,10 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmq_spark.cli.dashboard.files import LogReader, QueueSnapshot, topic_queue_snapshots
+from rmq_spark.cli.dashboard.files import LogReader, topic_queue_snapshots
 from rmq_spark.cli.groups_command import GroupQueueRow, group_rows
 from rmq_spark.delay.progress import ProgressFiles
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
+from rmq_spark.store.cq_view import CqView
 from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.reader_progress import read_reader_progress
 from rmq_spark.store.view import StoreView
@@ -75,7 +76,7 @@ class TopicRow:
 def topic_queues(root: Path, topic: str) -> list[QueueRow]:
     """Every queue of ``topic`` in the ConsumeQueue, by queue id (``[]``: no such topic)."""
     return [
-        QueueRow(topic, q.queue_id, q.min_offset, q.max_offset, q.size_bytes)
+        QueueRow(topic, q.queue_id, q.min_offset, q.max_offset, q.size_bytes())
         for q in topic_queue_snapshots(root, topic)
     ]
 
@@ -178,17 +179,17 @@ def _store_time_at(view: StoreView, physical_offset: int) -> int | None:
     return found if found >= 0 else None  # not a record start (a segment's end), or gone
 
 
-def newest_store_time_ms(log: LogReader, queues: list[QueueSnapshot]) -> int:
+def newest_store_time_ms(log: LogReader, queues: list[CqView]) -> int:
     """The newest store time among the queues' last messages; -1 when they hold none."""
     newest = -1
     for queue in queues:
-        if queue.max_offset > queue.min_offset:
-            offset, _size = queue.unit(queue.max_offset - 1)
-            newest = max(newest, log.store_time_ms(offset))
+        last = queue.physical_at(queue.max_offset - 1)
+        if last is not None:
+            newest = max(newest, log.store_time_ms(last))
     return newest
 
 
-def application_queues(root: Path) -> dict[str, list[QueueSnapshot]]:
+def application_queues(root: Path) -> dict[str, list[CqView]]:
     """The ConsumeQueues of every application topic (system topics left out), by topic."""
     directory = root / CONSUME_QUEUE_DIR
     if not directory.is_dir():

@@ -1,83 +1,28 @@
-"""The dashboard's read-only access to a store's files: ConsumeQueues loaded whole with numpy,
+"""The dashboard's read-only access to a store's files: ConsumeQueues loaded whole (a
+``CqView`` each, ``load``-ed: the traffic chart's thousands of probes then cost no read),
 and CommitLog records read by physical offset through open segments kept for one request.
 
-Owns speed, not rules: a page over a 1M-message store reads every unit of every queue and
-makes thousands of store-time probes (the traffic chart's binary searches), which a unit at a
-time in Python (``groups_command.QueueFiles``) costs seconds. The valid-prefix rule is
-``QueueFiles``'s (RocketMQ's recover: in the last two files, units up to the first with a
-negative offset or a size <= 0). Never takes a lock nor opens a file for writing.
+Owns speed, not rules: the queues' rules are ``store/consume_queue.py``'s, one record's read
+``store/reader.read_record_at``, the record's field positions ``store/record_layout.py``.
+Never takes a lock nor opens a file for writing.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import struct
 from pathlib import Path
 
-import numpy as np
-
-from rmq_spark.store.codec import DecodedRecord, decode_record, store_timestamp_position
-from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
+from rmq_spark.store.codec import DecodedRecord
+from rmq_spark.store.cq_view import CqView, queue_dirs
+from rmq_spark.store.reader import read_record_at
+from rmq_spark.store.record_layout import STORE_TIMESTAMP_REACH, peek_store_timestamp
 from rmq_spark.store.view import FileSegment, StoreView
 
-__all__ = ["LogReader", "QueueSnapshot", "topic_queue_snapshots"]
-
-_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tags", ">i8")])  # FORMAT.md 6
-_I32, _I64 = struct.Struct(">i"), struct.Struct(">q")
-_PHYSICAL_OFFSET_POSITION, _SYS_FLAG_POSITION = 28, 36  # FORMAT.md 2
-_HEADER_PEEK_BYTES = 80  # reaches STORETIMESTAMP with an IPv6 born host
+__all__ = ["LogReader", "topic_queue_snapshots"]
 
 
-def _numbered(directory: Path) -> list[Path]:
-    return sorted((p for p in directory.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-
-
-def _valid_prefix(units: np.ndarray) -> np.ndarray:
-    bad = (units["offset"] < 0) | (units["size"] <= 0)
-    return units[: int(np.argmax(bad))] if bad.any() else units
-
-
-class QueueSnapshot:
-    """One ConsumeQueue's written units ``[min_offset, max_offset)``, read once.
-
-    ``offsets[i]``, ``sizes[i]``: CommitLog offset and size of queue offset ``min_offset + i``.
-    """
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
-        self.queue_id = int(directory.name)
-        paths = _numbered(directory)
-        loaded = [np.fromfile(path, dtype=_UNIT) for path in paths]
-        if loaded:
-            loaded[-1] = _valid_prefix(loaded[-1])
-            if len(loaded) >= 2:
-                loaded[-2] = _valid_prefix(loaded[-2]) if not len(loaded[-1]) else loaded[-2]
-        units = np.concatenate(loaded) if loaded else np.zeros(0, dtype=_UNIT)
-        self.min_offset = int(paths[0].name) // _UNIT.itemsize if paths else 0
-        self.max_offset = self.min_offset + len(units)
-        self.offsets = units["offset"].astype(np.int64)
-        self.sizes = units["size"].astype(np.int64)
-
-    @property
-    def message_count(self) -> int:
-        return self.max_offset - self.min_offset
-
-    @property
-    def size_bytes(self) -> int:
-        return int(self.sizes[self.sizes > 0].sum())
-
-    def unit(self, queue_offset: int) -> tuple[int, int]:
-        """(CommitLog offset, size) of a written queue offset."""
-        index = queue_offset - self.min_offset
-        return int(self.offsets[index]), int(self.sizes[index])
-
-
-def topic_queue_snapshots(root: Path, topic: str) -> list[QueueSnapshot]:
-    """``topic``'s ConsumeQueues by queue id (``[]``: no such topic)."""
-    directory = root / CONSUME_QUEUE_DIR / topic
-    if not directory.is_dir():
-        return []
-    return [QueueSnapshot(path) for path in _numbered(directory)]
+def topic_queue_snapshots(root: Path, topic: str) -> list[CqView]:
+    """``topic``'s ConsumeQueues by queue id, each loaded (``[]``: no such topic)."""
+    return [CqView.open(path).load() for path in queue_dirs(root, topic).values()]
 
 
 class LogReader:
@@ -107,24 +52,17 @@ class LogReader:
         segment = self._segment(physical_offset)
         if segment is None:
             return -1
-        head = segment.read(physical_offset - segment.base_offset, _HEADER_PEEK_BYTES)
-        if len(head) < _HEADER_PEEK_BYTES:
-            return -1
-        if _I64.unpack_from(head, _PHYSICAL_OFFSET_POSITION)[0] != physical_offset:
-            return -1
-        sys_flag = _I32.unpack_from(head, _SYS_FLAG_POSITION)[0]
-        return int(_I64.unpack_from(head, store_timestamp_position(sys_flag))[0])
+        position = physical_offset - segment.base_offset
+        head = segment.read(position, STORE_TIMESTAMP_REACH)
+        stamp = peek_store_timestamp(head, 0, physical_offset)
+        return -1 if stamp is None else stamp
 
-    def decoded(self, physical_offset: int, size: int) -> DecodedRecord | None:
+    def decoded(self, physical_offset: int, size: int = 0) -> DecodedRecord | None:
         """The whole record a unit points at; ``None`` when it is gone."""
         segment = self._segment(physical_offset)
         if segment is None:
             return None
-        data = segment.read(physical_offset - segment.base_offset, size)
-        decoded = decode_record(data, 0, path=str(segment.path), check_crc=False)
-        if not isinstance(decoded, DecodedRecord):
-            return None
-        return dataclasses.replace(decoded, position=physical_offset)
+        return read_record_at(segment, physical_offset, check_crc=False)
 
     def close(self) -> None:
         for segment in self._segments.values():

@@ -1,8 +1,8 @@
 """The dashboard's message lookups and traffic counts, read-only and without a JVM.
 
-Owns three things: finding the queue offset of a store time in one ConsumeQueue by binary
-search over its messages' store timestamps (RocketMQ's ``getOffsetInQueueByTime``), counting
-messages per minute with it (the traffic chart: two searches per queue and minute, never a
+Owns three things: finding the queue offset of a store time in one ConsumeQueue
+(``CqView.offset_for_time``, RocketMQ's ``getOffsetInQueueByTime``), counting messages per
+minute with it (the traffic chart: two searches per queue and minute, never a
 scan, so a 1M-message store answers in milliseconds), and the lookups by offset message id
 (straight from the CommitLog, ``spark/query.py``), by time range (the ConsumeQueue search)
 and by key (the reput tables, read with ``deltalake``: ``spark/query_local.py``; the store
@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from rmq_spark.cli.dashboard.data import application_queues, newest_store_time_ms
-from rmq_spark.cli.dashboard.files import LogReader, QueueSnapshot, topic_queue_snapshots
+from rmq_spark.cli.dashboard.files import LogReader, topic_queue_snapshots
 from rmq_spark.cli.query_command import record_json, row_json
 from rmq_spark.errors import ConfigError
+from rmq_spark.store.cq_view import CqView
 from rmq_spark.store.view import StoreView
 
 __all__ = [
@@ -54,17 +55,10 @@ def parse_time_ms(text: str, what: str) -> int:
     return round(moment.timestamp() * 1000)
 
 
-def offset_for_time(log: LogReader, queue: QueueSnapshot, timestamp_ms: int, low: int = 0) -> int:
+def offset_for_time(log: LogReader, queue: CqView, timestamp_ms: int, low: int = 0) -> int:
     """The first queue offset (at or above ``low``) stored at or after ``timestamp_ms``;
     ``queue.max_offset`` if none."""
-    low, high = max(low, queue.min_offset), queue.max_offset
-    while low < high:
-        middle = (low + high) // 2
-        if log.store_time_ms(queue.unit(middle)[0]) >= timestamp_ms:
-            high = middle
-        else:
-            low = middle + 1
-    return low
+    return queue.offset_for_time(timestamp_ms, log.store_time_ms, low)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,9 +92,7 @@ def traffic(root: Path, now_ms: int, minutes: int = 60) -> Traffic:
     return Traffic(start_ms, minutes, counts)
 
 
-def _per_minute(
-    log: LogReader, queues: list[QueueSnapshot], start_ms: int, minutes: int
-) -> list[int]:
+def _per_minute(log: LogReader, queues: list[CqView], start_ms: int, minutes: int) -> list[int]:
     row = [0] * minutes
     for queue in queues:
         offset = offset_for_time(log, queue, start_ms)
@@ -142,7 +134,8 @@ def messages_by_time(
             after = offset_for_time(log, queue, end_ms, first)
             total += after - first
             for queue_offset in range(first, min(after, first + limit)):
-                decoded = log.decoded(*queue.unit(queue_offset))
+                physical = queue.physical_at(queue_offset)
+                decoded = log.decoded(physical) if physical is not None else None
                 if decoded is not None:
                     found.append(decoded)
     found.sort(key=lambda d: (d.record.store_timestamp_ms, d.position))

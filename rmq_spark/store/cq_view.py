@@ -1,0 +1,220 @@
+"""A read-only view of one ConsumeQueue, beside ``StoreView``: what Spark, the CLI and the
+dashboard read a queue through, safe while a broker writes it.
+
+Owns opening a queue's files by path (``consumequeue/<topic>/<queueId>/<20-digit byte
+offset>``), its written end (``consume_queue.written_count`` over the last two files, as the
+broker's own load finds it), and reading units with ``pread`` (never a mapping, a lock or a
+write: a file retention deletes under us reads as no units, never SIGBUS). Also lists a
+store's ConsumeQueue topics and queues. The unit layout and its rules are
+``consume_queue.py``'s; the broker's writer is ``cq_files.py``.
+
+A view is a snapshot of the end: units the broker writes after ``open`` are not seen.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from rmq_spark.store.consume_queue import (
+    PRE_BLANK_SIZE,
+    UNIT_DTYPE,
+    first_at_or_after,
+    first_live,
+    units_of,
+    written_count,
+)
+from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
+from rmq_spark.store.layout import CQ_UNIT_SIZE_BYTES
+
+__all__ = ["CqView", "queue_dirs", "queue_topics"]
+
+
+def queue_topics(root: Path) -> list[str]:
+    """Every topic with a ConsumeQueue directory in the store at ``root``, sorted."""
+    directory = Path(root) / CONSUME_QUEUE_DIR
+    try:
+        return sorted(entry.name for entry in os.scandir(directory) if entry.is_dir())
+    except FileNotFoundError:
+        return []
+
+
+def queue_dirs(root: Path, topic: str) -> dict[int, Path]:
+    """``queue id -> directory`` of ``topic``'s ConsumeQueues (``{}``: no such topic)."""
+    directory = Path(root) / CONSUME_QUEUE_DIR / topic
+    try:
+        names = [entry.name for entry in os.scandir(directory) if entry.is_dir()]
+    except (FileNotFoundError, NotADirectoryError):
+        return {}
+    return {int(name): directory / name for name in sorted(names, key=int) if name.isdigit()}
+
+
+class CqView:
+    """One ConsumeQueue, read-only: units ``[min_offset, max_offset)`` are written.
+
+    ``min_offset`` is the first file's first unit (as the broker loads it; ``live_min``
+    skips what retention deleted from the CommitLog). Use as a context manager, or
+    ``close``.
+    """
+
+    def __init__(self, directory: Path, bases: list[int]) -> None:
+        self.directory = Path(directory)
+        self.queue_id = int(self.directory.name) if self.directory.name.isdigit() else -1
+        self.bases = bases
+        self._fds: dict[int, int] = {}
+        self._loaded: np.ndarray | None = None
+        self.min_offset = bases[0] if bases else 0
+        self.max_offset = self.min_offset
+        previous = -1
+        for base in bases[-2:]:  # RocketMQ's recover: from the second-last file
+            data = self._pread(base, 0, self._file_size(base))
+            count, previous = written_count(units_of(data), previous)
+            self.max_offset = base + count
+            if (count + 1) * CQ_UNIT_SIZE_BYTES <= len(data):
+                break  # the end is in this file: a later one's units are past it
+
+    @classmethod
+    def open(cls, directory: str | Path, log_min_offset: int | None = None) -> CqView:
+        """The queue whose files are in ``directory`` (none: an empty queue). With
+        ``log_min_offset`` (the CommitLog's oldest byte), ``min_offset`` is ``live_min`` of
+        it: the units of records retention deleted are left out."""
+        path = Path(directory)
+        try:
+            names = [entry.name for entry in os.scandir(path) if entry.is_file()]
+        except (FileNotFoundError, NotADirectoryError):
+            names = []
+        view = cls(path, sorted(int(n) // CQ_UNIT_SIZE_BYTES for n in names if n.isdigit()))
+        if log_min_offset is not None:
+            view.min_offset = view.live_min(log_min_offset)
+        return view
+
+    # --- files ------------------------------------------------------------------------------
+
+    def _fd(self, base: int) -> int | None:
+        fd = self._fds.get(base)
+        if fd is None:
+            name = f"{base * CQ_UNIT_SIZE_BYTES:020d}"
+            try:
+                fd = self._fds[base] = os.open(self.directory / name, os.O_RDONLY)
+            except FileNotFoundError:  # deleted by retention since listed: no unit left
+                return None
+        return fd
+
+    def _file_size(self, base: int) -> int:
+        fd = self._fd(base)
+        return os.fstat(fd).st_size if fd is not None else 0
+
+    def _pread(self, base: int, position: int, size: int) -> bytes:
+        fd = self._fd(base)
+        return os.pread(fd, size, position) if fd is not None and size > 0 else b""
+
+    def _base_of(self, index: int) -> int | None:
+        at = int(np.searchsorted(self.bases, index, side="right")) - 1
+        return self.bases[at] if at >= 0 else None
+
+    # --- units ------------------------------------------------------------------------------
+
+    def load(self) -> CqView:
+        """Read every written unit now and serve later reads from memory (a caller making
+        thousands of probes, as the dashboard's traffic chart does). Returns ``self``."""
+        self._loaded = None
+        self._loaded = self.all_units()
+        return self
+
+    def units(self, start: int, count: int) -> np.ndarray:
+        """``UNIT_DTYPE`` units of queue offsets ``[start, start + count)`` within the
+        written ones (item ``i`` is ``max(start, min_offset) + i``; shorter where a file
+        is gone)."""
+        index, end = max(start, self.min_offset), min(start + count, self.max_offset)
+        if self._loaded is not None:
+            return self._loaded[index - self.min_offset : max(index, end) - self.min_offset]
+        parts: list[np.ndarray] = []
+        while index < end:
+            base = self._base_of(index)
+            if base is None:
+                break
+            later = [b for b in self.bases if b > base]
+            stop = min(end, later[0]) if later else end
+            size = (stop - index) * CQ_UNIT_SIZE_BYTES
+            got = units_of(self._pread(base, (index - base) * CQ_UNIT_SIZE_BYTES, size))
+            parts.append(got)
+            if len(got) < stop - index:
+                break
+            index = stop
+        return np.concatenate(parts) if parts else np.zeros(0, UNIT_DTYPE)
+
+    def all_units(self) -> np.ndarray:
+        """Every written unit, ``[min_offset, max_offset)``."""
+        return self.units(self.min_offset, self.max_offset - self.min_offset)
+
+    def unit(self, queue_offset: int) -> tuple[int, int] | None:
+        """(CommitLog offset, size) of a written unit; ``None`` outside them (or gone)."""
+        if not self.min_offset <= queue_offset < self.max_offset:
+            return None
+        loaded = self._loaded
+        if loaded is not None and queue_offset - self.min_offset < len(loaded):
+            item = loaded[queue_offset - self.min_offset]
+            return int(item["phys"]), int(item["size"])
+        found = self.units(queue_offset, 1)
+        return (int(found["phys"][0]), int(found["size"][0])) if len(found) else None
+
+    def physical_at(self, queue_offset: int) -> int | None:
+        """The CommitLog offset of a unit naming a record; ``None`` for the pre-blank filler
+        or outside the written units."""
+        found = self.unit(queue_offset)
+        return None if found is None or found[1] == PRE_BLANK_SIZE else found[0]
+
+    def live_min(self, log_min_offset: int) -> int:
+        """The first queue offset whose record is at or above ``log_min_offset`` (RocketMQ
+        ``minLogicOffset``); ``max_offset`` if none."""
+        for base in self.bases:
+            low = max(base, self.min_offset)
+            units = self.units(low, self._file_end(base) - low)
+            found = first_live(units, log_min_offset)
+            if found < len(units):
+                return low + found
+        return self.max_offset
+
+    def _file_end(self, base: int) -> int:
+        later = [b for b in self.bases if b > base]
+        return min(later[0], self.max_offset) if later else self.max_offset
+
+    def first_at_or_after(self, physical_offset: int, low: int | None = None) -> int:
+        """The first queue offset whose record starts at or after ``physical_offset``
+        (``max_offset`` when none does)."""
+        start = self.min_offset if low is None else max(low, self.min_offset)
+        return first_at_or_after(start, self.max_offset, physical_offset, self.physical_at)
+
+    def offset_for_time(
+        self, timestamp_ms: int, store_time_of: Callable[[int], int | None], low: int | None = None
+    ) -> int:
+        """The first queue offset (from ``low``) stored at or after ``timestamp_ms``;
+        ``max_offset`` if none (RocketMQ ``getOffsetInQueueByTime``).
+        ``store_time_of(physical_offset)``: the record's store time; ``None`` or -1 when it
+        is gone (older than anything still there)."""
+
+        def stamp(queue_offset: int) -> int | None:
+            physical = self.physical_at(queue_offset)
+            return None if physical is None else store_time_of(physical)
+
+        start = self.min_offset if low is None else max(low, self.min_offset)
+        return first_at_or_after(start, self.max_offset, timestamp_ms, stamp)
+
+    def size_bytes(self) -> int:
+        """The CommitLog bytes of the records the written units name."""
+        sizes = self.all_units()["size"]
+        return int(sizes[sizes != PRE_BLANK_SIZE].astype(np.int64).sum())
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> CqView:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
