@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rmq_spark.broker.consumer.progress import InFlight, QueueProgress
+from rmq_spark.broker.consumer.delivery import InFlight, QueueProgress
 from rmq_spark.broker.consumer.receipt import ReceiptHandle, decode_receipt_handle
 
 

@@ -11,10 +11,12 @@ gRPC handlers (``consume_grpc.py``) and the embedded broker. Knows nothing of pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import secrets
 import threading
 import time
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -26,8 +28,11 @@ from rmq_spark.broker.consumer.copies import (
 )
 from rmq_spark.broker.consumer.groups import (
     ConsumerGroups,
+    Copy,
+    CopyKind,
     Delivery,
     HandleCode,
+    Popped,
     PopRequest,
     retry_topic,
 )
@@ -142,8 +147,6 @@ class ConsumeService:
             nonce=secrets.token_hex(4),
             committed=offsets,
             extra=extra,
-            on_exhausted=self._to_dlq,
-            on_retry=self._to_retry,
             client_alive=self._alive,
         )
         levels = getattr(getattr(store, "config", None), "message_delay_level", None)
@@ -161,6 +164,9 @@ class ConsumeService:
         )
         self._close_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="consume-pop")
+        # Retry and DLQ copies are stored by threads of their own: a SYNC put waiting for
+        # its fsync never holds a pop thread (nor a group's lock) that other groups need.
+        self._copy_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="consume-copy")
         self.reviver.start()
 
     # --- clients -----------------------------------------------------------------------------
@@ -253,14 +259,40 @@ class ConsumeService:
 
     def receive_now(self, receive: Receive) -> list[Delivery]:
         """The topic's deliverable messages, then the group's retry copies (RocketMQ's
-        consumers read ``%RETRY%<group>`` beside their topics)."""
-        found = self.groups.pop(receive.request, receive.queue_ids)
-        room = receive.request.batch_size - len(found)
+        consumers read ``%RETRY%<group>`` beside their topics); the retry and DLQ copies the
+        pop asked for are stored before it returns, after the group's lock is released."""
+        popped = self._pop(receive)
+        self.store_copies(popped.copies)
+        return self._received(receive, popped.deliveries)
+
+    def _pop(self, receive: Receive) -> Popped:
+        popped = self.groups.pop(receive.request, receive.queue_ids)
+        room = receive.request.batch_size - len(popped.deliveries)
         if receive.retry is not None and room > 0:
-            found += self.groups.pop(replace(receive.retry, batch_size=room), (0,))
+            more = self.groups.pop(replace(receive.retry, batch_size=room), (0,))
+            popped.deliveries += more.deliveries
+            popped.copies += more.copies
+        return popped
+
+    def _received(self, receive: Receive, found: list[Delivery]) -> list[Delivery]:
         if found:
             self._broker.traffic.received(receive.request.group, len(found))
         return found
+
+    def store_copies(self, copies: list[Copy]) -> None:
+        """Store each copy a pop asked for (``_to_retry`` / ``_to_dlq``) and settle it: its
+        message is done only once the copy is stored (a SYNC put: durable), so the committed
+        offset never passes a message whose copy a crash could lose."""
+        for index, copy in enumerate(copies):
+            stored = False
+            try:
+                put = self._to_dlq if copy.kind is CopyKind.DLQ else self._to_retry
+                stored = put(copy.group, copy.record, copy.properties, copy.attempts)
+            except BaseException:
+                for left in copies[index:]:
+                    self.groups.settle(left, False)
+                raise
+            self.groups.settle(copy, stored)
 
     @staticmethod
     def _topics(receive: Receive) -> tuple[str, ...]:
@@ -268,50 +300,78 @@ class ConsumeService:
             return (receive.request.topic,)
         return (receive.request.topic, receive.retry.topic)
 
+    def _long_poll(
+        self, receive: Receive, wait_s: float, now_s: Callable[[], float]
+    ) -> Generator[float, list[Delivery], list[Delivery]]:
+        """The one long-poll loop of both fronts (``receive``, ``receive_blocking``): each
+        front pops and sends the result in; the loop answers how long to wait for a wake-up
+        before the next pop, or returns the answer (messages found, the time is up, or the
+        broker is stopping). The front registers its waiter before the first pop and clears
+        it before each, so a message stored between a pop and its wait still wakes it."""
+        end = now_s() + wait_s
+        while True:
+            found = yield 0.0
+            remaining = end - now_s()
+            if found or remaining <= 0 or self._stopping:
+                return found
+            yield self._pause_s(receive, remaining)
+
     async def receive(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """Pop; when nothing is deliverable, wait (at most ``wait_s``) for new messages or
-        for an invisible one to come back, then pop again."""
+        for an invisible one to come back, then pop again (``_long_poll``)."""
         loop = asyncio.get_running_loop()
-        end = loop.time() + wait_s
-        while True:
-            with self.waiters.watch_async(*self._topics(receive)) as woken:
-                found = await self._pop_off_loop(receive)
-                remaining = end - loop.time()
-                if found or remaining <= 0 or self._stopping:
-                    return found
+        poll = self._long_poll(receive, wait_s, loop.time)
+        with self.waiters.watch_async(*self._topics(receive)) as woken:
+            next(poll)
+            while True:
+                woken.clear()
                 try:
-                    await asyncio.wait_for(woken.wait(), self._pause_s(receive, remaining))
-                except TimeoutError:
-                    pass
-
-    async def _pop_off_loop(self, receive: Receive) -> list[Delivery]:
-        """``receive_now`` in a worker thread: a pop reads records, may build the index and
-        may put a DLQ copy (a SYNC put waits for its fsync). If the caller is cancelled
-        meanwhile, what the pop took comes back at once instead of after its invisible time."""
-        work = self._pool.submit(self.receive_now, receive)
-        try:
-            return await asyncio.wrap_future(work)
-        except asyncio.CancelledError:
-            work.add_done_callback(lambda done: self._release_taken(receive, done))
-            raise
-
-    def _release_taken(self, receive: Receive, done: Future[list[Delivery]]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
-        request = receive.request
-        for delivery in done.result():
-            self.change_invisible(request.group, request.topic, delivery.handle.encode(), 0)
+                    pause_s = poll.send(await self._pop_off_loop(receive))
+                except StopIteration as answer:
+                    return list(answer.value)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), pause_s)
+                next(poll)
 
     def receive_blocking(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """``receive`` for a thread without an event loop (the embedded consumer)."""
-        end = time.monotonic() + wait_s
-        while True:
-            with self.waiters.watch_thread(*self._topics(receive)) as woken:
-                found = self.receive_now(receive)
-                remaining = end - time.monotonic()
-                if found or remaining <= 0 or self._stopping:
-                    return found
-                woken.wait(self._pause_s(receive, remaining))
+        poll = self._long_poll(receive, wait_s, time.monotonic)
+        with self.waiters.watch_thread(*self._topics(receive)) as woken:
+            next(poll)
+            while True:
+                woken.clear()
+                try:
+                    pause_s = poll.send(self.receive_now(receive))
+                except StopIteration as answer:
+                    return list(answer.value)
+                woken.wait(pause_s)
+                next(poll)
+
+    async def _pop_off_loop(self, receive: Receive) -> list[Delivery]:
+        """The pop in a worker thread (it reads records and may build the index), then its
+        copies in a copy thread (a SYNC put waits for its fsync). If the caller is cancelled
+        meanwhile, what the pop took comes back at once instead of after its invisible time,
+        and its copies are still stored."""
+        work = self._pool.submit(self._pop, receive)
+        try:
+            popped = await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(lambda done: self._release_taken(receive, done))
+            raise
+        if popped.copies:
+            stored = self._copy_pool.submit(self.store_copies, popped.copies)
+            await asyncio.shield(asyncio.wrap_future(stored))
+        return self._received(receive, popped.deliveries)
+
+    def _release_taken(self, receive: Receive, done: Future[Popped]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        popped = done.result()
+        if popped.copies:
+            self._copy_pool.submit(self.store_copies, popped.copies)
+        request = receive.request
+        for delivery in popped.deliveries:
+            self.change_invisible(request.group, request.topic, delivery.handle.encode(), 0)
 
     def _pause_s(self, receive: Receive, remaining_s: float) -> float:
         """Until the earliest invisible message comes back, at most ``remaining_s``."""
@@ -463,6 +523,7 @@ class ConsumeService:
         self.begin_shutdown()
         self.reviver.close()
         self._pool.shutdown(wait=True)
+        self._copy_pool.shutdown(wait=True)
         try:
             self._saver.close()
         finally:
