@@ -1,41 +1,34 @@
 """The consume path of a broker: receive (with long polling), ack, change invisible time, DLQ.
 
 Owns ``ConsumeService``: request validation (group and topic names, invisible time, filter
-expressions) with the status each failure gets, long polling (a receive waits until the queue
-source reports new messages or an invisible message comes back, within its deadline), the
-DLQ copy of a message out of attempts (through the store's put path, with RocketMQ's
-properties), client liveness for auto-renewed deliveries, and saving progress. Used by the
-gRPC handlers (``consume_grpc.py``) and the embedded broker. Knows nothing of protobuf.
+expressions) with the status each failure gets, what a receive does in which thread (the pop
+under its group's lock in a pop thread; then the retry and DLQ copies it asked for, stored by
+``hand_off.CopyStore`` in a copy thread, outside every lock; long polling by
+``waiters.Waiters``: a receive waits until the queue source reports new messages or an
+invisible message comes back, within its deadline), client liveness for auto-renewed
+deliveries, and saving progress. Used by the gRPC handlers (``consume_grpc.py``) and the
+embedded broker. Knows nothing of protobuf.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import secrets
 import threading
-import time
-from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rmq_spark.broker.consumer.copies import (
-    dlq_properties,
-    group_copy_request,
-    retry_properties,
-)
 from rmq_spark.broker.consumer.groups import (
     ConsumerGroups,
-    Copy,
-    CopyKind,
     Delivery,
     HandleCode,
     Popped,
     PopRequest,
     retry_topic,
 )
+from rmq_spark.broker.consumer.hand_off import CopyStore, dlq_topic
 from rmq_spark.broker.consumer.persist import ProgressFiles, ProgressSaver
 from rmq_spark.broker.consumer.ports import ConsumerStore, ConsumerWiring, GroupSettingsLike
 from rmq_spark.broker.consumer.receipt import ReceiptHandle, decode_receipt_handle
@@ -49,7 +42,7 @@ from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
 from rmq_spark.store.properties import parse_properties
-from rmq_spark.store.put import PutRequest, PutResult, PutStatus
+from rmq_spark.store.put import PutRequest, PutResult
 
 __all__ = [
     "BATCH_MAX",
@@ -67,12 +60,7 @@ POLL_MS_MIN = 5_000  # grpcClientConsumerMinLongPollingTimeoutMillis
 POLL_MS_MAX = 20_000  # grpcClientConsumerMaxLongPollingTimeoutMillis
 BATCH_MAX = 32  # grpcClientConsumerLongPollingBatchSize
 CLIENT_ALIVE_MS = 30_000  # a client unheard of for this long no longer renews its messages
-_DLQ_PREFIX = "%DLQ%"
 _MATCH_ALL = "*"  # the retry topic is read unfiltered: its copies matched when first taken
-
-
-def dlq_topic(group: str) -> str:
-    return f"{_DLQ_PREFIX}{group}"
 
 
 class ConsumeCode(enum.Enum):
@@ -149,6 +137,7 @@ class ConsumeService:
             extra=extra,
             client_alive=self._alive,
         )
+        self.copies = CopyStore(store, self.groups, broker.topics.add_internal, self._max_reconsume)
         levels = getattr(getattr(store, "config", None), "message_delay_level", None)
         self.reviver = RetryReviver(
             self.groups,
@@ -262,14 +251,19 @@ class ConsumeService:
         consumers read ``%RETRY%<group>`` beside their topics); the retry and DLQ copies the
         pop asked for are stored before it returns, after the group's lock is released."""
         popped = self._pop(receive)
-        self.store_copies(popped.copies)
+        self.copies.store_all(popped.copies)
         return self._received(receive, popped.deliveries)
 
     def _pop(self, receive: Receive) -> Popped:
         popped = self.groups.pop(receive.request, receive.queue_ids)
         room = receive.request.batch_size - len(popped.deliveries)
         if receive.retry is not None and room > 0:
-            more = self.groups.pop(replace(receive.retry, batch_size=room), (0,))
+            try:
+                more = self.groups.pop(replace(receive.retry, batch_size=room), (0,))
+            except BaseException:
+                for copy in popped.copies:  # nobody will store them: deliverable again
+                    self.groups.settle(copy, False)
+                raise
             popped.deliveries += more.deliveries
             popped.copies += more.copies
         return popped
@@ -279,73 +273,32 @@ class ConsumeService:
             self._broker.traffic.received(receive.request.group, len(found))
         return found
 
-    def store_copies(self, copies: list[Copy]) -> None:
-        """Store each copy a pop asked for (``_to_retry`` / ``_to_dlq``) and settle it: its
-        message is done only once the copy is stored (a SYNC put: durable), so the committed
-        offset never passes a message whose copy a crash could lose."""
-        for index, copy in enumerate(copies):
-            stored = False
-            try:
-                put = self._to_dlq if copy.kind is CopyKind.DLQ else self._to_retry
-                stored = put(copy.group, copy.record, copy.properties, copy.attempts)
-            except BaseException:
-                for left in copies[index:]:
-                    self.groups.settle(left, False)
-                raise
-            self.groups.settle(copy, stored)
-
     @staticmethod
     def _topics(receive: Receive) -> tuple[str, ...]:
         if receive.retry is None:
             return (receive.request.topic,)
         return (receive.request.topic, receive.retry.topic)
 
-    def _long_poll(
-        self, receive: Receive, wait_s: float, now_s: Callable[[], float]
-    ) -> Generator[float, list[Delivery], list[Delivery]]:
-        """The one long-poll loop of both fronts (``receive``, ``receive_blocking``): each
-        front pops and sends the result in; the loop answers how long to wait for a wake-up
-        before the next pop, or returns the answer (messages found, the time is up, or the
-        broker is stopping). The front registers its waiter before the first pop and clears
-        it before each, so a message stored between a pop and its wait still wakes it."""
-        end = now_s() + wait_s
-        while True:
-            found = yield 0.0
-            remaining = end - now_s()
-            if found or remaining <= 0 or self._stopping:
-                return found
-            yield self._pause_s(receive, remaining)
-
     async def receive(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """Pop; when nothing is deliverable, wait (at most ``wait_s``) for new messages or
-        for an invisible one to come back, then pop again (``_long_poll``)."""
-        loop = asyncio.get_running_loop()
-        poll = self._long_poll(receive, wait_s, loop.time)
-        with self.waiters.watch_async(*self._topics(receive)) as woken:
-            next(poll)
-            while True:
-                woken.clear()
-                try:
-                    pause_s = poll.send(await self._pop_off_loop(receive))
-                except StopIteration as answer:
-                    return list(answer.value)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), pause_s)
-                next(poll)
+        for an invisible one to come back, then pop again (``Waiters.poll``)."""
+        return await self.waiters.poll(
+            self._topics(receive),
+            wait_s,
+            lambda: self._pop_off_loop(receive),
+            lambda remaining_s: self._pause_s(receive, remaining_s),
+            lambda: self._stopping,
+        )
 
     def receive_blocking(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """``receive`` for a thread without an event loop (the embedded consumer)."""
-        poll = self._long_poll(receive, wait_s, time.monotonic)
-        with self.waiters.watch_thread(*self._topics(receive)) as woken:
-            next(poll)
-            while True:
-                woken.clear()
-                try:
-                    pause_s = poll.send(self.receive_now(receive))
-                except StopIteration as answer:
-                    return list(answer.value)
-                woken.wait(pause_s)
-                next(poll)
+        return self.waiters.poll_blocking(
+            self._topics(receive),
+            wait_s,
+            lambda: self.receive_now(receive),
+            lambda remaining_s: self._pause_s(receive, remaining_s),
+            lambda: self._stopping,
+        )
 
     async def _pop_off_loop(self, receive: Receive) -> list[Delivery]:
         """The pop in a worker thread (it reads records and may build the index), then its
@@ -359,7 +312,7 @@ class ConsumeService:
             work.add_done_callback(lambda done: self._release_taken(receive, done))
             raise
         if popped.copies:
-            stored = self._copy_pool.submit(self.store_copies, popped.copies)
+            stored = self._copy_pool.submit(self.copies.store_all, popped.copies)
             await asyncio.shield(asyncio.wrap_future(stored))
         return self._received(receive, popped.deliveries)
 
@@ -368,7 +321,7 @@ class ConsumeService:
             return
         popped = done.result()
         if popped.copies:
-            self._copy_pool.submit(self.store_copies, popped.copies)
+            self._copy_pool.submit(self.copies.store_all, popped.copies)
         request = receive.request
         for delivery in popped.deliveries:
             self.change_invisible(request.group, request.topic, delivery.handle.encode(), 0)
@@ -434,31 +387,12 @@ class ConsumeService:
         if not self.groups.is_current(group, topic, handle):
             return _stale(receipt_handle)
         properties = parse_properties(record.record.properties)
-        if not self._to_dlq(group, record, properties, max(attempts, handle.attempt)):
+        if not self.copies.to_dlq(group, record, properties, max(attempts, handle.attempt)):
             return Rejected(ConsumeCode.STORE_ERROR, "the DLQ copy could not be stored")
         # Consumed only now that the copy is stored; if the message was delivered again in
         # between, that delivery stands (at least once).
         self.groups.ack(group, topic, handle)
         return None
-
-    def _to_dlq(
-        self, group: str, record: DecodedRecord, properties: dict[str, str], attempts: int
-    ) -> bool:
-        """Store a copy in ``%DLQ%<group>`` queue 0 as RocketMQ's send-back does (spec 11)."""
-        copy = dlq_properties(record, properties, attempts, self._max_reconsume(group))
-        request = group_copy_request(dlq_topic(group), record, copy, attempts, idempotent=True)
-        return self._put_group_copy(request)
-
-    def _to_retry(
-        self, group: str, record: DecodedRecord, properties: dict[str, str], reconsume: int
-    ) -> bool:
-        """Store a copy bound for ``%RETRY%<group>`` queue 0 (``copies.retry_properties``):
-        the put path turns DELAY into a SCHEDULE_TOPIC_XXXX record (REAL_TOPIC = the retry
-        topic) that ``RetryReviver`` puts back when due."""
-        copy = retry_properties(record, properties, reconsume, self._max_reconsume(group))
-        # Not idempotent: every retry of a message keeps its UNIQ_KEY.
-        request = group_copy_request(retry_topic(group), record, copy, reconsume, idempotent=False)
-        return self._put_group_copy(request)
 
     def _max_reconsume(self, group: str) -> int:
         return self.settings_of(group).retry_max_times
@@ -471,18 +405,7 @@ class ConsumeService:
 
     def put_send_back(self, request: PutRequest) -> PutResult:
         """Put a send-back copy (``send_back.py`` decides whether one may be made)."""
-        result = self._store.put(request)
-        if result.status is PutStatus.PUT_OK:
-            self._broker.topics.add_internal(request.topic)
-        return result
-
-    def _put_group_copy(self, request: PutRequest) -> bool:
-        """Put a retry or DLQ copy; the topic joins the topic table (topics.json), readable
-        by consumers and a RocketMQ broker, never by producers."""
-        stored = self._store.put(request).status is PutStatus.PUT_OK
-        if stored:
-            self._broker.topics.add_internal(request.topic)
-        return stored
+        return self.copies.put(request)
 
     # --- offsets (UpdateOffset / GetOffset / QueryOffset) --------------------------------------
 
