@@ -13,9 +13,11 @@ embedded broker. Knows nothing of protobuf.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import secrets
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -33,7 +35,7 @@ from rmq_spark.broker.consumer.persist import ProgressFiles, ProgressSaver
 from rmq_spark.broker.consumer.ports import ConsumerStore, ConsumerWiring, GroupSettingsLike
 from rmq_spark.broker.consumer.receipt import ReceiptHandle, decode_receipt_handle
 from rmq_spark.broker.consumer.revive import RetryReviver
-from rmq_spark.broker.consumer.waiters import Waiters
+from rmq_spark.broker.consumer.waiters import Waiters, long_poll
 from rmq_spark.broker.consumer.wiring import broker_wiring
 from rmq_spark.broker.service import BrokerService, RouteOutcome, SendCode
 from rmq_spark.broker.topics import group_name_problem
@@ -281,24 +283,31 @@ class ConsumeService:
 
     async def receive(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """Pop; when nothing is deliverable, wait (at most ``wait_s``) for new messages or
-        for an invisible one to come back, then pop again (``Waiters.poll``)."""
-        return await self.waiters.poll(
-            self._topics(receive),
-            wait_s,
-            lambda: self._pop_off_loop(receive),
-            lambda remaining_s: self._pause_s(receive, remaining_s),
-            lambda: self._stopping,
-        )
+        for an invisible one to come back, then pop again (``waiters.long_poll``)."""
+        steps = long_poll(wait_s, asyncio.get_running_loop().time)
+        next(steps)
+        with self.waiters.watch_async(*self._topics(receive)) as woken:
+            while True:
+                woken.clear()  # registered before the pop: a put meanwhile still wakes us
+                try:
+                    remaining_s = steps.send((await self._pop_off_loop(receive), self._stopping))
+                except StopIteration as answer:
+                    return list(answer.value)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), self._pause_s(receive, remaining_s))
 
     def receive_blocking(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """``receive`` for a thread without an event loop (the embedded consumer)."""
-        return self.waiters.poll_blocking(
-            self._topics(receive),
-            wait_s,
-            lambda: self.receive_now(receive),
-            lambda remaining_s: self._pause_s(receive, remaining_s),
-            lambda: self._stopping,
-        )
+        steps = long_poll(wait_s, time.monotonic)
+        next(steps)
+        with self.waiters.watch_thread(*self._topics(receive)) as woken:
+            while True:
+                woken.clear()
+                try:
+                    remaining_s = steps.send((self.receive_now(receive), self._stopping))
+                except StopIteration as answer:
+                    return list(answer.value)
+                woken.wait(self._pause_s(receive, remaining_s))
 
     async def _pop_off_loop(self, receive: Receive) -> list[Delivery]:
         """The pop in a worker thread (it reads records and may build the index), then its

@@ -1,44 +1,40 @@
 """Long polling: the one loop of a receive that waits for its topic to grow, and its wake-ups.
 
-``Waiters.poll`` (gRPC handlers, on the event loop) and ``Waiters.poll_blocking`` (the
-embedded consumer's thread) drive one loop, ``_long_poll``: pop; when nothing came, wait for a
-wake-up at most until the earliest invisible message comes back (``pause_s``), then pop again,
-until something came, the time is up or the broker stops. A receive registers before it looks
-(so a message stored between its look and its wait still wakes it), then waits on an
-``asyncio.Event`` (woken through ``loop.call_soon_threadsafe``) or a ``threading.Event``.
+``long_poll`` is the one loop of both fronts (``ConsumeService.receive`` on the event loop,
+``receive_blocking`` in the embedded consumer's thread), which do its I/O: pop; when nothing
+came, wait for a wake-up (at most until the earliest invisible message comes back), then pop
+again, until something came, the time is up or the broker stops. A receive registers before
+it looks (so a message stored between its look and its wait still wakes it), then waits on
+an ``asyncio.Event`` (woken through ``loop.call_soon_threadsafe``) or a ``threading.Event``.
 ``wake`` is the queue source's listener: it runs on the source's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import threading
-import time
-from collections.abc import Awaitable, Callable, Generator, Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-__all__ = ["Waiters"]
+__all__ = ["Waiters", "long_poll"]
 
 T = TypeVar("T")
+PopResult = tuple[list[T], bool]  # a pop's result, and whether the broker is stopping
 
 
-def _long_poll(
-    wait_s: float,
-    now_s: Callable[[], float],
-    pause_s: Callable[[float], float],
-    stopping: Callable[[], bool],
-) -> Generator[float, list[T], list[T]]:
-    """The one long-poll loop. Send in each pop's result (the first one primes it); it
-    answers how long to wait for a wake-up before the next pop, or returns the answer."""
+def long_poll(wait_s: float, now_s: Callable[[], float]) -> Generator[float, PopResult[T], list[T]]:
+    """The one long-poll loop, without its I/O. Prime it with ``next``, then send in each
+    pop's result and whether the broker is stopping; it answers the seconds left to wait for
+    a wake-up before the next pop, or returns the receive's answer (something came, the time
+    is up, or the broker is stopping)."""
     end = now_s() + wait_s
-    found: list[T] = yield 0.0
+    found, stopping = yield 0.0
     while True:
-        remaining = end - now_s()
-        if found or remaining <= 0 or stopping():
+        remaining_s = end - now_s()
+        if found or remaining_s <= 0 or stopping:
             return found
-        found = yield pause_s(remaining)
+        found, stopping = yield remaining_s
 
 
 class _AsyncWaiter:
@@ -95,52 +91,6 @@ class Waiters:
         finally:
             for topic in topics:
                 self._remove(topic, waiter)
-
-    async def poll(
-        self,
-        topics: tuple[str, ...],
-        wait_s: float,
-        pop: Callable[[], Awaitable[list[T]]],
-        pause_s: Callable[[float], float],
-        stopping: Callable[[], bool],
-    ) -> list[T]:
-        """``_long_poll`` on the event loop: ``pop`` until it finds something, at most
-        ``wait_s``, waiting for a wake-up of ``topics`` in between."""
-        steps: Generator[float, list[T], list[T]] = _long_poll(
-            wait_s, asyncio.get_running_loop().time, pause_s, stopping
-        )
-        next(steps)
-        with self.watch_async(*topics) as woken:
-            while True:
-                woken.clear()
-                try:
-                    pause = steps.send(await pop())
-                except StopIteration as answer:
-                    return list(answer.value)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(woken.wait(), pause)
-
-    def poll_blocking(
-        self,
-        topics: tuple[str, ...],
-        wait_s: float,
-        pop: Callable[[], list[T]],
-        pause_s: Callable[[float], float],
-        stopping: Callable[[], bool],
-    ) -> list[T]:
-        """``poll`` for a thread without an event loop."""
-        steps: Generator[float, list[T], list[T]] = _long_poll(
-            wait_s, time.monotonic, pause_s, stopping
-        )
-        next(steps)
-        with self.watch_thread(*topics) as woken:
-            while True:
-                woken.clear()
-                try:
-                    pause = steps.send(pop())
-                except StopIteration as answer:
-                    return list(answer.value)
-                woken.wait(pause)
 
     def wake(self, grown: set[tuple[str, int]]) -> None:
         """Wake every receive waiting on a topic in ``grown`` ((topic, queue id) pairs)."""
