@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from rmq_spark.broker.consumer.copies import dlq_properties, group_copy_request, retry_properties
 from rmq_spark.broker.consumer.groups import ConsumerGroups, Copy, CopyKind, retry_topic
-from rmq_spark.broker.consumer.ports import ConsumerStore
+from rmq_spark.broker.consumer.ports import ConsumerStore, GroupSettingsSource
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
@@ -31,19 +31,22 @@ def dlq_topic(group: str) -> str:
 
 class CopyStore:
     """Puts group copies into ``store``; ``add_topic`` registers a copy's topic once stored,
-    ``max_reconsume(group)`` is the group's retry limit."""
+    ``settings`` give each group's retry limit (a copy's MAX_RECONSUME_TIMES)."""
 
     def __init__(
         self,
         store: ConsumerStore,
         groups: ConsumerGroups,
         add_topic: Callable[[str], None],
-        max_reconsume: Callable[[str], int],
+        settings: GroupSettingsSource,
     ) -> None:
         self._store = store
         self._groups = groups
         self._add_topic = add_topic
-        self._max_reconsume = max_reconsume
+        self._settings = settings
+
+    def _max_reconsume(self, group: str) -> int:
+        return self._settings.get(group).retry_max_times
 
     def store_all(self, copies: list[Copy]) -> None:
         """Store each copy a pop asked for and settle it; one that raises settles the rest as

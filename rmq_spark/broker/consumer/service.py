@@ -139,7 +139,9 @@ class ConsumeService:
             extra=extra,
             client_alive=self._alive,
         )
-        self.copies = CopyStore(store, self.groups, broker.topics.add_internal, self._max_reconsume)
+        self.copies = CopyStore(
+            store, self.groups, broker.topics.add_internal, wiring.group_settings
+        )
         levels = getattr(getattr(store, "config", None), "message_delay_level", None)
         self.reviver = RetryReviver(
             self.groups,
