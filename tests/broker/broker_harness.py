@@ -80,11 +80,15 @@ def closed_by_peer(sock: socket.socket, poll_s: float = 0.01) -> bool:
     return True
 
 
-def broker_command(store_dir: Path, listen: str, *extra: str) -> list[str]:
+SERVER = ("-m", "rmq_spark.broker.server")
+
+
+def broker_command(
+    store_dir: Path, listen: str, *extra: str, entry: tuple[str, ...] = SERVER
+) -> list[str]:
     return [
         sys.executable,
-        "-m",
-        "rmq_spark.broker.server",
+        *entry,
         "--store",
         str(store_dir),
         "--listen",
@@ -94,16 +98,21 @@ def broker_command(store_dir: Path, listen: str, *extra: str) -> list[str]:
 
 
 def start_broker(
-    store_dir: Path, work_dir: Path, *settings: str, listen: str = "127.0.0.1:0"
+    store_dir: Path,
+    work_dir: Path,
+    *settings: str,
+    listen: str = "127.0.0.1:0",
+    entry: tuple[str, ...] = SERVER,
 ) -> BrokerProcess:
-    """Start a broker subprocess and wait until it serves; ``settings`` are ``section.key=v``."""
+    """Start a broker subprocess and wait until it serves; ``settings`` are ``section.key=v``;
+    ``entry``: what ``python`` runs (a test's wrapper around the server's ``main``)."""
     work_dir.mkdir(parents=True, exist_ok=True)
     ready = work_dir / f"ready-{time.monotonic_ns()}"
     log_path = work_dir / f"broker-{time.monotonic_ns()}.log"
     extra = ["--ready-file", str(ready)]
     for item in settings:
         extra += ["--set", item]
-    args = broker_command(store_dir, listen, *extra)
+    args = broker_command(store_dir, listen, *extra, entry=entry)
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
             args,

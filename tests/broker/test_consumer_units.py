@@ -1,9 +1,14 @@
-"""Pure pieces of the consume path: receipt handles and one queue's progress."""
+"""Pure pieces of the consume path: receipt handles, one queue's progress, the long poll."""
 
 from __future__ import annotations
 
-from rmq_spark.broker.consumer.progress import InFlight, QueueProgress
+from typing import Any
+
+import pytest
+
+from rmq_spark.broker.consumer.delivery import InFlight, QueueProgress
 from rmq_spark.broker.consumer.receipt import ReceiptHandle, decode_receipt_handle
+from rmq_spark.broker.consumer.waiters import long_poll
 
 
 def test_a_receipt_handle_is_rocketmqs_nine_fields_plus_attempt_and_nonce() -> None:
@@ -70,3 +75,33 @@ def test_a_queue_shortened_by_retention_moves_the_progress_up() -> None:
         _deliver(progress, offset)
     progress.clamp(min_offset=2)
     assert progress.committed == 2 and sorted(progress.in_flight) == [2, 3]
+
+
+def _poll(wait_s: float, times: list[float]) -> Any:
+    clock = iter(times)
+    steps = long_poll(wait_s, lambda: next(clock))
+    assert next(steps) == 0.0
+    return steps
+
+
+def test_the_long_poll_answers_at_once_when_a_pop_found_something() -> None:
+    steps = _poll(5.0, [100.0, 100.1])
+    with pytest.raises(StopIteration) as answer:
+        steps.send((["m"], False))
+    assert answer.value.value == ["m"]
+
+
+def test_the_long_poll_waits_what_is_left_then_answers_empty_at_its_deadline() -> None:
+    steps = _poll(5.0, [100.0, 101.0, 104.5, 105.0])
+    assert steps.send(([], False)) == 4.0
+    assert steps.send(([], False)) == 0.5
+    with pytest.raises(StopIteration) as answer:
+        steps.send(([], False))
+    assert answer.value.value == []
+
+
+def test_the_long_poll_ends_when_the_broker_stops() -> None:
+    steps = _poll(5.0, [100.0, 101.0])
+    with pytest.raises(StopIteration) as answer:
+        steps.send(([], True))
+    assert answer.value.value == []

@@ -1,27 +1,39 @@
 """Consumer groups' progress over the store: pop (receive), ack, change invisible time.
 
-Owns ``ConsumerGroups``: one ``QueueProgress`` per (group, topic, queue), the choice of what a
-receive gets (expired messages first, then new ones; queues round-robin; a FIFO group's
-message group waits while an earlier message of it is invisible), reading the records those
-messages are, receipt handles, and the hand-off of a message that used up its attempts
-(``on_exhausted``: the DLQ). Thread-safe (one lock). Knows nothing of gRPC or files.
+Owns ``ConsumerGroups``: one ``QueueProgress`` per (group, topic, queue), one lock per group,
+the choice of what a receive looks at (expired messages first, then new ones; queues
+round-robin), reading the records those messages are, and receipt handles. What happens to
+each message is ``delivery.py``'s (the state machine); what a pop asks to be stored (a retry
+or DLQ copy: ``Copy``) the caller stores after the pop returned, outside every lock, and
+reports back with ``settle``. So one group's SYNC put never waits in another group's pop, ack
+or change-invisible. Knows nothing of gRPC or files.
 """
 
 from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
+from rmq_spark.broker.consumer import delivery
 from rmq_spark.broker.consumer.copies import prior_reconsumes
+from rmq_spark.broker.consumer.delivery import (
+    Ask,
+    CopyKind,
+    Deliver,
+    HandOff,
+    InFlight,
+    Message,
+    QueueProgress,
+)
 from rmq_spark.broker.consumer.ports import (
     GroupSettingsLike,
     MessageFilter,
     QueueSource,
     RecordReader,
 )
-from rmq_spark.broker.consumer.progress import InFlight, QueueProgress
 from rmq_spark.broker.consumer.receipt import ReceiptHandle
 from rmq_spark.clock import Clock
 from rmq_spark.errors import OffsetOutOfRangeError
@@ -29,10 +41,19 @@ from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.consume_queue import CqUnit
 from rmq_spark.store.properties import RETRY_TOPIC, SHARDING_KEY, TAGS, parse_properties
 
-__all__ = ["ConsumerGroups", "Delivery", "HandleCode", "PopRequest", "RETRY_PREFIX", "retry_topic"]
+__all__ = [
+    "ConsumerGroups",
+    "Copy",
+    "CopyKind",
+    "Delivery",
+    "HandleCode",
+    "PopRequest",
+    "Popped",
+    "RETRY_PREFIX",
+    "retry_topic",
+]
 
 _SCAN_LIMIT = 4096  # queue offsets one pop looks at per queue (filtered-out ones included)
-_RENEW_MS = 60_000  # invisible time of an auto-renewed delivery (the proxy's default)
 _RELEASE_MS = 1_000  # a terminated client's auto-renewed messages come back after this
 
 
@@ -70,10 +91,35 @@ class Delivery:
         return self.prior + self.handle.attempt
 
 
-Exhausted = Callable[[str, DecodedRecord, dict[str, str], int], bool]
-"""``on_exhausted(group, record, properties, attempts)``: True once the message is safely
-elsewhere (the DLQ); False leaves it deliverable. ``on_retry`` has the same shape: the copy
-goes to ``%RETRY%<group>`` with ``attempts`` as its reconsume times."""
+@dataclass(frozen=True, slots=True)
+class Copy:
+    """A pop's request to store a copy of a message elsewhere (``kind``): its retry copy in
+    ``%RETRY%<group>`` or its dead letter in ``%DLQ%<group>``, with ``attempts`` as the copy's
+    reconsume times. Report the put's result with ``ConsumerGroups.settle``."""
+
+    group: str
+    topic: str  # the stored topic the message was popped from
+    queue_id: int
+    hand_off: HandOff
+    record: DecodedRecord
+    properties: dict[str, str]
+
+    @property
+    def kind(self) -> CopyKind:
+        return self.hand_off.kind
+
+    @property
+    def attempts(self) -> int:
+        return self.hand_off.tried
+
+
+@dataclass(slots=True)
+class Popped:
+    """What one pop hands out, and the copies to store before answering."""
+
+    deliveries: list[Delivery] = field(default_factory=list)
+    copies: list[Copy] = field(default_factory=list)
+
 
 RETRY_PREFIX = "%RETRY%"
 
@@ -82,9 +128,19 @@ def retry_topic(group: str) -> str:
     return f"{RETRY_PREFIX}{group}"
 
 
+@dataclass(slots=True)
+class _Group:
+    """One group's state and the lock that guards it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    queues: dict[tuple[str, int], QueueProgress] = field(default_factory=dict)
+    round_robin: dict[str, int] = field(default_factory=dict)
+
+
 class ConsumerGroups:
     """Every group's progress; committed offsets come from ``committed`` (consumerOffset.json)
-    and ``extra`` (the in-flight file) when first used."""
+    and ``extra`` (the in-flight file) when first used. ``copies``: whether a message that came
+    back unacknowledged or ran out of attempts is handed off (``Copy``) or delivered again."""
 
     def __init__(
         self,
@@ -96,8 +152,7 @@ class ConsumerGroups:
         nonce: str,
         committed: dict[tuple[str, str], dict[int, int]] | None = None,
         extra: dict[str, dict[str, dict[str, object]]] | None = None,
-        on_exhausted: Exhausted | None = None,
-        on_retry: Exhausted | None = None,
+        copies: bool = True,
         client_alive: Callable[[str], bool] = lambda _client: False,
     ) -> None:
         self._store = store
@@ -107,60 +162,82 @@ class ConsumerGroups:
         self.nonce = nonce
         self._committed = committed or {}
         self._extra = extra or {}
-        self._on_exhausted = on_exhausted
-        self._on_retry = on_retry
+        self._copies = copies
         self._client_alive = client_alive
-        self._lock = threading.Lock()
-        self._progress: dict[tuple[str, str, int], QueueProgress] = {}
-        self._round_robin: dict[tuple[str, str], int] = {}
-        self.changes = 0  # bumped on every change worth persisting
+        self._groups_lock = threading.Lock()  # guards only the table of groups
+        self._groups: dict[str, _Group] = {}
+        self.changes = 0  # bumped on every change worth persisting (under a group's lock)
+
+    @contextmanager
+    def _locked(self, group: str) -> Iterator[_Group]:
+        state = self._groups.get(group)
+        if state is None:
+            with self._groups_lock:
+                state = self._groups.setdefault(group, _Group())
+        with state.lock:
+            yield state
+
+    def _all(self) -> list[tuple[str, _Group]]:
+        with self._groups_lock:
+            return list(self._groups.items())
 
     # --- receive -----------------------------------------------------------------------------
 
-    def pop(self, request: PopRequest, queue_ids: Sequence[int]) -> list[Delivery]:
-        """Up to ``batch_size`` deliverable messages of the topic, queues round-robin."""
+    def pop(self, request: PopRequest, queue_ids: Sequence[int]) -> Popped:
+        """Up to ``batch_size`` deliverable messages of the topic, queues round-robin, and the
+        copies to store (``settle`` each); only the group's own lock is held."""
+        popped = Popped()
         if not queue_ids:
-            return []
-        out: list[Delivery] = []
-        with self._lock:
-            key = (request.group, request.topic)
-            start = self._round_robin.get(key, 0)
-            self._round_robin[key] = start + 1
-            for i in range(len(queue_ids)):
-                if len(out) >= request.batch_size:
-                    break
-                queue_id = queue_ids[(start + i) % len(queue_ids)]
-                self._pop_queue(request, queue_id, out)
-        return out
+            return popped
+        with self._locked(request.group) as state:
+            try:
+                start = state.round_robin.get(request.topic, 0)
+                state.round_robin[request.topic] = start + 1
+                for i in range(len(queue_ids)):
+                    if len(popped.deliveries) >= request.batch_size:
+                        break
+                    queue_id = queue_ids[(start + i) % len(queue_ids)]
+                    self._pop_queue(state, request, queue_id, popped)
+            except BaseException:
+                for copy in popped.copies:  # nobody will store them: deliverable again
+                    self._settle(state, copy, False)
+                raise
+        return popped
 
-    def _pop_queue(self, request: PopRequest, queue_id: int, out: list[Delivery]) -> None:
-        progress = self._progress_of(request.group, request.topic, queue_id)
+    def _pop_queue(self, state: _Group, request: PopRequest, queue_id: int, popped: Popped) -> None:
+        progress = self._progress_of(state, request.group, request.topic, queue_id)
         now = self._clock.now_ms()
-        self._renew(progress, now)
+        delivery.renew(progress, now, self._client_alive)
         blocked = progress.blocked_groups(now) if request.settings.fifo else set()
+        ask = Ask(
+            invisible_ms=request.invisible_ms,
+            retry_max_times=request.settings.retry_max_times,
+            fifo=request.settings.fifo,
+            auto_renew=request.auto_renew,
+            client_id=request.client_id,
+            copies=self._copies,
+        )
         for offset in progress.deliverable(now):
-            if len(out) >= request.batch_size:
+            if len(popped.deliveries) >= request.batch_size:
                 return
-            self._offer(request, queue_id, progress, offset, blocked, now, out)
+            self._offer(request, queue_id, progress, offset, ask, blocked, now, popped)
         end = self._source.max_offset(request.topic, queue_id)
         budget = _SCAN_LIMIT
-        while len(out) < request.batch_size and progress.frontier < end and budget > 0:
+        found = popped.deliveries
+        while len(found) < request.batch_size and progress.frontier < end and budget > 0:
             count = min(end - progress.frontier, budget, 256)
             units = self._source.units(request.topic, queue_id, progress.frontier, count)
             if not units:
                 return
             for unit in units:
-                if len(out) >= request.batch_size:
+                if len(popped.deliveries) >= request.batch_size:
                     return
                 offset = progress.frontier
-                progress.take_new(offset)
                 budget -= 1
                 self.changes += 1
-                if not unit.names_record or not request.filter.matches_tags_code(unit.tags_code):
-                    progress.finish(offset)
-                    continue
-                progress.deliver(offset, InFlight(0, 0, unit.physical_offset))
-                self._offer(request, queue_id, progress, offset, blocked, now, out)
+                candidate = unit.names_record and request.filter.matches_tags_code(unit.tags_code)
+                if delivery.take(progress, unit.physical_offset, candidate):
+                    self._offer(request, queue_id, progress, offset, ask, blocked, now, popped)
 
     def _offer(
         self,
@@ -168,74 +245,59 @@ class ConsumerGroups:
         queue_id: int,
         progress: QueueProgress,
         offset: int,
+        ask: Ask,
         blocked: set[str],
         now: int,
-        out: list[Delivery],
+        popped: Popped,
     ) -> None:
-        """Deliver the deliverable message at ``offset`` unless filtered out, FIFO-blocked,
-        exhausted (-> ``on_exhausted``) or gone from the store (-> done)."""
-        entry = progress.in_flight[offset]
-        loaded = self._load(request.topic, queue_id, offset, entry)
-        if loaded is None:
-            progress.finish(offset)
+        """Read the record at ``offset`` and let the state machine decide; collect its effect."""
+        loaded = self._load(request.topic, queue_id, offset, progress.in_flight[offset])
+        message = None
+        if loaded is not None:
+            record, properties = loaded
+            message = Message(
+                physical_offset=record.position,
+                matches=request.filter.matches(properties.get(TAGS), properties),
+                message_group=properties.get(SHARDING_KEY),
+                prior=prior_reconsumes(record, request.group),
+            )
+        outcome = delivery.offer(progress, offset, message, ask, blocked, now)
+        if outcome is delivery.Outcome.HELD:
             return
-        record, properties = loaded
-        if not request.filter.matches(properties.get(TAGS), properties):
-            progress.finish(offset)
-            return
-        group = properties.get(SHARDING_KEY) if request.settings.fifo else None
-        entry.message_group = group
-        if group is not None and group in blocked:
-            return  # an earlier message of its group is invisible: keep the order
-        prior = prior_reconsumes(record, request.group)
-        tried = prior + entry.attempt
-        if entry.attempt > 0 and group is None and self._on_retry is not None:
-            # Came back unacknowledged: RocketMQ's non-orderly consumers retry through
-            # %RETRY%<group> (or the DLQ once out of attempts); the copy stored, this
-            # delivery counts as consumed.
-            exhausted = tried >= request.settings.retry_max_times + 1
-            hand_off = self._on_exhausted if exhausted else self._on_retry
-            if hand_off is not None and hand_off(request.group, record, properties, tried):
-                progress.finish(offset)
-                self.changes += 1
-            return
-        if tried >= request.settings.retry_max_times + 1 and self._on_exhausted:
-            if self._on_exhausted(request.group, record, properties, tried):
-                progress.finish(offset)
-                self.changes += 1
-            elif group is not None:
-                blocked.add(group)
-            return
-        invisible_ms = _RENEW_MS if request.auto_renew else request.invisible_ms
-        attempt = entry.attempt + 1
+        self.changes += 1
+        if isinstance(outcome, HandOff):
+            assert loaded is not None
+            popped.copies.append(Copy(request.group, request.topic, queue_id, outcome, *loaded))
+        elif isinstance(outcome, Deliver):
+            assert loaded is not None
+            popped.deliveries.append(self._delivery(request, queue_id, outcome, now, *loaded))
+
+    def _delivery(
+        self,
+        request: PopRequest,
+        queue_id: int,
+        deliver: Deliver,
+        now: int,
+        record: DecodedRecord,
+        properties: dict[str, str],
+    ) -> Delivery:
         # Only the group's own retry copies show (and are acknowledged) as their original
         # topic; another group's %RETRY% topic read by this one is a topic like any other.
         own_retry = request.topic == retry_topic(request.group)
-        progress.deliver(
-            offset,
-            InFlight(
-                attempt,
-                now + invisible_ms,
-                record.position,
-                group,
-                request.client_id,
-                request.auto_renew,
-            ),
-        )
-        self.changes += 1
         handle = ReceiptHandle(
             broker_name=self._broker_name,
             queue_id=queue_id,
-            queue_offset=offset,
+            queue_offset=deliver.offset,
             physical_offset=record.position,
             retrieve_ms=now,
-            invisible_ms=invisible_ms,
-            attempt=attempt,
+            invisible_ms=deliver.invisible_ms,
+            attempt=deliver.attempt,
             nonce=self.nonce,
             topic_type="1" if own_retry else "0",
         )
         shown = properties.get(RETRY_TOPIC, request.topic) if own_retry else request.topic
-        out.append(Delivery(shown, handle, record, properties, prior))
+        prior = prior_reconsumes(record, request.group)
+        return Delivery(shown, handle, record, properties, prior)
 
     def _load(
         self, topic: str, queue_id: int, offset: int, entry: InFlight
@@ -246,27 +308,30 @@ class ConsumerGroups:
             units = self._source.units(topic, queue_id, offset, 1)
             if not units or not units[0].names_record:
                 return None
-            physical = entry.physical_offset = units[0].physical_offset
+            physical = units[0].physical_offset
         try:
             record = self._store.read_decoded(physical)
         except OffsetOutOfRangeError:
             return None  # deleted by retention meanwhile
         return record, parse_properties(record.record.properties)
 
-    def _renew(self, progress: QueueProgress, now: int) -> None:
-        """Auto-renewed deliveries stay invisible while their client is alive (the proxy
-        renews them until acknowledged)."""
-        for entry in progress.in_flight.values():
-            if entry.auto_renew and entry.deadline_ms <= now and entry.attempt > 0:
-                if self._client_alive(entry.client_id):
-                    entry.deadline_ms = now + _RENEW_MS
+    def settle(self, copy: Copy, stored: bool) -> None:
+        """The copy a pop asked for is stored (its message is done) or not (deliverable
+        again, so a later pop tries again)."""
+        with self._locked(copy.group) as state:
+            self._settle(state, copy, stored)
+
+    def _settle(self, state: _Group, copy: Copy, stored: bool) -> None:
+        progress = state.queues.get((copy.topic, copy.queue_id))
+        if progress is not None and delivery.settle(progress, copy.hand_off, stored):
+            self.changes += 1
 
     def walk(self, group: str, topic: str, queue_id: int, visit: Callable[[CqUnit], bool]) -> None:
         """Move ``group``'s position in the queue over each unit ``visit`` returns True for
         (done with it), up to the first False: an internal reader (the retry reviver) whose
-        position persists as a group's does."""
-        with self._lock:
-            progress = self._progress_of(group, topic, queue_id)
+        position persists as a group's does. ``visit`` runs under the group's lock only."""
+        with self._locked(group) as state:
+            progress = self._progress_of(state, group, topic, queue_id)
             end = self._source.max_offset(topic, queue_id)
             while progress.frontier < end:
                 count = min(end - progress.frontier, 256)
@@ -276,46 +341,50 @@ class ConsumerGroups:
                 for unit in units:
                     if not visit(unit):
                         return
-                    offset = progress.frontier
-                    progress.take_new(offset)
-                    progress.finish(offset)
+                    delivery.take(progress, unit.physical_offset, False)
                     self.changes += 1
 
     # --- ack / change invisible --------------------------------------------------------------
 
-    def _current(
-        self, group: str, topic: str, handle: ReceiptHandle
-    ) -> tuple[QueueProgress, InFlight] | None:
-        if handle.nonce != self.nonce or handle.broker_name != self._broker_name:
-            return None
+    def _handle_ok(self, handle: ReceiptHandle) -> bool:
+        return handle.nonce == self.nonce and handle.broker_name == self._broker_name
+
+    @staticmethod
+    def _progress_key(group: str, topic: str, handle: ReceiptHandle) -> tuple[str, int]:
         if handle.topic_type != "0":  # a %RETRY% copy: acknowledged under its original topic
             topic = retry_topic(group)
-        progress = self._progress.get((group, topic, handle.queue_id))
+        return topic, handle.queue_id
+
+    def _current(
+        self, state: _Group, group: str, topic: str, handle: ReceiptHandle
+    ) -> tuple[QueueProgress, InFlight] | None:
+        if not self._handle_ok(handle):
+            return None
+        progress = state.queues.get(self._progress_key(group, topic, handle))
         if progress is None:
             return None
-        entry = progress.matches(handle.queue_offset, handle.attempt)
+        entry = delivery.current(progress, handle.queue_offset, handle.attempt)
         return None if entry is None else (progress, entry)
 
     def is_current(self, group: str, topic: str, handle: ReceiptHandle) -> bool:
         """Whether ``handle`` names the latest delivery of a message still unacknowledged."""
-        with self._lock:
-            return self._current(group, topic, handle) is not None
+        with self._locked(group) as state:
+            return self._current(state, group, topic, handle) is not None
 
     def delivered_offset(self, group: str, topic: str, handle: ReceiptHandle) -> int | None:
         """The CommitLog offset of the record ``handle``'s delivery handed out, while that
         delivery is current; None otherwise (the handle's own offset is not trusted)."""
-        with self._lock:
-            found = self._current(group, topic, handle)
+        with self._locked(group) as state:
+            found = self._current(state, group, topic, handle)
             return None if found is None else found[1].physical_offset
 
     def ack(self, group: str, topic: str, handle: ReceiptHandle) -> HandleCode:
-        """Acknowledge one delivery; a stale handle (acknowledged, redelivered since, or from
-        another broker run) is ``INVALID``."""
-        with self._lock:
-            found = self._current(group, topic, handle)
-            if found is None:
+        """Acknowledge one delivery; a stale handle (acknowledged, redelivered since, being
+        handed off, or from another broker run) is ``INVALID``."""
+        with self._locked(group) as state:
+            found = self._current(state, group, topic, handle)
+            if found is None or not delivery.ack(found[0], handle.queue_offset, handle.attempt):
                 return HandleCode.INVALID
-            found[0].finish(handle.queue_offset)
             self.changes += 1
             return HandleCode.OK
 
@@ -323,97 +392,96 @@ class ConsumerGroups:
         self, group: str, topic: str, handle: ReceiptHandle, invisible_ms: int
     ) -> ReceiptHandle | HandleCode:
         """Make the delivery visible again ``invisible_ms`` from now; returns its new handle."""
-        with self._lock:
-            found = self._current(group, topic, handle)
-            if found is None:
-                return HandleCode.INVALID
+        with self._locked(group) as state:
+            found = self._current(state, group, topic, handle)
             now = self._clock.now_ms()
-            entry = found[1]
-            entry.deadline_ms = now + invisible_ms
-            entry.auto_renew = False  # the client decides from now on (a nack, or a renewal)
+            if found is None or not delivery.change_invisible(
+                found[0], handle.queue_offset, handle.attempt, now, invisible_ms
+            ):
+                return HandleCode.INVALID
             self.changes += 1
-            return ReceiptHandle(
-                broker_name=handle.broker_name,
-                queue_id=handle.queue_id,
-                queue_offset=handle.queue_offset,
-                physical_offset=handle.physical_offset,
-                retrieve_ms=now,
-                invisible_ms=invisible_ms,
-                attempt=handle.attempt,
-                nonce=handle.nonce,
-                topic_type=handle.topic_type,
-            )
+        return ReceiptHandle(
+            broker_name=handle.broker_name,
+            queue_id=handle.queue_id,
+            queue_offset=handle.queue_offset,
+            physical_offset=handle.physical_offset,
+            retrieve_ms=now,
+            invisible_ms=invisible_ms,
+            attempt=handle.attempt,
+            nonce=handle.nonce,
+            topic_type=handle.topic_type,
+        )
 
     def release_client(self, client_id: str) -> int:
         """A client said goodbye: its auto-renewed messages come back soon; returns how many."""
         released = 0
-        with self._lock:
-            deadline = self._clock.now_ms() + _RELEASE_MS
-            for progress in self._progress.values():
-                for entry in progress.in_flight.values():
-                    if entry.client_id == client_id and entry.auto_renew:
-                        entry.auto_renew = False
-                        entry.deadline_ms = min(entry.deadline_ms, deadline)
-                        released += 1
+        for name, _state in self._all():
+            with self._locked(name) as state:
+                deadline = self._clock.now_ms() + _RELEASE_MS
+                for progress in state.queues.values():
+                    released += delivery.release(progress, client_id, deadline)
         return released
 
     # --- state -------------------------------------------------------------------------------
 
-    def _progress_of(self, group: str, topic: str, queue_id: int) -> QueueProgress:
-        key = (group, topic, queue_id)
-        progress = self._progress.get(key)
+    def _progress_of(self, state: _Group, group: str, topic: str, queue_id: int) -> QueueProgress:
+        progress = state.queues.get((topic, queue_id))
         min_offset = self._source.min_offset(topic, queue_id)
         if progress is None:
             committed = self._committed.get((topic, group), {}).get(queue_id)
             extra = self._extra.get(f"{topic}@{group}", {}).get(str(queue_id))
             if committed is None:
                 committed = min_offset  # a new group reads the queue from its oldest message
-            progress = self._progress[key] = QueueProgress.restore(committed, extra)
+            progress = state.queues[(topic, queue_id)] = delivery.restore(committed, extra)
         progress.clamp(min_offset)
         return progress
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset in the queue; None when it never committed there."""
-        with self._lock:
-            progress = self._progress.get((group, topic, queue_id))
+        with self._locked(group) as state:
+            progress = state.queues.get((topic, queue_id))
             if progress is not None:
                 return progress.committed
             return self._committed.get((topic, group), {}).get(queue_id)
 
     def set_committed(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Commit ``offset`` as the group's position (RocketMQ's UpdateOffset: it may move
-        back); what was in flight or acknowledged in the queue is forgotten."""
-        with self._lock:
-            self._progress[(group, topic, queue_id)] = QueueProgress(offset)
+        back); what was in flight or acknowledged in the queue is forgotten (a copy being
+        stored meanwhile settles into nothing)."""
+        with self._locked(group) as state:
+            state.queues[(topic, queue_id)] = QueueProgress(offset)
             self.changes += 1
 
     def next_deadline_ms(self, group: str, topic: str) -> int | None:
         """When the earliest invisible message of (group, topic) becomes visible again."""
-        with self._lock:
+        with self._locked(group) as state:
             deadlines = [
                 d
-                for (g, t, _q), p in self._progress.items()
-                if g == group and t == topic and (d := p.next_deadline_ms()) is not None
+                for (t, _q), p in state.queues.items()
+                if t == topic and (d := p.next_deadline_ms()) is not None
             ]
         return min(deadlines, default=None)
 
     def snapshot(
         self,
     ) -> tuple[dict[tuple[str, str], dict[int, int]], dict[str, dict[str, dict[str, object]]]]:
-        """(consumerOffset.json's table, the in-flight file's table), consistent with each
-        other; groups loaded from disk but not used since are kept as they were."""
-        with self._lock:
-            offsets = {key: dict(queues) for key, queues in self._committed.items()}
-            extra = {key: dict(queues) for key, queues in self._extra.items()}
-            for (group, topic, queue_id), progress in self._progress.items():
-                offsets.setdefault((topic, group), {})[queue_id] = progress.committed
-                extra.setdefault(f"{topic}@{group}", {})[str(queue_id)] = progress.snapshot()
-            return offsets, extra
+        """(consumerOffset.json's table, the in-flight file's table), each group's consistent
+        with itself; groups loaded from disk but not used since are kept as they were."""
+        offsets = {key: dict(queues) for key, queues in self._committed.items()}
+        extra = {key: dict(queues) for key, queues in self._extra.items()}
+        for group, _state in self._all():
+            with self._locked(group) as state:
+                for (topic, queue_id), progress in state.queues.items():
+                    offsets.setdefault((topic, group), {})[queue_id] = progress.committed
+                    extra.setdefault(f"{topic}@{group}", {})[str(queue_id)] = progress.snapshot()
+        return offsets, extra
 
     def positions(self) -> dict[tuple[str, str, int], tuple[int, int]]:
         """(group, topic, queue) -> (committed offset, messages in flight): for operators."""
-        with self._lock:
-            return {
-                key: (p.committed, sum(1 for f in p.in_flight.values() if f.attempt > 0))
-                for key, p in self._progress.items()
-            }
+        found: dict[tuple[str, str, int], tuple[int, int]] = {}
+        for group, _state in self._all():
+            with self._locked(group) as state:
+                for (topic, queue_id), p in state.queues.items():
+                    in_flight = sum(1 for f in p.in_flight.values() if f.attempt > 0)
+                    found[(group, topic, queue_id)] = (p.committed, in_flight)
+        return found

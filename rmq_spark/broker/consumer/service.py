@@ -1,16 +1,19 @@
 """The consume path of a broker: receive (with long polling), ack, change invisible time, DLQ.
 
 Owns ``ConsumeService``: request validation (group and topic names, invisible time, filter
-expressions) with the status each failure gets, long polling (a receive waits until the queue
-source reports new messages or an invisible message comes back, within its deadline), the
-DLQ copy of a message out of attempts (through the store's put path, with RocketMQ's
-properties), client liveness for auto-renewed deliveries, and saving progress. Used by the
-gRPC handlers (``consume_grpc.py``) and the embedded broker. Knows nothing of protobuf.
+expressions) with the status each failure gets, what a receive does in which thread (the pop
+under its group's lock in a pop thread; then the retry and DLQ copies it asked for, stored by
+``hand_off.CopyStore`` in a copy thread, outside every lock; long polling by
+``waiters.Waiters``: a receive waits until the queue source reports new messages or an
+invisible message comes back, within its deadline), client liveness for auto-renewed
+deliveries, and saving progress. Used by the gRPC handlers (``consume_grpc.py``) and the
+embedded broker. Knows nothing of protobuf.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import secrets
 import threading
@@ -19,23 +22,20 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from rmq_spark.broker.consumer.copies import (
-    dlq_properties,
-    group_copy_request,
-    retry_properties,
-)
 from rmq_spark.broker.consumer.groups import (
     ConsumerGroups,
     Delivery,
     HandleCode,
+    Popped,
     PopRequest,
     retry_topic,
 )
+from rmq_spark.broker.consumer.hand_off import CopyStore, dlq_topic
 from rmq_spark.broker.consumer.persist import ProgressFiles, ProgressSaver
 from rmq_spark.broker.consumer.ports import ConsumerStore, ConsumerWiring, GroupSettingsLike
 from rmq_spark.broker.consumer.receipt import ReceiptHandle, decode_receipt_handle
 from rmq_spark.broker.consumer.revive import RetryReviver
-from rmq_spark.broker.consumer.waiters import Waiters
+from rmq_spark.broker.consumer.waiters import Waiters, long_poll
 from rmq_spark.broker.consumer.wiring import broker_wiring
 from rmq_spark.broker.service import BrokerService, RouteOutcome, SendCode
 from rmq_spark.broker.topics import group_name_problem
@@ -44,7 +44,7 @@ from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError
 from rmq_spark.store.codec import DecodedRecord
 from rmq_spark.store.delay_levels import DEFAULT_MESSAGE_DELAY_LEVEL, parse_message_delay_level
 from rmq_spark.store.properties import parse_properties
-from rmq_spark.store.put import PutRequest, PutResult, PutStatus
+from rmq_spark.store.put import PutRequest, PutResult
 
 __all__ = [
     "BATCH_MAX",
@@ -62,12 +62,7 @@ POLL_MS_MIN = 5_000  # grpcClientConsumerMinLongPollingTimeoutMillis
 POLL_MS_MAX = 20_000  # grpcClientConsumerMaxLongPollingTimeoutMillis
 BATCH_MAX = 32  # grpcClientConsumerLongPollingBatchSize
 CLIENT_ALIVE_MS = 30_000  # a client unheard of for this long no longer renews its messages
-_DLQ_PREFIX = "%DLQ%"
 _MATCH_ALL = "*"  # the retry topic is read unfiltered: its copies matched when first taken
-
-
-def dlq_topic(group: str) -> str:
-    return f"{_DLQ_PREFIX}{group}"
 
 
 class ConsumeCode(enum.Enum):
@@ -142,9 +137,10 @@ class ConsumeService:
             nonce=secrets.token_hex(4),
             committed=offsets,
             extra=extra,
-            on_exhausted=self._to_dlq,
-            on_retry=self._to_retry,
             client_alive=self._alive,
+        )
+        self.copies = CopyStore(
+            store, self.groups, broker.topics.add_internal, wiring.group_settings
         )
         levels = getattr(getattr(store, "config", None), "message_delay_level", None)
         self.reviver = RetryReviver(
@@ -161,6 +157,9 @@ class ConsumeService:
         )
         self._close_lock = threading.Lock()
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="consume-pop")
+        # Retry and DLQ copies are stored by threads of their own: a SYNC put waiting for
+        # its fsync never holds a pop thread (nor a group's lock) that other groups need.
+        self._copy_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="consume-copy")
         self.reviver.start()
 
     # --- clients -----------------------------------------------------------------------------
@@ -253,11 +252,27 @@ class ConsumeService:
 
     def receive_now(self, receive: Receive) -> list[Delivery]:
         """The topic's deliverable messages, then the group's retry copies (RocketMQ's
-        consumers read ``%RETRY%<group>`` beside their topics)."""
-        found = self.groups.pop(receive.request, receive.queue_ids)
-        room = receive.request.batch_size - len(found)
+        consumers read ``%RETRY%<group>`` beside their topics); the retry and DLQ copies the
+        pop asked for are stored before it returns, after the group's lock is released."""
+        popped = self._pop(receive)
+        self.copies.store_all(popped.copies)
+        return self._received(receive, popped.deliveries)
+
+    def _pop(self, receive: Receive) -> Popped:
+        popped = self.groups.pop(receive.request, receive.queue_ids)
+        room = receive.request.batch_size - len(popped.deliveries)
         if receive.retry is not None and room > 0:
-            found += self.groups.pop(replace(receive.retry, batch_size=room), (0,))
+            try:
+                more = self.groups.pop(replace(receive.retry, batch_size=room), (0,))
+            except BaseException:
+                for copy in popped.copies:  # nobody will store them: deliverable again
+                    self.groups.settle(copy, False)
+                raise
+            popped.deliveries += more.deliveries
+            popped.copies += more.copies
+        return popped
+
+    def _received(self, receive: Receive, found: list[Delivery]) -> list[Delivery]:
         if found:
             self._broker.traffic.received(receive.request.group, len(found))
         return found
@@ -270,48 +285,57 @@ class ConsumeService:
 
     async def receive(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """Pop; when nothing is deliverable, wait (at most ``wait_s``) for new messages or
-        for an invisible one to come back, then pop again."""
-        loop = asyncio.get_running_loop()
-        end = loop.time() + wait_s
-        while True:
-            with self.waiters.watch_async(*self._topics(receive)) as woken:
-                found = await self._pop_off_loop(receive)
-                remaining = end - loop.time()
-                if found or remaining <= 0 or self._stopping:
-                    return found
+        for an invisible one to come back, then pop again (``waiters.long_poll``)."""
+        steps = long_poll(wait_s, asyncio.get_running_loop().time)
+        next(steps)
+        with self.waiters.watch_async(*self._topics(receive)) as woken:
+            while True:
+                woken.clear()  # registered before the pop: a put meanwhile still wakes us
                 try:
-                    await asyncio.wait_for(woken.wait(), self._pause_s(receive, remaining))
-                except TimeoutError:
-                    pass
-
-    async def _pop_off_loop(self, receive: Receive) -> list[Delivery]:
-        """``receive_now`` in a worker thread: a pop reads records, may build the index and
-        may put a DLQ copy (a SYNC put waits for its fsync). If the caller is cancelled
-        meanwhile, what the pop took comes back at once instead of after its invisible time."""
-        work = self._pool.submit(self.receive_now, receive)
-        try:
-            return await asyncio.wrap_future(work)
-        except asyncio.CancelledError:
-            work.add_done_callback(lambda done: self._release_taken(receive, done))
-            raise
-
-    def _release_taken(self, receive: Receive, done: Future[list[Delivery]]) -> None:
-        if done.cancelled() or done.exception() is not None:
-            return
-        request = receive.request
-        for delivery in done.result():
-            self.change_invisible(request.group, request.topic, delivery.handle.encode(), 0)
+                    remaining_s = steps.send((await self._pop_off_loop(receive), self._stopping))
+                except StopIteration as answer:
+                    return list(answer.value)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.wait(), self._pause_s(receive, remaining_s))
 
     def receive_blocking(self, receive: Receive, wait_s: float) -> list[Delivery]:
         """``receive`` for a thread without an event loop (the embedded consumer)."""
-        end = time.monotonic() + wait_s
-        while True:
-            with self.waiters.watch_thread(*self._topics(receive)) as woken:
-                found = self.receive_now(receive)
-                remaining = end - time.monotonic()
-                if found or remaining <= 0 or self._stopping:
-                    return found
-                woken.wait(self._pause_s(receive, remaining))
+        steps = long_poll(wait_s, time.monotonic)
+        next(steps)
+        with self.waiters.watch_thread(*self._topics(receive)) as woken:
+            while True:
+                woken.clear()
+                try:
+                    remaining_s = steps.send((self.receive_now(receive), self._stopping))
+                except StopIteration as answer:
+                    return list(answer.value)
+                woken.wait(self._pause_s(receive, remaining_s))
+
+    async def _pop_off_loop(self, receive: Receive) -> list[Delivery]:
+        """The pop in a worker thread (it reads records and may build the index), then its
+        copies in a copy thread (a SYNC put waits for its fsync). If the caller is cancelled
+        meanwhile, what the pop took comes back at once instead of after its invisible time,
+        and its copies are still stored."""
+        work = self._pool.submit(self._pop, receive)
+        try:
+            popped = await asyncio.wrap_future(work)
+        except asyncio.CancelledError:
+            work.add_done_callback(lambda done: self._release_taken(receive, done))
+            raise
+        if popped.copies:
+            stored = self._copy_pool.submit(self.copies.store_all, popped.copies)
+            await asyncio.shield(asyncio.wrap_future(stored))
+        return self._received(receive, popped.deliveries)
+
+    def _release_taken(self, receive: Receive, done: Future[Popped]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        popped = done.result()
+        if popped.copies:
+            self._copy_pool.submit(self.copies.store_all, popped.copies)
+        request = receive.request
+        for delivery in popped.deliveries:
+            self.change_invisible(request.group, request.topic, delivery.handle.encode(), 0)
 
     def _pause_s(self, receive: Receive, remaining_s: float) -> float:
         """Until the earliest invisible message comes back, at most ``remaining_s``."""
@@ -374,31 +398,12 @@ class ConsumeService:
         if not self.groups.is_current(group, topic, handle):
             return _stale(receipt_handle)
         properties = parse_properties(record.record.properties)
-        if not self._to_dlq(group, record, properties, max(attempts, handle.attempt)):
+        if not self.copies.to_dlq(group, record, properties, max(attempts, handle.attempt)):
             return Rejected(ConsumeCode.STORE_ERROR, "the DLQ copy could not be stored")
         # Consumed only now that the copy is stored; if the message was delivered again in
         # between, that delivery stands (at least once).
         self.groups.ack(group, topic, handle)
         return None
-
-    def _to_dlq(
-        self, group: str, record: DecodedRecord, properties: dict[str, str], attempts: int
-    ) -> bool:
-        """Store a copy in ``%DLQ%<group>`` queue 0 as RocketMQ's send-back does (spec 11)."""
-        copy = dlq_properties(record, properties, attempts, self._max_reconsume(group))
-        request = group_copy_request(dlq_topic(group), record, copy, attempts, idempotent=True)
-        return self._put_group_copy(request)
-
-    def _to_retry(
-        self, group: str, record: DecodedRecord, properties: dict[str, str], reconsume: int
-    ) -> bool:
-        """Store a copy bound for ``%RETRY%<group>`` queue 0 (``copies.retry_properties``):
-        the put path turns DELAY into a SCHEDULE_TOPIC_XXXX record (REAL_TOPIC = the retry
-        topic) that ``RetryReviver`` puts back when due."""
-        copy = retry_properties(record, properties, reconsume, self._max_reconsume(group))
-        # Not idempotent: every retry of a message keeps its UNIQ_KEY.
-        request = group_copy_request(retry_topic(group), record, copy, reconsume, idempotent=False)
-        return self._put_group_copy(request)
 
     def _max_reconsume(self, group: str) -> int:
         return self.settings_of(group).retry_max_times
@@ -411,18 +416,7 @@ class ConsumeService:
 
     def put_send_back(self, request: PutRequest) -> PutResult:
         """Put a send-back copy (``send_back.py`` decides whether one may be made)."""
-        result = self._store.put(request)
-        if result.status is PutStatus.PUT_OK:
-            self._broker.topics.add_internal(request.topic)
-        return result
-
-    def _put_group_copy(self, request: PutRequest) -> bool:
-        """Put a retry or DLQ copy; the topic joins the topic table (topics.json), readable
-        by consumers and a RocketMQ broker, never by producers."""
-        stored = self._store.put(request).status is PutStatus.PUT_OK
-        if stored:
-            self._broker.topics.add_internal(request.topic)
-        return stored
+        return self.copies.put(request)
 
     # --- offsets (UpdateOffset / GetOffset / QueryOffset) --------------------------------------
 
@@ -463,6 +457,7 @@ class ConsumeService:
         self.begin_shutdown()
         self.reviver.close()
         self._pool.shutdown(wait=True)
+        self._copy_pool.shutdown(wait=True)
         try:
             self._saver.close()
         finally:

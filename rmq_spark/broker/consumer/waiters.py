@@ -1,19 +1,40 @@
-"""Long-polling receives waiting for their topic to grow, woken from any thread.
+"""Long polling: the one loop of a receive that waits for its topic to grow, and its wake-ups.
 
-A receive registers before it looks (so a message stored between its look and its wait still
-wakes it), then waits on an ``asyncio.Event`` (gRPC handlers, woken through
-``loop.call_soon_threadsafe``) or a ``threading.Event`` (the embedded consumer). ``wake`` is
-the queue source's listener: it runs on the source's thread.
+``long_poll`` is the one loop of both fronts (``ConsumeService.receive`` on the event loop,
+``receive_blocking`` in the embedded consumer's thread), which do its I/O: pop; when nothing
+came, wait for a wake-up (at most until the earliest invisible message comes back), then pop
+again, until something came, the time is up or the broker stops. A receive registers before
+it looks (so a message stored between its look and its wait still wakes it), then waits on
+an ``asyncio.Event`` (woken through ``loop.call_soon_threadsafe``) or a ``threading.Event``.
+``wake`` is the queue source's listener: it runs on the source's thread.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
-__all__ = ["Waiters"]
+__all__ = ["Waiters", "long_poll"]
+
+T = TypeVar("T")
+PopResult = tuple[list[T], bool]  # a pop's result, and whether the broker is stopping
+
+
+def long_poll(wait_s: float, now_s: Callable[[], float]) -> Generator[float, PopResult[T], list[T]]:
+    """The one long-poll loop, without its I/O. Prime it with ``next``, then send in each
+    pop's result and whether the broker is stopping; it answers the seconds left to wait for
+    a wake-up before the next pop, or returns the receive's answer (something came, the time
+    is up, or the broker is stopping)."""
+    end = now_s() + wait_s
+    found, stopping = yield 0.0
+    while True:
+        remaining_s = end - now_s()
+        if found or remaining_s <= 0 or stopping:
+            return found
+        found, stopping = yield remaining_s
 
 
 class _AsyncWaiter:

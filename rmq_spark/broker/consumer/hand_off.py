@@ -1,0 +1,88 @@
+"""Storing what a pop hands off: a message's retry copy or dead letter, outside every lock.
+
+Owns ``CopyStore``, the performer of ``delivery.HandOff`` effects (``groups.Copy``): the put of
+a copy bound for ``%RETRY%<group>`` (``copies.retry_properties``: through
+SCHEDULE_TOPIC_XXXX, brought back by ``RetryReviver`` when due) or ``%DLQ%<group>``
+(``copies.dlq_properties``), the topic joining the topic table (readable by consumers and a
+RocketMQ broker, never by producers), and settling each copy with the groups once its put
+returned. A message is done only once its copy is stored (under SYNC flush: durable), so the
+committed offset never passes a message whose copy a crash could lose; a copy not stored
+leaves its message deliverable, and the next pop tries again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from rmq_spark.broker.consumer.copies import dlq_properties, group_copy_request, retry_properties
+from rmq_spark.broker.consumer.groups import ConsumerGroups, Copy, CopyKind, retry_topic
+from rmq_spark.broker.consumer.ports import ConsumerStore, GroupSettingsSource
+from rmq_spark.store.codec import DecodedRecord
+from rmq_spark.store.put import PutRequest, PutResult, PutStatus
+
+__all__ = ["CopyStore", "dlq_topic"]
+
+_DLQ_PREFIX = "%DLQ%"
+
+
+def dlq_topic(group: str) -> str:
+    return f"{_DLQ_PREFIX}{group}"
+
+
+class CopyStore:
+    """Puts group copies into ``store``; ``add_topic`` registers a copy's topic once stored,
+    ``settings`` give each group's retry limit (a copy's MAX_RECONSUME_TIMES)."""
+
+    def __init__(
+        self,
+        store: ConsumerStore,
+        groups: ConsumerGroups,
+        add_topic: Callable[[str], None],
+        settings: GroupSettingsSource,
+    ) -> None:
+        self._store = store
+        self._groups = groups
+        self._add_topic = add_topic
+        self._settings = settings
+
+    def _max_reconsume(self, group: str) -> int:
+        return self._settings.get(group).retry_max_times
+
+    def store_all(self, copies: list[Copy]) -> None:
+        """Store each copy a pop asked for and settle it; one that raises settles the rest as
+        not stored (deliverable again) before the error goes on."""
+        for index, copy in enumerate(copies):
+            try:
+                put = self.to_dlq if copy.kind is CopyKind.DLQ else self.to_retry
+                stored = put(copy.group, copy.record, copy.properties, copy.attempts)
+            except BaseException:
+                for left in copies[index:]:
+                    self._groups.settle(left, False)
+                raise
+            self._groups.settle(copy, stored)
+
+    def to_dlq(
+        self, group: str, record: DecodedRecord, properties: dict[str, str], attempts: int
+    ) -> bool:
+        """Store a copy in ``%DLQ%<group>`` queue 0 as RocketMQ's send-back does (spec 11)."""
+        copy = dlq_properties(record, properties, attempts, self._max_reconsume(group))
+        request = group_copy_request(dlq_topic(group), record, copy, attempts, idempotent=True)
+        return self.put(request).status is PutStatus.PUT_OK
+
+    def to_retry(
+        self, group: str, record: DecodedRecord, properties: dict[str, str], reconsume: int
+    ) -> bool:
+        """Store a copy bound for ``%RETRY%<group>`` queue 0 (``copies.retry_properties``):
+        the put path turns DELAY into a SCHEDULE_TOPIC_XXXX record (REAL_TOPIC = the retry
+        topic) that ``RetryReviver`` puts back when due."""
+        copy = retry_properties(record, properties, reconsume, self._max_reconsume(group))
+        # Not idempotent: every retry of a message keeps its UNIQ_KEY.
+        request = group_copy_request(retry_topic(group), record, copy, reconsume, idempotent=False)
+        return self.put(request).status is PutStatus.PUT_OK
+
+    def put(self, request: PutRequest) -> PutResult:
+        """Put a group copy (or a send-back's); its topic joins the topic table once stored."""
+        result = self._store.put(request)
+        if result.status is PutStatus.PUT_OK:
+            self._add_topic(request.topic)
+        return result
