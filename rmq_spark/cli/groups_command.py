@@ -22,12 +22,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from rmq_spark.broker.config_files.rocketmq_config import decode_subscription_groups
 from rmq_spark.broker.config_files.rocketmq_config_files import (
+    SUBSCRIPTION_GROUP_FILE,
+    config_path,
     read_consumer_offsets,
     write_consumer_offsets,
 )
 from rmq_spark.broker.consumer.persist import INFLIGHT_FILE, offsets_file_lock
 from rmq_spark.broker.consumer.revive import REVIVE_GROUP
+from rmq_spark.cli.common import require_store
 from rmq_spark.errors import ConfigError, StoreLockedError, StoreMetadataError
 from rmq_spark.store.consume_queue import PRE_BLANK_SIZE
 from rmq_spark.store.cq_view import CqView, queue_dirs
@@ -147,10 +151,17 @@ def _store_timestamp(view: StoreView, physical_offset: int) -> int:
 
 
 def reset_offsets(
-    root: Path, group: str, topic: str, *, to_offset: int | None = None, to_time_ms: int | None
+    root: Path,
+    group: str,
+    topic: str,
+    *,
+    to_offset: int | None = None,
+    to_time_ms: int | None,
+    dry_run: bool = False,
 ) -> dict[int, int]:
     """Set ``group``'s committed offset in every queue of ``topic``, drop its in-flight state
-    there; returns the new offsets. Raises ``StoreLockedError`` while a broker holds the store."""
+    there; returns the new offsets (``dry_run``: only returns them). Raises
+    ``StoreLockedError`` while a broker holds the store."""
     if broker_has_store_open(root):
         raise StoreLockedError(
             f"{root}: a broker has the store open; stop it first (it saves its own offsets)"
@@ -168,6 +179,8 @@ def reset_offsets(
         else:
             wanted = to_offset if to_offset is not None else queue.min_offset
             new[queue_id] = max(queue.min_offset, min(wanted, queue.max_offset))
+    if dry_run:
+        return new
     with offsets_file_lock(root):  # a broker starting now loads the files after this
         if broker_has_store_open(root):
             raise StoreLockedError(f"{root}: a broker opened the store; use --broker")
@@ -190,6 +203,7 @@ def reset_offsets_on_broker(
     to_offset: int | None = None,
     to_time_ms: int | None = None,
     credentials: tuple[str, str] | None = None,
+    dry_run: bool = False,
 ) -> dict[int, int]:
     """``reset_offsets`` through a running broker (UpdateOffset per queue, which drops the
     group's in-flight state there); the broker refuses while consumers of ``group`` are
@@ -207,6 +221,8 @@ def reset_offsets_on_broker(
             else:
                 wanted = to_offset if to_offset is not None else queue.min_offset
             new[queue_id] = max(queue.min_offset, min(wanted, queue.max_offset))
+            if dry_run:
+                continue
             if not client.update(group, topic, queue_id, new[queue_id]):
                 raise ConfigError("--topic", f"{address} does not serve {topic!r} queue {queue_id}")
     return new
@@ -228,6 +244,7 @@ _COLUMNS += ("in_flight", "retry_depth", "dlq_depth")
 def _show(args: argparse.Namespace) -> int:
     if args.store is None:
         raise ConfigError("--store", "required")
+    require_store(Path(args.store))
     rows = group_rows(Path(args.store))
     if args.json:
         for row in rows:
@@ -251,25 +268,59 @@ def _credentials(access_key: str | None) -> tuple[str, str] | None:
     return access_key, secret
 
 
+def known_groups(root: Path) -> set[str]:
+    """Groups the store knows: with committed offsets, or with settings of their own."""
+    known = {group for _, group in read_consumer_offsets(root)}
+    settings = config_path(root, SUBSCRIPTION_GROUP_FILE)
+    if settings.is_file():
+        text = settings.read_text(encoding="utf-8")
+        known.update(decode_subscription_groups(text, str(settings))[0])
+    return known
+
+
 def _reset(args: argparse.Namespace) -> int:
     to_time = _parse_time(args.to_time) if args.to_time is not None else None
     root = Path(args.reset_store)
+    require_store(root)
+    # Offline only: a running broker knows groups it has not saved yet (it answers for them).
+    if not args.broker and not args.create and args.group not in known_groups(root):
+        raise ConfigError(
+            "--group",
+            f"{args.group!r} is not a group of {root} (no offsets, no settings); "
+            "pass --create to start a new group at these offsets",
+        )
     target = {"to_offset": args.to_offset, "to_time_ms": to_time}
-    if args.broker:
-        credentials = _credentials(args.access_key)
-        new = reset_offsets_on_broker(
-            root, args.broker, args.group, args.topic, credentials=credentials, **target
-        )
-    else:
-        new = reset_offsets(root, args.group, args.topic, **target)
-    for queue_id, offset in sorted(new.items()):
-        print(
-            json.dumps(
-                {"group": args.group, "topic": args.topic, "queue_id": queue_id, "offset": offset}
-            )
-        )
-    sys.stdout.flush()
+    credentials = _credentials(args.access_key) if args.broker else None
+
+    def reset(dry_run: bool) -> dict[int, int]:
+        if args.broker:
+            return reset_offsets_on_broker(
+                root, args.broker, args.group, args.topic, credentials=credentials,
+                dry_run=dry_run, **target,
+            )  # fmt: skip
+        return reset_offsets(root, args.group, args.topic, dry_run=dry_run, **target)
+
+    if args.dry_run or (sys.stdin.isatty() and not args.yes):
+        _print_reset(args, reset(dry_run=True), dry_run=True)
+        if args.dry_run or not _confirmed(f"reset group {args.group!r} in {args.topic!r}?"):
+            return 0 if args.dry_run else 1
+    _print_reset(args, reset(dry_run=False), dry_run=False)
     return 0
+
+
+def _print_reset(args: argparse.Namespace, new: dict[int, int], *, dry_run: bool) -> None:
+    for queue_id, offset in sorted(new.items()):
+        line = {"group": args.group, "topic": args.topic, "queue_id": queue_id, "offset": offset}
+        print(json.dumps({**line, "dry_run": True} if dry_run else line))
+    sys.stdout.flush()
+
+
+def _confirmed(question: str) -> bool:
+    try:
+        answer = input(f"{question} [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
 
 
 def register(subparsers: Any) -> None:
@@ -296,7 +347,9 @@ def register(subparsers: Any) -> None:
             "resetOffsetByTime), and drop its in-flight state there. Offline it rewrites "
             "config/consumerOffset.json (refused while a broker holds the store); with "
             "--broker it goes through the running broker, which refuses while consumers of "
-            "the group are connected."
+            "the group are connected. Offline, a group the store does not know is refused "
+            "unless --create; on a terminal the change is shown and confirmed first (--yes skips the "
+            "question, --dry-run only shows it)."
         ),
     )
     reset.add_argument("--store", dest="reset_store", metavar="DIR", required=True)
@@ -313,6 +366,16 @@ def register(subparsers: Any) -> None:
         "key in the RMQ_SECRET_KEY variable)",
     )
     reset.add_argument("--group", required=True)
+    reset.add_argument(
+        "--create",
+        action="store_true",
+        help="the group may be new to the store (without it, an unknown group is refused: a "
+        "typo must not create one)",
+    )
+    reset.add_argument(
+        "--dry-run", action="store_true", help="print the offsets it would set, change nothing"
+    )
+    reset.add_argument("--yes", action="store_true", help="on a terminal, act without asking first")
     reset.add_argument("--topic", required=True)
     target = reset.add_mutually_exclusive_group(required=True)
     target.add_argument("--to-offset", type=int, metavar="N", help="queue offset")

@@ -110,3 +110,60 @@ def test_reset_by_offset_and_by_time_rewrites_the_offsets_and_clears_in_flight(
             again += consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=5_000)
         assert sorted(m.body for m in again) == [b"late-1", b"late-2"]
         assert {m.delivery_attempt for m in again} == {1}  # in-flight state was dropped
+
+
+def _store_with_billing(root: Path) -> None:
+    with Broker(root, broker_config=BrokerConfig(default_queue_count=1)) as broker:
+        for i in range(3):
+            broker.send("orders", f"o{i}".encode())
+        consumer = broker.consumer("billing", "orders")
+        got = consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=5_000)
+        consumer.ack(got[0])
+    assert read_consumer_offsets(root)[("orders", "billing")] == {0: 1}
+
+
+def test_typos_create_nothing_and_a_reset_can_be_looked_at_first(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    root = tmp_path / "store"
+    _store_with_billing(root)
+    offsets = (root / "config" / "consumerOffset.json").read_bytes()
+    assert main(["groups", "--store", str(tmp_path / "stroe")]) == EXIT_ERROR
+    assert "is not a store: it does not exist" in capsys.readouterr().err
+    reset = ["groups", "reset", "--store", str(root), "--topic", "orders", "--to-offset", "0"]
+    assert main([*reset, "--group", "bliling"]) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert "'bliling' is not a group of" in err and "--create" in err and err.count("\n") == 1
+    assert main([*reset, "--group", "billing", "--dry-run"]) == 0
+    assert _lines(capsys) == [
+        {"group": "billing", "topic": "orders", "queue_id": 0, "offset": 0, "dry_run": True}
+    ]
+    assert (root / "config" / "consumerOffset.json").read_bytes() == offsets
+    assert main([*reset, "--group", "audit", "--create"]) == 0
+    capsys.readouterr()
+    assert read_consumer_offsets(root)[("orders", "audit")] == {0: 0}
+
+
+@pytest.mark.parametrize("answer", ["n", "y"])
+def test_on_a_terminal_a_reset_asks_first(tmp_path: Path, answer: str) -> None:
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    root = tmp_path / "store"
+    _store_with_billing(root)
+    primary, secondary = pty.openpty()
+    argv = ["groups", "reset", "--store", str(root), "--group", "billing", "--topic", "orders"]
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rmq_spark.cli.main", *argv, "--to-offset", "0"],
+        stdin=secondary, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    os.close(secondary)
+    os.write(primary, f"{answer}\n".encode())
+    out, err = process.communicate(timeout=60)
+    os.close(primary)
+    assert b'"dry_run": true' in out, (out, err)
+    expected = {0: 0} if answer == "y" else {0: 1}
+    assert process.returncode == (0 if answer == "y" else 1)
+    assert read_consumer_offsets(root)[("orders", "billing")] == expected
