@@ -10,6 +10,13 @@ files already written (``delta_files.py``) together with the ``SetTransaction`` 
 transaction, as the writer option does: the app id is registered as read, so a concurrent
 commit of the same app fails ours with Delta's ``ConcurrentTransactionException``. Owns
 nothing else: tables are ``tables.py``, files ``delta_files.py``.
+
+Why not a public API: the writer option above costs the state rebuild; delta-rs (a
+dependency, whose ``create_write_transaction`` commits files with an app transaction) refuses
+the tables' writer features (``Unsupported table features required: [ClusteredTable,
+DomainMetadata]``: they are liquid-clustered by topic and store time, which the look-ups need).
+What a Delta upgrade could change here without a compile error, that a concurrent commit of
+the same app fails ours, is held by ``tests/reput/test_reput_files.py``.
 """
 
 from __future__ import annotations

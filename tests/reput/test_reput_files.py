@@ -146,3 +146,35 @@ def test_file_schemas_are_the_tables_schemas(spark, tmp_path: Path) -> None:
             version=1,
             metadata={},
         )
+
+
+@pytest.mark.spark
+def test_a_concurrent_commit_of_the_same_app_fails_ours(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What exactly-once rests on, and what a Delta upgrade could change under Delta's
+    internal transaction API without a compile error: another writer of the same app id that
+    commits between our version check and our commit makes our commit fail, not add twice."""
+    from py4j.protocol import Py4JJavaError
+
+    from rmq_spark.spark import delta_append
+
+    ensure_tables(spark, tmp_path)
+    path = str(table_path(tmp_path, CONSUME_QUEUE))
+    commit = {"schema_json": file_schema_json(CONSUME_QUEUE), "app_id": "reput", "metadata": {}}
+    checked = delta_append._txn_version
+    raced: list[int] = []
+
+    def racing(txn: object, app_id: str) -> int:
+        version = checked(txn, app_id)
+        if not raced:  # the other writer, between our check and our commit
+            raced.append(1)
+            assert commit_files_once(spark, path, [], version=5, **commit) == 0
+        return version
+
+    monkeypatch.setattr(delta_append, "_txn_version", racing)
+    adds = [_file(Path(path), _queue_rows(0, 10))]
+    with pytest.raises(Py4JJavaError, match="ConcurrentTransactionException"):
+        commit_files_once(spark, path, adds, version=6, **commit)
+    assert spark.read.format("delta").load(path).count() == 0
+    assert delta_append.committed_txn_version(spark, path, "reput") == 5
