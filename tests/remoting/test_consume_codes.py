@@ -364,3 +364,14 @@ def test_a_heartbeat_flood_of_groups_creates_retry_topics_within_the_creation_bu
 
     assert exists("gFlood0")
     assert not exists("gFlood199")  # over auto_create_topics_burst (100) from one address
+
+
+def test_check_client_config_compiles_the_subscription(client) -> None:
+    def check(kind: str, expression: str) -> int:
+        sub = {"topic": "Sql", "subString": expression, "expressionType": kind}
+        body = json.dumps({"clientId": "k@1", "group": "gK", "subscriptionData": sub}).encode()
+        return call(client, request(RequestCode.CHECK_CLIENT_CONFIG, body=body)).code
+
+    assert check("SQL92", "n > 1 AND a IS NULL") == ResponseCode.SUCCESS
+    assert check("SQL92", "n >>") == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    assert check("TAG", "A || B") == ResponseCode.SUCCESS

@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
 ]
 
-TOPICS = "broker.topics=Split:4,Bcast:2,Retry:1,Fifo:2,Lite:1,Mixed:2,Reverse:2"
+TOPICS = "broker.topics=Split:4,Bcast:2,Retry:1,Fifo:2,Lite:1,Mixed:2,Reverse:2,Sql:2"
 
 
 @pytest.fixture(scope="module")
@@ -185,6 +185,16 @@ def test_orderly_consumption_keeps_each_queues_order_across_a_suspension(world) 
         assert deduped == sorted(set(offsets)), offsets  # in order, the suspended one again
     assert _bodies(driver, "o1").count("again-5") == 2
     driver.do("stop o1")
+
+
+def test_a_push_consumer_with_an_sql92_selector_gets_only_matches(world) -> None:
+    broker, _port, driver = world
+    driver.do("push s1 gSql Sql CLUSTERING sql")  # CHECK_CLIENT_CONFIG, then the heartbeat
+    producer = Producer(broker.address)
+    for n in range(6):
+        producer.send("Sql", f"n-{n}".encode(), properties={"n": str(n)})
+    wait_for(lambda: sorted(_bodies(driver, "s1")) == ["n-3", "n-4", "n-5"], 60, "the matches")
+    driver.do("stop s1")
 
 
 def test_lite_pull_consumer_seeks(world) -> None:

@@ -288,6 +288,8 @@ def test_heartbeat_and_lock_bodies_name_their_groups_and_topics() -> None:
     ).encode()
     assert _names(RequestCode.LOCK_BATCH_MQ, body=lock) == {"Group:g:Sub", "Topic:T:Sub"}
     assert _names(RequestCode.UNLOCK_BATCH_MQ, body=b"junk") == {"Group::Sub"}
+    check = json.dumps({"clientId": "c", "group": "g", "subscriptionData": {}}).encode()
+    assert _names(RequestCode.CHECK_CLIENT_CONFIG, body=check) == {"Group:g:Sub"}
 
 
 def test_one_connection_holds_a_bounded_number_of_group_memberships() -> None:
