@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -147,10 +148,13 @@ def test_broker_joins_the_name_server_and_leaves_it_on_a_clean_stop(
     )  # fmt: skip
     try:
         wait_for(lambda: "registered broker rmq-b1" in broker.log_text(), 60, "registration")
+        # the address registered is the remoting port's (4.x clients and tools dial it)
+        remoting = "127.0.0.1:" + re.findall(r"remoting port (\d+) serves", broker.log_text())[0]
+        assert remoting != broker.address
         rows = [line.split() for line in mqadmin(namesrv, "clusterList").splitlines()]
-        assert ["SparkCluster", "rmq-b1", "0", broker.address] in [row[:4] for row in rows]
+        assert ["SparkCluster", "rmq-b1", "0", remoting] in [row[:4] for row in rows]
         route = parse_fastjson(mqadmin(namesrv, "topicRoute", "-t", "Orders"))
-        assert [data["brokerAddrs"] for data in route["brokerDatas"]] == [{"0": broker.address}]
+        assert [data["brokerAddrs"] for data in route["brokerDatas"]] == [{"0": remoting}]
         assert [
             (q["brokerName"], q["readQueueNums"], q["writeQueueNums"], q["perm"])
             for q in route["queueDatas"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from rmq_spark.broker.remoting import (
+    admin,
     consume,
     consume_stats,
     locks,
@@ -25,6 +26,7 @@ __all__ = ["build_routes"]
 
 _MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (
     produce.handlers,
+    admin.handlers,
     consume.handlers,
     pull.handlers,
     offsets_remote.handlers,
