@@ -321,6 +321,8 @@ def test_locks_are_exclusive_and_owned_by_the_connection(served) -> None:
             _lock(two, RequestCode.UNLOCK_BATCH_MQ, "l1@1", [0]).code == ResponseCode.SYSTEM_ERROR
         )
         assert _lock(one, RequestCode.UNLOCK_BATCH_MQ, "l1@1", [1]).code == ResponseCode.SUCCESS
+        heartbeat(one, "l3@1", "gOther", "Locks")  # a client id of another group
+        assert _lock(one, RequestCode.LOCK_BATCH_MQ, "l3@1", [1]).code == ResponseCode.SYSTEM_ERROR
         assert _held(_lock(two, RequestCode.LOCK_BATCH_MQ, "l2@1", [0, 1])) == [1]
         one.close()
         wait_for(
