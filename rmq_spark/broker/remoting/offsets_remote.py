@@ -122,13 +122,13 @@ def _earliest_handler(deps: Deps, consume: ConsumeService) -> Handler:
         if isinstance(queue, RemotingCommand):
             return queue
         low, _high = consume.queue_bounds(*queue)
-        units = consume.source.units(*queue, low, 1)
         stamp = -1
-        if units and units[0].names_record:
-            try:
+        try:
+            units = consume.source.units(*queue, low, 1)
+            if units and units[0].names_record:
                 stamp = consume.read_record(units[0].physical_offset).record.store_timestamp_ms
-            except (RmqError, OSError):
-                stamp = -1
+        except (RmqError, OSError):
+            stamp = -1
         return _offset(call, stamp, "timestamp")
 
     return earliest

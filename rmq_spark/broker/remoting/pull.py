@@ -143,7 +143,10 @@ class PullHandler:
         if verdict is not None:
             return verdict
         count = min(rules.scan_limit(pull.max_msgs), high - pull.offset)
-        units = self.consume.source.units(pull.topic, pull.queue_id, pull.offset, count)
+        try:
+            units = self.consume.source.units(pull.topic, pull.queue_id, pull.offset, count)
+        except OSError:
+            units = []
         if not units:  # unreadable slice: RocketMQ's OFFSET_FOUND_NULL
             return rules.Verdict(rules.PULL_NOT_FOUND, pull.offset, "OFFSET_FOUND_NULL")
         return rules.select(
