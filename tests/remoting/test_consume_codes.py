@@ -321,6 +321,8 @@ def test_locks_are_exclusive_and_owned_by_the_connection(served) -> None:
             _lock(two, RequestCode.UNLOCK_BATCH_MQ, "l1@1", [0]).code == ResponseCode.SYSTEM_ERROR
         )
         assert _lock(one, RequestCode.UNLOCK_BATCH_MQ, "l1@1", [1]).code == ResponseCode.SUCCESS
+        heartbeat(one, "l3@1", "gOther", "Locks")  # a client id of another group
+        assert _lock(one, RequestCode.LOCK_BATCH_MQ, "l3@1", [1]).code == ResponseCode.SYSTEM_ERROR
         assert _held(_lock(two, RequestCode.LOCK_BATCH_MQ, "l2@1", [0, 1])) == [1]
         one.close()
         wait_for(
@@ -364,3 +366,14 @@ def test_a_heartbeat_flood_of_groups_creates_retry_topics_within_the_creation_bu
 
     assert exists("gFlood0")
     assert not exists("gFlood199")  # over auto_create_topics_burst (100) from one address
+
+
+def test_check_client_config_compiles_the_subscription(client) -> None:
+    def check(kind: str, expression: str) -> int:
+        sub = {"topic": "Sql", "subString": expression, "expressionType": kind}
+        body = json.dumps({"clientId": "k@1", "group": "gK", "subscriptionData": sub}).encode()
+        return call(client, request(RequestCode.CHECK_CLIENT_CONFIG, body=body)).code
+
+    assert check("SQL92", "n > 1 AND a IS NULL") == ResponseCode.SUCCESS
+    assert check("SQL92", "n >>") == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+    assert check("TAG", "A || B") == ResponseCode.SUCCESS

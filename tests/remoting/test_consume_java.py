@@ -18,7 +18,7 @@ from broker.broker_harness import BrokerProcess, wait_for
 from consume_frames import call, records, request
 from java4 import compile_check
 from java_driver import Driver
-from namesrv_harness import Namesrv
+from namesrv_harness import Namesrv, mqadmin
 from remoting_harness import FrameClient, start_remoting_broker
 
 from rmq_spark.broker.config_files.rocketmq_config_files import read_consumer_offsets
@@ -31,7 +31,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
 ]
 
-TOPICS = "broker.topics=Split:4,Bcast:2,Retry:1,Fifo:2,Lite:1,Mixed:2,Reverse:2"
+TOPICS = "broker.topics=Split:4,Bcast:2,Retry:1,Fifo:2,Lite:1,Mixed:2,Reverse:2,Sql:2"
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def _bodies(driver: Driver, consumer: str, topic: str | None = None) -> list[str
     return [r[4] for r in driver.received(consumer) if topic is None or r[0] == topic]
 
 
-def test_push_clustering_splits_queues_and_each_group_gets_everything(world) -> None:
+def test_push_clustering_splits_queues_and_each_group_gets_everything(world, namesrv) -> None:
     broker, _port, driver = world
     for consumer, group in (("a1", "gA"), ("a2", "gA"), ("b1", "gB")):
         driver.do(f"push {consumer} {group} Split CLUSTERING plain")
@@ -114,6 +114,10 @@ def test_push_clustering_splits_queues_and_each_group_gets_everything(world) -> 
         return sum(read_consumer_offsets(broker.store_dir).get(("Split", group), {}).values())
 
     wait_for(lambda: committed("gA") == committed("gB") == 20, 20, "the offsets committed")
+    progress = mqadmin(namesrv, "consumerProgress", "-g", "gA")  # GET_CONSUME_STATS
+    rows = [line.split() for line in progress.splitlines() if line.startswith("Split ")]
+    assert sorted(int(r[2]) for r in rows) == [0, 1, 2, 3], progress
+    assert sum(int(r[3]) for r in rows) == sum(int(r[4]) for r in rows) == 20, progress
 
 
 def test_broadcasting_gives_every_instance_everything(world) -> None:
@@ -185,6 +189,16 @@ def test_orderly_consumption_keeps_each_queues_order_across_a_suspension(world) 
         assert deduped == sorted(set(offsets)), offsets  # in order, the suspended one again
     assert _bodies(driver, "o1").count("again-5") == 2
     driver.do("stop o1")
+
+
+def test_a_push_consumer_with_an_sql92_selector_gets_only_matches(world) -> None:
+    broker, _port, driver = world
+    driver.do("push s1 gSql Sql CLUSTERING sql")  # CHECK_CLIENT_CONFIG, then the heartbeat
+    producer = Producer(broker.address)
+    for n in range(6):
+        producer.send("Sql", f"n-{n}".encode(), properties={"n": str(n)})
+    wait_for(lambda: sorted(_bodies(driver, "s1")) == ["n-3", "n-4", "n-5"], 60, "the matches")
+    driver.do("stop s1")
 
 
 def test_lite_pull_consumer_seeks(world) -> None:

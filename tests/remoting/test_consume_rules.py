@@ -288,6 +288,8 @@ def test_heartbeat_and_lock_bodies_name_their_groups_and_topics() -> None:
     ).encode()
     assert _names(RequestCode.LOCK_BATCH_MQ, body=lock) == {"Group:g:Sub", "Topic:T:Sub"}
     assert _names(RequestCode.UNLOCK_BATCH_MQ, body=b"junk") == {"Group::Sub"}
+    check = json.dumps({"clientId": "c", "group": "g", "subscriptionData": {}}).encode()
+    assert _names(RequestCode.CHECK_CLIENT_CONFIG, body=check) == {"Group:g:Sub"}
 
 
 def test_one_connection_holds_a_bounded_number_of_group_memberships() -> None:
@@ -299,10 +301,14 @@ def test_one_connection_holds_a_bounded_number_of_group_memberships() -> None:
         links.register(1, beat, 0)
     again = parse_heartbeat(_many_groups("c", range(0, 256)))  # the same groups: no new ones
     assert links.room(1, again) is None
+    producer = parse_heartbeat(b'{"clientID":"c","producerDataSet":[{"groupName":"p"}]}')
+    assert links.room(1, producer) is not None  # producer groups count too
     one_more = parse_heartbeat(
         _many_groups("c", range(GROUPS_PER_LINK_MAX, GROUPS_PER_LINK_MAX + 1))
     )
     assert links.room(1, one_more) is not None
+    links.link_closed(1)
+    assert links.consumers == {} and links.producers == {}
 
 
 def _many_groups(client: str, numbers: range) -> bytes:

@@ -193,3 +193,20 @@ def test_the_embedded_broker_serves_remoting_next_to_grpc(tmp_path: Path) -> Non
             assert answer.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
         finally:
             client.close()
+
+
+def test_permissive_port_serves_tls_and_plaintext_with_the_brokers_certificate(served) -> None:
+    import ssl
+
+    broker, port = served
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.load_verify_locations(broker.store_dir / "config" / "tls" / "cert.pem")
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with context.wrap_socket(raw) as tls:
+            tls.sendall(encode_frame(RemotingCommand(code=UNKNOWN, opaque=21)))
+            data = b""
+            while len(data) < 8 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+                data += tls.recv(65536)
+    assert b'"opaque":21' in data
+    _still_serves(port)  # plaintext on the same port

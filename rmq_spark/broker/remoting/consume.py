@@ -1,5 +1,6 @@
 """The 4.x clients' bookkeeping: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
-NOTIFY_CONSUMER_IDS_CHANGED (broker -> client), GET_CONSUMER_CONNECTION_LIST.
+NOTIFY_CONSUMER_IDS_CHANGED (broker -> client), GET_CONSUMER_CONNECTION_LIST,
+CHECK_CLIENT_CONFIG.
 
 ``RemoteConsumers`` (one per broker, in ``Deps.extras``) holds the clients heard from
 (``consumer_links.ConsumerLinks``) and the orderly consumers' queue locks
@@ -18,6 +19,7 @@ import logging
 from typing import Any
 
 from rmq_spark.broker.consumer.groups import retry_topic
+from rmq_spark.broker.filters.expression import compile_filter
 from rmq_spark.broker.remoting.calls import Call, ClientLink, Deps, Handler
 from rmq_spark.broker.remoting.codec import FLAG_ONEWAY, RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
@@ -29,6 +31,7 @@ from rmq_spark.broker.remoting.consumer_links import (
 )
 from rmq_spark.broker.remoting.queue_locks import QueueLocks
 from rmq_spark.broker.topics import group_name_problem
+from rmq_spark.errors import FilterExpressionError
 
 __all__ = ["RemoteConsumers", "handlers", "json_body", "remote_consumers"]
 
@@ -216,10 +219,31 @@ def _connection_list_handler(consumers: RemoteConsumers) -> Handler:
     return connection_list
 
 
+async def check_client_config(call: Call) -> RemotingCommand:
+    """CHECK_CLIENT_CONFIG: a push consumer with an SQL92 subscription asks before it starts
+    whether the broker can filter with it (the broker's filters compile it)."""
+    try:
+        raw = json.loads(call.command.body)
+        sub = raw.get("subscriptionData") if isinstance(raw, dict) else None
+    except (ValueError, UnicodeDecodeError):
+        return call.reply(ResponseCode.SYSTEM_ERROR, "check client body is not JSON")
+    if not isinstance(sub, dict):
+        return call.reply()
+    kind, expression = sub.get("expressionType") or "TAG", sub.get("subString") or "*"
+    if not isinstance(kind, str) or not isinstance(expression, str):
+        return call.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "bad subscription data")
+    try:
+        compile_filter(kind, expression)
+    except FilterExpressionError as err:
+        return call.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(err)[:500])
+    return call.reply()
+
+
 def handlers(deps: Deps) -> dict[int, Handler]:
     """The client bookkeeping codes' handlers."""
     consumers = remote_consumers(deps)
     return {
+        RequestCode.CHECK_CLIENT_CONFIG: check_client_config,
         RequestCode.HEART_BEAT: _heartbeat_handler(consumers),
         RequestCode.UNREGISTER_CLIENT: _unregister_handler(consumers),
         RequestCode.GET_CONSUMER_LIST_BY_GROUP: _consumer_list_handler(consumers),

@@ -16,6 +16,7 @@ from rmq_spark.broker.remoting.calls import Call
 from rmq_spark.broker.security.acl import Action, Need
 
 __all__ = [
+    "check_client_needs",
     "group_and_topic_needs",
     "heartbeat_needs",
     "lock_needs",
@@ -79,6 +80,11 @@ def heartbeat_needs(call: Call) -> list[Need]:
             if isinstance(sub, dict):
                 needs += _group_and_topic(group, str(sub.get("topic", "")))[1:]
     return needs
+
+
+def check_client_needs(call: Call) -> list[Need]:
+    """CHECK_CLIENT_CONFIG: ``Sub`` on the group in the body."""
+    return [Need("Group", str(_json(call).get("group", "")), _SUB)]
 
 
 def lock_needs(call: Call) -> list[Need]:

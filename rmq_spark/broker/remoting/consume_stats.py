@@ -57,10 +57,10 @@ def _topics(consume: ConsumeService, consumers: RemoteConsumers, group: str) -> 
 def _last_ms(consume: ConsumeService, topic: str, queue_id: int, committed: int) -> int:
     if committed <= 0:
         return 0
-    units = consume.source.units(topic, queue_id, committed - 1, 1)
-    if not units or not units[0].names_record:
-        return 0
     try:
+        units = consume.source.units(topic, queue_id, committed - 1, 1)
+        if not units or not units[0].names_record:
+            return 0
         return consume.read_record(units[0].physical_offset).record.store_timestamp_ms
     except (RmqError, OSError):
         return 0

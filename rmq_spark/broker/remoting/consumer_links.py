@@ -36,7 +36,7 @@ CLIENT_EXPIRY_MS = 120_000  # channelExpiredTimeout
 GROUPS_PER_HEARTBEAT_MAX = 256  # consumer plus producer groups in one heartbeat
 SUBSCRIPTIONS_PER_GROUP_MAX = 256
 CLIENT_IDS_PER_LINK_MAX = 8  # a Java client instance uses one id per connection
-GROUPS_PER_LINK_MAX = 1024  # (client id, consumer group) memberships one connection may hold
+GROUPS_PER_LINK_MAX = 1024  # (client id, group) memberships one connection may hold
 _ID_LENGTH_MAX = 255
 
 
@@ -179,11 +179,10 @@ class ConsumerLinks:
         """Why the heartbeat would take ``link`` past ``GROUPS_PER_LINK_MAX`` memberships
         (groups are never dropped by a later heartbeat, only by their connection's close)."""
         held = sum(1 for m in self.consumers.values() for e in m.values() if e.link == link)
-        new = sum(
-            1
-            for data in heartbeat.consumers
-            if heartbeat.client_id not in self.consumers.get(data.group, {})
-        )
+        held += sum(1 for m in self.producers.values() for p in m.values() if p.link == link)
+        client = heartbeat.client_id
+        new = sum(1 for d in heartbeat.consumers if client not in self.consumers.get(d.group, {}))
+        new += sum(1 for g in heartbeat.producer_groups if client not in self.producers.get(g, {}))
         if held + new > GROUPS_PER_LINK_MAX:
             return f"more than {GROUPS_PER_LINK_MAX} consumer groups on one connection"
         return None
@@ -208,7 +207,9 @@ class ConsumerLinks:
 
     def unregister(self, client_id: str, consumer_group: str, producer_group: str) -> list[str]:
         """The client left the groups named; returns the consumer groups changed."""
-        self.producers.get(producer_group, {}).pop(client_id, None)
+        producers = self.producers.get(producer_group)
+        if producers is not None and producers.pop(client_id, None) and not producers:
+            del self.producers[producer_group]
         members = self.consumers.get(consumer_group)
         if members is None or members.pop(client_id, None) is None:
             return []
@@ -220,9 +221,11 @@ class ConsumerLinks:
         """A connection closed: its clients leave every group; returns the groups changed."""
         for client_id in [c for c, owner in self.owners.items() if owner == link]:
             del self.owners[client_id]
-        for producers in self.producers.values():
+        for group, producers in list(self.producers.items()):
             for client_id in [c for c, p in producers.items() if p.link == link]:
                 del producers[client_id]
+            if not producers:
+                del self.producers[group]
         changed = []
         for group, members in list(self.consumers.items()):
             gone = [c for c, entry in members.items() if entry.link == link]

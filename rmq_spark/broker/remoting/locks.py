@@ -2,8 +2,8 @@
 
 The body names the client id the locks are for; it must be a client id this connection
 registered with a heartbeat (``consumer_links``), so no connection can take or free another
-client's locks. Only this broker's queues of existing topics are locked; the response lists
-the queues the client now holds.
+client's locks, and a lock is taken only in a group that client joined. Only this broker's
+queues of existing topics are locked; the response lists the queues the client now holds.
 """
 
 from __future__ import annotations
@@ -75,6 +75,12 @@ def _lock_handler(consumers: RemoteConsumers) -> Handler:
         if isinstance(request, RemotingCommand):
             return request
         group, client_id, queues = request
+        if client_id not in consumers.links.consumers.get(group, {}):
+            # Locks only for a group the client joined: what one connection holds stays
+            # bounded by its memberships.
+            return call.reply(
+                ResponseCode.SYSTEM_ERROR, f"client {client_id} is no consumer of {group}"
+            )
         ours = _ours(consumers.deps, queues)
         held = consumers.locks.try_lock(group, client_id, ours, consumers.now_ms())
         return call.reply(body=json_body({"lockOKMQSet": [ours[key] for key in held]}))

@@ -20,7 +20,7 @@ from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.broker.topics import group_name_problem
 from rmq_spark.errors import RmqError
 
-__all__ = ["committed_or_start", "handlers"]
+__all__ = ["commit", "committed_or_start", "handlers"]
 
 
 def _offset(call: Call, value: int, field: str = "offset") -> RemotingCommand:
@@ -47,6 +47,15 @@ def _group(call: Call) -> str | RemotingCommand:
     if problem is not None:
         return call.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, problem)
     return group
+
+
+def commit(consume: ConsumeService, group: str, topic: str, queue_id: int, offset: int) -> None:
+    """Commit ``offset`` (clamped to the queue's bounds) unless it is the committed one: 4.x
+    clients repeat their offsets every 5 s per queue and on every pull, and each change
+    rewrites consumerOffset.json."""
+    low, high = consume.queue_bounds(topic, queue_id)
+    if consume.groups.committed_offset(group, topic, queue_id) != max(low, min(offset, high)):
+        consume.update_offset(group, topic, queue_id, offset)
 
 
 def committed_or_start(consume: ConsumeService, group: str, topic: str, queue_id: int) -> int:
@@ -85,7 +94,7 @@ def _update_handler(deps: Deps, consume: ConsumeService) -> Handler:
         queue = _queue(deps, call)
         if isinstance(queue, RemotingCommand):
             return queue
-        consume.update_offset(group, *queue, call.int_field("commitOffset"))
+        commit(consume, group, *queue, call.int_field("commitOffset"))
         return call.reply()
 
     return update_offset
@@ -122,13 +131,13 @@ def _earliest_handler(deps: Deps, consume: ConsumeService) -> Handler:
         if isinstance(queue, RemotingCommand):
             return queue
         low, _high = consume.queue_bounds(*queue)
-        units = consume.source.units(*queue, low, 1)
         stamp = -1
-        if units and units[0].names_record:
-            try:
+        try:
+            units = consume.source.units(*queue, low, 1)
+            if units and units[0].names_record:
                 stamp = consume.read_record(units[0].physical_offset).record.store_timestamp_ms
-            except (RmqError, OSError):
-                stamp = -1
+        except (RmqError, OSError):
+            stamp = -1
         return _offset(call, stamp, "timestamp")
 
     return earliest

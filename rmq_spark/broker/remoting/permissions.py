@@ -69,6 +69,7 @@ PERMISSIONS: dict[int, Permission] = {
     RequestCode.LOCK_BATCH_MQ: Permission(body=rights.lock_needs),
     RequestCode.UNLOCK_BATCH_MQ: Permission(body=rights.lock_needs),
     RequestCode.GET_CONSUMER_CONNECTION_LIST: _GROUP,
+    RequestCode.CHECK_CLIENT_CONFIG: Permission(body=rights.check_client_needs),
     RequestCode.GET_CONSUME_STATS: Permission(
         group=("consumerGroup",), group_actions=_SUB, topic=("topic",), topic_actions=_SUB
     ),

@@ -23,6 +23,7 @@ from rmq_spark.broker.remoting.calls import Call, Deps, Handler
 from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.broker.remoting.consume import RemoteConsumers, remote_consumers
+from rmq_spark.broker.remoting.offsets_remote import commit
 from rmq_spark.broker.topics import group_name_problem
 from rmq_spark.errors import FilterExpressionError, RmqError
 from rmq_spark.store.codec import DecodedRecord, decode_record
@@ -109,12 +110,9 @@ class PullHandler:
             return call.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(err)[:500])
 
     def _commit(self, pull: _Pull, offset: int) -> None:
-        """The consumer's progress rides on its pull (RocketMQ: only when it moved)."""
-        if offset < 0:
-            return
-        current = self.consume.groups.committed_offset(pull.group, pull.topic, pull.queue_id)
-        if current != offset:
-            self.consume.update_offset(pull.group, pull.topic, pull.queue_id, offset)
+        """The consumer's progress rides on its pull."""
+        if offset >= 0:
+            commit(self.consume, pull.group, pull.topic, pull.queue_id, offset)
 
     async def _read_held(self, pull: _Pull, message_filter: MessageFilter) -> Read:
         """Read; with SUSPEND, wait for the queue to grow while there is nothing new."""
@@ -143,7 +141,10 @@ class PullHandler:
         if verdict is not None:
             return verdict
         count = min(rules.scan_limit(pull.max_msgs), high - pull.offset)
-        units = self.consume.source.units(pull.topic, pull.queue_id, pull.offset, count)
+        try:
+            units = self.consume.source.units(pull.topic, pull.queue_id, pull.offset, count)
+        except OSError:
+            units = []
         if not units:  # unreadable slice: RocketMQ's OFFSET_FOUND_NULL
             return rules.Verdict(rules.PULL_NOT_FOUND, pull.offset, "OFFSET_FOUND_NULL")
         return rules.select(

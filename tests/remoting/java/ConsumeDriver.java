@@ -1,6 +1,6 @@
 // RocketMQ 4.9.8's Java client consuming from an rmq-spark broker over remoting, driven line by
 // line on stdin so one JVM runs every scenario of a test module. Commands:
-//   push <id> <group> <topic> <CLUSTERING|BROADCASTING> <plain|poison|orderly>
+//   push <id> <group> <topic> <CLUSTERING|BROADCASTING> <plain|poison|orderly|sql>
 //        start a DefaultMQPushConsumer (instance name <id>, from the first offset)
 //   assigned <id> <topic>      -> ASSIGNED <id> <queue ids, comma separated, or ->
 //   stop <id>                  -> STOPPED <id>
@@ -12,7 +12,7 @@
 // Every delivery prints RECV <id> <topic> <queueId> <queueOffset> <reconsumeTimes> <body> <msgId>.
 // "poison" fails every message whose body starts with "poison" (retry after delay level 1, at
 // most 2 reconsumes); "orderly" is a MessageListenerOrderly that suspends the queue once on a
-// body starting with "again". Each command answers OK <command> or ERR <command> <message>.
+// body starting with "again"; "sql" subscribes with the SQL92 selector "n > 2". Each command answers OK <command> or ERR <command> <message>.
 
 import java.io.BufferedReader;
 import java.io.InputStreamReader;
@@ -26,6 +26,7 @@ import java.util.TreeSet;
 import java.util.concurrent.ConcurrentHashMap;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.MessageSelector;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
@@ -64,8 +65,12 @@ public class ConsumeDriver {
         c.setPollNameServerInterval(1000);
         c.setPersistConsumerOffsetInterval(1000);
         c.setSuspendCurrentQueueTimeMillis(200);
-        c.subscribe(a[3], "*");
         String mode = a[5];
+        if (mode.equals("sql")) {
+            c.subscribe(a[3], MessageSelector.bySql("n > 2"));
+        } else {
+            c.subscribe(a[3], "*");
+        }
         if (mode.equals("orderly")) {
             c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
                 for (MessageExt m : msgs) {
