@@ -342,7 +342,7 @@ def _serve(
     metrics = None
     if config.metrics_listen:
         metrics = MetricsEndpoint(
-            config.metrics_listen, broker.service, broker.consume, broker.store
+            config.metrics_listen, broker.service, broker.consume, broker.store, config
         ).start()
         broker.fronts.callback(metrics.stop)
     return endpoint, metrics
