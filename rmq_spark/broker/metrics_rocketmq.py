@@ -133,11 +133,10 @@ class RocketMQCollector:
             "Messages moved to the group's dead-letter topic (%DLQ%<group>) since it exists",
             labels=[*_NODE, "consumer_group"],
         )
-        for group in sorted(groups):
-            topic = dlq_topic(group)
-            if topic in topics:
-                total = sum(consume.queue_bounds(topic, q)[1] for q in range(topics[topic]))
-                dlq.add_metric([*self._node, group], total)
+        for group in sorted(groups):  # 0 for a group without a DLQ topic yet
+            queues = range(topics.get(dlq_topic(group), 0))
+            total = sum(consume.queue_bounds(dlq_topic(group), q)[1] for q in queues)
+            dlq.add_metric([*self._node, group], total)
         yield dlq
 
 
