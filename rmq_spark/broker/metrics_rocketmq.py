@@ -16,15 +16,22 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.consumer.groups import RETRY_PREFIX
 from rmq_spark.broker.consumer.revive import REVIVE_GROUP
 from rmq_spark.broker.consumer.service import ConsumeService, dlq_topic
 from rmq_spark.broker.service import BrokerService
+from rmq_spark.broker.traffic import RpcKey
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import RmqError
+from rmq_spark.store.latency import LatencySnapshot
 from rmq_spark.store.layout import (
     RMQ_SYS_SCHEDULE_TOPIC,
     RMQ_SYS_TRANS_HALF_TOPIC,
@@ -94,9 +101,33 @@ class RocketMQCollector:
         topics = self._service.topics.snapshot()
         active = GaugeMetricFamily("rocketmq_active_topic_number", "Topics", labels=_NODE)
         active.add_metric(self._node, len(topics))
-        yield from (messages, size, out, active)
+        yield from (messages, size, out, active, self._rpc(traffic.rpc))
         if self._consume is not None:
             yield from self._consumers(self._consume, topics)
+
+    def _rpc(self, rpc: dict[RpcKey, LatencySnapshot]) -> Metric:
+        """``rocketmq_rpc_latency``: a histogram in milliseconds, as RocketMQ's."""
+        family = HistogramMetricFamily(
+            "rocketmq_rpc_latency",
+            "Time to answer a request, ms (unary gRPC calls)",
+            labels=[
+                *_NODE,
+                "protocol_type",
+                "request_code",
+                "response_code",
+                "is_long_polling",
+                "result",
+            ],
+        )
+        for (protocol, method, code, result), stats in sorted(rpc.items()):
+            running, buckets = 0, []
+            for bound, count in zip(stats.bounds, stats.counts, strict=False):
+                running += count
+                buckets.append((repr(round(bound * 1000, 6)), running))
+            buckets.append(("+Inf", stats.count))
+            labels = [*self._node, protocol, method, code, "false", result]
+            family.add_metric(labels, buckets, sum_value=stats.sum_s * 1000)
+        return family
 
     def _consumers(self, consume: ConsumeService, topics: dict[str, int]) -> Iterator[Metric]:
         families = {

@@ -101,6 +101,13 @@ def test_the_put_counter_moves_by_the_messages_sent_and_lag_falls_after_consumin
     assert _value(
         after, "rocketmq_throughput_in_total", topic=_TOPIC, message_type="normal", **node
     ) == _value(after, "rmq_put_bytes_total", topic=_TOPIC)
+    rpc = {"protocol_type": "grpc", "is_long_polling": "false", "result": "success", **node}
+    sends = _value(
+        after, "rocketmq_rpc_latency_count", request_code="SendMessage", response_code="OK", **rpc
+    )
+    assert sends == 7  # every unary call is timed with its answer's status code
+    assert _value(after, "rocketmq_rpc_latency_bucket", le="+Inf", request_code="SendMessage",
+                  response_code="OK", **rpc) == 7  # fmt: skip
     assert _value(after, "rmq_put_latency_seconds_bucket", le="+Inf") == 7
     assert (_value(after, "rmq_store_fsync_seconds_count") or 0) >= 1  # SYNC: fsync per ack
     assert _value(after, "rmq_commitlog_max_offset_bytes") == _value(
