@@ -28,7 +28,7 @@ from prometheus_client.process_collector import ProcessCollector
 from rmq_spark.broker.metrics_http import MetricsServer, push
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import ConfigError, RmqError
-from rmq_spark.spark.reput_progress import reput_lag
+from rmq_spark.spark.reput_progress import ReputLag, reput_lag
 from rmq_spark.spark.tables import CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES
 from rmq_spark.store.reader_progress import read_reader_progress
 
@@ -36,10 +36,11 @@ if TYPE_CHECKING:
     from rmq_spark.spark.reput import BatchReport
     from rmq_spark.spark.reput_config import ReputConfig
 
-__all__ = ["BATCH_SECONDS_BUCKETS", "JobMetrics", "ReputMetrics"]
+__all__ = ["BATCH_SECONDS_BUCKETS", "JobMetrics", "LAG_REUSE_MS", "ReputMetrics"]
 
 log = logging.getLogger("rmq_spark.metrics")
 
+LAG_REUSE_MS = 1000  # scrapes this close together share one walk of the log
 BATCH_SECONDS_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
 
 
@@ -121,6 +122,9 @@ class ReputMetrics:
         self._reader = config.reader_name
         self._scan_max = config.lag_scan_messages_max
         self._clock = clock or SystemClock()
+        self._lag_lock = threading.Lock()
+        self._lag_at: float | None = None
+        self._lag_cache: dict[str, ReputLag] = {}
         labels = ["store", "tables"]
         registry = metrics.registry
         self.batches = Counter(
@@ -175,17 +179,7 @@ class ReputMetrics:
         families = {
             name: GaugeMetricFamily(name, text, labels=["store", "tables"]) for name, text in names
         }
-        for store in self._stores:
-            try:
-                lag = reput_lag(
-                    store,
-                    self.committed(store),
-                    clock=self._clock,
-                    scan_messages_max=self._scan_max,
-                )
-            except (OSError, RmqError) as err:  # the store unreadable now: no sample this time
-                log.debug("reput metrics: no lag for %s: %s", store, err)
-                continue
+        for store, lag in self.lags().items():
             for name, value in (
                 ("rmq_reput_lag_bytes", lag.behind_bytes),
                 ("rmq_reput_lag_messages", lag.behind_messages),
@@ -196,6 +190,28 @@ class ReputMetrics:
             ):
                 families[name].add_metric([store, self._tables], value)
         yield from families.values()
+
+    def lags(self) -> dict[str, ReputLag]:
+        """Each readable store's lag now; scrapes within ``LAG_REUSE_MS`` of the last walk
+        (or waiting for it) get its answer, so scrapes cannot make the driver walk the log
+        more than once per interval however many arrive."""
+        with self._lag_lock:
+            now = self._clock.monotonic_ms()
+            if self._lag_at is not None and now - self._lag_at < LAG_REUSE_MS:
+                return self._lag_cache
+            lags: dict[str, ReputLag] = {}
+            for store in self._stores:
+                try:
+                    lags[store] = reput_lag(
+                        store,
+                        self.committed(store),
+                        clock=self._clock,
+                        scan_messages_max=self._scan_max,
+                    )
+                except (OSError, RmqError) as err:  # unreadable now: no sample this time
+                    log.debug("reput metrics: no lag for %s: %s", store, err)
+            self._lag_at, self._lag_cache = now, lags
+            return lags
 
     def committed(self, store: str) -> int:
         """The position this job published in ``store`` (0 before its first publication)."""
