@@ -12,14 +12,12 @@ groups' offsets (``consumer/groups.py``).
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -28,17 +26,17 @@ from prometheus_client.core import (
 )
 from prometheus_client.process_collector import ProcessCollector
 
-from rmq_spark.broker.config import parse_listen
+from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.consumer.groups import retry_topic
 from rmq_spark.broker.consumer.revive import REVIVE_GROUP
 from rmq_spark.broker.consumer.service import ConsumeService
+from rmq_spark.broker.metrics_http import MetricsServer, is_loopback
+from rmq_spark.broker.metrics_rocketmq import RocketMQCollector
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.errors import BrokerError
 from rmq_spark.store.latency import LatencySnapshot
 
 __all__ = ["BrokerCollector", "MetricsEndpoint", "group_lags", "is_loopback"]
-
-log = logging.getLogger("rmq_spark.broker")
 
 
 class BrokerCollector:
@@ -163,52 +161,21 @@ def _histogram(name: str, help_text: str, stats: LatencySnapshot) -> HistogramMe
     return HistogramMetricFamily(name, help_text, buckets=buckets, sum_value=stats.sum_s)
 
 
-def is_loopback(host: str) -> bool:
-    return host in ("localhost", "::1") or host.startswith("127.")
-
-
-class MetricsEndpoint:
-    """``/metrics`` over HTTP on ``listen`` (``host:port``; port 0: any free port), served by
-    ``prometheus_client``'s threaded server from a registry of its own (one per broker)."""
+class MetricsEndpoint(MetricsServer):
+    """The broker's ``/metrics`` (``broker.metrics_listen``): its ``rmq_*`` metrics, the same
+    state under RocketMQ 5's names (``metrics_rocketmq.py``) and the process's, from a
+    registry of its own (one per broker)."""
 
     def __init__(
-        self, listen: str, service: BrokerService, consume: ConsumeService | None, store: Any
+        self,
+        listen: str,
+        service: BrokerService,
+        consume: ConsumeService | None,
+        store: Any,
+        config: BrokerConfig | None = None,
     ) -> None:
-        self._host, self._requested_port = parse_listen(listen)
-        self.registry = CollectorRegistry()
-        self.registry.register(BrokerCollector(service, consume, store))
-        ProcessCollector(registry=self.registry)  # process_cpu_seconds_total, memory, fds
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
-        self.port = 0
-
-    @property
-    def url(self) -> str:
-        host = f"[{self._host}]" if ":" in self._host else self._host
-        return f"http://{host}:{self.port}/metrics"
-
-    def start(self) -> MetricsEndpoint:
-        """Bind and serve (raises ``BrokerError`` naming the address if it cannot bind)."""
-        try:
-            self._server, self._thread = start_http_server(
-                self._requested_port, addr=self._host, registry=self.registry
-            )
-        except OSError as err:
-            raise BrokerError(
-                f"cannot serve metrics on {self._host}:{self._requested_port}: {err.strerror}"
-            ) from err
-        self.port = int(self._server.server_port)
-        if not is_loopback(self._host):
-            log.warning(
-                "broker: metrics on %s are readable by anyone who can reach it (no auth)",
-                self.url,
-            )
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+        registry = CollectorRegistry()
+        registry.register(BrokerCollector(service, consume, store))
+        registry.register(RocketMQCollector(service, consume, config or BrokerConfig()))
+        ProcessCollector(registry=registry)  # process_cpu_seconds_total, memory, fds
+        super().__init__(listen, registry, "broker", BrokerError)

@@ -41,6 +41,7 @@ from rmq_spark.broker.grpc.grpc_api import (
     endpoints_of,
     grpc_server_options,
 )
+from rmq_spark.broker.grpc.rpc_timer import RpcTimer
 from rmq_spark.broker.metrics import MetricsEndpoint
 from rmq_spark.broker.remoting.endpoint import RemotingEndpoint, remoting_bind
 from rmq_spark.broker.remoting.registration import (
@@ -193,7 +194,7 @@ class GrpcEndpoint:
                 self._service.max_message_size_bytes + 1024 * 1024,
             )
             server = grpc.aio.server(
-                interceptors=[AuthInterceptor(authenticator)],
+                interceptors=[RpcTimer(self._service.traffic), AuthInterceptor(authenticator)],
                 options=grpc_server_options(receive_limit) + connection_options(self._config),
             )
             if self._config.tls_mode == "disabled":  # grpc on the public port, no front
@@ -348,7 +349,7 @@ def _serve(
     metrics = None
     if config.metrics_listen:
         metrics = MetricsEndpoint(
-            config.metrics_listen, broker.service, broker.consume, broker.store
+            config.metrics_listen, broker.service, broker.consume, broker.store, config
         ).start()
         broker.fronts.callback(metrics.stop)
     return endpoint, metrics, remoting

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rmq_spark.store.latency import LatencySnapshot, LatencyStats
 from rmq_spark.store.put import PutResult, PutStatus
 
-__all__ = ["TrafficSnapshot", "TrafficStats"]
+__all__ = ["RpcKey", "TrafficSnapshot", "TrafficStats"]
+
+RpcKey = tuple[str, str, str, str]
+"""``(protocol, method, response code, result)`` of timed requests (``rpc_done``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +31,7 @@ class TrafficSnapshot:
     received: dict[str, int]
     acked: dict[str, int]
     put_latency: LatencySnapshot
+    rpc: dict[RpcKey, LatencySnapshot] = field(default_factory=dict)
 
 
 class TrafficStats:
@@ -39,6 +43,7 @@ class TrafficStats:
         self._received: dict[str, int] = {}
         self._acked: dict[str, int] = {}
         self.put_latency = LatencyStats()
+        self._rpc: dict[RpcKey, LatencyStats] = {}
 
     def put_done(self, results: Iterable[PutResult], seconds: float | None) -> None:
         """Count the stored records among ``results`` (retried duplicates store nothing);
@@ -64,8 +69,25 @@ class TrafficStats:
         with self._lock:
             self._acked[group] = self._acked.get(group, 0) + 1
 
+    def rpc_done(self, protocol: str, method: str, code: str, result: str, seconds: float) -> None:
+        """One request answered: its ``method``, the answer's status ``code``, ``result``
+        (``success``, or how it failed) and how long it took."""
+        key = (protocol, method, code, result)
+        stats = self._rpc.get(key)
+        if stats is None:
+            with self._lock:
+                stats = self._rpc.setdefault(key, LatencyStats())
+        stats.record(seconds)
+
     def snapshot(self) -> TrafficSnapshot:
         with self._lock:
             puts = {topic: (n, size) for topic, (n, size) in self._puts.items()}
             received, acked = dict(self._received), dict(self._acked)
-        return TrafficSnapshot(puts, received, acked, self.put_latency.snapshot())
+            rpc = list(self._rpc.items())
+        return TrafficSnapshot(
+            puts,
+            received,
+            acked,
+            self.put_latency.snapshot(),
+            {key: stats.snapshot() for key, stats in rpc},
+        )

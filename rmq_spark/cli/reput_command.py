@@ -17,10 +17,12 @@ from rmq_spark.cli.common import local_path
 from rmq_spark.errors import ConfigError
 
 __all__ = [
+    "add_metrics_arguments",
     "add_reput_arguments",
     "parse_trigger_ms",
     "register",
     "reput_config",
+    "reput_metrics",
     "run",
     "store_dirs",
     "unregister",
@@ -92,7 +94,30 @@ def add_reput_arguments(parser: argparse.ArgumentParser) -> None:
             "that retention stops keeping the log for tables no job builds any more"
         ),
     )
+    add_metrics_arguments(parser, "reput")
     add_config_arguments(parser)
+
+
+def add_metrics_arguments(parser: argparse.ArgumentParser, section: str) -> None:
+    """``--metrics-listen`` / ``--metrics-push`` of a job (``<section>.metrics_*`` keys)."""
+    parser.add_argument(
+        "--metrics-listen",
+        metavar="HOST:PORT",
+        default=None,
+        help=(
+            "serve the job's Prometheus /metrics on HOST:PORT, e.g. 127.0.0.1:9106 (no auth: "
+            f"keep it on loopback; default: {section}.metrics_listen, off)"
+        ),
+    )
+    parser.add_argument(
+        "--metrics-push",
+        metavar="URL",
+        default=None,
+        help=(
+            "push the job's metrics to this Prometheus Pushgateway after each batch and at the "
+            f"end (default: {section}.metrics_push_url, off)"
+        ),
+    )
 
 
 def register(subparsers: Any) -> None:
@@ -132,6 +157,10 @@ def reput_config(args: argparse.Namespace, config: Any) -> Any:
         changes["available_now"] = True
     if args.max_bytes_per_trigger is not None:
         changes["max_bytes_per_trigger"] = args.max_bytes_per_trigger
+    if getattr(args, "metrics_listen", None) is not None:
+        changes["metrics_listen"] = args.metrics_listen
+    if getattr(args, "metrics_push", None) is not None:
+        changes["metrics_push_url"] = args.metrics_push
     try:
         return dataclasses.replace(base, **changes)
     except ValueError as err:
@@ -178,13 +207,37 @@ def run(args: argparse.Namespace) -> int:
     for store in stores:
         require_store(store)  # before Spark starts or any table is created
     levels = parse_message_delay_level(config.store.message_delay_level)
-    # Naming the tables puts rmq.* in the metastore beside them (docs/TABLES.md, Catalog).
-    spark = build_session(config.spark, tables_dir=reput.tables_dir, database=reput.database)
+    metrics = reput_metrics(reput, stores)  # binds before Spark starts: a busy port fails fast
     try:
-        run_reput(spark, stores, reput, levels)
+        # Naming the tables puts rmq.* in the metastore beside them (docs/TABLES.md, Catalog).
+        spark = build_session(config.spark, tables_dir=reput.tables_dir, database=reput.database)
+        try:
+            run_reput(spark, stores, reput, levels, on_batch=metrics and metrics.on_batch)
+        finally:
+            spark.stop()
     finally:
-        spark.stop()
+        if metrics is not None:
+            metrics.stop()
     return 0
+
+
+def reput_metrics(reput: Any, stores: list[Path]) -> Any:
+    """The job's started ``ReputMetrics`` (``spark/job_metrics.py``); ``None`` when neither
+    ``metrics_listen`` nor ``metrics_push_url`` is set."""
+    if not (reput.metrics_listen or reput.metrics_push_url):
+        return None
+    from rmq_spark.spark.job_metrics import JobMetrics, ReputMetrics
+    from rmq_spark.spark.reput_start import store_list
+
+    job = JobMetrics(
+        "rmq-reput",
+        listen=reput.metrics_listen,
+        push_url=reput.metrics_push_url,
+        grouping={"tables": str(Path(reput.tables_dir).absolute())},
+    )
+    metrics = ReputMetrics(job, store_list(stores), reput)
+    job.start()
+    return metrics
 
 
 def unregister(store_dir: Path, reader_name: str) -> int:

@@ -8,6 +8,7 @@ the job itself is ``rmq_spark/delay/job.py: run_schedule``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import re
 import signal
 import textwrap
@@ -22,6 +23,7 @@ __all__ = [
     "parse_duration_ms",
     "register",
     "run_from_args",
+    "schedule_metrics",
     "spec_from_args",
     "specs_from_args",
 ]
@@ -85,6 +87,9 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="run continuously, a pass every DURATION (default: delay.trigger_interval_ms, 1s)",
     )
+    from rmq_spark.cli.reput_command import add_metrics_arguments
+
+    add_metrics_arguments(parser, "delay")
 
 
 def _stores(args: argparse.Namespace) -> list[Path]:
@@ -144,20 +149,58 @@ def run_from_args(args: argparse.Namespace, config: Any) -> int:
         for signum in (signal.SIGTERM, signal.SIGINT):
             previous[signum] = signal.signal(signum, lambda *_: stop.set())
     specs = specs_from_args(args)
+    metrics = schedule_metrics(args, config, specs)
+    on_pass = None if metrics is None else metrics.after_pass
     try:
         if len(specs) > 1:
             return run_schedule_stores(
-                specs, config, spark_factory=lambda: build_session(config.spark), stop=stop
+                specs,
+                config,
+                spark_factory=lambda: build_session(config.spark),
+                stop=stop,
+                on_pass=on_pass,
             )
         return run_schedule(
             specs[0],
             config,
             spark_factory=lambda: build_session(config.spark),
             stop=stop,
+            on_pass=on_pass,
         )
     finally:
+        if metrics is not None:
+            metrics.stop()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def schedule_metrics(args: argparse.Namespace, config: Any, specs: list[Any]) -> Any:
+    """The job's started ``ScheduleMetrics`` (``delay/metrics.py``), from ``--metrics-listen``
+    / ``--metrics-push`` or ``delay.metrics_listen`` / ``metrics_push_url``; ``None``: off."""
+    from rmq_spark.delay.config import DelayConfig
+    from rmq_spark.errors import ConfigError
+
+    delay = getattr(config, "delay", None) or DelayConfig()
+    listen = getattr(args, "metrics_listen", None)
+    push_url = getattr(args, "metrics_push", None)
+    listen = delay.metrics_listen if listen is None else listen
+    push_url = delay.metrics_push_url if push_url is None else push_url
+    if not (listen or push_url):
+        return None
+    try:  # the config's rule, for the command-line values too
+        dataclasses.replace(delay, metrics_listen=listen, metrics_push_url=push_url)
+    except ValueError as err:
+        raise ConfigError(f"--{str(err).partition(':')[0].replace('_', '-')}", str(err)) from None
+    from rmq_spark.delay.metrics import ScheduleMetrics
+    from rmq_spark.spark.job_metrics import JobMetrics
+
+    stores = [str(spec.store_dir.absolute()) for spec in specs]
+    job = JobMetrics(
+        "rmq-schedule", listen=listen, push_url=push_url, grouping={"store": ",".join(stores)}
+    )
+    metrics = ScheduleMetrics(job, stores)
+    job.start()
+    return metrics
 
 
 def register(subparsers: Any) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
+from rmq_spark.spark.reput_config import check_metrics_settings
+
 __all__ = ["DelayConfig", "EntrySourceKind"]
 
 
@@ -33,6 +35,8 @@ class DelayConfig:
     lag_warn_bytes: int = 1 << 20  # warn when consume_queue trails the log by more than this
     lateness_window_messages: int = 100_000  # lateness p50/p99 cover the last N deliveries
     lookahead_ms: int = 5000  # read messages due this soon ahead (>= trigger interval); 0: off
+    metrics_listen: str = ""  # Prometheus /metrics of the job on host:port; empty: off
+    metrics_push_url: str = ""  # Pushgateway to push the job's metrics to; empty: off
 
     def __post_init__(self) -> None:
         for name in (
@@ -54,3 +58,4 @@ class DelayConfig:
                 f"pass_messages_max: must be >= batch_messages_max ({self.batch_messages_max}), "
                 f"got {self.pass_messages_max}"
             )
+        check_metrics_settings(self.metrics_listen, self.metrics_push_url)

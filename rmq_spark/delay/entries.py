@@ -382,6 +382,23 @@ class LogEntrySource:
             result.timer_next_due_ms = upcoming[0] if upcoming else None
         return result
 
+    def pending(self, levels: Mapping[int, QueueProgress], timer: QueueProgress | None) -> int:
+        """Entries scanned so far and not delivered (``levels`` by queue id; ``timer`` None:
+        timer entries left out). A queue's offsets are contiguous in the log, so each queue
+        counts its offsets from the first one seen (or the delivered low water mark) to the
+        last one seen, minus the runs delivered in between: no walk over the entries."""
+        queues = [(seen, levels.get(q, QueueProgress())) for q, seen in self._levels_seen.items()]
+        if timer is not None:
+            queues.append((self._timer_seen, timer))
+        total = 0
+        for seen, progress in queues:
+            if not seen:
+                continue
+            start, end = max(progress.low_water, next(iter(seen))), next(reversed(seen)) + 1
+            done = sum(max(0, min(b, end) - max(a, start)) for a, b in progress.done_ranges)
+            total += max(0, end - start - done)
+        return total
+
     def restart_offset(self, levels: Mapping[int, QueueProgress], timer: QueueProgress) -> int:
         """A scan start that finds every entry still pending (for ``Journal.log_scan_from``)."""
         firsts = [self._cursor]

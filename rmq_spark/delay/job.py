@@ -215,6 +215,7 @@ def run_schedule(
     spark_factory: Callable[[], Any] | None = None,
     clock: Clock | None = None,
     stop: threading.Event | None = None,
+    on_pass: Callable[[Redeliverer, PassReport], None] | None = None,
 ) -> int:
     """The whole job: open everything, run once or continuously, close everything.
 
@@ -226,6 +227,8 @@ def run_schedule(
         The ``RmqConfig`` (sections ``store`` and ``delay``; ``delay`` defaults when absent).
     spark_factory
         Builds the SparkSession, called only when a consume_queue table is there to read.
+    on_pass
+        Called after every pass (``--once``: with the summed report), e.g. by the metrics.
 
     Returns
     -------
@@ -276,6 +279,8 @@ def run_schedule(
             if note:
                 log.warning("%s", note)
             total = run_once(redeliverer)
+            if on_pass is not None:
+                on_pass(redeliverer, total)
             print(json.dumps({"schedule": "once", **total.as_dict()}), flush=True)
             return 0
         log.info(
@@ -289,6 +294,7 @@ def run_schedule(
             trigger_interval_ms=spec.trigger_interval_ms or delay_config.trigger_interval_ms,
             stop=stop or threading.Event(),
             check_lag=check_lag,
+            on_pass=None if on_pass is None else lambda report: on_pass(redeliverer, report),
         )
     return 0
 

@@ -20,9 +20,8 @@ Also owns the look-ahead: messages of entries due within ``lookahead_ms`` are re
 restored (``items.load_entry``) before they fall due, so that a batch's work at due time is
 the intent, the put and the commit (docs/DELAY.md, "Look-ahead").
 
-Does not own where entries come from (``entries.py``), the files (``progress.py``), the put
-transport (``sink.py``), restoring one entry (``items.py``) or the loop and its timing
-(``job.py``).
+Does not own where entries come from (``entries.py``), the files (``progress.py``), the
+put transport (``sink.py``), restoring one entry (``items.py``) or the loop (``job.py``).
 """
 
 from __future__ import annotations
@@ -115,6 +114,7 @@ class Redeliverer:
         self._ready: dict[tuple[str, int, int], Loaded] = {}
         self._ready_next_ms: int | None = None
         self._found: Candidates | None = None  # reused while ``now < _found_until_ms``
+        self.last_found = Candidates()  # the source's last answer (what metrics count)
         self._found_until_ms = 0
         self._found_horizon_ms = 0  # the last answer covers entries due up to this time
 
@@ -234,7 +234,7 @@ class Redeliverer:
         if lookahead_ms:
             reuse_ms = min(lookahead_ms, self.config.trigger_interval_ms // 2)
             self._found, self._found_until_ms = found, now_ms + reuse_ms
-        self._found_horizon_ms = now_ms + lookahead_ms
+        self._found_horizon_ms, self.last_found = now_ms + lookahead_ms, found
         return found
 
     def _prepare_ahead(self, found: Candidates, now_ms: int, report: PassReport) -> None:

@@ -30,6 +30,7 @@ from typing import Any
 
 from rmq_spark.clock import Clock
 from rmq_spark.delay.job import ScheduleJobSpec, run_schedule
+from rmq_spark.delay.redeliver import PassReport, Redeliverer
 from rmq_spark.errors import ConfigError, RedeliveryFailedError, RmqError
 
 __all__ = ["run_schedule_stores", "store_specs"]
@@ -70,6 +71,7 @@ def run_schedule_stores(
     spark_factory: Callable[[], Any] | None = None,
     clock: Clock | None = None,
     stop: threading.Event | None = None,
+    on_pass: Callable[[Redeliverer, PassReport], None] | None = None,
 ) -> int:
     """Run the one-store job for every spec (``store_specs``): once, or continuously until
     ``stop`` is set. Returns 0.
@@ -82,8 +84,8 @@ def run_schedule_stores(
         Continuous: a store's job could not start or failed (the others are stopped).
     """
     if all(spec.once for spec in specs):
-        return _run_once(specs, config, spark_factory, clock)
-    return _run_continuous(specs, config, spark_factory, clock, stop or threading.Event())
+        return _run_once(specs, config, spark_factory, clock, on_pass)
+    return _run_continuous(specs, config, spark_factory, clock, stop or threading.Event(), on_pass)
 
 
 def _run_once(
@@ -91,11 +93,12 @@ def _run_once(
     config: Any,
     spark_factory: Callable[[], Any] | None,
     clock: Clock | None,
+    on_pass: Callable[[Redeliverer, PassReport], None] | None,
 ) -> int:
     failures: list[str] = []
     for spec in specs:
         try:
-            run_schedule(spec, config, spark_factory=spark_factory, clock=clock)
+            run_schedule(spec, config, spark_factory=spark_factory, clock=clock, on_pass=on_pass)
         except RmqError as err:
             log.error("schedule: %s: %s", spec.store_dir, err)
             failures.append(f"{spec.store_dir}: {err}")
@@ -113,13 +116,16 @@ def _run_continuous(
     spark_factory: Callable[[], Any] | None,
     clock: Clock | None,
     stop: threading.Event,
+    on_pass: Callable[[Redeliverer, PassReport], None] | None,
 ) -> int:
     errors: list[BaseException] = []
     factory = _built_once(spark_factory)
 
     def run(spec: ScheduleJobSpec) -> None:
         try:
-            run_schedule(spec, config, spark_factory=factory, clock=clock, stop=stop)
+            run_schedule(
+                spec, config, spark_factory=factory, clock=clock, stop=stop, on_pass=on_pass
+            )
         except BaseException as err:  # noqa: BLE001  (handed to the caller's thread)
             log.error("schedule: %s stopped every store: %s", spec.store_dir, err)
             errors.append(err)

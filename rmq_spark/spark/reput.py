@@ -151,6 +151,7 @@ def run_reput(
     delay_levels_ms: tuple[int, ...],
     *,
     clock: Clock | None = None,
+    on_batch: Callable[[BatchReport], None] | None = None,
 ) -> ReputBatchWriter | MultiStoreReputWriter:
     """Run the reput stream until it ends (``available_now``) or is interrupted (Ctrl-C/TERM).
     ``store_dir``: one store or several (``start_reput``).
@@ -164,7 +165,9 @@ def run_reput(
     TableError
         The tables cannot be created or registered.
     """
-    query, writer = start_reput(spark, store_dir, config, delay_levels_ms, clock=clock)
+    query, writer = start_reput(
+        spark, store_dir, config, delay_levels_ms, clock=clock, on_batch=on_batch
+    )
     log.info(
         "reput: %s -> %s (checkpoint %s, %s)",
         store_dir,

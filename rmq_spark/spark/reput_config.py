@@ -9,8 +9,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
-__all__ = ["ReputConfig"]
+from rmq_spark.broker.config import parse_listen
+
+__all__ = ["ReputConfig", "check_metrics_settings"]
 
 _MIB = 1 << 20
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -30,6 +33,8 @@ class ReputConfig:
     small_batch_bytes: int = 4 * _MIB  # a batch with fewer log bytes is written by the driver
     txn_app_id: str = "rmq-reput"  # Delta txnAppId of the idempotent writes
     lag_scan_messages_max: int = 100_000  # progress counts at most this many unread messages
+    metrics_listen: str = ""  # Prometheus /metrics of the job on host:port; empty: off
+    metrics_push_url: str = ""  # Pushgateway to push the job's metrics to; empty: off
 
     def __post_init__(self) -> None:
         if not str(self.tables_dir):
@@ -53,6 +58,7 @@ class ReputConfig:
                 raise ValueError(f"{name}: must be >= 0, got {value}")
         if not self.txn_app_id.strip():
             raise ValueError("txn_app_id: must not be empty")
+        check_metrics_settings(self.metrics_listen, self.metrics_push_url)
 
     @property
     def reader_name(self) -> str:
@@ -67,3 +73,17 @@ class ReputConfig:
         if self.checkpoint_dir is not None:
             return self.checkpoint_dir
         return self.tables_dir / "_checkpoints" / "reput"
+
+
+def check_metrics_settings(listen: str, push_url: str) -> None:
+    """The rule of a job's ``metrics_listen`` (``host:port``) and ``metrics_push_url`` (an
+    http(s) URL), shared by the reput and schedule jobs' configs (raises ``ValueError``)."""
+    if listen:
+        try:
+            parse_listen(listen)
+        except ValueError as err:
+            raise ValueError(f"metrics_listen: {err}") from None
+    if push_url:
+        parts = urlsplit(push_url if "://" in push_url else f"http://{push_url}")
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"metrics_push_url: expected http://host:port, got {push_url!r}")

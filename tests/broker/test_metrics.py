@@ -52,6 +52,19 @@ def _value(samples: dict[Any, float], name: str, **labels: str) -> float | None:
     return samples.get((name, tuple(sorted(labels.items()))))
 
 
+def _rocketmq(
+    samples: dict[Any, float], name: str, topic: str | None = _TOPIC, is_retry: str | None = "false"
+) -> float | None:
+    """A sample of the RocketMQ-named metrics of ``_GROUP`` (``None`` drops a label)."""
+    labels = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+    labels["consumer_group"] = _GROUP
+    if topic is not None:
+        labels["topic"] = topic
+    if is_retry is not None and topic is not None:
+        labels["is_retry"] = is_retry
+    return _value(samples, name, **labels)
+
+
 def _send(rocketmq: ModuleType, producer: Any, count: int) -> None:
     for i in range(count):
         message = rocketmq.Message()
@@ -80,6 +93,21 @@ def test_the_put_counter_moves_by_the_messages_sent_and_lag_falls_after_consumin
     assert _value(after, "rmq_put_messages_total", topic=_TOPIC) == 7
     assert (_value(after, "rmq_put_bytes_total", topic=_TOPIC) or 0) > 7 * len("order 0")
     assert _value(after, "rmq_put_latency_seconds_count") == 7
+    node = {"cluster": "DefaultCluster", "node_type": "broker", "node_id": "broker-a"}
+    in_total = _value(
+        after, "rocketmq_messages_in_total", topic=_TOPIC, message_type="normal", **node
+    )
+    assert in_total == 7  # RocketMQ 5's names and labels, beside the rmq_* ones
+    assert _value(
+        after, "rocketmq_throughput_in_total", topic=_TOPIC, message_type="normal", **node
+    ) == _value(after, "rmq_put_bytes_total", topic=_TOPIC)
+    rpc = {"protocol_type": "grpc", "is_long_polling": "false", "result": "success", **node}
+    sends = _value(
+        after, "rocketmq_rpc_latency_count", request_code="SendMessage", response_code="OK", **rpc
+    )
+    assert sends == 7  # every unary call is timed with its answer's status code
+    assert _value(after, "rocketmq_rpc_latency_bucket", le="+Inf", request_code="SendMessage",
+                  response_code="OK", **rpc) == 7  # fmt: skip
     assert _value(after, "rmq_put_latency_seconds_bucket", le="+Inf") == 7
     assert (_value(after, "rmq_store_fsync_seconds_count") or 0) >= 1  # SYNC: fsync per ack
     assert _value(after, "rmq_commitlog_max_offset_bytes") == _value(
@@ -99,6 +127,11 @@ def test_the_put_counter_moves_by_the_messages_sent_and_lag_falls_after_consumin
             got += consumer.receive(32, _INVISIBLE_S)
         received = _scrape(url)
         assert _value(received, "rmq_consumer_lag_messages", group=_GROUP, topic=_TOPIC) == 7
+        assert _rocketmq(received, "rocketmq_consumer_lag_messages") == 7
+        assert _rocketmq(received, "rocketmq_consumer_inflight_messages") == 7
+        assert _rocketmq(received, "rocketmq_consumer_ready_messages") == 0
+        assert (_rocketmq(received, "rocketmq_consumer_lag_latency") or -1) >= 0
+        assert _rocketmq(received, "rocketmq_send_to_dlq_messages_total", topic=None) == 0
         assert _value(received, "rmq_consumer_received_messages_total", group=_GROUP) == 7
         assert _value(received, "rmq_consumer_groups") == 1
         for message in got[:3]:
@@ -110,6 +143,11 @@ def test_the_put_counter_moves_by_the_messages_sent_and_lag_falls_after_consumin
             consumer.ack(message)
         done = _scrape(url)
         assert _value(done, "rmq_consumer_lag_messages", group=_GROUP, topic=_TOPIC) == 0
+        assert _rocketmq(done, "rocketmq_consumer_lag_messages") == 0
+        assert _rocketmq(done, "rocketmq_consumer_lag_latency") == 0
+        assert _rocketmq(done, "rocketmq_consumer_inflight_messages") == 0
+        out = _rocketmq(done, "rocketmq_messages_out_total", topic=None, is_retry=None)
+        assert out == 7
         assert _value(done, "rmq_consumer_acked_messages_total", group=_GROUP) == 7
     finally:
         consumer.shutdown()
