@@ -1,8 +1,10 @@
-"""``rmq-spark dashboard``: a read-only web view of a store (RocketMQ Dashboard's job).
+"""``rmq-spark dashboard``: a web view of a store (RocketMQ Dashboard's job), read-only but
+for re-sending a dead letter through the broker ``--broker`` names.
 
 Parses the arguments, builds the app (``rmq_spark/cli/dashboard/app.py``) and serves it until
 Ctrl-C. Binds to loopback unless ``--listen`` says otherwise: the pages have no login, and
-message bodies are on them.
+message bodies are on them (and, with ``--broker``, a re-send button signed with the
+operator's ``--access-key``).
 """
 
 from __future__ import annotations

@@ -152,3 +152,29 @@ def test_a_request_naming_another_host_is_refused(client: FlaskClient) -> None:
     assert "'evil.example:8088' is not this dashboard's address" in _reason(response.text)
     assert client.get("/", headers={"Host": "127.0.0.1:8088"}).status_code == 200
     assert client.get("/", headers={"Host": "[::1]:8088"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("options", "line"),
+    [
+        (["--refresh", "-1"], "--refresh: expected 0..3600 seconds, got -1"),
+        (["--page-size", "501"], "--page-size: expected 1..500, got 501"),
+        (["--broker", "nowhere"], "--broker: expected HOST:PORT, got 'nowhere'"),
+        (["--access-key", "ops"], "--access-key: signs re-sends: it needs --broker"),
+        (["--broker", "127.0.0.1:1", "--access-key", "ops"], "RMQ_SECRET_KEY"),
+    ],
+)
+def test_cli_refuses_bad_options_in_one_line(
+    world: World,
+    options: list[str],
+    line: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RMQ_SECRET_KEY", raising=False)
+    assert (
+        main(["dashboard", "--store", str(world.root), "--listen", "127.0.0.1:0", *options])
+        == EXIT_ERROR
+    )
+    err = capsys.readouterr().err.strip()
+    assert line in err and len(err.splitlines()) == 1, err

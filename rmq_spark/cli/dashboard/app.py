@@ -1,9 +1,12 @@
-"""The dashboard's web app (Flask): pages over ``data.py`` and ``lookup.py``, read-only.
+"""The dashboard's web app (Flask): pages over ``data.py`` and ``lookup.py``, read-only
+(the dead-letter pages and their re-send through a broker are ``dlq_pages.py``'s).
 
-Owns the routes, turning query parameters into calls, and turning our errors into a page
-with one line and a 4xx status (bad input: 400; nothing there: 404); any other failure is
-a 500 page with one line, never a traceback. Owns serving it (``serve``: werkzeug's
-threaded server, bound to loopback unless told otherwise). Gathers nothing itself.
+Owns the routes, turning query parameters (typed and bounded by ``params.py``) into calls,
+and turning our errors into a page with one line and a 4xx status (bad input: 400; nothing
+there: 404); any other failure is a 500 page with one line, never a traceback. Refuses a
+request whose ``Host`` is not the dashboard's own when it serves loopback (another site
+reaching it through DNS rebinding). Owns serving it (``serve``: werkzeug's threaded server,
+bound to loopback unless told otherwise). Gathers nothing itself.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from rmq_spark.errors import (
     RmqError,
 )
 
-__all__ = ["LOOPBACK_HOSTS", "DashboardSettings", "create_app", "serve"]
+__all__ = ["DashboardSettings", "LOOPBACK_HOSTS", "create_app", "serve"]
 
 _NOT_FOUND = (MessageNotFoundError, OffsetOutOfRangeError)
 _BAD_INPUT = (ConfigError, InvalidMessageError)

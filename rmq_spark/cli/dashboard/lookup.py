@@ -2,12 +2,13 @@
 
 Owns three things: finding the queue offset of a store time in one ConsumeQueue
 (``CqView.offset_for_time``, RocketMQ's ``getOffsetInQueueByTime``), counting messages per
-minute with it (the traffic chart: two searches per queue and minute, never a
-scan, so a 1M-message store answers in milliseconds), and the lookups by offset message id
-(straight from the CommitLog, ``spark/query.py``), by time range (the ConsumeQueue search)
-and by key (the reput tables, read with ``deltalake``: ``spark/query_local.py``; the store
-keeps no key index of its own). Messages come back as ``rmq-spark dump``/``query``'s JSON
-objects. Knows nothing of HTTP (``app.py``).
+minute with it (the traffic chart over a window the data spans or the user picks, and the
+rate of the last minute: two searches per queue and minute, never a scan, so a 1M-message
+store answers in milliseconds), and the lookups by offset message id (straight from the
+CommitLog, ``spark/query.py``), by time range and by queue offset, a page at a time (the
+ConsumeQueue search), and by key (the reput tables, read with ``deltalake``:
+``spark/query_local.py``; the store keeps no key index of its own). Messages come back as
+``rmq-spark dump``/``query``'s JSON objects. Knows nothing of HTTP (``app.py``).
 """
 
 from __future__ import annotations
