@@ -91,7 +91,7 @@ def create_app(settings: DashboardSettings) -> Flask:
         if allowed is not None and _host_name(request.host) not in allowed:
             raise ConfigError(
                 "Host",
-                f"{request.host[:80]!r} is not this dashboard's address; open it by {allowed[1]}",
+                f"{request.host[:80]!r} is not this dashboard's address: use {allowed[1]}",
             )
 
     @app.context_processor
