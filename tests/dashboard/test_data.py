@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from dashboard_world import ACKED, ORDERS, PAYMENTS, READER, START_MS, World
 
+from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.embedded import Broker
 from rmq_spark.cli.dashboard import data, lookup
 from rmq_spark.cli.dashboard.chart import traffic_svg
+from rmq_spark.clock import ManualClock
 from rmq_spark.errors import ConfigError, InvalidMessageIdError, OffsetOutOfRangeError
 
 MINUTE = lookup.MINUTE_MS
@@ -146,3 +151,16 @@ def test_paging_by_queue_offset_and_by_time_visits_every_message_once(world: Wor
     orders = lookup.time_page(world.root, "orders", START_MS, START_MS + 3_600_000, 5, 0)
     assert orders.total == ORDERS and len(orders.messages) == 5
     assert orders.next is not None and orders.next["skip"] == "1"
+
+
+def test_a_topic_at_500_a_minute_shows_500_now_and_on_average(tmp_path: Path) -> None:
+    # The case: two minutes at ~500/min once showed 16.7 (1000 over a fixed hour).
+    clock = ManualClock(START_MS)
+    with Broker(tmp_path / "store", broker_config=BrokerConfig(), clock=clock) as broker:
+        for i in range(1000):
+            assert broker.send("busy", f"m{i}".encode()).ok
+            clock.advance(120)  # 500 a minute
+        assert broker.store.consume_queues.wait_dispatched(broker.store.confirmed_offset, 10)
+    traffic = lookup.traffic(tmp_path / "store", clock.now_ms())
+    assert traffic.minutes == 2 and traffic.counts["busy"] == [500, 500]
+    assert traffic.average("busy") == 500.0 and traffic.current["busy"] == 500
