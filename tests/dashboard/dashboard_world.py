@@ -55,3 +55,34 @@ def build_world(root: Path) -> World:
     decoded = record_at(root, offsets[5])
     msg_id = offset_msg_id(decoded.record.store_host, offsets[5])
     return World(root, msg_id, "order body 5", offsets[5])
+
+
+DLQ_GROUP = "strict"  # retry_max_times 0: a message it fails once is a dead letter
+DLQ_TOPIC = "tasks"
+DEAD = 3  # dead letters in %DLQ%strict, queue offsets 0..2
+
+
+def build_dlq_world(root: Path) -> Path:
+    """A store where group ``strict`` failed every message of ``tasks`` once: ``DEAD`` dead
+    letters in ``%DLQ%strict``, each with a tag, a key and a user property."""
+    from rmq_spark.broker.config_files.rocketmq_config_files import SubscriptionGroups
+
+    clock = ManualClock(START_MS)
+    SubscriptionGroups(root).update(DLQ_GROUP, retry_max_times=0)
+    config = BrokerConfig(topics=(f"{DLQ_TOPIC}:1",), default_queue_count=1)
+    with Broker(root, broker_config=config, clock=clock) as broker:
+        for i in range(DEAD):
+            body, keys, props = f"task {i}".encode(), (f"task-{i}",), {"attempt": str(i)}
+            assert broker.send(DLQ_TOPIC, body, tag="T", keys=keys, properties=props).ok
+        consumer = broker.consumer(DLQ_GROUP, DLQ_TOPIC)
+        got: list[object] = []
+        while len(got) < DEAD:
+            got += consumer.receive(max_messages=DEAD, invisible_ms=10_000, wait_ms=5_000)
+        clock.advance(10_000)  # never acknowledged: each goes to the DLQ on the next receive
+        assert consumer.receive(max_messages=DEAD, invisible_ms=10_000, wait_ms=0) == []
+        consumer.close()
+        dlq = f"%DLQ%{DLQ_GROUP}"
+        deadline = broker.store.confirmed_offset
+        assert broker.store.consume_queues.wait_dispatched(deadline, 10)
+        assert broker.consume.source.max_offset(dlq, 0) == DEAD
+    return root

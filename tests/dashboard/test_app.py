@@ -106,3 +106,75 @@ def test_cli_refuses_a_missing_store_in_one_line(
     assert (
         err == f"rmq-spark dashboard: error: {tmp_path / 'nope'} is not a store: it does not exist"
     )
+
+
+def test_overview_shows_the_rate_now_and_the_average_over_the_datas_window(
+    client: FlaskClient,
+) -> None:
+    page = client.get("/").text
+    # 12 orders over the 3 minutes the data spans (not over a fixed hour: 0.2).
+    assert re.search(r'orders</a></td>.*?<td class="num avg">4\.0</td>', page, re.S)
+    assert '<td class="num now">0</td>' in page  # the store is long quiet
+    assert "3 minute(s) from 2025-11-24 16:00:00.000Z (the span of the stored messages" in page
+    chosen = client.get("/?minutes=60").text
+    assert "60 minute(s) from" in chosen and '<option value="60" selected>' in chosen
+    assert re.search(r'orders</a></td>.*?<td class="num avg">0\.2</td>', chosen, re.S)
+    topic = client.get("/topics/orders").text
+    assert 'id="rates"' in topic and "window average: 4.0 msgs/min" in topic
+
+
+def test_pages_reload_on_an_interval_with_an_off_switch(world: World) -> None:
+    client = create_app(DashboardSettings(store_dir=world.root, refresh_s=15)).test_client()
+    for path in ("/", "/topics/orders", "/groups", "/jobs", "/dlq"):
+        page = client.get(path).text
+        assert '<meta http-equiv="refresh" content="15">' in page, path
+        assert 'id="refresh-off"' in page, path
+    off = client.get("/?refresh=0").text
+    assert 'http-equiv="refresh"' not in off and 'id="refresh-on"' in off
+    assert 'http-equiv="refresh"' not in client.get("/messages?topic=orders&begin=0").text
+    quiet = create_app(DashboardSettings(store_dir=world.root, refresh_s=0)).test_client()
+    assert 'http-equiv="refresh"' not in quiet.get("/groups").text
+
+
+def test_messages_page_through_by_offset_and_by_time(client: FlaskClient) -> None:
+    first = client.get("/messages?topic=orders&queue=0&offset=0&limit=2").text
+    assert first.count('class="message"') == 2 and 'id="next-page"' in first
+    assert "topic=orders&amp;queue=0&amp;limit=2&amp;offset=2" in first
+    by_time = client.get("/messages?topic=payments&begin=0&limit=4").text
+    assert "9 message(s), 4 on this page" in by_time and 'id="next-page"' in by_time
+    assert "skip=4" in by_time
+
+
+def test_a_request_naming_another_host_is_refused(client: FlaskClient) -> None:
+    # A page of another site reaching a loopback dashboard through DNS rebinding.
+    response = client.get("/", headers={"Host": "evil.example:8088"})
+    assert response.status_code == 400
+    assert "'evil.example:8088' is not this dashboard's address" in _reason(response.text)
+    assert client.get("/", headers={"Host": "127.0.0.1:8088"}).status_code == 200
+    assert client.get("/", headers={"Host": "[::1]:8088"}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("options", "line"),
+    [
+        (["--refresh", "-1"], "--refresh: expected 0..3600 seconds, got -1"),
+        (["--page-size", "501"], "--page-size: expected 1..500, got 501"),
+        (["--broker", "nowhere"], "--broker: expected HOST:PORT, got 'nowhere'"),
+        (["--access-key", "ops"], "--access-key: signs re-sends: it needs --broker"),
+        (["--broker", "127.0.0.1:1", "--access-key", "ops"], "RMQ_SECRET_KEY"),
+    ],
+)
+def test_cli_refuses_bad_options_in_one_line(
+    world: World,
+    options: list[str],
+    line: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RMQ_SECRET_KEY", raising=False)
+    assert (
+        main(["dashboard", "--store", str(world.root), "--listen", "127.0.0.1:0", *options])
+        == EXIT_ERROR
+    )
+    err = capsys.readouterr().err.strip()
+    assert line in err and len(err.splitlines()) == 1, err

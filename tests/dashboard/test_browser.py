@@ -12,7 +12,7 @@ import shutil
 import struct
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -38,19 +38,31 @@ def chromium() -> tuple[str, str]:
 
 
 @pytest.fixture
-def dashboard_url(world: World) -> Iterator[str]:
-    env = {**os.environ, "PYTHONPATH": str(_REPO)}
-    command = [sys.executable, "-m", "rmq_spark.cli.main", "dashboard"]
-    command += ["--store", str(world.root), "--listen", "127.0.0.1:0"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
-    try:
+def start_dashboard() -> Iterator[Callable[..., str]]:
+    """``start_dashboard(store, *options)``: `rmq-spark dashboard` serving ``store``; its URL.
+    Every one started is stopped at the end."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(store: Path, *options: str) -> str:
+        env = {**os.environ, "PYTHONPATH": str(_REPO)}
+        command = [sys.executable, "-m", "rmq_spark.cli.main", "dashboard"]
+        command += ["--store", str(store), "--listen", "127.0.0.1:0", *options]
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env)
+        started.append(process)
         assert process.stdout is not None
         line = process.stdout.readline()  # "... serving STORE on http://127.0.0.1:PORT/"
         assert " on http://127.0.0.1:" in line, line
-        yield line.rsplit(" on ", 1)[1].strip()
-    finally:
+        return line.rsplit(" on ", 1)[1].strip()
+
+    yield start
+    for process in started:
         process.terminate()
         process.wait(timeout=30)
+
+
+@pytest.fixture
+def dashboard_url(world: World, start_dashboard: Callable[..., str]) -> str:
+    return start_dashboard(world.root)
 
 
 @pytest.fixture
@@ -80,6 +92,17 @@ def _wait_for(browser: object, css: str) -> list[object]:
     return WebDriverWait(browser, 60).until(  # type: ignore[no-any-return]
         lambda driver: driver.find_elements(By.CSS_SELECTOR, css) or False
     )
+
+
+def _click_through(browser: object, element: object) -> None:
+    """Click ``element`` and wait until the page it leads to replaced this one (bounded)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = browser.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
+    element.click()  # type: ignore[attr-defined]
+    WebDriverWait(browser, 60).until(expected_conditions.staleness_of(page))  # type: ignore[arg-type]
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -121,3 +144,105 @@ def test_pages_show_topics_lag_and_a_looked_up_body(
     browser.get(dashboard_url + "messages?msg_id=not-an-id")
     reason = browser.find_element(By.ID, "reason").text
     assert "offset msg id has 32 or 56 hex characters" in reason
+
+
+def _save(browser: object, name: str, tmp_path: Path) -> None:
+    """A screenshot of the page, kept where CI publishes artifacts."""
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    shot = tmp_path / name
+    assert browser.save_screenshot(str(shot))
+    assert _png_size(shot)[0] >= 800
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(shot, ARTIFACTS / name)
+
+
+def test_the_overview_window_picker_and_the_refresh_switch(
+    browser: object, world: World, start_dashboard: Callable[..., str]
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import Select, WebDriverWait
+
+    assert isinstance(browser, WebDriver)
+    browser.get(start_dashboard(world.root, "--refresh", "600"))
+    assert "3 minute(s) from" in browser.find_element(By.ID, "window-text").text
+    meta = browser.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
+    assert [m.get_attribute("content") for m in meta] == ["600"]
+    page = browser.find_element(By.TAG_NAME, "html")
+    Select(browser.find_element(By.NAME, "minutes")).select_by_value("60")  # submits itself
+    WebDriverWait(browser, 60).until(expected_conditions.staleness_of(page))
+    assert "60 minute(s) from" in _wait_for(browser, "#window-text")[0].text
+    _click_through(browser, browser.find_element(By.ID, "refresh-off"))
+    _wait_for(browser, "#refresh-on")
+    assert not browser.find_elements(By.CSS_SELECTOR, 'meta[http-equiv="refresh"]')
+    assert "minutes=60" in browser.current_url  # the chosen window stays
+
+
+def test_messages_page_through_by_offset_and_by_time(
+    browser: object, world: World, start_dashboard: Callable[..., str]
+) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    browser.get(start_dashboard(world.root, "--page-size", "2") + "messages")
+    form = browser.find_element(By.ID, "by-offset")
+    form.find_element(By.NAME, "topic").send_keys("orders")
+    _click_through(browser, form.find_element(By.TAG_NAME, "button"))
+    offsets = [e.text for e in _wait_for(browser, ".message .queue-offset")]
+    assert offsets == ["0", "1"]
+    _click_through(browser, browser.find_element(By.ID, "next-page"))
+    _wait_for(browser, "#previous-page")
+    assert [e.text for e in browser.find_elements(By.CSS_SELECTOR, ".queue-offset")] == ["2", "3"]
+
+    form = browser.find_element(By.ID, "by-time")
+    topic = form.find_element(By.NAME, "topic")
+    topic.clear()
+    topic.send_keys("payments")
+    form.find_element(By.NAME, "begin").send_keys("0")
+    _click_through(browser, form.find_element(By.TAG_NAME, "button"))
+    bodies: list[str] = []
+    while True:
+        bodies += [e.text for e in _wait_for(browser, "pre.body")]
+        following = browser.find_elements(By.ID, "next-page")
+        if not following:
+            break
+        _click_through(browser, following[0])
+    assert sorted(bodies) == [f"payment {i}" for i in range(PAYMENTS)]
+
+
+def test_dead_letters_are_browsed_and_resent_through_the_broker(
+    browser: object, start_dashboard: Callable[..., str], tmp_path: Path
+) -> None:
+    from broker.broker_harness import props, read_records, start_broker
+    from dashboard_world import DEAD, DLQ_GROUP, build_dlq_world
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.remote.webdriver import WebDriver
+
+    assert isinstance(browser, WebDriver)
+    store = build_dlq_world(tmp_path / "store")
+    browser.get(start_dashboard(store) + f"dlq/{DLQ_GROUP}")  # no --broker: read-only
+    assert "--broker HOST:PORT" in browser.find_element(By.ID, "no-resend").text
+    assert not browser.find_elements(By.CSS_SELECTOR, "form.resend")
+
+    running = start_broker(store, tmp_path / "work")
+    try:
+        browser.get(start_dashboard(store, "--broker", running.address))
+        _click_through(browser, browser.find_element(By.LINK_TEXT, "Dead letters"))
+        depth = [e.text for e in _wait_for(browser, "#dlqs td.depth")]
+        assert depth == [str(DEAD)]
+        _click_through(browser, browser.find_element(By.LINK_TEXT, DLQ_GROUP))
+        buttons = _wait_for(browser, "form.resend button")
+        assert len(buttons) == DEAD and buttons[0].text == "Re-send to tasks"
+        _save(browser, "dashboard-dlq.png", tmp_path)
+        _click_through(browser, buttons[0])
+        notice = _wait_for(browser, "#notice")[0].text
+        assert "Re-sent the dead letter at offset 0 to tasks" in notice
+    finally:
+        running.stop()
+    again = [r for r in read_records(store) if r.topic == "tasks" and r.body == b"task 0"]
+    assert len(again) == 2  # the original and its one re-send
+    assert props(again[1])["KEYS"] == "task-0"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from dashboard_world import ACKED, ORDERS, PAYMENTS, READER, START_MS, World
 
+from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.embedded import Broker
 from rmq_spark.cli.dashboard import data, lookup
 from rmq_spark.cli.dashboard.chart import traffic_svg
+from rmq_spark.clock import ManualClock
 from rmq_spark.errors import ConfigError, InvalidMessageIdError, OffsetOutOfRangeError
 
 MINUTE = lookup.MINUTE_MS
@@ -105,3 +110,57 @@ def test_queue_snapshots_agree_with_the_brokers_queue_files(world: World) -> Non
                 )
             finally:
                 files.close()
+
+
+def test_the_window_spans_the_data_and_the_current_rate_is_the_last_minute(world: World) -> None:
+    # Orders 0..3 at START + 0..3 s, 4..11 at START + 124..131 s; payments at START + 132 s.
+    now = START_MS + 150_000
+    traffic = lookup.traffic(world.root, now)
+    assert (traffic.start_ms, traffic.minutes, traffic.chosen) == (START_MS, 3, False)
+    assert traffic.counts["orders"] == [4, 0, 8]
+    assert traffic.average("orders") == ORDERS / 3  # not diluted over an hour of nothing
+    assert traffic.current == {"orders": 8, "payments": PAYMENTS}  # stored in [now - 60 s, now]
+    later = lookup.traffic(world.root, START_MS + 30 * 24 * 3_600_000)
+    assert later.counts == traffic.counts and later.current == {"orders": 0, "payments": 0}
+    one = lookup.traffic(world.root, now, topics=["orders"])
+    assert list(one.counts) == ["orders"] and one.minutes == 3
+
+
+def test_paging_by_queue_offset_and_by_time_visits_every_message_once(world: World) -> None:
+    queue = lookup.offset_page(world.root, "orders", 0, 0, 2)
+    assert len(queue.messages) == 2 and queue.previous is None
+    assert queue.next is not None and queue.next["offset"] == "2"
+    seen, args = [], {"offset": "0"}
+    while args is not None:
+        page = lookup.offset_page(world.root, "orders", 1, int(args["offset"]), 2)
+        seen += [(m["queue_id"], m["queue_offset"]) for m in page.messages]
+        args = page.next
+    assert seen == [(1, i) for i in range(len(seen))] and len(seen) > 2
+    # Payments were all stored in the same millisecond: the pages step over them by count.
+    bodies: list[str] = []
+    cursor: dict[str, str] | None = {"begin": "0", "skip": "0"}
+    while cursor is not None:
+        end = START_MS + 3_600_000
+        page = lookup.time_page(
+            world.root, "payments", int(cursor["begin"]), end, 2, int(cursor["skip"])
+        )
+        assert page.total >= len(page.messages)
+        bodies += [m["body_text"] for m in page.messages]
+        cursor = page.next
+    assert sorted(bodies) == [f"payment {i}" for i in range(PAYMENTS)]
+    orders = lookup.time_page(world.root, "orders", START_MS, START_MS + 3_600_000, 5, 0)
+    assert orders.total == ORDERS and len(orders.messages) == 5
+    assert orders.next is not None and orders.next["skip"] == "1"
+
+
+def test_a_topic_at_500_a_minute_shows_500_now_and_on_average(tmp_path: Path) -> None:
+    # The case: two minutes at ~500/min once showed 16.7 (1000 over a fixed hour).
+    clock = ManualClock(START_MS)
+    with Broker(tmp_path / "store", broker_config=BrokerConfig(), clock=clock) as broker:
+        for i in range(1000):
+            assert broker.send("busy", f"m{i}".encode()).ok
+            clock.advance(120)  # 500 a minute
+        assert broker.store.consume_queues.wait_dispatched(broker.store.confirmed_offset, 10)
+    traffic = lookup.traffic(tmp_path / "store", clock.now_ms())
+    assert traffic.minutes == 2 and traffic.counts["busy"] == [500, 500]
+    assert traffic.average("busy") == 500.0 and traffic.current["busy"] == 500

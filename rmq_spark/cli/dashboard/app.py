@@ -1,14 +1,18 @@
-"""The dashboard's web app (Flask): pages over ``data.py`` and ``lookup.py``, read-only.
+"""The dashboard's web app (Flask): pages over ``data.py`` and ``lookup.py``, read-only
+(the dead-letter pages and their re-send through a broker are ``dlq_pages.py``'s).
 
-Owns the routes, turning query parameters into calls, and turning our errors into a page
-with one line and a 4xx status (bad input: 400; nothing there: 404); any other failure is
-a 500 page with one line, never a traceback. Owns serving it (``serve``: werkzeug's
-threaded server, bound to loopback unless told otherwise). Gathers nothing itself.
+Owns the routes, turning query parameters (typed and bounded by ``params.py``) into calls,
+and turning our errors into a page with one line and a 4xx status (bad input: 400; nothing
+there: 404); any other failure is a 500 page with one line, never a traceback. Refuses a
+request whose ``Host`` is not the dashboard's own when it serves loopback (another site
+reaching it through DNS rebinding). Owns serving it (``serve``: werkzeug's threaded server,
+bound to loopback unless told otherwise). Gathers nothing itself.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -19,9 +23,9 @@ from markupsafe import Markup
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from rmq_spark.broker.topics import stored_topic_problem
-from rmq_spark.cli.dashboard import data, lookup
+from rmq_spark.cli.dashboard import data, lookup, params
 from rmq_spark.cli.dashboard.chart import COLORS, traffic_svg
+from rmq_spark.cli.dashboard.dlq_pages import error_page, refresh_links, register_dlq_pages
 from rmq_spark.errors import (
     ConfigError,
     InvalidMessageError,
@@ -30,18 +34,32 @@ from rmq_spark.errors import (
     RmqError,
 )
 
-__all__ = ["DashboardSettings", "create_app", "serve"]
+__all__ = ["DashboardSettings", "LOOPBACK_HOSTS", "create_app", "serve"]
 
 _NOT_FOUND = (MessageNotFoundError, OffsetOutOfRangeError)
 _BAD_INPUT = (ConfigError, InvalidMessageError)
 
 
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
 @dataclass(frozen=True, slots=True)
 class DashboardSettings:
+    """``chart_minutes``: the chart's default window (``None``: the data's span);
+    ``page_size``: messages per page unless the URL asks; ``refresh_s``: pages reload after
+    that many seconds (0: never) unless the URL says ``refresh=``; ``broker`` (``host:port``)
+    and ``credentials``: where a dead letter is re-sent (``None``: no re-send);
+    ``allowed_hosts``: the ``Host`` names a request may use (``None``: any), so a page of a
+    loopback dashboard cannot be read by another site through DNS rebinding."""
+
     store_dir: Path
     tables_dir: Path | None = None
-    chart_minutes: int = 60
-    lookup_limit: int = 50
+    chart_minutes: int | None = None
+    page_size: int = 50
+    refresh_s: int = 30
+    broker: str | None = None
+    credentials: tuple[str, str] | None = None
+    allowed_hosts: tuple[str, ...] | None = LOOPBACK_HOSTS
 
 
 def _utc(ms: int | None) -> str:
@@ -62,43 +80,63 @@ def _size(count: int) -> str:
 def create_app(settings: DashboardSettings) -> Flask:
     """The Flask app over one store (and optionally its reput tables)."""
     app = Flask(__name__)
+    app.config["MAX_CONTENT_LENGTH"] = 64 * 1024  # the one form posted is two short fields
     app.jinja_env.filters["utc"] = _utc
     app.jinja_env.filters["size"] = _size
     root = settings.store_dir
 
+    @app.before_request
+    def _known_host() -> None:
+        allowed = settings.allowed_hosts
+        if allowed is not None and _host_name(request.host) not in allowed:
+            raise ConfigError(
+                "Host",
+                f"{request.host[:80]!r} is not this dashboard's address: use {allowed[1]}",
+            )
+
     @app.context_processor
     def _common() -> dict[str, Any]:
-        return {"store_dir": root, "tables_dir": settings.tables_dir}
+        return {"store_dir": root, "tables_dir": settings.tables_dir, "refresh": None}
 
-    def _chart(counts: dict[str, list[int]], start_ms: int) -> dict[str, Any]:
+    def _refresh() -> dict[str, Any]:
+        return refresh_links(settings.refresh_s)
+
+    def _chart(traffic: lookup.Traffic) -> dict[str, Any]:
+        counts = traffic.counts
         legend = [(t, COLORS[i % len(COLORS)]) for i, t in enumerate(sorted(counts))]
-        return {"svg": Markup(traffic_svg(start_ms, counts)), "legend": legend}
+        svg = Markup(traffic_svg(traffic.start_ms, counts))
+        return {"svg": svg, "legend": legend, "choices": _WINDOW_CHOICES}
+
+    def _minutes() -> int | None:
+        if "minutes" not in request.args:
+            return settings.chart_minutes
+        return params.int_arg(request.args, "minutes", 0, 0, lookup.MINUTES_MAX) or None
 
     @app.get("/")
     def overview() -> str:
-        traffic = lookup.traffic(root, _now_ms(), settings.chart_minutes)
+        traffic = lookup.traffic(root, _now_ms(), _minutes())
         return render_template(
             "overview.html",
             summary=data.store_summary(root),
             topics=data.topic_rows(root),
-            chart=_chart(traffic.counts, traffic.start_ms),
+            chart=_chart(traffic),
             traffic=traffic,
-            per_minute=_rates(traffic),
+            refresh=_refresh(),
         )
 
     @app.get("/topics/<path:topic>")
     def topic(topic: str) -> str:
-        queues = data.topic_queues(root, _url_topic(topic))
+        queues = data.topic_queues(root, params.url_topic(topic))
         if not queues:
             raise MessageNotFoundError(f"no topic {topic!r} in {root / 'consumequeue'}")
-        traffic = lookup.traffic(root, _now_ms(), settings.chart_minutes)
-        counts = {topic: traffic.counts[topic]} if topic in traffic.counts else {}
+        traffic = lookup.traffic(root, _now_ms(), _minutes(), [topic])
         return render_template(
             "topic.html",
             topic=topic,
             queues=queues,
-            chart=_chart(counts, traffic.start_ms),
+            chart=_chart(traffic),
             traffic=traffic,
+            refresh=_refresh(),
         )
 
     @app.get("/groups")
@@ -107,7 +145,9 @@ def create_app(settings: DashboardSettings) -> Flask:
         totals: dict[str, int] = {}
         for row in rows:
             totals[row.group] = totals.get(row.group, 0) + row.lag
-        return render_template("groups.html", rows=rows, totals=sorted(totals.items()))
+        return render_template(
+            "groups.html", rows=rows, totals=sorted(totals.items()), refresh=_refresh()
+        )
 
     @app.get("/jobs")
     def jobs() -> str:
@@ -118,76 +158,85 @@ def create_app(settings: DashboardSettings) -> Flask:
             delay=delay,
             passes=passes,
             end=data.store_summary(root).end_offset,
+            refresh=_refresh(),
         )
 
     @app.get("/messages")
     def messages() -> str:
-        args = {k: v.strip() for k, v in request.args.items()}
-        found, total, what = _lookup(settings, args)
+        page, what = _lookup(settings, request.args)
         return render_template(
             "messages.html",
-            args=args,
+            args={k: v.strip() for k, v in request.args.items()},
             topics=lookup.application_topics(root),
-            found=found,
-            total=total,
+            page=page,
             what=what,
         )
+
+    register_dlq_pages(app, settings, _refresh)
 
     @app.errorhandler(RmqError)
     def _our_error(err: RmqError) -> tuple[str, int]:
         status = 404 if isinstance(err, _NOT_FOUND) else 400 if isinstance(err, _BAD_INPUT) else 500
-        reason = " ".join(str(err).split())  # one line, whatever the error held
-        return render_template("error.html", status=status, reason=reason), status
+        return error_page(status, str(err))
 
     @app.errorhandler(Exception)
     def _other_error(err: Exception) -> tuple[str, int]:
         if isinstance(err, HTTPException):
-            status = err.code or 500
-            return render_template("error.html", status=status, reason=err.description), status
+            return error_page(err.code or 500, err.description or err.name)
         app.logger.error("dashboard: %s", err, exc_info=err)
-        reason = f"{type(err).__name__}: {' '.join(str(err).split())}"
-        return render_template("error.html", status=500, reason=reason), 500
+        return error_page(500, f"{type(err).__name__}: {err}")
 
     return app
 
 
-def _url_topic(name: str) -> str:
-    """A topic name from the URL, checked with the broker's rule before it becomes part of a
-    path under the store (``..``, ``/`` and their encodings are refused, not followed)."""
-    problem = stored_topic_problem(name)
-    if problem is not None:
-        raise ConfigError("topic", problem)
-    return name
+_WINDOW_CHOICES = (("", "the data's span"), ("15", "15 minutes"), ("60", "1 hour"))
+_WINDOW_CHOICES += (("360", "6 hours"), ("1440", "24 hours"))
 
 
-def _rates(traffic: lookup.Traffic) -> dict[str, float]:
-    """Messages per minute of each topic over the chart's window."""
-    return {topic: sum(row) / traffic.minutes for topic, row in traffic.counts.items()}
+def _host_name(host: str) -> str:
+    """The name part of a ``Host`` header (``[::1]:8088`` -> ``::1``)."""
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    name, sep, port = host.rpartition(":")
+    return name if sep and port.isdigit() else host
 
 
-def _lookup(
-    settings: DashboardSettings, args: dict[str, str]
-) -> tuple[list[dict[str, Any]], int | None, str]:
-    """The lookup the form asked for: (messages, how many in all when known, a title)."""
-    root, limit = settings.store_dir, settings.lookup_limit
-    if args.get("msg_id"):
-        return [lookup.message_by_msg_id(root, args["msg_id"])], 1, f"message id {args['msg_id']}"
-    topic = _url_topic(args["topic"]) if args.get("topic") else ""
-    if args.get("key"):
+def _lookup(settings: DashboardSettings, args: Mapping[str, str]) -> tuple[lookup.Page | None, str]:
+    """The lookup the form asked for: (a page of messages, a title)."""
+    root = settings.store_dir
+    limit = params.int_arg(args, "limit", settings.page_size, 1, params.PAGE_SIZE_MAX)
+    msg_id = params.text_arg(args, "msg_id")
+    if msg_id:
+        return lookup.Page([lookup.message_by_msg_id(root, msg_id)], 1), f"message id {msg_id}"
+    named = params.text_arg(args, "topic")
+    topic = params.url_topic(named) if named else ""
+    key = params.text_arg(args, "key")
+    if key:
         if not topic:
             raise ConfigError("topic", "a key lookup needs the topic")
-        found = lookup.messages_by_key(settings.tables_dir, topic, args["key"], limit)
+        found = lookup.messages_by_key(settings.tables_dir, topic, key, limit)
         if not found:
-            raise MessageNotFoundError(f"no message of topic {topic!r} has key {args['key']!r}")
-        return found, None, f"key {args['key']} in {topic}"
-    if args.get("begin") or args.get("end"):
+            raise MessageNotFoundError(f"no message of topic {topic!r} has key {key!r}")
+        return lookup.Page(found, len(found)), f"key {key} in {topic}"
+    if args.get("queue", "").strip():
+        if not topic:
+            raise ConfigError("topic", "browsing a queue needs the topic")
+        queue = params.int_arg(args, "queue", 0, 0, QUEUE_ID_MAX)
+        offset = params.int_arg(args, "offset", 0, 0, params.OFFSET_MAX)
+        page = lookup.offset_page(root, topic, queue, offset, limit)
+        return page, f"{topic} queue {queue} from offset {offset}"
+    if args.get("begin", "").strip() or args.get("end", "").strip():
         if not topic:
             raise ConfigError("topic", "a time lookup needs the topic")
-        begin = lookup.parse_time_ms(args.get("begin") or "0", "begin")
-        end = lookup.parse_time_ms(args["end"], "end") if args.get("end") else _now_ms() + 1
-        found, total = lookup.messages_by_time(root, topic, begin, end, limit)
-        return found, total, f"{topic} stored in [{_utc(begin)}, {_utc(end)})"
-    return [], None, ""
+        begin = params.time_arg(args, "begin", 0)
+        end = params.time_arg(args, "end", _now_ms() + 1)
+        skip = params.int_arg(args, "skip", 0, 0, params.SKIP_MAX)
+        page = lookup.time_page(root, topic, begin, end, limit, skip)
+        return page, f"{topic} stored in [{_utc(begin)}, {_utc(end)})"
+    return None, ""
+
+
+QUEUE_ID_MAX = 2**31 - 1
 
 
 def _now_ms() -> int:
