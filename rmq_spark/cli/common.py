@@ -5,12 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import IO, Any
 
 from rmq_spark.config import RmqConfig, default_config_path, load_config, parse_override
-from rmq_spark.errors import StoreError, TableError
+from rmq_spark.errors import ConfigError, StoreError, TableError
 
 __all__ = [
     "HELP_WIDTH",
@@ -18,6 +19,7 @@ __all__ = [
     "check_store_path",
     "config_from_args",
     "local_path",
+    "operator_credentials",
     "print_json_line",
     "require_store",
     "require_tables",
@@ -88,6 +90,17 @@ def require_store(root: Path, hint: str = "") -> None:
     if not (root / COMMITLOG_DIR).is_dir():
         what = "does not exist" if not root.exists() else f"has no {COMMITLOG_DIR}/ directory"
         raise StoreError(f"{root} is not a store: it {what}" + (f"; {hint}" if hint else ""))
+
+
+def operator_credentials(access_key: str | None) -> tuple[str, str] | None:
+    """``--access-key`` with its secret from ``RMQ_SECRET_KEY`` (never on the command line,
+    where ``ps`` shows it): the operator's identity for commands that talk to a broker."""
+    if access_key is None:
+        return None
+    secret = os.environ.get("RMQ_SECRET_KEY")
+    if not secret:
+        raise ConfigError("--access-key", "set the secret key in the RMQ_SECRET_KEY variable")
+    return access_key, secret
 
 
 def require_tables(tables_dir: Path) -> None:

@@ -97,8 +97,8 @@ def register(subparsers: Any) -> None:
 
 
 def _settings(args: argparse.Namespace, host: str) -> DashboardSettings:
+    from rmq_spark.cli.common import operator_credentials
     from rmq_spark.cli.dashboard.app import LOOPBACK_HOSTS, DashboardSettings
-    from rmq_spark.cli.groups_command import _credentials
 
     if not 0 <= args.refresh <= REFRESH_MAX_S:
         raise ConfigError("--refresh", f"expected 0..{REFRESH_MAX_S} seconds, got {args.refresh}")
@@ -114,7 +114,7 @@ def _settings(args: argparse.Namespace, host: str) -> DashboardSettings:
         page_size=args.page_size,
         refresh_s=args.refresh,
         broker=args.broker,
-        credentials=_credentials(args.access_key),
+        credentials=operator_credentials(args.access_key),
         allowed_hosts=LOOPBACK_HOSTS if host in _LOOPBACK else None,
     )
 

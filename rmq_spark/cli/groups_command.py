@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime
@@ -31,7 +30,7 @@ from rmq_spark.broker.config_files.rocketmq_config_files import (
 )
 from rmq_spark.broker.consumer.persist import INFLIGHT_FILE, offsets_file_lock
 from rmq_spark.broker.consumer.revive import REVIVE_GROUP
-from rmq_spark.cli.common import require_store
+from rmq_spark.cli.common import operator_credentials, require_store
 from rmq_spark.errors import ConfigError, StoreLockedError, StoreMetadataError
 from rmq_spark.store.consume_queue import PRE_BLANK_SIZE
 from rmq_spark.store.cq_view import CqView, queue_dirs
@@ -257,17 +256,6 @@ def _show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _credentials(access_key: str | None) -> tuple[str, str] | None:
-    """``--access-key`` with its secret from ``RMQ_SECRET_KEY`` (never on the command line,
-    where ``ps`` shows it)."""
-    if access_key is None:
-        return None
-    secret = os.environ.get("RMQ_SECRET_KEY")
-    if not secret:
-        raise ConfigError("--access-key", "set the secret key in the RMQ_SECRET_KEY variable")
-    return access_key, secret
-
-
 def known_groups(root: Path) -> set[str]:
     """Groups the store knows: with committed offsets, or with settings of their own."""
     known = {group for _, group in read_consumer_offsets(root)}
@@ -290,7 +278,7 @@ def _reset(args: argparse.Namespace) -> int:
             "pass --create to start a new group at these offsets",
         )
     target = {"to_offset": args.to_offset, "to_time_ms": to_time}
-    credentials = _credentials(args.access_key) if args.broker else None
+    credentials = operator_credentials(args.access_key) if args.broker else None
 
     def reset(dry_run: bool) -> dict[int, int]:
         if args.broker:
@@ -348,8 +336,8 @@ def register(subparsers: Any) -> None:
             "config/consumerOffset.json (refused while a broker holds the store); with "
             "--broker it goes through the running broker, which refuses while consumers of "
             "the group are connected. Offline, a group the store does not know is refused "
-            "unless --create; on a terminal the change is shown and confirmed first (--yes skips the "
-            "question, --dry-run only shows it)."
+            "unless --create; on a terminal the change is shown and confirmed first (--yes "
+            "skips the question, --dry-run only shows it)."
         ),
     )
     reset.add_argument("--store", dest="reset_store", metavar="DIR", required=True)
