@@ -40,14 +40,15 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_file_atomically(path: Path, data: bytes) -> None:
+def write_file_atomically(path: Path, data: bytes, mode: int = 0o644) -> None:
     """Replace ``path`` with ``data`` so that after a crash it holds the old or the new bytes,
-    never a mix: a temp file beside it, fsync, rename, fsync of the directory (raises
-    ``OSError``). The store's small JSON files (snapshot, retention record, reader progress,
-    the redelivery journal) are written this way."""
+    never a mix: a temp file beside it (``mode`` from its creation on), fsync, rename, fsync of
+    the directory (raises ``OSError``). The store's small JSON files (snapshot, retention
+    record, reader progress, the redelivery journal) and the TLS pair are written this way."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
+        os.fchmod(fd, mode)  # a temp file a crash left keeps its old mode otherwise
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view) :]

@@ -29,7 +29,7 @@ from cryptography.x509.oid import NameOID
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.errors import BrokerError
-from rmq_spark.store.file_ops import fsync_dir, make_dirs_durably
+from rmq_spark.store.file_ops import make_dirs_durably, write_file_atomically
 
 __all__ = ["TLS_DIR", "TlsFiles", "make_self_signed", "resolve_tls"]
 
@@ -113,14 +113,10 @@ def make_self_signed(directory: Path, hosts: list[str]) -> TlsFiles:
         )
     names = list(dict.fromkeys(hosts))
     key_pem, cert_pem = _self_signed_pem(names)
-    tmp_key, tmp_cert = directory / "key.pem.tmp", directory / "cert.pem.tmp"
     try:
         make_dirs_durably(directory)
-        _write_durably(tmp_key, key_pem, mode=0o600)
-        _write_durably(tmp_cert, cert_pem, mode=0o644)
-        tmp_key.replace(files.key_file)
-        tmp_cert.replace(files.cert_file)
-        fsync_dir(directory)
+        write_file_atomically(files.key_file, key_pem, mode=0o600)
+        write_file_atomically(files.cert_file, cert_pem)
     except OSError as err:
         raise BrokerError(f"cannot write a self-signed certificate to {directory}: {err}") from err
     log.info("broker: made a self-signed TLS certificate %s (%s)", files.cert_file, names)
@@ -154,18 +150,6 @@ def _self_signed_pem(hosts: list[str]) -> tuple[bytes, bytes]:
         serialization.NoEncryption(),
     )
     return key_pem, certificate.public_bytes(serialization.Encoding.PEM)
-
-
-def _write_durably(path: Path, data: bytes, *, mode: int) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    try:
-        os.fchmod(fd, mode)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 _PEM_ENDS = {"cert.pem": b"-----END CERTIFICATE-----", "key.pem": b"PRIVATE KEY-----"}
