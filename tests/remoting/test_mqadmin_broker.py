@@ -92,6 +92,14 @@ def _offset_id(broker: BrokerProcess, record) -> str:
     return offset_msg_id(record.store_host, record.physical_offset)
 
 
-def test_query_by_an_unknown_key_finds_nothing(served, namesrv) -> None:
-    out = mqadmin(namesrv, "queryMsgByKey", "-t", "Stats", "-k", "no-such-key")
-    assert "no message" in out or "ADMIN-" not in out
+def test_query_by_an_unknown_key_is_query_not_found(served) -> None:
+    _, port = served
+    client = FrameClient(port)
+    try:
+        fields = {"topic": "Stats", "key": "no-such-key", "maxNum": "64",
+                  "beginTimestamp": "0", "endTimestamp": str(2**63 - 1)}  # fmt: skip
+        answer = client.call(RemotingCommand(code=RequestCode.QUERY_MESSAGE, opaque=1,
+                                             ext_fields=fields))  # fmt: skip
+    finally:
+        client.close()
+    assert answer.code == ResponseCode.QUERY_NOT_FOUND
