@@ -29,7 +29,17 @@ def served(
         root / "store", root / "work", f"broker.namesrv_addr={namesrv.addr}",
         "broker.broker_name=admin-b", "broker.topics=Stats:2",
     )  # fmt: skip
-    wait_for(lambda: "registered broker admin-b" in broker.log_text(), 60, "registration")
+    try:
+        wait_for(lambda: "registered broker admin-b" in broker.log_text(), 60, "registration")
+        _send_five(port)
+    except BaseException:
+        broker.kill()  # a fixture that fails before its yield is not torn down
+        raise
+    yield broker, port
+    assert broker.stop() == 0
+
+
+def _send_five(port: int) -> None:
     client = FrameClient(port)
     try:
         for i in range(5):
@@ -41,8 +51,6 @@ def served(
             assert answer.code == ResponseCode.SUCCESS
     finally:
         client.close()
-    yield broker, port
-    assert broker.stop() == 0
 
 
 def test_cluster_list_and_broker_status_read_the_brokers_runtime_info(served, namesrv) -> None:
