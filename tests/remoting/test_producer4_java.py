@@ -80,7 +80,11 @@ def _start(
         root / "store", root / "work", f"broker.namesrv_addr={namesrv.addr}",
         f"broker.broker_name={name}", *settings,
     )  # fmt: skip
-    _registered(namesrv, port)
+    try:
+        _registered(namesrv, port)
+    except BaseException:
+        broker.kill()  # a fixture that fails before its yield is not torn down
+        raise
     return broker, port
 
 
