@@ -109,7 +109,7 @@ class RocketMQCollector:
         """``rocketmq_rpc_latency``: a histogram in milliseconds, as RocketMQ's."""
         family = HistogramMetricFamily(
             "rocketmq_rpc_latency",
-            "Time to answer a request, ms (unary gRPC calls)",
+            "Time to answer a request, ms (unary gRPC calls, remoting requests)",
             labels=[
                 *_NODE,
                 "protocol_type",

@@ -192,3 +192,38 @@ def test_oneway_and_rocketmq_binary_sends_are_stored(served, client) -> None:
     )  # fmt: skip
     assert answer.opaque == 10 and answer.code == ResponseCode.SUCCESS
     _stored(served, "BIN-1")
+
+
+def test_remoting_requests_are_timed_under_rocketmqs_rpc_latency(tmp_path) -> None:
+    """Each answered request counts into ``rocketmq_rpc_latency`` with protocol ``remoting``,
+    its request code and its answer's code, as the gRPC calls do."""
+    import urllib.request
+
+    from namesrv_harness import free_port
+    from prometheus_client.parser import text_string_to_metric_families
+
+    metrics = free_port()
+    broker, port = start_remoting_broker(
+        tmp_path / "store", tmp_path / "work", f"broker.metrics_listen=127.0.0.1:{metrics}"
+    )
+    try:
+        client = FrameClient(port)
+        for opaque in range(3):
+            answer = _send(client, opaque, _v2("Timed", {"UNIQ_KEY": f"U{opaque}"}), b"x")
+            assert answer.code == ResponseCode.SUCCESS
+        assert client.call(RemotingCommand(code=9999, opaque=9)).code == (
+            ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+        )
+        client.close()
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics}/metrics", timeout=10) as page:
+            text = page.read().decode("utf-8")
+    finally:
+        assert broker.stop() == 0
+    counts = {
+        (sample.labels["request_code"], sample.labels["response_code"]): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "rocketmq_rpc_latency_count"
+        and sample.labels["protocol_type"] == "remoting"
+    }
+    assert counts == {("SEND_MESSAGE_V2", "SUCCESS"): 3, ("9999", "REQUEST_CODE_NOT_SUPPORTED"): 1}

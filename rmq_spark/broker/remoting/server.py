@@ -37,6 +37,7 @@ from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.broker.remoting.connection import Connection
 from rmq_spark.broker.security.front_link import TLS_RECORD_HANDSHAKE
 from rmq_spark.broker.security.limits import InflightBytes
+from rmq_spark.broker.traffic import TrafficStats
 from rmq_spark.errors import BrokerError, RemotingFrameError
 
 __all__ = ["Gate", "RemotingServer", "code_name"]
@@ -54,6 +55,15 @@ _WARN_EVERY_S = 10.0
 def code_name(code: int) -> str:
     try:
         return RequestCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def _response_code_name(code: int | str) -> str:
+    if isinstance(code, str):
+        return code
+    try:
+        return ResponseCode(code).name
     except ValueError:
         return str(code)
 
@@ -78,6 +88,7 @@ class RemotingServer:
         self._plaintext = config.tls_mode != "enforcing"
         self.routes: dict[int, Handler] = {}
         self.gate: Gate = lambda call: (None, None)
+        self._traffic: TrafficStats | None = None
         self.budget = InflightBytes(max(config.inflight_request_bytes_max, frame_max_bytes))
         self.connections: OrderedDict[Connection, None] = OrderedDict()  # oldest first
         self._per_address: dict[str, int] = {}
@@ -94,7 +105,7 @@ class RemotingServer:
         self.routes = routes
         if gate is not None:
             self.gate = gate
-        del deps  # the routes hold what they need
+        self._traffic = deps.service.traffic  # rocketmq_rpc_latency, as the gRPC port's
 
     # --- listening -----------------------------------------------------------------------
 
@@ -335,7 +346,24 @@ class RemotingServer:
 
     async def dispatch(self, connection: Connection, command: RemotingCommand) -> None:
         call = Call(command, connection)
-        response = await self._answer(call)
+        started = time.perf_counter()
+        result = "process_request_failed"
+        try:
+            response = await self._answer(call)
+            result = "success"
+        except asyncio.CancelledError:
+            result = "cancelled"
+            raise
+        finally:
+            if self._traffic is not None:
+                answered = "NONE" if result != "success" or response is None else response.code
+                self._traffic.rpc_done(
+                    "remoting",
+                    code_name(command.code),
+                    _response_code_name(answered),
+                    result,
+                    time.perf_counter() - started,
+                )
         if response is None or command.is_oneway:
             return
         try:
