@@ -133,3 +133,23 @@ def test_the_rules_of_the_unit() -> None:
     values = [None, 5, None, 9, 12]
     assert first_at_or_after(0, 5, 9, values.__getitem__) == 3
     assert first_at_or_after(0, 5, 13, values.__getitem__) == 5
+
+
+def test_a_later_view_sees_units_written_since_and_a_recovery_cut(tmp_path: Path) -> None:
+    directory = tmp_path / "q" / "0"
+    directory.mkdir(parents=True)
+    path = directory / f"{0:020d}"
+    path.write_bytes((_unit(0) + _unit(100)).ljust(FILE_UNITS * 20, b"\0"))
+    assert CqView.open(directory).max_offset == 2
+    with path.open("r+b") as handle:  # the broker writes on
+        handle.seek(40)
+        handle.write(_unit(200))
+    assert CqView.open(directory).max_offset == 3
+    with path.open("r+b") as handle:  # a recovery cuts the queue back to one unit
+        handle.seek(20)
+        handle.write(bytes(40))
+    assert CqView.open(directory).max_offset == 1
+    with path.open("r+b") as handle:  # and the broker rewrites them, the last one elsewhere
+        handle.seek(20)
+        handle.write(_unit(100) + _unit(50))
+    assert CqView.open(directory).max_offset == 2  # an offset going back ends the queue
