@@ -244,9 +244,12 @@ class CqView:
         return int(sizes[sizes != PRE_BLANK_SIZE].astype(np.int64).sum())
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        fds, self._fds = getattr(self, "_fds", {}), {}
+        for fd in fds.values():
             os.close(fd)
-        self._fds.clear()
+
+    def __del__(self) -> None:  # a view dropped unclosed (a caller's table of them)
+        self.close()
 
     def __enter__(self) -> CqView:
         return self

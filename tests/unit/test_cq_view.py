@@ -153,3 +153,13 @@ def test_a_later_view_sees_units_written_since_and_a_recovery_cut(tmp_path: Path
         handle.seek(20)
         handle.write(_unit(100) + _unit(50))
     assert CqView.open(directory).max_offset == 2  # an offset going back ends the queue
+
+
+def test_a_dropped_view_closes_its_files(tmp_path: Path) -> None:
+    directory = tmp_path / "q" / "0"
+    directory.mkdir(parents=True)
+    (directory / f"{0:020d}").write_bytes(_unit(0).ljust(FILE_UNITS * 20, b"\0"))
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(50):
+        CqView.open(directory).unit(0)
+    assert len(os.listdir("/proc/self/fd")) <= before + 1
