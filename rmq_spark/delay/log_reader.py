@@ -1,7 +1,8 @@
 """Read-only access to a store's CommitLog for the redelivery job, without any lock.
 
 Owns two reads the job needs whether or not a broker has the store open: one record by its
-physical offset (``read``), and a forward scan of records of some topics from a physical
+physical offset (``read``, ``read_many``: ``store.reader.record_at_bytes`` over one
+``pread`` per neighbourhood), and a forward scan of records of some topics from a physical
 offset (``scan``, through ``store/scan.py``'s segment scan and end-of-log judge), used to
 find schedule records when no consume_queue table is there (the fallback) and to recognise
 records already redelivered after a crash. Files are read with ``os.pread`` (never mapped),
@@ -19,10 +20,10 @@ from pathlib import Path
 
 from rmq_spark.errors import CorruptRecordError, OffsetOutOfRangeError, StoreIOError
 from rmq_spark.spark.planner import walk_headers
-from rmq_spark.store.codec import DecodedRecord, NeedMoreData, decode_record
 from rmq_spark.store.layout import COMMITLOG_DIR, is_segment_name, parse_segment_name
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.readable import TailCache, open_segments, readable_end
+from rmq_spark.store.reader import record_at_bytes
 from rmq_spark.store.scan import LogScan, StopKind
 from rmq_spark.store.view import StoreView
 
@@ -180,18 +181,17 @@ class LogReader:
         path = self._names.get(base) or self._names.setdefault(base, f"{base:020d}")
         for index in group:
             offset = wanted[index][0]
-            outcome = decode_record(data, offset - start, path=path, check_crc=True)
-            if isinstance(outcome, NeedMoreData):  # the size hint was short: read it alone
-                total = int.from_bytes(data[offset - start : offset - start + 4], "big")
-                alone = self._pread(base, max(total, _HEADER_BYTES), offset - base)
-                outcome = decode_record(memoryview(alone), 0, path=path, check_crc=True)
-            if not isinstance(outcome, DecodedRecord):
-                raise CorruptRecordError(
-                    path,
-                    offset - base,
-                    f"no whole message record here ({type(outcome).__name__})",
+            at, source = offset - start, data
+            total = int.from_bytes(data[at : at + 4], "big", signed=True)
+            if at + total > len(data):  # the size hint was short: read it alone
+                at, source = (
+                    0,
+                    memoryview(self._pread(base, max(total, _HEADER_BYTES), offset - base)),
                 )
-            results[index] = outcome.record
+            found = record_at_bytes(source, at, offset, path=path, check_crc=True)
+            if found is None:
+                raise CorruptRecordError(path, offset - base, "no whole message record here")
+            results[index] = found.record
 
     def _out_of_range(self, physical_offset: int) -> OffsetOutOfRangeError:
         segments = self._listing

@@ -42,6 +42,12 @@ from rmq_spark.store.layout import (
     PHYSICAL_OFFSET_POSITION,
 )
 from rmq_spark.store.record_crc import RECORD_CRC_BYTES
+from rmq_spark.store.record_layout import (
+    BODY_START,
+    HEADER_FIELDS,
+    HOST_FLAGS_BYTE,
+    HOST_FLAGS_SHIFT,
+)
 
 __all__ = [
     "CHUNK_RECORDS_MAX",
@@ -65,32 +71,16 @@ _MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2)
 
 
 def _header_dtype(layout: int) -> np.dtype:
-    """Fixed part of a record with host layout ``layout`` (bit 0 born IPv6, bit 1 store IPv6)."""
-    bh = 20 if layout & 1 else 8
-    sh = 20 if layout & 2 else 8
-    fields = [
-        ("total_size", ">i4", 0),
-        ("magic", ">u4", 4),
-        ("body_crc", ">i4", 8),
-        ("queue_id", ">i4", 12),
-        ("flag", ">i4", 16),
-        ("queue_offset", ">i8", 20),
-        ("physical_offset", ">i8", 28),
-        ("sys_flag", ">i4", 36),
-        ("born_ts", ">i8", 40),
-        ("born_port", ">i4", 48 + bh - 4),
-        ("store_ts", ">i8", 48 + bh),
-        ("store_port", ">i4", 56 + bh + sh - 4),
-        ("reconsume_times", ">i4", 56 + bh + sh),
-        ("prepared_offset", ">i8", 60 + bh + sh),
-        ("body_size", ">i4", 68 + bh + sh),
-    ]
+    """Fixed part of a record with host layout ``layout`` (bit 0 born IPv6, bit 1 store IPv6):
+    ``record_layout.HEADER_FIELDS``' numeric fields (the host blocks are read as bytes)."""
+    fields = HEADER_FIELDS[layout]
+    names = [name for name, (_at, form) in fields.items() if not form.startswith("S")]
     return np.dtype(
         {
-            "names": [f[0] for f in fields],
-            "formats": [f[1] for f in fields],
-            "offsets": [f[2] for f in fields],
-            "itemsize": 72 + bh + sh,
+            "names": names,
+            "formats": [fields[name][1] for name in names],
+            "offsets": [fields[name][0] for name in names],
+            "itemsize": BODY_START[layout],
         }
     )
 
@@ -162,7 +152,7 @@ def hop(
 
 def is_record_start(buf: object, base_offset: int, position: int, limit: int) -> bool:
     """Whether a message record plausibly starts at ``position``: magic, size, PHYSICALOFFSET."""
-    if position < 0 or position + 36 > limit:
+    if position < 0 or position + PHYSICAL_OFFSET_POSITION + 8 > limit:
         return False
     size, magic = _HEADER8.unpack_from(buf, position)  # type: ignore[arg-type]
     if magic not in _MESSAGE_MAGICS or size < MIN_RECORD_SIZE_BYTES or position + size > limit:
@@ -267,7 +257,7 @@ def decode_chunk(
     data = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
     if len(starts) == 0:
         return settings._empty()
-    layouts = (data[starts + 39] >> 4) & 3
+    layouts = (data[starts + HOST_FLAGS_BYTE] >> HOST_FLAGS_SHIFT) & 3
     if (layouts == layouts[0]).all():
         layout = int(layouts[0])
         return _decode_layout(buf, data, base_offset, starts, layout, limit, settings)[0]
@@ -297,8 +287,6 @@ def _decode_layout(
     """Check and decode records of one host layout: (batch, positions of the rows kept)."""
     dtype = _HEADER_DTYPES[layout]
     width = dtype.itemsize
-    bh = 20 if layout & 1 else 8
-    sh = 20 if layout & 2 else 8
     rows = gather_rows(data, starts, width)
     header = rows.view(dtype).reshape(-1)
     total = header["total_size"].astype(np.int64)
@@ -369,8 +357,7 @@ def _decode_layout(
         starts=starts,
         header=header,
         rows=rows,
-        born_host_size=bh,
-        store_host_size=sh,
+        layout=layout,
         topic=topic,
         body_size=body_size,
         texts=texts,

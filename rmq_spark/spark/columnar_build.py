@@ -24,6 +24,7 @@ from rmq_spark.spark.columnar_properties import PROPERTY_COLUMNS, parse_properti
 from rmq_spark.spark.schema import TRANSACTION_TYPE_NAMES
 from rmq_spark.store.compression import COMPRESSED_FLAG, BodyCompressionError, inflate_body
 from rmq_spark.store.record_crc import RECORD_CRC_BYTES, RECORD_CRC_PLACEHOLDER
+from rmq_spark.store.record_layout import HEADER_FIELDS, PHYSICAL_OFFSET_POSITION
 
 __all__ = ["ValidRecords", "build_batch", "record_crc_rows"]
 
@@ -40,8 +41,7 @@ class ValidRecords:
     starts: np.ndarray  # record positions in the segment
     header: np.ndarray  # structured fixed-part fields (columnar._HEADER_DTYPES)
     rows: np.ndarray  # the fixed part as (n, width) bytes
-    born_host_size: int  # 8 (IPv4) or 20 (IPv6)
-    store_host_size: int
+    layout: int  # the host kind: an index of record_layout.HEADER_FIELDS
     topic: pa.Array  # already decoded (and UTF-8 checked)
     body_size: np.ndarray
     texts: pa.Array  # string "pieces" over the records (see columnar._decode_layout)
@@ -76,7 +76,10 @@ def build_batch(
     count = len(r.starts)
     names = set(schema.names)
     width = r.rows.shape[1]
-    bh, sh = r.born_host_size, r.store_host_size
+    fields = HEADER_FIELDS[r.layout]
+    born_host = slice(fields["born_host"][0], fields["store_ts"][0])  # address and port
+    store_host = slice(fields["store_host"][0], fields["reconsume_times"][0])
+    physical = slice(PHYSICAL_OFFSET_POSITION, PHYSICAL_OFFSET_POSITION + 8)
     columns: dict[str, pa.Array] = {"topic": r.topic}
 
     def numeric(field: str, dtype: type) -> pa.Array:
@@ -119,12 +122,12 @@ def build_batch(
         columns.update(parsed)
     if "msg_id" in names:
         columns["msg_id"] = hex_strings(
-            np.concatenate([r.rows[:, 56 + bh : 56 + bh + sh], r.rows[:, 28:36]], axis=1)
+            np.concatenate([r.rows[:, store_host], r.rows[:, physical]], axis=1)
         )
     if "born_host" in names:
-        columns["born_host"] = _hosts(r.rows[:, 48 : 48 + bh], r.starts, fail)
+        columns["born_host"] = _hosts(r.rows[:, born_host], r.starts, fail)
     if "store_host" in names:
-        columns["store_host"] = _hosts(r.rows[:, 56 + bh : 56 + bh + sh], r.starts, fail)
+        columns["store_host"] = _hosts(r.rows[:, store_host], r.starts, fail)
     sys_flag = header["sys_flag"].astype(np.int32)
     simple: dict[str, Callable[[], pa.Array]] = {
         "queue_id": lambda: numeric("queue_id", np.int32),

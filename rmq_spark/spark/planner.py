@@ -25,6 +25,13 @@ from rmq_spark.spark.columnar import hop, is_record_start, sync_forward
 from rmq_spark.store import readable
 from rmq_spark.store.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
 from rmq_spark.store.readable import TailCache
+from rmq_spark.store.record_layout import (
+    HEADER_FIELDS,
+    HOST_FLAGS_BYTE,
+    HOST_FLAGS_SHIFT,
+    MAGIC_POSITION,
+    PHYSICAL_OFFSET_POSITION,
+)
 from rmq_spark.store.view import MappedSegment, SegmentSpan, StoreView
 
 __all__ = [
@@ -45,6 +52,8 @@ __all__ = [
 
 _MESSAGE_MAGICS = np.array([MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2], dtype=np.uint32)
 _HOP_RECORDS = 1 << 16
+_STORE_TS_AT = np.array([fields["store_ts"][0] for fields in HEADER_FIELDS])  # by host kind
+_BODY_SIZE_AT = np.array([fields["body_size"][0] for fields in HEADER_FIELDS])
 _HOP_BYTES = 1 << 40  # no byte cap: the driver hops headers only
 
 
@@ -284,9 +293,8 @@ def _topic_names(data: np.ndarray, positions: np.ndarray, ends: np.ndarray) -> p
     A header that does not add up gives an empty name (never subscribed): the read reports
     the damage, counting does not fail on it.
     """
-    flags = data[positions + 39]
-    hosts = np.where(flags & 0x10, 20, 8) + np.where(flags & 0x20, 20, 8)
-    body_at = positions + 68 + hosts
+    layouts = (data[positions + HOST_FLAGS_BYTE] >> HOST_FLAGS_SHIFT) & 3
+    body_at = positions + _BODY_SIZE_AT[layouts]  # BODYLENGTH
     body_size = gather_rows(data, body_at, 4).view(">i4").reshape(-1).astype(np.int64)
     is_v2 = gather_rows(data, positions + 4, 4).view(">u4").reshape(-1) == MESSAGE_MAGIC_CODE_V2
     len_at = np.clip(body_at + 4 + body_size, positions, np.maximum(positions, ends - 2))
@@ -395,8 +403,8 @@ def offset_for_timestamp(view: StoreView, timestamp_ms: int, start: int, end: in
 
 def _store_ts(buf: object, positions: np.ndarray) -> np.ndarray:
     data = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
-    born_v6 = (data[positions + 39] & 0x10) != 0
-    at = positions + np.where(born_v6, 68, 56)
+    layouts = (data[positions + HOST_FLAGS_BYTE] >> HOST_FLAGS_SHIFT) & 3
+    at = positions + _STORE_TS_AT[layouts]
     return gather_rows(data, at, 8).view(">i8").reshape(-1).astype(np.int64)
 
 
@@ -429,9 +437,9 @@ def walk_headers(path: Path, base: int, position: int) -> int:
             found = np.frombuffer(starts, dtype=np.int64) if len(starts) else np.zeros(0, int)
             if not len(found):
                 return position
-            rows = gather_rows(data, found, 36)
-            magics = rows[:, 4:8].copy().view(">u4").reshape(-1)
-            phys = rows[:, 28:36].copy().view(">i8").reshape(-1)
+            rows = gather_rows(data, found, PHYSICAL_OFFSET_POSITION + 8)
+            magics = rows[:, MAGIC_POSITION : MAGIC_POSITION + 4].copy().view(">u4").reshape(-1)
+            phys = rows[:, PHYSICAL_OFFSET_POSITION:].copy().view(">i8").reshape(-1)
             bad = (phys != base + found) | ~np.isin(magics, _MESSAGE_MAGICS)
             stop = np.flatnonzero(bad)
             if len(stop):

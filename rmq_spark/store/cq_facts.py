@@ -28,6 +28,7 @@ from itertools import compress, repeat
 from operator import itemgetter
 from typing import cast
 
+from rmq_spark.store.consume_queue import UNIT
 from rmq_spark.store.cq_rule import SPECIAL_TOPICS, TagsCodes, dispatches, unit_tags_code
 
 __all__ = ["BatchFact", "FactUnits", "PendingUnits", "Run", "SingleFact", "pack_units"]
@@ -154,10 +155,10 @@ def _split(fact: BatchFact, cut: int) -> tuple[BatchFact, BatchFact]:
 
 
 def pack_units(offsets: Sequence[int], sizes: Column, codes: Column) -> bytes:
-    """The 20-byte units ``>qiq`` of these columns (``sizes``, ``codes``: an int when the
-    same for every unit), back to back: one ``Struct.pack`` per ``_PACK_UNITS`` units, no
-    Python step per unit; one size and tagsCode for all (the common case) pack as 12 bytes
-    repeated."""
+    """The 20-byte units (``consume_queue.UNIT``) of these columns (``sizes``, ``codes``: an
+    int when the same for every unit), back to back: one ``Struct.pack`` per ``_PACK_UNITS``
+    units, no Python step per unit; one size and tagsCode for all (the common case) pack as
+    12 bytes repeated."""
     n = len(offsets)
     if type(sizes) is int and type(codes) is int:
         flat: list[object] = [_TAIL.pack(sizes, codes)] * (2 * n)
@@ -195,9 +196,10 @@ class _Shapes(dict[int, struct.Struct]):
 
 
 _PACK_UNITS = 256
-_TAIL = struct.Struct(">iq")
-_SAME_TAIL = _Shapes("q12s")
-_UNITS = _Shapes("qiq")
+_UNIT_FIELDS = UNIT.format.lstrip(">")  # "qiq": the one unit layout (consume_queue.py)
+_TAIL = struct.Struct(">" + _UNIT_FIELDS[1:])  # size and tagsCode
+_SAME_TAIL = _Shapes(f"{_UNIT_FIELDS[0]}{_TAIL.size}s")
+_UNITS = _Shapes(_UNIT_FIELDS)
 
 
 class FactUnits:

@@ -32,6 +32,13 @@ from rmq_spark.store.layout import CQ_UNIT_SIZE_BYTES
 
 __all__ = ["CqView", "queue_dirs", "queue_topics"]
 
+_BLOCK_UNITS = 1 << 16
+_FIRST_BLOCK_UNITS = 512
+_PREFIXES: dict[tuple[str, int], tuple[int, int, int, bytes]] = {}
+"""``(directory, file base) -> (previous offset given, units checked, last offset named,
+the last checked unit's bytes)``: what earlier views of this process found written."""
+_PREFIXES_MAX = 4096
+
 
 def queue_topics(root: Path) -> list[str]:
     """Every topic with a ConsumeQueue directory in the store at ``root``, sorted."""
@@ -70,11 +77,39 @@ class CqView:
         self.max_offset = self.min_offset
         previous = -1
         for base in bases[-2:]:  # RocketMQ's recover: from the second-last file
-            data = self._pread(base, 0, self._file_size(base))
-            count, previous = written_count(units_of(data), previous)
+            count, previous, whole = self._written(base, previous)
             self.max_offset = base + count
-            if (count + 1) * CQ_UNIT_SIZE_BYTES <= len(data):
+            if not whole:
                 break  # the end is in this file: a later one's units are past it
+
+    def _written(self, base: int, previous: int) -> tuple[int, int, bool]:
+        """``written_count`` of the file at ``base`` (and whether every unit of it is), read
+        in blocks from where an earlier view of this process left it: the broker writes a
+        unit once, so only units written since are checked again (a recovery that cut the
+        file is seen at the boundary unit, which then reads differently)."""
+        key = (str(self.directory), base)
+        count, known = 0, _PREFIXES.get(key)
+        if known is not None and known[0] == previous and known[1] > 0:
+            boundary = self._pread(base, (known[1] - 1) * CQ_UNIT_SIZE_BYTES, CQ_UNIT_SIZE_BYTES)
+            if boundary == known[3]:
+                count, previous = known[1], known[2]
+        previous_in, size = known[0] if count else previous, self._file_size(base)
+        block_units = _FIRST_BLOCK_UNITS  # growing: a live queue's new units are few
+        while count * CQ_UNIT_SIZE_BYTES < size:
+            want = min(block_units * CQ_UNIT_SIZE_BYTES, size - count * CQ_UNIT_SIZE_BYTES)
+            block_units = min(block_units * 4, _BLOCK_UNITS)
+            block = units_of(self._pread(base, count * CQ_UNIT_SIZE_BYTES, want))
+            found, previous = written_count(block, previous)
+            count += found
+            if found < len(block) or not len(block):
+                break
+        whole = count * CQ_UNIT_SIZE_BYTES >= size
+        if count:
+            last = self._pread(base, (count - 1) * CQ_UNIT_SIZE_BYTES, CQ_UNIT_SIZE_BYTES)
+            if len(_PREFIXES) >= _PREFIXES_MAX:
+                _PREFIXES.clear()
+            _PREFIXES[key] = (previous_in, count, previous, last)
+        return count, previous, whole
 
     @classmethod
     def open(cls, directory: str | Path, log_min_offset: int | None = None) -> CqView:
@@ -209,9 +244,12 @@ class CqView:
         return int(sizes[sizes != PRE_BLANK_SIZE].astype(np.int64).sum())
 
     def close(self) -> None:
-        for fd in self._fds.values():
+        fds, self._fds = getattr(self, "_fds", {}), {}
+        for fd in fds.values():
             os.close(fd)
-        self._fds.clear()
+
+    def __del__(self) -> None:  # a view dropped unclosed (a caller's table of them)
+        self.close()
 
     def __enter__(self) -> CqView:
         return self

@@ -11,6 +11,7 @@ outcomes (``record_decode.py``).
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 
@@ -28,12 +29,17 @@ __all__ = [
     "CACHE_MAX",
     "FIXED_HEADERS",
     "HEADER8",
+    "HEADER_FIELDS",
+    "HEADER_FIELD_NAMES",
     "HEADER_FORMAT_IPV4",
     "HEADER_SIZE_IPV4",
     "HOST_FLAGS",
+    "HOST_FLAGS_BYTE",
+    "HOST_FLAGS_SHIFT",
     "I16",
     "I32_MAX",
     "I8",
+    "MAGIC_POSITION",
     "MAX_TOPIC_SIZE_BYTES_V2",
     "MIN_RECORD_SIZE_BYTES",
     "OFFSETS",
@@ -45,8 +51,6 @@ __all__ = [
     "STORE_TIMESTAMP_REACH",
     "SYS_FLAG_POSITION",
     "body_crc",
-    "born_host_size",
-    "host_sizes",
     "peek_store_timestamp",
     "record_mid",
     "record_packer",
@@ -186,27 +190,65 @@ def record_size(
     )
 
 
-SYS_FLAG_POSITION = PHYSICAL_OFFSET_POSITION + 8
-"""SYSFLAG, after PHYSICALOFFSET."""
-BORN_TIMESTAMP_POSITION = SYS_FLAG_POSITION + 4
-BORN_HOST_POSITION = BORN_TIMESTAMP_POSITION + 8
+HEADER_FIELD_NAMES = (
+    "total_size",
+    "magic",
+    "body_crc",
+    "queue_id",
+    "flag",
+    "queue_offset",
+    "physical_offset",
+    "sys_flag",
+    "born_ts",
+    "born_host",
+    "born_port",
+    "store_ts",
+    "store_host",
+    "store_port",
+    "reconsume_times",
+    "prepared_offset",
+    "body_size",
+)
+"""The header fields up to BODYLENGTH, in order: the items of ``FIXED_HEADERS``' formats."""
+
+
+def _field_positions(born_v6: bool, store_v6: bool) -> dict[str, tuple[int, str]]:
+    """``HEADER_FIELD_NAMES`` -> (position, numpy format), read off the header's ``struct``
+    format: its one definition."""
+    items = re.findall(r"(\d*)([a-zA-Z])", _header_format(born_v6, store_v6))
+    fields: dict[str, tuple[int, str]] = {}
+    position = 0
+    for name, (count, code) in zip(HEADER_FIELD_NAMES, items, strict=True):
+        form = f"S{count}" if code == "s" else f">{code.lower() if code == 'I' else code}"
+        form = ">u4" if code == "I" else form
+        fields[name] = (position, form)
+        position += struct.calcsize(f">{count}{code}")
+    return fields
+
+
+HEADER_FIELDS = tuple(_field_positions(bool(i & 1), bool(i & 2)) for i in range(4))
+"""``name -> (byte position, numpy format)`` of each header field up to BODYLENGTH, by host
+kind (indexed as ``FIXED_HEADERS``): what the Spark source's numpy walkers read by."""
+MAGIC_POSITION = HEADER_FIELDS[0]["magic"][0]
+SYS_FLAG_POSITION = HEADER_FIELDS[0]["sys_flag"][0]
+HOST_FLAGS_BYTE = SYS_FLAG_POSITION + 3
+"""SYSFLAG's low byte (big-endian), which holds ``HOST_FLAGS``."""
+HOST_FLAGS_SHIFT = 4
+"""``(sys_flag & HOST_FLAGS) >> HOST_FLAGS_SHIFT``: the host kind, an index of ``FIXED_HEADERS``."""
+BORN_TIMESTAMP_POSITION = HEADER_FIELDS[0]["born_ts"][0]
+BORN_HOST_POSITION = HEADER_FIELDS[0]["born_host"][0]
 """BORNHOST (address, port); STORETIMESTAMP, STOREHOST, RECONSUMETIMES follow it."""
 STORE_TIMESTAMP_REACH = 80
 """Bytes from a record's start that cover its STORETIMESTAMP whatever its hosts (76, 80
 rounded)."""
 _I64 = struct.Struct(">q")
 _I32 = struct.Struct(">i")
-assert BORN_HOST_POSITION == 48
-
-
-def host_sizes(sys_flag: int) -> tuple[int, int]:
-    """Bytes of BORNHOST and STOREHOST (address and port: 8 for IPv4, 20 for IPv6)."""
-    return (20 if sys_flag & BORNHOST_V6_FLAG else 8), (20 if sys_flag & STOREHOST_V6_FLAG else 8)
-
-
-def born_host_size(born_v6: bool) -> int:
-    """Bytes of BORNHOST: 20 for IPv6, else 8."""
-    return 20 if born_v6 else 8
+assert HOST_FLAGS >> HOST_FLAGS_SHIFT == 3
+assert HEADER_FIELDS[0]["physical_offset"][0] == PHYSICAL_OFFSET_POSITION
+assert all(
+    f["body_size"][0] + 4 == start and f["store_ts"][0] == at
+    for f, start, at in zip(HEADER_FIELDS, BODY_START, _STORE_TS_POSITION, strict=True)
+)
 
 
 def peek_store_timestamp(buf: bytes | memoryview, at: int, physical_offset: int) -> int | None:
