@@ -329,9 +329,7 @@ def _lag_checker(
         from rmq_spark.spark.reput import tables_lag
 
         try:
-            table = spark.read.format("delta").load(str(Path(tables_dir) / "consume_queue"))
-            several = "store" in table.columns  # tables of several stores: this store's lag
-            lag = tables_lag(spark, spec.store_dir, tables_dir, clock=clock, several=several)
+            lag = tables_lag(spark, spec.store_dir, tables_dir, clock=clock)  # this store's
         except Exception as err:  # RmqError, or Py4J/Delta: a note, not a failed pass
             return f"could not measure the consume_queue lag: {err}"
         if lag.behind_bytes > config.lag_warn_bytes:

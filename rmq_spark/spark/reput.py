@@ -101,20 +101,14 @@ def start_reput(
         built from one store and are asked for several, or the other way round).
     """
     stores = store_list(store_dir)
-    several = len(stores) > 1
     checkpoint = config.resolved_checkpoint_dir
     writer: ReputBatchWriter | MultiStoreReputWriter
-    if several:  # the writers create the tables with the right columns before registering
-        writer = MultiStoreReputWriter(
-            spark,
-            stores,
-            config,
-            delay_levels_ms,
-            clock=clock,
-            on_batch=on_batch,
-            offset_log=checkpoint / "offsets",
-        )
-    else:
+    # The one place one store and several part; the writers create the tables in their
+    # layout (tables.StoreLayout) before registering. The source takes no one-store JSON
+    # offset over several stores: each store's writer drops what its tables hold instead.
+    offset_log = checkpoint / "offsets"
+    start: Callable[[], str]
+    if len(stores) == 1:
         writer = ReputBatchWriter(
             spark,
             stores[0],
@@ -122,12 +116,24 @@ def start_reput(
             delay_levels_ms,
             clock=clock,
             on_batch=on_batch,
-            offset_log=checkpoint / "offsets",
+            offset_log=offset_log,
         )
+        start = lambda: starting_offsets(spark, config)  # noqa: E731  (only without progress)
+    else:
+        writer = MultiStoreReputWriter(
+            spark,
+            stores,
+            config,
+            delay_levels_ms,
+            clock=clock,
+            on_batch=on_batch,
+            offset_log=offset_log,
+        )
+        start = lambda: "earliest"  # noqa: E731
     register_tables(spark, config.tables_dir, config.database)
     reader = spark.readStream.format("rocketmq")
     if not has_progress(checkpoint):
-        reader = reader.option("startingOffsets", starting_offsets(spark, config, several))
+        reader = reader.option("startingOffsets", start())
     if config.max_bytes_per_trigger:
         reader = reader.option("maxBytesPerTrigger", str(config.max_bytes_per_trigger))
     warm_python_workers(spark)

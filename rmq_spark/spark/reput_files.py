@@ -7,8 +7,9 @@ as one new data file per table (``delta_files.py``), in one pass, on an executor
 driver for a small batch). What comes back are the files' Delta ``add`` actions, which the
 driver commits (``reput.py``). A failed task deletes its files; a file whose task succeeded
 but whose batch never commits stays unreferenced (Delta ignores it; VACUUM removes it).
-A task of a job over several stores reads one store and adds its ``store`` column to every
-table's rows. Does not own the stream, the commits or the row logic.
+A task reads one store and lays its rows out as the tables' store layout says (over several
+stores: a ``store`` column on every table's rows, ``tables.StoreOfSeveral``).
+Does not own the stream, the commits or the row logic.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
     MESSAGES,
-    STORE_COLUMN,
+    ONE_STORE,
+    StoreLayout,
     table_path,
 )
 
@@ -56,18 +58,17 @@ FILE_SCHEMAS: Mapping[str, pa.Schema] = {
 """The Arrow schema of each table's data files (equal to its DDL: a test checks it)."""
 
 
-def file_schema(name: str, several: bool = False) -> pa.Schema:
-    """Table ``name``'s file schema; with ``several`` stores, the ``store`` column last."""
-    schema = FILE_SCHEMAS[name]
-    return schema.append(pa.field(STORE_COLUMN, pa.string(), False)) if several else schema
+def file_schema(name: str, layout: StoreLayout = ONE_STORE) -> pa.Schema:
+    """Table ``name``'s file schema in ``layout`` (several stores: the ``store`` column last)."""
+    return layout.arrow_schema(FILE_SCHEMAS[name])
 
 
-def file_schema_json(name: str, several: bool = False) -> str:
+def file_schema_json(name: str, layout: StoreLayout = ONE_STORE) -> str:
     """Table ``name``'s file schema as a Spark ``StructType`` JSON (what a commit checks the
     table's schema against)."""
     from pyspark.sql.pandas.types import from_arrow_schema
 
-    return str(from_arrow_schema(file_schema(name, several)).json())
+    return str(from_arrow_schema(file_schema(name, layout)).json())
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +79,7 @@ class ReputFileTask:
     tables_dir: str
     floors: Mapping[str, int]  # per pending table: rows below this physical offset are kept out
     delay_levels_ms: tuple[int, ...]
-    store: str | None = None  # the ``store`` column's value (tables of several stores)
+    layout: StoreLayout = ONE_STORE  # the store's rows in the tables (a ``store`` column?)
 
 
 @dataclass(slots=True)
@@ -99,10 +100,7 @@ def _rows_for(name: str, batch: pa.Table, task: ReputFileTask) -> pa.Table:
         rows = message_index_rows(batch)
     else:
         rows = batch
-    if task.store is None:
-        return rows
-    tag = pa.repeat(pa.scalar(task.store, pa.string()), rows.num_rows)
-    return rows.append_column(pa.field(STORE_COLUMN, pa.string(), False), tag)
+    return task.layout.tag(rows)
 
 
 def write_partition_files(task: ReputFileTask, partition: LogPartition) -> PartitionFiles:
@@ -116,9 +114,7 @@ def write_partition_files(task: ReputFileTask, partition: LogPartition) -> Parti
         A data file cannot be written (no file is left).
     """
     writers = {
-        name: DataFileWriter(
-            table_path(task.tables_dir, name), file_schema(name, task.store is not None)
-        )
+        name: DataFileWriter(table_path(task.tables_dir, name), file_schema(name, task.layout))
         for name in task.floors
     }
     result = PartitionFiles()

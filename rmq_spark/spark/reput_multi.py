@@ -24,7 +24,7 @@ from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.spark.reput_maintenance import TableMaintenance
 from rmq_spark.spark.reput_start import logged_store_ranges
 from rmq_spark.spark.reput_writer import BatchReport, ReputBatchWriter
-from rmq_spark.spark.tables import STORE_COLUMN, check_store_layout
+from rmq_spark.spark.tables import STORE_COLUMN, StoreOfSeveral
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -70,7 +70,6 @@ class MultiStoreReputWriter:
     ) -> None:
         self.clock = clock or SystemClock()
         self.offset_log = offset_log
-        check_store_layout(spark, config.tables_dir, several=True)  # before a table is made
         self.maintenance = TableMaintenance(
             spark,
             config.tables_dir,
@@ -85,7 +84,7 @@ class MultiStoreReputWriter:
                 delay_levels_ms,
                 clock=self.clock,
                 on_batch=on_batch,
-                store_tag=store,
+                layout=StoreOfSeveral(store),
                 maintenance=self.maintenance,
             )
             for store in stores

@@ -13,7 +13,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.clock import Clock, SystemClock
-from rmq_spark.spark.tables import MESSAGES, STORE_COLUMN, TABLE_NAMES, table_path
+from rmq_spark.spark.tables import (
+    MESSAGES,
+    TABLE_NAMES,
+    StoreLayout,
+    table_path,
+    tables_layout,
+)
 from rmq_spark.store.codec import (
     BlankPadding,
     DecodedRecord,
@@ -122,9 +128,9 @@ def _store_timestamp_ms(buf: object, position: int, path: Path) -> int | None:
     return None
 
 
-def _committed_end(spark: SparkSession, path: Path, store: str | None) -> int | None:
+def _committed_end(spark: SparkSession, path: Path, layout: StoreLayout) -> int | None:
     """The log position a table is complete up to: ``end_offset`` of its newest reput commit
-    (of ``store``'s rows, in tables of several stores)."""
+    of ``layout``'s rows."""
     from delta.tables import DeltaTable
 
     if not (path / "_delta_log").is_dir():
@@ -133,7 +139,7 @@ def _committed_end(spark: SparkSession, path: Path, store: str | None) -> int | 
     for row in history.select("userMetadata").collect():
         if row.userMetadata and "end_offset" in row.userMetadata:
             metadata = json.loads(row.userMetadata)
-            if metadata.get("store") == store:
+            if layout.owns(metadata):
                 return int(metadata["end_offset"])
     return None
 
@@ -145,10 +151,9 @@ def tables_lag(
     *,
     clock: Clock | None = None,
     scan_messages_max: int = 100_000,
-    several: bool = False,
 ) -> ReputLag:
-    """How far the tables under ``tables_dir`` are behind the log of ``store_dir`` now
-    (tables of ``several`` stores: behind that store's log, by its rows).
+    """How far the tables under ``tables_dir`` are behind the log of ``store_dir`` now (in
+    tables of several stores, ``tables_layout``: by that store's rows).
 
     The tables' position is the smallest ``end_offset`` among the three tables' newest reput
     commits (each commit records it next to its Delta txn version); when a table's recent
@@ -156,17 +161,15 @@ def tables_lag(
     """
     from pyspark.sql import functions as F
 
-    store = str(Path(store_dir).absolute()) if several else None
-    ends = [_committed_end(spark, table_path(tables_dir, name), store) for name in TABLE_NAMES]
+    layout = tables_layout(spark, tables_dir, store_dir)
+    ends = [_committed_end(spark, table_path(tables_dir, name), layout) for name in TABLE_NAMES]
     if all(end is not None for end in ends):
         reput_offset = min(end for end in ends if end is not None)
     else:
         reput_offset = 0
         path = table_path(tables_dir, MESSAGES)
         if (path / "_delta_log").is_dir():
-            table = spark.read.format("delta").load(str(path))
-            if store is not None:
-                table = table.where(F.col(STORE_COLUMN) == F.lit(store))
+            table = layout.rows(spark.read.format("delta").load(str(path)))
             top = table.agg(F.max("physical_offset")).first()[0]
             if top is not None:
                 size = table.where(F.col("physical_offset") == F.lit(top)).first()["total_size"]

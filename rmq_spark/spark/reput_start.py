@@ -150,15 +150,10 @@ def fresh_start_offset(progress: Mapping[str, tuple[int, int | None]]) -> int | 
     return min(starts)
 
 
-def starting_offsets(spark: SparkSession, config: ReputConfig, several: bool = False) -> str:
-    """Where a query with a fresh checkpoint starts: after what the tables already hold.
-
-    Over ``several`` stores: ``earliest`` (the source takes no one-store JSON offset there);
-    each store's writer then drops what its tables hold (its floors), so nothing is written
-    twice, at the cost of reading the logs again.
+def starting_offsets(spark: SparkSession, config: ReputConfig) -> str:
+    """Where a one-store query with a fresh checkpoint starts: after what the tables already
+    hold. (A query over several stores starts at ``earliest``, ``reput.start_reput``.)
     """
-    if several:
-        return "earliest"
     versions: dict[str, int] = {}
     for name in TABLE_NAMES:
         path = table_path(config.tables_dir, name)

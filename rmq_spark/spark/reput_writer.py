@@ -34,6 +34,8 @@ from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
     MESSAGES,
+    ONE_STORE,
+    StoreLayout,
     check_store_layout,
     committed_floors,
     ensure_tables,
@@ -91,10 +93,11 @@ class ReputBatchWriter:
     reput version); rows below it are left out, which matters only in the first batch after a
     restart over a fresh checkpoint.
 
-    With ``store_tag`` the writer is one store's among several writing the same tables
-    (``reput_multi.py``): its rows carry ``store = store_tag``, its commits the txn app id
-    ``<txn_app_id>:<store_tag>`` (so each store's log position is its own txn version), and
-    the shared ``maintenance`` is driven by the caller.
+    ``layout`` is the store's rows in the tables: ``ONE_STORE``, or ``StoreOfSeveral`` for one
+    store's writer among several writing the same tables (``reput_multi.py``): its rows then
+    carry the ``store`` column, its commits the txn app id ``<txn_app_id>:<store>`` (so each
+    store's log position is its own txn version). A given ``maintenance`` is shared and
+    driven by the caller.
     """
 
     def __init__(
@@ -107,13 +110,12 @@ class ReputBatchWriter:
         clock: Clock | None = None,
         on_batch: Callable[[BatchReport], None] | None = None,
         offset_log: Path | None = None,
-        store_tag: str | None = None,
+        layout: StoreLayout = ONE_STORE,
         maintenance: TableMaintenance | None = None,
     ) -> None:
         self.spark = spark
-        self.store_tag = store_tag
-        several = store_tag is not None
-        self.app_id = config.txn_app_id if store_tag is None else f"{config.txn_app_id}:{store_tag}"
+        self.layout = layout
+        self.app_id = layout.app_id(config.txn_app_id)
         self.offset_log = offset_log  # the stream's <checkpoint>/offsets: each batch's range
         self.store_dir = Path(store_dir)
         self.config = config
@@ -122,9 +124,9 @@ class ReputBatchWriter:
         self.on_batch = on_batch
         store_path = str(self.store_dir.absolute())
         self.source_options = parse_options({"path": store_path}, streaming=True)
-        check_store_layout(spark, config.tables_dir, several)
-        ensure_tables(spark, config.tables_dir, several=several)
-        self.floors = committed_floors(spark, config.tables_dir, self.app_id, store_tag)
+        check_store_layout(spark, config.tables_dir, layout)
+        ensure_tables(spark, config.tables_dir, layout)
+        self.floors = committed_floors(spark, config.tables_dir, self.app_id, layout)
         self.batches_written = 0
         self.messages_written = 0
         self.skipped_ranges: list[tuple[int, int]] = []
@@ -181,7 +183,7 @@ class ReputBatchWriter:
             self.spark,
             str(table_path(self.config.tables_dir, name)),
             adds,
-            schema_json=file_schema_json(name, self.store_tag is not None),
+            schema_json=file_schema_json(name, self.layout),
             app_id=self.app_id,
             version=version,
             metadata=metadata,
@@ -199,7 +201,7 @@ class ReputBatchWriter:
             str(self.config.tables_dir),
             pending,
             self.delay_levels_ms,
-            self.store_tag,
+            self.layout,
         )
         try:
             parts = self._write_files(start, version, task)
@@ -209,9 +211,8 @@ class ReputBatchWriter:
             "batch_id": batch_id,
             "start_offset": start,
             "end_offset": version,
+            **self.layout.commit_metadata(),
         }
-        if self.store_tag is not None:
-            metadata["store"] = self.store_tag  # tables_lag finds each store's last commit
         self.consume_queue_visible_ms = None
         # consume_queue first: its rows are the ones consumers wait for (put-to-visible).
         order = [name for name in (CONSUME_QUEUE, MESSAGE_INDEX, MESSAGES) if name in pending]
@@ -274,14 +275,14 @@ class ReputBatchWriter:
             stats_ms=stats_ms,
             write_ms=write_ms,
             consume_queue_visible_ms=self.consume_queue_visible_ms,
-            store=self.store_tag,
+            store=self.layout.store,
         )
         self.last_report = report
         log.info(
             "reput batch %d%s: %d messages, %d bytes, log [%d, %d) -> consume_queue %d rows, "
             "message_index %d rows (range %.0f ms, write %.0f ms); %s",
             batch_id,
-            "" if self.store_tag is None else f" ({self.store_tag})",
+            self.layout.label,
             report.message_count,
             report.log_bytes,
             report.start_offset,

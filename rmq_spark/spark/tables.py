@@ -10,7 +10,10 @@ their creation, registration in the catalog, the reput's commit floors and compa
 (OPTIMIZE). Tables built from several stores have one more column, ``store`` (last, the
 store's absolute path, as the source's ``store`` column), and cluster ``consume_queue`` by
 ``store`` first; tables of one store keep the one-store schema. A tables directory is one
-or the other for life (``check_store_layout``). Does not own the rows (``reput_rows.py``),
+or the other for life (``check_store_layout``). What differs between the two is owned by
+the store layouts (``OneStore``, ``StoreOfSeveral``: one store's rows in either), decided
+once where a job starts or read from the tables (``tables_layout``), so no flag is passed
+around. Does not own the rows (``reput_rows.py``),
 the data files and commits (``reput_files.py``, ``delta_files.py``, ``delta_append.py``),
 the stream (``reput.py``) nor queries (``query.py``).
 """
@@ -19,15 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import pyarrow as pa
 
 from rmq_spark.errors import StoreLayoutMismatchError, TableError
 from rmq_spark.spark.delta_append import committed_file_count, committed_txn_version
 from rmq_spark.spark.schema import SCHEMA_DDL
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 __all__ = [
     "CLUSTER_COLUMNS",
@@ -37,7 +43,11 @@ __all__ = [
     "MESSAGES_DDL",
     "MESSAGE_INDEX",
     "MESSAGE_INDEX_DDL",
+    "ONE_STORE",
+    "OneStore",
     "STORE_COLUMN",
+    "StoreLayout",
+    "StoreOfSeveral",
     "TABLE_DDL",
     "TABLE_NAMES",
     "check_store_layout",
@@ -47,8 +57,8 @@ __all__ = [
     "max_physical_offset",
     "optimize_tables",
     "register_tables",
-    "table_ddl",
     "table_path",
+    "tables_layout",
 ]
 
 CONSUME_QUEUE = "consume_queue"
@@ -90,16 +100,87 @@ _TABLE_PROPERTIES = "'delta.checkpointInterval' = '1000000'"
 STORE_COLUMN = "store"  # the source's name for it (``multi_store.STORE_COLUMN``)
 
 
-def table_ddl(name: str, several: bool = False) -> str:
-    """Table ``name``'s columns; with ``several`` stores, the ``store`` column last."""
-    ddl = TABLE_DDL[name]
-    return f"{ddl}, {STORE_COLUMN} string not null" if several else ddl
+@dataclass(frozen=True, slots=True)
+class OneStore:
+    """Tables of one store: no ``store`` column, every row is the store's."""
+
+    has_store_column: ClassVar[bool] = False
+    store: ClassVar[str | None] = None
+    label: ClassVar[str] = ""  # what a log line adds to name the store
+
+    def app_id(self, base: str) -> str:
+        return base
+
+    def ddl(self, name: str) -> str:
+        return TABLE_DDL[name]
+
+    def cluster_columns(self, name: str) -> tuple[str, ...]:
+        return CLUSTER_COLUMNS[name]
+
+    def arrow_schema(self, schema: pa.Schema) -> pa.Schema:
+        return schema
+
+    def tag(self, rows: pa.Table) -> pa.Table:
+        return rows
+
+    def rows(self, table: DataFrame) -> DataFrame:
+        return table
+
+    def commit_metadata(self) -> dict[str, object]:
+        return {}
+
+    def owns(self, metadata: Mapping[str, object]) -> bool:
+        """Whether a reput commit's metadata is of this store's rows."""
+        return metadata.get(STORE_COLUMN) is None
 
 
-def _cluster_columns(name: str, several: bool) -> tuple[str, ...]:
-    if several and name == CONSUME_QUEUE:  # the key is (store, topic, queue_id, queue_offset)
-        return (STORE_COLUMN, *CLUSTER_COLUMNS[name])
-    return CLUSTER_COLUMNS[name]
+@dataclass(frozen=True, slots=True)
+class StoreOfSeveral:
+    """One store's rows in tables of several: the ``store`` column (last, the store's absolute
+    path) tells them apart, ``consume_queue`` is keyed and clustered by it first, and the
+    store's reput commits carry its own txn app id and name it in their metadata."""
+
+    store: str
+    has_store_column: ClassVar[bool] = True
+
+    @property
+    def label(self) -> str:
+        return f" ({self.store})"
+
+    def app_id(self, base: str) -> str:
+        return f"{base}:{self.store}"
+
+    def ddl(self, name: str) -> str:
+        return f"{TABLE_DDL[name]}, {STORE_COLUMN} string not null"
+
+    def cluster_columns(self, name: str) -> tuple[str, ...]:
+        if name == CONSUME_QUEUE:  # the key is (store, topic, queue_id, queue_offset)
+            return (STORE_COLUMN, *CLUSTER_COLUMNS[name])
+        return CLUSTER_COLUMNS[name]
+
+    def arrow_schema(self, schema: pa.Schema) -> pa.Schema:
+        return schema.append(pa.field(STORE_COLUMN, pa.string(), False))
+
+    def tag(self, rows: pa.Table) -> pa.Table:
+        values = pa.repeat(pa.scalar(self.store, pa.string()), rows.num_rows)
+        return rows.append_column(pa.field(STORE_COLUMN, pa.string(), False), values)
+
+    def rows(self, table: DataFrame) -> DataFrame:
+        from pyspark.sql import functions as F
+
+        return table.where(F.col(STORE_COLUMN) == F.lit(self.store))
+
+    def commit_metadata(self) -> dict[str, object]:
+        return {STORE_COLUMN: self.store}  # tables_lag finds each store's last commit
+
+    def owns(self, metadata: Mapping[str, object]) -> bool:
+        return metadata.get(STORE_COLUMN) == self.store
+
+
+StoreLayout = OneStore | StoreOfSeveral
+"""One store's rows in the tables, and what the tables' layout makes of them."""
+
+ONE_STORE = OneStore()
 
 
 def table_path(tables_dir: str | Path, name: str) -> Path:
@@ -124,9 +205,11 @@ def _is_delta_table(path: Path) -> bool:
     return (path / "_delta_log").is_dir() and any((path / "_delta_log").glob("*.json"))
 
 
-def ensure_tables(spark: SparkSession, tables_dir: str | Path, *, several: bool = False) -> None:
-    """Create the three Delta tables under ``tables_dir`` where they do not exist yet (with
-    the ``store`` column when they are built from ``several`` stores).
+def ensure_tables(
+    spark: SparkSession, tables_dir: str | Path, layout: StoreLayout = ONE_STORE
+) -> None:
+    """Create the three Delta tables under ``tables_dir`` where they do not exist yet, in
+    ``layout`` (with the ``store`` column for tables of several stores).
 
     Raises
     ------
@@ -138,10 +221,10 @@ def ensure_tables(spark: SparkSession, tables_dir: str | Path, *, several: bool 
         path = table_path(tables_dir, name)
         if _is_delta_table(path):
             return
-        cluster = ", ".join(_cluster_columns(name, several))
+        cluster = ", ".join(layout.cluster_columns(name))
         try:
             spark.sql(
-                f"CREATE TABLE IF NOT EXISTS {_sql_path(path)} ({table_ddl(name, several)}) "
+                f"CREATE TABLE IF NOT EXISTS {_sql_path(path)} ({layout.ddl(name)}) "
                 "USING delta "
                 f"CLUSTER BY ({cluster}) TBLPROPERTIES ({_TABLE_PROPERTIES})"
             )
@@ -153,8 +236,8 @@ def ensure_tables(spark: SparkSession, tables_dir: str | Path, *, several: bool 
     _for_each_table(create)
 
 
-def check_store_layout(spark: SparkSession, tables_dir: str | Path, several: bool) -> None:
-    """Refuse to add rows of ``several`` stores to one-store tables, or the other way round:
+def check_store_layout(spark: SparkSession, tables_dir: str | Path, layout: StoreLayout) -> None:
+    """Refuse to add rows of several stores to one-store tables, or the other way round:
     a one-store table has no ``store`` column to tell the stores' rows (and queue offsets)
     apart, and a table of several stores needs it in every row.
 
@@ -168,15 +251,25 @@ def check_store_layout(spark: SparkSession, tables_dir: str | Path, several: boo
         if not _is_delta_table(path):
             continue
         has_store = STORE_COLUMN in spark.read.format("delta").load(str(path)).columns
-        if has_store != several:
+        if has_store != layout.has_store_column:
             raise StoreLayoutMismatchError(
-                f"{path}: built from {_layout(has_store)}, now asked to index "
-                f"{_layout(several)}; use another tables directory (docs/TABLES.md)"
+                f"{path}: built from {_describe(has_store)}, now asked to index "
+                f"{_describe(layout.has_store_column)}; use another tables directory "
+                "(docs/TABLES.md)"
             )
 
 
-def _layout(several: bool) -> str:
-    return "several stores" if several else "one store"
+def _describe(has_store_column: bool) -> str:
+    return "several stores" if has_store_column else "one store"
+
+
+def tables_layout(spark: SparkSession, tables_dir: str | Path, store: str | Path) -> StoreLayout:
+    """``store``'s layout in the existing tables under ``tables_dir``: ``StoreOfSeveral`` when
+    they have the ``store`` column, else (or with no tables yet) ``ONE_STORE``."""
+    path = table_path(tables_dir, MESSAGES)
+    if _is_delta_table(path) and STORE_COLUMN in spark.read.format("delta").load(str(path)).columns:
+        return StoreOfSeveral(str(Path(store).absolute()))
+    return ONE_STORE
 
 
 def _for_each_table(action: Callable[[str], None]) -> None:
@@ -251,19 +344,16 @@ def _same_location(location: str, path: Path) -> bool:
 
 
 def max_physical_offset(
-    spark: SparkSession, tables_dir: str | Path, name: str, store: str | None = None
+    spark: SparkSession, tables_dir: str | Path, name: str, layout: StoreLayout = ONE_STORE
 ) -> int | None:
-    """The largest ``physical_offset`` in table ``name`` (of ``store``'s rows when given;
-    ``None``: no rows). An empty table is known from its version checksum without a Spark
-    job."""
+    """The largest ``physical_offset`` of ``layout``'s rows in table ``name`` (``None``: no
+    rows). An empty table is known from its version checksum without a Spark job."""
     from pyspark.sql import functions as F
 
     path = table_path(tables_dir, name)
     if committed_file_count(spark, str(path)) == 0:
         return None
-    table = spark.read.format("delta").load(str(path))
-    if store is not None:
-        table = table.where(F.col(STORE_COLUMN) == F.lit(store))
+    table = layout.rows(spark.read.format("delta").load(str(path)))
     top = table.agg(F.max("physical_offset")).first()[0]
     return None if top is None else int(top)
 
@@ -272,15 +362,15 @@ def committed_floors(
     spark: SparkSession,
     tables_dir: str | Path,
     app_id: str = "rmq-reput",
-    store: str | None = None,
+    layout: StoreLayout = ONE_STORE,
 ) -> dict[str, int]:
     """Per table, the physical offset from which its rows are still missing.
 
     The table's last ``txnVersion`` of ``app_id``: the log position its newest reput commit
     ends at, written atomically with that commit's rows, so the table holds every message
     below it. A table without a reput commit (empty, or filled by something else) gets
-    ``max(physical_offset) + 1`` (0 when empty); with ``store``, of that store's rows (a
-    table of several stores: ``app_id`` is then that store's).
+    ``max(physical_offset) + 1`` (0 when empty), of ``layout``'s rows (in tables of several
+    stores ``app_id`` is then that store's, ``layout.app_id``).
     """
     floors: dict[str, int] = {}
     for name in TABLE_NAMES:
@@ -292,7 +382,7 @@ def committed_floors(
         if version >= 0:
             floors[name] = version
             continue
-        top = max_physical_offset(spark, tables_dir, name, store)
+        top = max_physical_offset(spark, tables_dir, name, layout)
         floors[name] = 0 if top is None else top + 1
     return floors
 
