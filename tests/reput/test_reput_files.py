@@ -155,8 +155,6 @@ def test_a_concurrent_commit_of_the_same_app_fails_ours(
     """What exactly-once rests on, and what a Delta upgrade could change under Delta's
     internal transaction API without a compile error: another writer of the same app id that
     commits between our version check and our commit makes our commit fail, not add twice."""
-    from py4j.protocol import Py4JJavaError
-
     from rmq_spark.spark import delta_append
 
     ensure_tables(spark, tmp_path)
@@ -174,7 +172,8 @@ def test_a_concurrent_commit_of_the_same_app_fails_ours(
 
     monkeypatch.setattr(delta_append, "_txn_version", racing)
     adds = [_file(Path(path), _queue_rows(0, 10))]
-    with pytest.raises(Py4JJavaError, match="ConcurrentTransactionException"):
+    # Py4JJavaError, or Delta's own class once anything has imported delta.tables.
+    with pytest.raises(Exception, match="ConcurrentTransactionException"):
         commit_files_once(spark, path, adds, version=6, **commit)
     assert spark.read.format("delta").load(path).count() == 0
     assert delta_append.committed_txn_version(spark, path, "reput") == 5
