@@ -72,9 +72,8 @@ class CopyStore:
             self._groups.settle(copy, ok)
 
     def _request(self, copy: Copy) -> PutRequest:
-        if copy.kind is CopyKind.DLQ:
-            return self._dlq_request(copy.group, copy.record, copy.properties, copy.attempts)
-        return self._retry_request(copy.group, copy.record, copy.properties, copy.attempts)
+        make = self._dlq_request if copy.hand_off.kind is CopyKind.DLQ else self._retry_request
+        return make(copy.group, copy.record, copy.properties, copy.hand_off.tried)
 
     def to_dlq(
         self, group: str, record: DecodedRecord, properties: dict[str, str], attempts: int
