@@ -11,7 +11,6 @@ or change-invisible. Knows nothing of gRPC or files.
 
 from __future__ import annotations
 
-import enum
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,12 +26,16 @@ from rmq_spark.broker.consumer.delivery import (
     Message,
     QueueProgress,
 )
-from rmq_spark.broker.consumer.ports import (
-    GroupSettingsLike,
-    MessageFilter,
-    QueueSource,
-    RecordReader,
+from rmq_spark.broker.consumer.pop_model import (
+    RETRY_PREFIX,
+    Copy,
+    Delivery,
+    HandleCode,
+    Popped,
+    PopRequest,
+    retry_topic,
 )
+from rmq_spark.broker.consumer.ports import QueueSource, RecordReader
 from rmq_spark.broker.consumer.receipt import ReceiptHandle
 from rmq_spark.clock import Clock
 from rmq_spark.errors import OffsetOutOfRangeError
@@ -56,69 +59,6 @@ _SCAN_LIMIT = 4096  # queue offsets one pop looks at per queue (filtered-out one
 _RELEASE_MS = 1_000  # a terminated client's auto-renewed messages come back after this
 
 
-class HandleCode(enum.Enum):
-    OK = "OK"
-    INVALID = "INVALID_RECEIPT_HANDLE"
-
-
-@dataclass(frozen=True, slots=True)
-class PopRequest:
-    group: str
-    topic: str
-    filter: MessageFilter
-    batch_size: int
-    invisible_ms: int
-    settings: GroupSettingsLike
-    client_id: str = ""
-    auto_renew: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One message handed to a consumer: the stored record and this delivery's handle."""
-
-    topic: str  # the topic the client sees: a retry copy's original topic (RETRY_TOPIC)
-    handle: ReceiptHandle
-    record: DecodedRecord
-    properties: dict[str, str]
-    prior: int = 0  # the group's earlier attempts (``copies.prior_reconsumes``)
-
-    @property
-    def attempt(self) -> int:
-        """Attempts so far: the group's earlier ones (its own %RETRY% copy's RECONSUMETIMES)
-        plus this copy's deliveries (the handle counts those)."""
-        return self.prior + self.handle.attempt
-
-
-@dataclass(frozen=True, slots=True)
-class Copy:
-    """A pop's request to store a copy of a message elsewhere (``hand_off.kind``): its retry
-    copy in ``%RETRY%<group>`` or its dead letter in ``%DLQ%<group>``, with ``hand_off.tried``
-    as the copy's reconsume times. Report the put's result with ``ConsumerGroups.settle``."""
-
-    group: str
-    topic: str  # the stored topic the message was popped from
-    queue_id: int
-    hand_off: HandOff
-    record: DecodedRecord
-    properties: dict[str, str]
-
-
-@dataclass(slots=True)
-class Popped:
-    """What one pop hands out, and the copies to store before answering."""
-
-    deliveries: list[Delivery] = field(default_factory=list)
-    copies: list[Copy] = field(default_factory=list)
-
-
-RETRY_PREFIX = "%RETRY%"
-
-
-def retry_topic(group: str) -> str:
-    return f"{RETRY_PREFIX}{group}"
-
-
 @dataclass(slots=True)
 class _Group:
     """One group's state and the lock that guards it."""
@@ -126,6 +66,9 @@ class _Group:
     lock: threading.Lock = field(default_factory=threading.Lock)
     queues: dict[tuple[str, int], QueueProgress] = field(default_factory=dict)
     round_robin: dict[str, int] = field(default_factory=dict)
+
+
+_NO_GROUP = _Group()  # read only: what a group that never received looks like
 
 
 class ConsumerGroups:
@@ -166,6 +109,11 @@ class ConsumerGroups:
             with self._groups_lock:
                 state = self._groups.setdefault(group, _Group())
         return state
+
+    def _existing(self, group: str) -> _Group:
+        """The group's state, or an empty one nobody writes to: a handle or a question
+        naming a group that never received creates nothing."""
+        return self._groups.get(group) or _NO_GROUP
 
     def _all(self) -> list[tuple[str, _Group]]:
         with self._groups_lock:
@@ -311,7 +259,7 @@ class ConsumerGroups:
     def settle(self, copy: Copy, stored: bool) -> None:
         """The copy a pop asked for is stored (its message is done) or not (deliverable
         again, so a later pop tries again)."""
-        state = self._group(copy.group)
+        state = self._existing(copy.group)
         with state.lock:
             self._settle(state, copy, stored)
 
@@ -368,14 +316,14 @@ class ConsumerGroups:
 
     def is_current(self, group: str, topic: str, handle: ReceiptHandle) -> bool:
         """Whether ``handle`` names the latest delivery of a message still unacknowledged."""
-        state = self._group(group)
+        state = self._existing(group)
         with state.lock:
             return self._current(state, group, topic, handle) is not None
 
     def delivered_offset(self, group: str, topic: str, handle: ReceiptHandle) -> int | None:
         """The CommitLog offset of the record ``handle``'s delivery handed out, while that
         delivery is current; None otherwise (the handle's own offset is not trusted)."""
-        state = self._group(group)
+        state = self._existing(group)
         with state.lock:
             entry = self._current(state, group, topic, handle)
             return None if entry is None else entry.physical_offset
@@ -383,7 +331,7 @@ class ConsumerGroups:
     def ack(self, group: str, topic: str, handle: ReceiptHandle) -> HandleCode:
         """Acknowledge one delivery; a stale handle (acknowledged, redelivered since, being
         handed off, or from another broker run) is ``INVALID``."""
-        state = self._group(group)
+        state = self._existing(group)
         with state.lock:
             progress = self._progress_for(state, group, topic, handle)
             if progress is None or not delivery.ack(progress, handle.queue_offset, handle.attempt):
@@ -395,7 +343,7 @@ class ConsumerGroups:
         self, group: str, topic: str, handle: ReceiptHandle, invisible_ms: int
     ) -> ReceiptHandle | HandleCode:
         """Make the delivery visible again ``invisible_ms`` from now; returns its new handle."""
-        state = self._group(group)
+        state = self._existing(group)
         with state.lock:
             progress = self._progress_for(state, group, topic, handle)
             now = self._clock.now_ms()
@@ -443,7 +391,7 @@ class ConsumerGroups:
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset in the queue; None when it never committed there."""
-        state = self._group(group)
+        state = self._existing(group)
         with state.lock:
             progress = state.queues.get((topic, queue_id))
             if progress is not None:
@@ -461,7 +409,7 @@ class ConsumerGroups:
 
     def next_deadline_ms(self, group: str, topic: str) -> int | None:
         """When the earliest invisible message of (group, topic) becomes visible again."""
-        state = self._group(group)
+        state = self._existing(group)
         with state.lock:
             deadlines = [
                 d
