@@ -9,7 +9,7 @@ application can replace one (e.g. group settings) with ``dataclasses.replace``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,12 +61,15 @@ class RecordReader(Protocol):
 
 
 class ConsumerStore(RecordReader, Protocol):
-    """What the consume path uses of a ``MessageStore``: reads, DLQ puts, its directory."""
+    """What the consume path uses of a ``MessageStore``: reads, retry and DLQ puts, its
+    directory."""
 
     @property
     def root_dir(self) -> Path: ...
 
     def put(self, request: PutRequest) -> PutResult: ...
+
+    def put_batch(self, requests: Sequence[PutRequest]) -> list[PutResult]: ...
 
 
 class MessageFilter(Protocol):
