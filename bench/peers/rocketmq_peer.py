@@ -12,7 +12,10 @@ Every port is free and on 127.0.0.1, the heaps are small, and the config, store 
 (``user.home`` points there) live in one temporary directory. ``store_dir=`` starts the broker
 on an existing store instead (a RocketMQ store, or a copy of one rmq-spark wrote: its
 ``config/*.json`` give the topics, groups and offsets); that directory is the caller's and is
-left in place on stop, so its ConsumeQueues can be read afterwards. ``start()`` creates the topics
+left in place on stop, so its ConsumeQueues can be read afterwards. ``proxy=False`` runs the
+broker alone (``BrokerStartup``, what the 4.x remoting clients reach directly: ``remoting.py``);
+``namesrv_addr=`` registers it with an existing name server instead of starting one, under
+``broker_name`` (``broker-a``) in ``DefaultCluster``. ``start()`` creates the topics
 asked for with the admin tool (``MQAdminStartup updateTopic``: 8 queues, message type NORMAL, as
 a 5.x producer needs; the proxy does not create topics on first use) and waits until the proxy's
 gRPC port answers. ``stop()`` (also on leaving the ``with`` block, however it is left) sends
