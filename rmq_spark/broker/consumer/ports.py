@@ -99,6 +99,19 @@ class GroupSettingsLike(Protocol):
 class GroupSettingsSource(Protocol):
     def get(self, group: str) -> GroupSettingsLike: ...
 
+    def snapshot(self) -> Mapping[str, GroupSettingsLike]: ...
+
+    def document(self) -> str: ...
+
+    def update(
+        self,
+        group: str,
+        *,
+        retry_max_times: int | None = None,
+        fifo: bool | None = None,
+        consume_enable: bool | None = None,
+    ) -> GroupSettingsLike: ...
+
 
 @dataclass(frozen=True, slots=True)
 class ConsumerWiring:
