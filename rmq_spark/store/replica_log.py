@@ -60,8 +60,9 @@ class ReplicaLog:
         self._verify_until = 0  # below here the stream must equal the slave's own bytes
 
     @property
-    def max_offset(self) -> int:
-        return self._log.max_offset
+    def next_offset(self) -> int:
+        """Where the master's stream must continue."""
+        return self._next
 
     def start(self) -> int:
         """Reset the stream state; the offset to report to the master first."""
