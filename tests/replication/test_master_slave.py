@@ -141,3 +141,19 @@ def _send_until(
         except Exception:
             return
         i += 1
+
+
+def test_replication_lag_is_logged_and_exposed_on_both_sides(
+    brokers: Callable[..., BrokerProcess], producer_for: Callable[..., Any], rocketmq: ModuleType
+) -> None:
+    import urllib.request
+
+    ports = [free_port(), free_port()]
+    master, slave = pair(
+        brokers, f"broker.metrics_listen=127.0.0.1:{ports[0]}", "broker.ha_lag_log_interval_ms=200"
+    )
+    send_many(rocketmq, producer_for(master.address, ("orders",)), 3)
+    text = urllib.request.urlopen(f"http://127.0.0.1:{ports[0]}/metrics", timeout=10).read()
+    assert b'rmq_replication_lag_bytes{role="SYNC_MASTER"} 0.0' in text
+    assert b'rmq_replication_peers{role="SYNC_MASTER"} 1.0' in text
+    wait_for(lambda: "1 peer(s) connected" in master.log_text(), 10, "the lag log line")
