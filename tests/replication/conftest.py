@@ -4,26 +4,14 @@ client (``tests/broker``'s harness, reused)."""
 from __future__ import annotations
 
 import os
-import socket
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent.parent / "broker"))
-
-from broker_harness import BrokerProcess, start_broker  # noqa: E402
-
-SEGMENT = "store.segment_size_bytes=65536"  # small segments: the stream crosses files
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from broker.broker_harness import BrokerProcess, start_broker
+from replication_harness import SEGMENT
 
 
 @pytest.fixture

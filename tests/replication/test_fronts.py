@@ -9,8 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from broker_harness import BrokerProcess, wait_for
-from conftest import free_port
+from broker.broker_harness import BrokerProcess, wait_for
+from replication_harness import free_port
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.remoting.codec import RemotingCommand

@@ -15,8 +15,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from broker_harness import BrokerProcess, by_uniq_key, read_records, wait_for
-from conftest import free_port
+from broker.broker_harness import BrokerProcess, by_uniq_key, read_records, wait_for
+from replication_harness import free_port
 
 KILLS = int(os.environ.get("RMQ_REPLICATION_KILLS", "5"))  # the issue asks 20; CI runs 5
 

@@ -1,0 +1,14 @@
+"""Helpers of the replication tests (a module of its own: ``conftest`` names clash across
+test folders)."""
+
+from __future__ import annotations
+
+import socket
+
+SEGMENT = "store.segment_size_bytes=65536"  # small segments: the stream crosses files
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
