@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import socket
 
-SEGMENT = "store.segment_size_bytes=65536"  # small segments: the stream crosses files
+SEGMENT_BYTES = 65536  # small segments: the stream crosses files
+SEGMENT = f"store.segment_size_bytes={SEGMENT_BYTES}"
 
 
 def free_port() -> int:
