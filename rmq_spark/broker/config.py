@@ -64,7 +64,7 @@ class BrokerConfig:
     # Replication (docs/REPLICATION.md): RocketMQ's master/slave HA protocol
     role: str = "ASYNC_MASTER"  # ASYNC_MASTER, SYNC_MASTER (ack after a slave has it), SLAVE
     broker_id: int = 0  # name-server brokerId: masters 0; a SLAVE's 0 means 1
-    ha_listen: str = "auto"  # master HA host:port; auto: 127.0.0.1:gRPC+1 (off with auth); "": off
+    ha_listen: str = "auto"  # HA host:port; auto: SYNC_MASTER at 127.0.0.1:gRPC+1, no auth; "": off
     ha_allow_remote: bool = False  # let ha_listen bind a non-loopback host (HA has no auth)
     ha_master: str = ""  # SLAVE: the master's HA host:port
     ha_slave_timeout_ms: int = 3000  # SYNC_MASTER: longest wait for a slave (RocketMQ slaveTimeout)

@@ -90,7 +90,7 @@ def test_a_peer_ahead_of_the_master_is_refused_and_the_log_is_served_from_its_st
         assert offset == 0 and size > 0
 
 
-def test_the_ha_port_is_loopback_unless_allowed_and_auto_is_off_with_auth() -> None:
+def test_the_ha_port_is_loopback_unless_allowed_auto_only_on_a_sync_master_without_auth() -> None:
     import pytest
 
     with pytest.raises(ValueError, match="ha_listen: 0.0.0.0:10912 is not loopback"):
@@ -104,6 +104,8 @@ def test_the_ha_port_is_loopback_unless_allowed_and_auto_is_off_with_auth() -> N
         BrokerConfig(role="SYNC_MASTER", ha_listen="")
     from rmq_spark.broker.replication.node import ha_bind
 
-    assert ha_bind(BrokerConfig(), 8081) == ("127.0.0.1", 8082, True)
-    authed = BrokerConfig(auth_enabled=True, auth_users_file="users.toml")
+    assert ha_bind(BrokerConfig(), 8081) is None  # the default ASYNC_MASTER opens no HA port
+    assert ha_bind(BrokerConfig(role="SYNC_MASTER"), 8081) == ("127.0.0.1", 8082, True)
+    assert ha_bind(BrokerConfig(ha_listen="127.0.0.1:9000"), 8081) == ("127.0.0.1", 9000, False)
+    authed = BrokerConfig(role="SYNC_MASTER", auth_enabled=True, auth_users_file="users.toml")
     assert ha_bind(authed, 8081) is None

@@ -30,12 +30,14 @@ _OK = SendCode.OK
 
 def ha_bind(config: BrokerConfig, grpc_port: int) -> tuple[str, int, bool] | None:
     """``(host, port, fallback)`` of the HA port, ``None`` when there is none: a SLAVE, ``""``,
-    or ``auto`` with auth on (the HA protocol has no auth: set it explicitly to open it)."""
+    or ``auto`` on anything but a SYNC_MASTER without auth. The HA protocol has no auth and
+    serves the whole log, so a broker opens that port only when it needs slaves (SYNC_MASTER)
+    or is told to (an address; an ASYNC_MASTER with slaves names one)."""
     text = config.ha_listen.strip()
     if config.role == "SLAVE" or not text:
         return None
     if text == "auto":
-        if config.auth_enabled:
+        if config.auth_enabled or config.role != "SYNC_MASTER":
             return None
         return "127.0.0.1", grpc_port + 1 if 0 < grpc_port < 65535 else 0, True
     host, port = parse_listen(text)
