@@ -45,9 +45,13 @@ def namesrv_overrides(args: argparse.Namespace) -> dict[str, str]:
 
 
 def start_registration(
-    config: BrokerConfig, port: int, topics: Callable[[], Mapping[str, int]]
+    config: BrokerConfig,
+    port: int,
+    topics: Callable[[], Mapping[str, int]],
+    grpc_port: int | None = None,
 ) -> NamesrvRegistration | None:
-    """Register the broker serving on ``port`` with ``config.namesrv_addr``; ``None`` if empty."""
+    """Register the broker serving on ``port`` with ``config.namesrv_addr``; ``None`` if empty.
+    ``grpc_port``: announced to the other brokers, which route gRPC clients to it."""
     addresses = parse_namesrv_addr(config.namesrv_addr)
     if not addresses:
         return None
@@ -57,6 +61,7 @@ def start_registration(
         broker_name=config.broker_name,
         addr=f"{host}:{port}",
         ha_addr=f"{host}:{port + 1}",
+        grpc_addr=f"{host}:{grpc_port}" if grpc_port else "",
     )
     interval_s = config.register_interval_ms / 1000
     if config.auto_create_topics:
