@@ -31,7 +31,6 @@ from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.security.resources import Name, resolved_of
 from rmq_spark.broker.send_model import MessageKind, SendCode, SendCommand, SendOutcome
 from rmq_spark.broker.service import BrokerService
-from rmq_spark.broker.topics import full_topic_name
 from rmq_spark.store.message import HostAddress
 
 __all__ = ["ProducerRpcs"]
@@ -64,7 +63,7 @@ class ProducerRpcs:
         that owns it (every live broker of the cluster when name servers are configured)."""
         topic = resolved_of(context).topic  # the name the ACL checked (resources.py)
         if self._cluster is not None:
-            routes = await self._cluster.lookup(full_topic_name(topic.name, topic.namespace))
+            routes = await self._cluster.lookup(topic.full)
             if routes:
                 return spb.QueryRouteResponse(
                     status=status(pb.OK), message_queues=_cluster_queues(topic, routes)
