@@ -56,10 +56,12 @@ _RETRIED_STATUS = frozenset(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SendReceipt:
-    """An acknowledged send: the message id (stored as UNIQ_KEY) and its queue offset."""
+    """An acknowledged send: the message id (stored as UNIQ_KEY), its queue offset, and the
+    broker that stored it (its name in the route; the access point's address without one)."""
 
     message_id: str
     queue_offset: int
+    broker: str = ""
 
 
 def _rejected(code: int, reason: str, message_id: str) -> SendRejectedError:
@@ -244,7 +246,8 @@ class Producer:
             if status.code == pb.OK:
                 self._note(broker, started_ms, failed=False)
                 entry = response.entries[0] if response.entries else None
-                return SendReceipt(message_id, entry.offset if entry is not None else -1)
+                offset = entry.offset if entry is not None else -1
+                return SendReceipt(message_id, offset, broker)
             if status.code in _RETRIED_STATUS:
                 last_problem = f"{pb.Code.Name(status.code)} from {broker}: {status.message}"
                 self._note(broker, started_ms, failed=True)
