@@ -19,8 +19,8 @@ from dataclasses import dataclass
 __all__ = [
     "ISOLATION_LATENCY_MS",
     "LATENCY_MAX_MS",
-    "NOT_AVAILABLE_MS",
     "LatencyFaultTable",
+    "NOT_AVAILABLE_MS",
     "QueueChooser",
     "RoutedQueue",
 ]

@@ -23,7 +23,7 @@ from rmq_spark.broker.grpc.grpc_client import messaging_channel
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 
-__all__ = ["ROUTE_REFRESH_S", "PublishRoutes"]
+__all__ = ["PublishRoutes", "ROUTE_REFRESH_S"]
 
 log = logging.getLogger("rmq_spark.broker.cluster")
 ROUTE_REFRESH_S = 30.0  # RocketMQ clients' pollNameServerInterval

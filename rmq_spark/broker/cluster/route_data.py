@@ -16,7 +16,7 @@ from typing import Any
 
 from rmq_spark.broker.fastjson import FastjsonError, parse_fastjson
 
-__all__ = ["GRPC_PREFIX", "BrokerRoute", "RouteDataError", "grpc_announcement", "parse_route"]
+__all__ = ["BrokerRoute", "GRPC_PREFIX", "RouteDataError", "grpc_announcement", "parse_route"]
 
 GRPC_PREFIX = "grpc://"
 MASTER_ID = "0"  # MixAll.MASTER_ID: only masters take sends

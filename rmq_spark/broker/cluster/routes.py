@@ -19,7 +19,7 @@ from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.namesrv_client import NamesrvConnection
 from rmq_spark.errors import RemotingFrameError
 
-__all__ = ["GET_ROUTEINFO_BY_TOPIC", "ROUTE_TTL_S", "ClusterRoutes", "cluster_routes"]
+__all__ = ["ClusterRoutes", "GET_ROUTEINFO_BY_TOPIC", "ROUTE_TTL_S", "cluster_routes"]
 
 log = logging.getLogger(__name__)
 GET_ROUTEINFO_BY_TOPIC = 105
