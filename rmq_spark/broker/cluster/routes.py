@@ -4,7 +4,9 @@
 long-lived connection each, on the caller's asyncio loop (the gRPC server's). An answer is
 cached for ``ttl_s`` (a client asks for every topic every 30 s, and on every new producer);
 a name server that is down or answers garbage is logged once per change and the next one is
-tried. ``None`` means no name server answered: the caller falls back to its own queues.
+tried (the failed one is skipped for ``RETRY_AFTER_S``, so a name server that swallows packets
+costs one timeout, not one per route). ``None`` means no name server answered: the caller
+falls back to its own queues.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ GET_ROUTEINFO_BY_TOPIC = 105
 TOPIC_NOT_EXIST = 17
 ROUTE_TTL_S = 3.0  # short: a broker that leaves is out of answers within this after its expiry
 LOOKUP_TIMEOUT_S = 3.0  # RocketMQ's client timeout for route look-ups
+RETRY_AFTER_S = 5.0  # a name server that failed is skipped this long (no 3 s wait per route)
 
 
 class ClusterRoutes:
@@ -48,6 +51,7 @@ class ClusterRoutes:
         self._now = monotonic
         self._cache: dict[str, tuple[float, tuple[BrokerRoute, ...]]] = {}
         self._problems: dict[str, str] = {}  # name server -> last problem, logged on change
+        self._skip_until: dict[str, float] = {}  # name server -> when to try it again
 
     async def lookup(self, topic: str) -> tuple[BrokerRoute, ...] | None:
         """The brokers serving ``topic`` (empty: no broker has it), or ``None`` when no name
@@ -56,6 +60,8 @@ class ClusterRoutes:
         if cached is not None and self._now() < cached[0]:
             return cached[1]
         for conn in self._connections:
+            if self._now() < self._skip_until.get(conn.address, 0.0):
+                continue
             routes = await self._ask(conn, topic)
             if routes is not None:
                 self._cache[topic] = (self._now() + self._ttl_s, routes)
@@ -78,6 +84,7 @@ class ClusterRoutes:
                 routes = parse_route(response.body or b"", self._default_grpc_port)
         except (OSError, TimeoutError, RemotingFrameError, RouteDataError) as err:
             self._note(conn.address, str(err) or type(err).__name__)
+            self._skip_until[conn.address] = self._now() + RETRY_AFTER_S
             return None
         self._note(conn.address, None)
         return routes
