@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 from cluster_harness import ClusterBroker, create_topic, wait_route
 from failover import Run, check_no_acknowledged_loss, kill_and_restart, record, stop_all
-from remoting.java4 import rocketmq4_jars
-from remoting.namesrv_harness import Namesrv
+from remoting.namesrv_harness import REPO_ROOT, Namesrv
 
 from rmq_spark.jvm import java_command
 
@@ -26,6 +25,16 @@ pytestmark = [
 ]
 
 SOURCE = Path(__file__).parent / "java" / "ClusterProducer4.java"
+JARS_DIR = Path(os.environ.get("RMQ_SPARK_ROCKETMQ4_JARS", REPO_ROOT / "jars" / "rocketmq4"))
+
+
+def rocketmq4_jars() -> list[Path]:
+    """The 4.9.8 client's jars (as tests/remoting/java4.py finds them), fetched when missing."""
+    manifest = JARS_DIR / "manifest.txt"
+    if not manifest.is_file():
+        subprocess.run([str(REPO_ROOT / "scripts" / "fetch_rocketmq4_jars.sh")], check=True,
+                       timeout=1800)  # fmt: skip
+    return [JARS_DIR / line.strip() for line in manifest.read_text().splitlines() if line.strip()]
 
 
 @pytest.fixture(scope="module")
