@@ -323,6 +323,7 @@ def run_broker(
             broker_config,
             registered,
             broker.service.topics.snapshot,
+            endpoint.port,
             broker_id=replication.broker_id,
             ha_port=ha_port,
         )

@@ -49,11 +49,13 @@ def start_registration(
     config: BrokerConfig,
     port: int,
     topics: Callable[[], Mapping[str, int]],
+    grpc_port: int | None = None,
     *,
     broker_id: int = 0,
     ha_port: int | None = None,
 ) -> NamesrvRegistration | None:
-    """Register the broker serving on ``port`` with ``config.namesrv_addr``; ``None`` if empty."""
+    """Register the broker serving on ``port`` with ``config.namesrv_addr``; ``None`` if empty.
+    ``grpc_port``: announced to the other brokers, which route gRPC clients to it."""
     addresses = parse_namesrv_addr(config.namesrv_addr)
     if not addresses:
         return None
@@ -64,6 +66,7 @@ def start_registration(
         addr=f"{host}:{port}",
         ha_addr=f"{host}:{port + 1 if ha_port is None else ha_port}",
         broker_id=broker_id,
+        grpc_addr=f"{host}:{grpc_port}" if grpc_port else "",
     )
     interval_s = config.register_interval_ms / 1000
     if config.auto_create_topics:
