@@ -404,19 +404,20 @@ class ResponseWatch:
         unpack = _FRAME_HEADER.unpack_from
         while size - position >= 9:
             high, low, kind, flags, stream_id = unpack(data, position)
+            stream_id &= 0x7FFFFFFF
             if kind == _DATA:
                 if flags & _END_STREAM:
-                    ended.append(stream_id & 0x7FFFFFFF)
+                    ended.append(stream_id)
             elif kind == _HEADERS:
                 self._in_block = not flags & _END_HEADERS
                 if stream_id:
                     self.answered = True
                     if flags & _END_STREAM:
-                        ended.append(stream_id & 0x7FFFFFFF)
+                        ended.append(stream_id)
             elif kind == _SETTINGS and not flags & _ACK and (high or low):
                 return position
             elif kind == _RST_STREAM:
-                ended.append(stream_id & 0x7FFFFFFF)
+                ended.append(stream_id)
             elif kind == _PUSH_PROMISE or kind == _CONTINUATION:
                 self._in_block = not flags & _END_HEADERS
             position += 9 + (high << 16 | low)
