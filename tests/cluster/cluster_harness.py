@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 from broker.broker_harness import BrokerProcess, start_broker, wait_for
-from remoting.namesrv_harness import REPO_ROOT, Namesrv, free_port
+from namesrv_harness import REPO_ROOT, Namesrv, free_port
 
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb

@@ -5,16 +5,24 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from cluster_harness import ClusterBroker, cluster_brokers
-from remoting.namesrv_harness import REPO_ROOT, Namesrv, start_namesrv
 
-from rmq_spark.envcheck import find_rocketmq_jars
-from rmq_spark.errors import EnvironmentCheckError
+# The name server's harness lives with the remoting tests; imported by its own name (a
+# ``remoting`` package name would be shadowed by bench/peers/remoting.py, on sys.path too).
+_REMOTING_TESTS = str(Path(__file__).resolve().parents[1] / "remoting")
+if _REMOTING_TESTS not in sys.path:
+    sys.path.insert(0, _REMOTING_TESTS)
+
+from cluster_harness import ClusterBroker, cluster_brokers  # noqa: E402
+from namesrv_harness import REPO_ROOT, Namesrv, start_namesrv  # noqa: E402
+
+from rmq_spark.envcheck import find_rocketmq_jars  # noqa: E402
+from rmq_spark.errors import EnvironmentCheckError  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from broker.broker_harness import by_uniq_key, read_records, wait_for
 from cluster_harness import ClusterBroker
-from remoting.namesrv_harness import Namesrv
+from namesrv_harness import Namesrv
 
 THREADS = 4
 PHASES = ("both", "killed", "restarted")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from cluster_harness import ClusterBroker, create_topic, wait_route
 from failover import Run, check_no_acknowledged_loss, kill_and_restart, record, stop_all
-from remoting.namesrv_harness import REPO_ROOT, Namesrv
+from namesrv_harness import REPO_ROOT, Namesrv
 
 from rmq_spark.jvm import java_command
 

@@ -16,7 +16,7 @@ from types import ModuleType
 import pytest
 from cluster_harness import ClusterBroker, create_topic, wait_route
 from failover import check_no_acknowledged_loss, run_across_a_kill
-from remoting.namesrv_harness import Namesrv
+from namesrv_harness import Namesrv
 
 from rmq_spark.broker.producer import Producer
 from rmq_spark.clock import ManualClock

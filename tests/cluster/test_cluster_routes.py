@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from broker.broker_harness import start_broker
 from cluster_harness import ClusterBroker, create_topic, route_brokers, wait_route
-from remoting.namesrv_harness import Namesrv, free_port
+from namesrv_harness import Namesrv, free_port
 
 pytestmark = pytest.mark.slow
 
