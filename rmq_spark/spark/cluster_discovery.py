@@ -33,9 +33,9 @@ from rmq_spark.spark.options import SourceOptions
 
 __all__ = [
     "BROKER_COLUMN",
+    "BrokerStore",
     "CACHE_S",
     "CALL_TIMEOUT_S",
-    "BrokerStore",
     "check_readable_here",
     "check_store",
     "discover",
