@@ -1,4 +1,4 @@
-"""Smoke test of bench/peers/remoting.py: the whole command, both systems, tiny counts.
+"""Smoke test of bench/peers/remoting_bench.py: the whole command, both systems, tiny counts.
 
 It runs as a user runs it (a subprocess under the machine-wide bench lock): RocketMQ 4.9.8's
 Java client through each system's name server, every case for a second, then the table with
@@ -20,7 +20,7 @@ pytestmark = [
 ]
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "bench" / "peers" / "remoting.py"
+SCRIPT = REPO / "bench" / "peers" / "remoting_bench.py"
 
 
 @pytest.mark.timeout(1800)  # it may wait for the bench lock first

@@ -28,8 +28,8 @@ Run it alone on the machine, under ``flock /tmp/bench.lock``.
 
 Usage::
 
-    flock /tmp/bench.lock python bench/peers/remoting.py            # ~3 min
-    python bench/peers/remoting.py --systems rmq-spark --seconds 2 --cases sync,batch
+    flock /tmp/bench.lock python bench/peers/remoting_bench.py            # ~3 min
+    python bench/peers/remoting_bench.py --systems rmq-spark --seconds 2 --cases sync,batch
 """
 
 from __future__ import annotations
@@ -266,7 +266,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         description="RocketMQ 4.9.8 Java client over remoting, rmq-spark broker vs Apache "
         f"RocketMQ {ROCKETMQ_VERSION}'s broker (SYNC flush both, each through its own name "
         "server), side by side in one run.",
-        epilog="Run alone on the machine: flock /tmp/bench.lock python bench/peers/remoting.py",
+        epilog="Run alone on the machine: "
+        "flock /tmp/bench.lock python bench/peers/remoting_bench.py",
     )
     parser.add_argument("--cases", default=",".join(CASES), help="comma-separated (all)")
     parser.add_argument("--systems", default=",".join(SYSTEMS), help="comma-separated (both)")
