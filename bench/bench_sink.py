@@ -88,7 +88,8 @@ def _settings(flush: str) -> list[str]:
 
 def bench_send_stdin(root: Path, rows: int, body: bytes, flush: str) -> float:
     lines = (body.decode("latin-1").replace("\n", " ") + "\n") * rows
-    command = [*_cli(), "send", "--create", "--store", str(root), "--topic", TOPIC, "--tags", "T", "--stdin"]
+    command = [*_cli(), "send", "--create", "--store", str(root), "--topic", TOPIC, "--tags", "T",
+               "--stdin"]  # fmt: skip
     started = time.perf_counter()
     done = subprocess.run(
         [*command, *_settings(flush)], input=lines.encode("latin-1"), capture_output=True

@@ -5,7 +5,8 @@ Both brokers run ``rmq-spark broker`` over a fresh store with SYNC flush (a retr
 waits for its fsync), the baseline exported with ``git archive`` at ``--baseline`` (the last
 commit before issue 29; ``limits.py``'s machinery). For each broker, alternating ``--rounds``
 times (baseline first), a backlog of ``--backlog`` x 100 B messages is put into one topic
-(2 producers, 32 in flight, not timed), and 3 times as many into a second topic; then:
+(2 producers, 32 in flight, not timed), and 3 times as many of ``--nacked-bytes`` (100 B)
+into a second topic; then:
 
 * **nacker** (group ``bench-nacker``, the thin gRPC ``Consumer``, the second topic): receives
   32 at a time and nacks each one (ChangeInvisibleDuration 0), so each of its next receives
@@ -24,7 +25,7 @@ this / baseline.
 Usage::
 
     flock /tmp/bench.lock .venv/bin/python bench/peers/isolation.py [--baseline REV]
-        [--rounds 2] [--backlog 10000] [--warmup 2] [--alone]
+        [--rounds 2] [--backlog 10000] [--warmup 1] [--alone] [--nacked-bytes 100]
 """
 
 from __future__ import annotations
@@ -136,10 +137,12 @@ def read_backlog(rocketmq: ModuleType, broker: RmqSparkBroker, sent: int) -> dic
     }
 
 
-def _put_backlog(rocketmq: ModuleType, endpoint: str, topic: str, count: int) -> int:
+def _put_backlog(
+    rocketmq: ModuleType, endpoint: str, topic: str, count: int, body: bytes = BODY
+) -> int:
     producers = make_producers(rocketmq, endpoint, 2)
     try:
-        return closed_loop(rocketmq, producers, topic, BODY, 32, 0, [], count=count).sent
+        return closed_loop(rocketmq, producers, topic, body, 32, 0, [], count=count).sent
     finally:
         for producer in producers:
             producer.shutdown()
@@ -153,7 +156,9 @@ def case(
         sent = _put_backlog(rocketmq, broker.endpoint, TOPIC, args.backlog)
         if not nack:
             return read_backlog(rocketmq, broker, sent)
-        _put_backlog(rocketmq, broker.endpoint, NACKED_TOPIC, 3 * args.backlog)
+        _put_backlog(
+            rocketmq, broker.endpoint, NACKED_TOPIC, 3 * args.backlog, b"n" * args.nacked_bytes
+        )
         with Nacker(broker.endpoint) as nacker:
             time.sleep(args.warmup)
             before = nacker.nacked
@@ -179,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backlog", type=int, default=10_000, help="messages the reader drains")
     parser.add_argument("--warmup", type=float, default=1.0, help="seconds of nacking first")
     parser.add_argument("--alone", action="store_true", help="also the reader without a nacker")
+    parser.add_argument("--nacked-bytes", type=int, default=100, help="body of nacked messages")
     args = parser.parse_args(argv)
     rocketmq = import_client()
     cases = {"reader + nacker": True, **({"reader alone": False} if args.alone else {})}
@@ -186,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         "baseline": {name: [] for name in cases},
         "this": {name: [] for name in cases},
     }
-    progress(f"isolation: baseline {args.baseline}, load average {os.getloadavg()[0]:.2f}")
+    progress(
+        f"isolation: baseline {args.baseline}, nacked bodies {args.nacked_bytes} B, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     with exported(args.baseline) as baseline:
         for round_no in range(1, args.rounds + 1):
             for name, nack in cases.items():

@@ -22,7 +22,7 @@ baseline as a ratio (msgs/s: above 1 is faster; CPU: below 1 is cheaper).
 Usage::
 
     flock /tmp/bench.lock .venv/bin/python bench/peers/limits.py [--baseline REV]
-        [--rounds 2] [--seconds 10] [--backlog 20000]
+        [--rounds 2] [--seconds 10] [--backlog 20000] [--cases send,receive,sql]
 """
 
 from __future__ import annotations
@@ -150,15 +150,32 @@ def receive_case(
     return {"msgs_per_s": sent / seconds, "cpu_us_per_msg": cpu_s / sent * 1e6}
 
 
+CASES = ("send", "receive", "sql")
+"""``--cases``: the send case, the receive case with ``*``, the one with SQL92."""
+
+
 def measure(
     rocketmq: ModuleType, checkout: Path, args: argparse.Namespace
 ) -> dict[str, dict[str, float]]:
+    row: dict[str, dict[str, float]] = {}
     with RmqSparkBroker(checkout=checkout) as broker:
-        return {
-            "send": send_case(rocketmq, broker, args.seconds),
-            "receive *": receive_case(rocketmq, broker, args.backlog, sql=False),
-            "receive SQL92": receive_case(rocketmq, broker, args.backlog, sql=True),
-        }
+        if "send" in args.cases:
+            row["send"] = send_case(rocketmq, broker, args.seconds)
+        if "receive" in args.cases:
+            row["receive *"] = receive_case(rocketmq, broker, args.backlog, sql=False)
+        if "sql" in args.cases:
+            row["receive SQL92"] = receive_case(rocketmq, broker, args.backlog, sql=True)
+    return row
+
+
+def _cases(text: str) -> tuple[str, ...]:
+    cases = tuple(case.strip() for case in text.split(",") if case.strip())
+    unknown = [case for case in cases if case not in CASES]
+    if unknown or not cases:
+        raise argparse.ArgumentTypeError(
+            f"cases: one or more of {', '.join(CASES)}, comma-separated; got {text!r}"
+        )
+    return cases
 
 
 def _median(rows: list[dict[str, dict[str, float]]], case: str, figure: str) -> float:
@@ -180,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=2, help="measurements of each broker")
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the send case")
     parser.add_argument("--backlog", type=int, default=20000, help="messages per receive case")
+    parser.add_argument(
+        "--cases",
+        type=_cases,
+        default=CASES,
+        help=f"comma-separated cases to run (default: {','.join(CASES)})",
+    )
     args = parser.parse_args(argv)
     rocketmq = import_client()
     results: dict[str, list[dict[str, dict[str, float]]]] = {"baseline": [], "this": []}

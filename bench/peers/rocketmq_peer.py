@@ -12,7 +12,10 @@ Every port is free and on 127.0.0.1, the heaps are small, and the config, store 
 (``user.home`` points there) live in one temporary directory. ``store_dir=`` starts the broker
 on an existing store instead (a RocketMQ store, or a copy of one rmq-spark wrote: its
 ``config/*.json`` give the topics, groups and offsets); that directory is the caller's and is
-left in place on stop, so its ConsumeQueues can be read afterwards. ``start()`` creates the topics
+left in place on stop, so its ConsumeQueues can be read afterwards. ``proxy=False`` runs the
+broker alone (``BrokerStartup``, what the 4.x remoting clients reach directly: ``remoting.py``);
+``namesrv_addr=`` registers it with an existing name server instead of starting one, under
+``broker_name`` (``broker-a``) in ``DefaultCluster``. ``start()`` creates the topics
 asked for with the admin tool (``MQAdminStartup updateTopic``: 8 queues, message type NORMAL, as
 a 5.x producer needs; the proxy does not create topics on first use) and waits until the proxy's
 gRPC port answers. ``stop()`` (also on leaving the ``with`` block, however it is left) sends
@@ -119,6 +122,9 @@ class RocketMQBroker:
         flush: str = "SYNC_FLUSH",
         store_dir: Path | None = None,
         broker_properties: Mapping[str, object] | None = None,
+        proxy: bool = True,
+        namesrv_addr: str | None = None,
+        broker_name: str = "broker-a",
     ) -> None:
         if flush not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
             raise PeerError(f"rocketmq: flush must be SYNC_FLUSH or ASYNC_FLUSH, got {flush!r}")
@@ -130,7 +136,11 @@ class RocketMQBroker:
             raise PeerError(f"rocketmq: store_dir {store_dir} is not a directory")
         self.store_dir = None if store_dir is None else Path(store_dir).resolve()
         self.broker_properties = dict(broker_properties or {})
+        self.proxy = proxy
+        self.external_namesrv = namesrv_addr
+        self.broker_name = broker_name
         self.grpc_port = 0
+        self.broker_port = 0
         self.namesrv_port = 0
         self.workdir: Path | None = None
         self._admin_env: tuple[list[Path], tuple[str, ...], dict[str, str]] = ([], (), {})
@@ -144,7 +154,13 @@ class RocketMQBroker:
 
     @property
     def namesrv_addr(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
+        return self.external_namesrv or f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_pid(self) -> int:
+        """The JVM the broker runs in (the proxy's, in proxy mode)."""
+        assert self._proxy is not None and self._proxy.process is not None, "not started"
+        return self._proxy.process.pid
 
     @property
     def processes(self) -> list[subprocess.Popen[bytes]]:
@@ -170,12 +186,14 @@ class RocketMQBroker:
         options = (*OPENS, f"-Duser.home={work}", f"-Drocketmq.home.dir={work}")
         env = {**os.environ, "ROCKETMQ_HOME": str(work), "RMQ_PROXY_HOME": str(work)}
         taken: set[int] = set()
-        broker_port = _broker_ports(taken)
+        broker_port = self.broker_port = _broker_ports(taken)
         self.namesrv_port, self.grpc_port, proxy_remoting_port = _low_ports(taken, 3)
         (work / "namesrv.conf").write_text(
             _properties({"listenPort": self.namesrv_port, "bindAddress": "127.0.0.1"})
         )
         (work / "broker.conf").write_text(self._broker_conf(broker_port))
+        if not self.proxy:
+            self.grpc_port = 0
         (work / "conf").mkdir()
         proxy_conf = work / "conf" / "rmq-proxy.json"
         proxy_conf.write_text(
@@ -190,6 +208,21 @@ class RocketMQBroker:
                 }
             )
         )
+        if self.external_namesrv is None:
+            self._start_namesrv(jars, options, env, timeout_s)
+        if self.proxy:
+            self._start_proxy(jars, options, env, proxy_conf, timeout_s)
+        else:
+            self._start_broker(jars, options, env, timeout_s)
+        self._admin_env = (jars, options, env)
+        for topic in self.topics:
+            self.create_topic(topic, jars, options, env)
+
+    def _start_namesrv(
+        self, jars: list[Path], options: tuple[str, ...], env: dict[str, str], timeout_s: float
+    ) -> None:
+        work = self.workdir
+        assert work is not None
         namesrv_cmd = java_command(self.namesrv_heap, jars, *options)
         self._namesrv = JvmProcess(
             "rocketmq namesrv",
@@ -204,6 +237,33 @@ class RocketMQBroker:
             cwd=work,
         )
         wait_for_port(self._namesrv, self.namesrv_port, timeout_s)
+
+    def _start_broker(
+        self, jars: list[Path], options: tuple[str, ...], env: dict[str, str], timeout_s: float
+    ) -> None:
+        """The broker alone (``BrokerStartup``), no proxy: what 4.x clients reach directly."""
+        work = self.workdir
+        assert work is not None
+        self._proxy = JvmProcess(
+            "rocketmq broker",
+            [*java_command(self.heap, jars, *options), "org.apache.rocketmq.broker.BrokerStartup",
+             "-c", str(work / "broker.conf"), "-n", self.namesrv_addr],
+            work / "broker.out",
+            env=env,
+            cwd=work,
+        )  # fmt: skip
+        wait_for_port(self._proxy, self.broker_port, timeout_s)
+
+    def _start_proxy(
+        self,
+        jars: list[Path],
+        options: tuple[str, ...],
+        env: dict[str, str],
+        proxy_conf: Path,
+        timeout_s: float,
+    ) -> None:
+        work = self.workdir
+        assert work is not None
         proxy_cmd = java_command(self.heap, jars, *options)
         self._proxy = JvmProcess(
             "rocketmq proxy",
@@ -224,9 +284,6 @@ class RocketMQBroker:
             cwd=work,
         )
         wait_for_port(self._proxy, self.grpc_port, timeout_s)
-        self._admin_env = (jars, options, env)
-        for topic in self.topics:
-            self.create_topic(topic, jars, options, env)
 
     def admin(self, *args: str) -> str:
         """``mqadmin <args> -n <name server>`` on the running peer: its output (raises
@@ -247,7 +304,7 @@ class RocketMQBroker:
         return _properties(
             {
                 "brokerClusterName": CLUSTER,
-                "brokerName": "broker-a",
+                "brokerName": self.broker_name,
                 "brokerId": 0,
                 "brokerRole": "ASYNC_MASTER",
                 "flushDiskType": self.flush,

@@ -25,6 +25,7 @@ from rmq_spark.broker.consumer.ports import ConsumerWiring
 from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.remoting.calls import Deps
 from rmq_spark.broker.remoting.endpoint import RemotingEndpoint, remoting_bind
+from rmq_spark.broker.replication.node import Replication
 from rmq_spark.broker.security.tls import TlsFiles
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.clock import Clock
@@ -59,6 +60,7 @@ class OpenBroker:
         self.store = store
         self.service = service
         self.consume = consume
+        self.replication: Replication = service.replication or Replication(service.config, store)
         self.fronts = ExitStack()  # network parts: stopped after new work is refused
         self.announcers = ExitStack()  # name-server registrations: stopped first
         self.idle = True  # False when sends were still running at the close's deadline
@@ -125,6 +127,8 @@ def open_broker(
         core.callback(consume.close)  # saves the consumer offsets
         core.callback(service.topics.close)  # topics.json holds every topic
         service.serve_send_backs(consume)
+        service.replication = replication = Replication(broker_config, store)
+        core.callback(replication.stop)  # before the store closes (LIFO)
     except BaseException:
         core.close()
         raise

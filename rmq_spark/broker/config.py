@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["BrokerConfig", "parse_listen", "parse_namesrv_addr", "parse_topic_spec"]
+__all__ = ["BrokerConfig", "ROLES", "parse_listen", "parse_namesrv_addr", "parse_topic_spec"]
 
 _TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 _TOPIC_LENGTH_MAX = 127
@@ -61,6 +61,15 @@ class BrokerConfig:
     namesrv_addr: str = ""  # RocketMQ name servers to register with, "host:port;host:port"
     register_interval_ms: int = 30_000  # REGISTER_BROKER period (RocketMQ: 10000..60000)
     log_repeat_interval_ms: int = 10_000  # a repeated log line: once per interval, with a count
+    # Replication (docs/REPLICATION.md): RocketMQ's master/slave HA protocol
+    role: str = "ASYNC_MASTER"  # ASYNC_MASTER, SYNC_MASTER (ack after a slave has it), SLAVE
+    broker_id: int = 0  # name-server brokerId: masters 0; a SLAVE's 0 means 1
+    ha_listen: str = "auto"  # HA host:port; auto: SYNC_MASTER at 127.0.0.1:gRPC+1, no auth; "": off
+    ha_allow_remote: bool = False  # let ha_listen bind a non-loopback host (HA has no auth)
+    ha_master: str = ""  # SLAVE: the master's HA host:port
+    ha_slave_timeout_ms: int = 3000  # SYNC_MASTER: longest wait for a slave (RocketMQ slaveTimeout)
+    ha_transfer_batch_bytes: int = 32 * 1024  # largest chunk one transfer carries (RocketMQ 32 KiB)
+    ha_lag_log_interval_ms: int = 30_000  # replication lag logged at INFO this often
 
     def __post_init__(self) -> None:
         from rmq_spark.eventloop import EVENT_LOOPS
@@ -126,6 +135,7 @@ class BrokerConfig:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")
         _check_tls_and_limits(self)
         _check_namesrv(self)
+        _check_replication(self)
         if self.shutdown_grace_ms < 0:
             raise ValueError(f"shutdown_grace_ms: must be >= 0, got {self.shutdown_grace_ms}")
 
@@ -171,6 +181,50 @@ def _check_namesrv(config: BrokerConfig) -> None:
     if not 10_000 <= config.register_interval_ms <= 60_000:
         raise ValueError(
             f"register_interval_ms: must be in [10000, 60000], got {config.register_interval_ms}"
+        )
+
+
+ROLES = ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE")  # RocketMQ's BrokerRole
+_LOOPBACK = ("127.0.0.1", "localhost", "::1")
+
+
+def _check_replication(config: BrokerConfig) -> None:
+    if config.role not in ROLES:
+        raise ValueError(f"role: must be one of {', '.join(ROLES)}, got {config.role!r}")
+    slave = config.role == "SLAVE"
+    if slave and not config.ha_master:
+        raise ValueError("ha_master: a SLAVE needs its master's HA host:port")
+    if config.ha_master:
+        if not slave:
+            raise ValueError(f"ha_master: only a SLAVE has a master (role is {config.role})")
+        try:
+            if parse_listen(config.ha_master)[1] == 0:
+                raise ValueError("port 0")
+        except ValueError as err:
+            raise ValueError(f"ha_master: {err}") from None
+    listen = config.ha_listen.strip()
+    if config.role == "SYNC_MASTER" and not listen:
+        raise ValueError("ha_listen: a SYNC_MASTER needs its HA port (slaves connect to it)")
+    if listen not in ("", "auto"):
+        try:
+            host, _ = parse_listen(listen)
+        except ValueError as err:
+            raise ValueError(f"ha_listen: {err}") from None
+        if host not in _LOOPBACK and not config.ha_allow_remote:
+            raise ValueError(
+                f"ha_listen: {listen} is not loopback; the HA port serves the whole log to "
+                f"anyone who connects (RocketMQ's protocol has no auth): set "
+                f"broker.ha_allow_remote = true to accept that"
+            )
+    if config.broker_id < 0 or (config.broker_id and not slave):
+        raise ValueError(f"broker_id: masters are 0, slaves > 0; got {config.broker_id}")
+    for name in ("ha_slave_timeout_ms", "ha_lag_log_interval_ms"):
+        if getattr(config, name) < 1:
+            raise ValueError(f"{name}: must be >= 1, got {getattr(config, name)}")
+    if not 1024 <= config.ha_transfer_batch_bytes <= 64 * _MIB:
+        raise ValueError(
+            f"ha_transfer_batch_bytes: must be in [1024, 64 MiB], "
+            f"got {config.ha_transfer_batch_bytes}"
         )
 
 

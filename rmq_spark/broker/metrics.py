@@ -53,6 +53,7 @@ class BrokerCollector:
     def collect(self) -> Iterator[Metric]:
         yield from self._traffic()
         yield from self._store_metrics()
+        yield from _replication(self._service)
         topics = self._service.topics.snapshot()
         gauge = GaugeMetricFamily("rmq_topics", "Topics in the broker's table (internal too)")
         gauge.add_metric([], len(topics))
@@ -136,6 +137,25 @@ def group_lags(consume: ConsumeService, topics: dict[str, int]) -> dict[tuple[st
             total += max(0, high - max(low, committed.get(queue_id, low)))
         lags[(group, topic)] = total
     return lags
+
+
+def _replication(service: BrokerService) -> Iterator[Metric]:
+    """Replication lag as this broker sees it (docs/REPLICATION.md): a master, behind its best
+    slave's confirmed offset; a slave, behind what its master has shown it."""
+    replication = getattr(service, "replication", None)
+    if replication is None:
+        return
+    lag = replication.lag()
+    for name, help_text, value in (
+        ("rmq_replication_lag_bytes", "Log bytes the peer has not confirmed", lag.bytes),
+        ("rmq_replication_lag_seconds", "How long the peer has been behind", lag.seconds),
+        ("rmq_replication_peers", "Connected replication peers", lag.connections),
+        ("rmq_replication_confirmed_offset_bytes", "Offset confirmed by the peer(s)",
+         lag.acked_offset),
+    ):  # fmt: skip
+        gauge = GaugeMetricFamily(name, help_text, labels=["role"])
+        gauge.add_metric([replication.role], value)
+        yield gauge
 
 
 def disk_usage(root: Path) -> int:

@@ -1,21 +1,35 @@
 """A thin Python producer for code that does not want the official RocketMQ client.
 
-Owns ``Producer``: ``send(topic, body, ...)`` over our generated gRPC stubs to a broker's
-``host:port``, or straight into an in-process ``embedded.Broker``. Retries transport failures
-with the same message id (the broker stores a retried id once), raises ``SendRejectedError``
-with the RocketMQ status code when the broker refuses. Does not own routing: it talks to the
-one broker it is given (no QueryRoute, no Telemetry, no heartbeats).
+Owns ``Producer``: ``send(topic, body, ...)`` over our generated gRPC stubs, or straight into
+an in-process ``embedded.Broker``. Over gRPC the broker given is an access point: the topic's
+route (QueryRoute, refreshed every ``route_refresh_s``) lists the queues of every broker of a
+cluster, and sends go round-robin over them, straight to each queue's broker, as RocketMQ's
+producers do (seed 003). A failed attempt is retried on another broker with the same message
+id (one broker stores a retried id once; a send retried elsewhere after a lost answer can be
+stored on two brokers: at least once, as RocketMQ). With ``send_latency_fault_enable`` slow and
+failing brokers are avoided for a while (``cluster/fault.py``). Raises ``SendRejectedError``
+with the RocketMQ status code when a broker refuses. No Telemetry, no heartbeats.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+import logging
+import threading
+import time
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 import grpc
 
+from rmq_spark.broker.cluster.fault import (
+    NOT_AVAILABLE_MS,
+    LatencyFaultTable,
+    QueueChooser,
+    RoutedQueue,
+)
+from rmq_spark.broker.cluster.publish_routes import ROUTE_REFRESH_S, PublishRoutes
 from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.message_id import MessageIdGenerator
 from rmq_spark.broker.proto import definition_pb2 as pb
@@ -29,6 +43,8 @@ __all__ = [
     "SendReceipt",
 ]
 
+log = logging.getLogger("rmq_spark.broker.cluster")
+
 _RETRIED_GRPC_CODES = frozenset(
     {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.UNKNOWN}
 )
@@ -40,10 +56,12 @@ _RETRIED_STATUS = frozenset(
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class SendReceipt:
-    """An acknowledged send: the message id (stored as UNIQ_KEY) and its queue offset."""
+    """An acknowledged send: the message id (stored as UNIQ_KEY), its queue offset, and the
+    broker that stored it (its name in the route; the access point's address without one)."""
 
     message_id: str
     queue_offset: int
+    broker: str = ""
 
 
 def _rejected(code: int, reason: str, message_id: str) -> SendRejectedError:
@@ -52,18 +70,28 @@ def _rejected(code: int, reason: str, message_id: str) -> SendRejectedError:
 
 
 class Producer:
-    """Send messages to one broker, over gRPC or in-process.
+    """Send messages to the brokers of a topic's route, over gRPC, or in-process.
 
     Parameters
     ----------
     target
-        ``"host:port"`` of a broker's gRPC endpoint, or an ``embedded.Broker``.
+        ``"host:port"`` of a broker's gRPC endpoint (the access point), or an
+        ``embedded.Broker``.
     namespace
         RocketMQ namespace (topics are stored as ``namespace%topic``).
     request_timeout_s
         Deadline of one gRPC attempt.
+    retry_times_when_send_failed
+        Further attempts after a transport error or a retryable broker error, each on another
+        broker when the route has one (RocketMQ's ``retryTimesWhenSendFailed``, default 2).
     max_attempts
-        Attempts per message on transport errors and retryable broker errors.
+        The same as ``1 + retry_times_when_send_failed`` (the older name; wins when given).
+    send_latency_fault_enable
+        Avoid brokers that failed or were slow (RocketMQ's ``sendLatencyFaultEnable``).
+    not_available_ms
+        The fault table's windows for ``LATENCY_MAX_MS`` (default: RocketMQ's, seed 003).
+    route_refresh_s
+        How long a topic's route is used before it is asked for again.
     clock
         Source of born timestamps and message-id seconds.
     credentials
@@ -76,25 +104,46 @@ class Producer:
         *,
         namespace: str = "",
         request_timeout_s: float = 3.0,
-        max_attempts: int = 3,
+        retry_times_when_send_failed: int = 2,
+        max_attempts: int | None = None,
+        send_latency_fault_enable: bool = False,
+        not_available_ms: Sequence[int] = NOT_AVAILABLE_MS,
+        route_refresh_s: float = ROUTE_REFRESH_S,
         clock: Clock | None = None,
         credentials: tuple[str, str] | None = None,
     ) -> None:
+        if max_attempts is None:
+            max_attempts = 1 + retry_times_when_send_failed
         if max_attempts < 1:
-            raise ValueError(f"max_attempts: must be >= 1, got {max_attempts}")
+            raise ValueError(f"retry_times_when_send_failed: must be >= 0, got {max_attempts - 1}")
         self._clock = clock or SystemClock()
         self._ids = MessageIdGenerator(self._clock)
         self._namespace = namespace
         self._timeout_s = request_timeout_s
         self._max_attempts = max_attempts
         self._embedded = None if isinstance(target, str) else target
+        self._target = target if isinstance(target, str) else ""
         self._channel: grpc.Channel | None = None
         self._stub: Any = None
-        if isinstance(target, str):
-            self._channel, self._stub = messaging_channel(target)
         client_id = f"rmq-spark-producer@{self._ids.next_id()}"
         self._sign = RequestSigner(credentials, self._clock)
         self._unsigned_metadata = client_metadata(client_id, namespace)
+        faults = None
+        if send_latency_fault_enable:
+            faults = LatencyFaultTable(self._clock.monotonic_ms, not_available_ms=not_available_ms)
+        self._chooser = QueueChooser(faults, start=time.monotonic_ns() % 1009)
+        self._choose_lock = threading.Lock()
+        self._routes: PublishRoutes | None = None
+        if isinstance(target, str):
+            self._channel, self._stub = messaging_channel(target)
+            self._routes = PublishRoutes(
+                self._stub,
+                lambda: self._sign(self._unsigned_metadata),
+                namespace=namespace,
+                timeout_s=request_timeout_s,
+                refresh_s=route_refresh_s,
+                now_s=time.monotonic,
+            )
 
     def send(
         self,
@@ -141,7 +190,7 @@ class Producer:
         request = self._request(
             topic, body, tag, keys, properties, message_group, delivery_timestamp_ms, message_id
         )
-        return self._send_grpc(request, message_id)
+        return self._send_grpc(request, message_id, topic)
 
     def _request(
         self,
@@ -174,33 +223,62 @@ class Producer:
             props.message_type = pb.DELAY
         return spb.SendMessageRequest(messages=[message])
 
-    def _send_grpc(self, request: Any, message_id: str) -> SendReceipt:
-        last_problem = ""
+    def _send_grpc(self, request: Any, message_id: str, topic: str) -> SendReceipt:
+        assert self._routes is not None
+        queues = self._routes.queues(topic)
+        last_problem, last_broker = "", None
         for _attempt in range(self._max_attempts):
+            broker, stub = self._pick(queues, last_broker)
+            started_ms = self._clock.monotonic_ms()
             try:
-                response = self._stub.SendMessage(
+                response = stub.SendMessage(
                     request, timeout=self._timeout_s, metadata=self._sign(self._unsigned_metadata)
                 )
             except grpc.RpcError as err:
                 code = err.code() if hasattr(err, "code") else None
-                last_problem = f"gRPC {code.name if code else 'error'}: {err}"
+                last_problem = f"gRPC {code.name if code else 'error'} from {broker}: {err}"
+                self._note(broker, started_ms, failed=True)
+                last_broker = broker
                 if code in _RETRIED_GRPC_CODES:
                     continue
                 raise BrokerError(f"send of {message_id} failed: {last_problem}") from err
             status = response.status
             if status.code == pb.OK:
+                self._note(broker, started_ms, failed=False)
                 entry = response.entries[0] if response.entries else None
-                return SendReceipt(message_id, entry.offset if entry is not None else -1)
+                offset = entry.offset if entry is not None else -1
+                return SendReceipt(message_id, offset, broker)
             if status.code in _RETRIED_STATUS:
-                last_problem = f"{pb.Code.Name(status.code)}: {status.message}"
+                last_problem = f"{pb.Code.Name(status.code)} from {broker}: {status.message}"
+                self._note(broker, started_ms, failed=True)
+                last_broker = broker
                 continue
             raise _rejected(status.code, status.message, message_id)
         raise BrokerError(
             f"send of {message_id} failed after {self._max_attempts} attempts: {last_problem}"
         )
 
+    def _pick(self, queues: tuple[RoutedQueue, ...], last_broker: str | None) -> tuple[str, Any]:
+        """The broker (its name) and stub of the next attempt: the access point without a
+        route."""
+        if not queues:
+            return self._target, self._stub
+        assert self._routes is not None
+        with self._choose_lock:
+            queue = self._chooser.choose(queues, last_broker)
+        return queue.broker_name, self._routes.stub(queue.endpoint)
+
+    def _note(self, broker: str, started_ms: float, *, failed: bool) -> None:
+        faults = self._chooser.faults
+        if faults is None:
+            return
+        with self._choose_lock:
+            faults.update(broker, self._clock.monotonic_ms() - started_ms, failed=failed)
+
     def close(self) -> None:
         """Close the gRPC channel (an embedded broker stays open: its owner closes it)."""
+        if self._routes is not None:
+            self._routes.close()
         if self._channel is not None:
             self._channel.close()
             self._channel = None

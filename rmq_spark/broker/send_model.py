@@ -101,6 +101,10 @@ class SendCode(enum.Enum):
     SHUTTING_DOWN = "SHUTTING_DOWN"
     FLUSH_TIMEOUT = "FLUSH_TIMEOUT"
     STORE_ERROR = "STORE_ERROR"
+    # Replication (broker/replication/): stored on the master, but not (yet) on a slave
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+    NOT_MASTER = "NOT_MASTER"  # a SLAVE refuses sends
 
 
 @dataclass(frozen=True, slots=True)

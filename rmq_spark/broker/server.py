@@ -317,7 +317,16 @@ def run_broker(
         _log_started(endpoint, metrics, store_config, broker_config)
         # Name servers hand out the remoting address (4.x clients and tools dial it).
         registered = remoting.port if remoting is not None else endpoint.port
-        namesrv = start_registration(broker_config, registered, broker.service.topics.snapshot)
+        replication = broker.replication.start(endpoint.port)
+        ha_port = replication.server.port if replication.server is not None else None
+        namesrv = start_registration(
+            broker_config,
+            registered,
+            broker.service.topics.snapshot,
+            endpoint.port,
+            broker_id=replication.broker_id,
+            ha_port=ha_port,
+        )
         if namesrv is not None:
             broker.announcers.callback(namesrv.stop)
         open_warning = open_listener_warning(broker_config)

@@ -14,11 +14,13 @@ record encoding and durability (the store: a put is acknowledged only when the s
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
 from rmq_spark.broker.consumer import send_back as send_backs
@@ -51,6 +53,9 @@ from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import LOCALHOST
 from rmq_spark.store.properties import REAL_QID, REAL_TOPIC
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
+
+if TYPE_CHECKING:
+    from rmq_spark.broker.replication.node import Replication
 
 __all__ = [
     "BORN_HOST",
@@ -87,6 +92,11 @@ def _store_failure(err: StoreError, message_id: str) -> SendOutcome:
     if isinstance(err, StoreClosedError):
         return reject(SendCode.SHUTTING_DOWN, "the store is closed", message_id)
     return reject(SendCode.STORE_ERROR, f"store error: {err}", message_id)
+
+
+def _end(result: PutResult) -> int:
+    """The offset just past ``result``'s record: what a slave must hold to cover it."""
+    return result.physical_offset + result.total_size
 
 
 def _put_outcome(result: PutResult, message_id: str) -> SendOutcome:
@@ -156,6 +166,7 @@ class BrokerService:
         self._shutting_down = False
         self._in_flight = 0
         self.traffic = TrafficStats()  # read by metrics.py at scrape time
+        self.replication: Replication | None = None  # the role: a SLAVE refuses, SYNC waits
 
     @property
     def config(self) -> BrokerConfig:
@@ -217,7 +228,9 @@ class BrokerService:
                 result = self._store.put(placed)
             except StoreError as err:
                 return _store_failure(err, command.message_id)
-            return self._stored(result, command.message_id, started)
+            outcome = self._stored(result, command.message_id, started)
+            gate = self.replication
+            return outcome if gate is None else gate.confirm(outcome, _end(result))
         finally:
             self._leave()
 
@@ -237,7 +250,9 @@ class BrokerService:
                 result = await self._store.put_async(placed)
             except StoreError as err:
                 return _store_failure(err, command.message_id)
-            return self._stored(result, command.message_id, started)
+            outcome = self._stored(result, command.message_id, started)
+            gate = self.replication
+            return outcome if gate is None else await gate.confirm_async(outcome, _end(result))
         finally:
             self._leave()
 
@@ -250,6 +265,10 @@ class BrokerService:
             if self._shutting_down:
                 return [_stopping(c.message_id) for c in commands]
             self._in_flight += 1
+        refused = self._role_refusal(commands[0].message_id if commands else "")
+        if refused is not None:
+            self._leave()
+            return [dataclasses.replace(refused, message_id=c.message_id) for c in commands]
         try:
             placed = [self._place(command) for command in commands]
             requests = [p for p in placed if isinstance(p, PutRequest)]
@@ -260,10 +279,11 @@ class BrokerService:
                 return [_store_failure(err, c.message_id) for c in commands]
             self.traffic.put_done(results, time.perf_counter() - started)
             stored = iter(results)
-            return [
+            outcomes = [
                 _put_outcome(next(stored), c.message_id) if isinstance(p, PutRequest) else p
                 for c, p in zip(commands, placed, strict=True)
             ]
+            return self._confirm_batch(outcomes, results)
         finally:
             self._leave()
 
@@ -276,6 +296,8 @@ class BrokerService:
         port = self._send_backs
         if port is None:
             return send_backs.Refused("this broker serves no consumer groups")
+        if self._role_refusal("") is not None:
+            return send_backs.Refused("this broker is a SLAVE: send-backs go to its master")
         return send_backs.send_back(port, group, record)
 
     def redeliver(self, ref: RedeliveryRef | str, message_id: str) -> SendOutcome:
@@ -319,12 +341,35 @@ class BrokerService:
     # --- one send, step by step ---------------------------------------------------------
 
     def _enter(self, message_id: str) -> SendOutcome | None:
-        """Count a send in flight, or its refusal once a shutdown began."""
+        """Count a send in flight, or its refusal once a shutdown began (or by a SLAVE)."""
+        refused = self._role_refusal(message_id)
+        if refused is not None:
+            return refused
         with self._state_lock:
             if self._shutting_down:
                 return _stopping(message_id)
             self._in_flight += 1
         return None
+
+    def _role_refusal(self, message_id: str) -> SendOutcome | None:
+        gate = self.replication
+        return None if gate is None else gate.refusal(message_id)
+
+    def _confirm_batch(
+        self, outcomes: list[SendOutcome], results: list[PutResult]
+    ) -> list[SendOutcome]:
+        """SYNC_MASTER: one slave wait covers the whole batch (``replication/node.py``)."""
+        gate = self.replication
+        ends = [_end(r) for r in results if r.status is PutStatus.PUT_OK]
+        if gate is None or not ends:
+            return outcomes
+        probe = gate.confirm(SendOutcome(SendCode.OK), max(ends))
+        if probe.ok:
+            return outcomes
+        return [
+            dataclasses.replace(o, code=probe.code, reason=probe.reason) if o.ok else o
+            for o in outcomes
+        ]
 
     def _leave(self) -> None:
         with self._state_lock:

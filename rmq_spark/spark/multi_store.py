@@ -47,10 +47,14 @@ __all__ = [
     "MultiStoreStreamReader",
     "STORE_COLUMN",
     "StorePartition",
+    "check_several",
     "per_store_options",
     "query_schemas",
+    "share",
     "spark_schema_for",
     "split_paths",
+    "tag_partitions",
+    "tagged",
 ]
 
 STORE_COLUMN = "store"
@@ -76,17 +80,22 @@ def per_store_options(options: SourceOptions) -> dict[str, SourceOptions]:
     """One store's options per store named by ``options.path`` (several: checked)."""
     paths = split_paths(options.path)
     if len(paths) > 1:
-        if options.starting_mode in (StartingMode.OFFSET, StartingMode.QUEUES):
-            raise SourceError(
-                "startingOffsets as JSON (or per-queue positions) names one store's offsets "
-                "or queues; with several stores use earliest, latest or startingTimestamp"
-            )
-        if options.ending_mode in (EndingMode.OFFSET, EndingMode.QUEUES):
-            raise SourceError(
-                "endingOffsets as JSON (or per-queue positions) names one store's offsets "
-                "or queues; with several stores use latest or endingTimestamp"
-            )
+        check_several(options)
     return {path: dataclasses.replace(options, path=path) for path in paths}
+
+
+def check_several(options: SourceOptions) -> None:
+    """Refuse what names one store's offsets or queues in a query over several stores."""
+    if options.starting_mode in (StartingMode.OFFSET, StartingMode.QUEUES):
+        raise SourceError(
+            "startingOffsets as JSON (or per-queue positions) names one store's offsets "
+            "or queues; with several stores use earliest, latest or startingTimestamp"
+        )
+    if options.ending_mode in (EndingMode.OFFSET, EndingMode.QUEUES):
+        raise SourceError(
+            "endingOffsets as JSON (or per-queue positions) names one store's offsets "
+            "or queues; with several stores use latest or endingTimestamp"
+        )
 
 
 def spark_schema_for(path: str) -> StructType:
@@ -100,21 +109,23 @@ def spark_schema_for(path: str) -> StructType:
     return schema
 
 
-def query_schemas(schema: StructType, several: bool) -> tuple[pa.Schema, pa.Schema]:
+def query_schemas(
+    schema: StructType, several: bool, column: str = STORE_COLUMN
+) -> tuple[pa.Schema, pa.Schema]:
     """The Arrow schema a query produces for a Spark ``schema`` and the one each store's
-    reader produces (without the ``store`` column, which only queries over several stores
+    reader produces (without the tag ``column``, which only queries over several stores
     have; its place in ``schema`` is kept)."""
     from pyspark.sql.types import StructType
 
     names = [field.name for field in schema.fields]
-    if not several or STORE_COLUMN not in names:
+    if not several or column not in names:
         arrow = arrow_schema_for(schema)  # refuses "store" for one store: not a column
         return arrow, arrow
-    rest = StructType([field for field in schema.fields if field.name != STORE_COLUMN])
+    rest = StructType([field for field in schema.fields if field.name != column])
     inner = arrow_schema_for(rest) if rest.fields else pa.schema([])
-    index = names.index(STORE_COLUMN)
+    index = names.index(column)
     nullable = schema.fields[index].nullable  # Spark compares nullability too
-    arrow = inner.insert(index, pa.field(STORE_COLUMN, pa.string(), nullable))
+    arrow = inner.insert(index, pa.field(column, pa.string(), nullable))
     if not rest.fields:  # only the store column was asked for: read the cheapest one
         inner = pa.schema([pa.field("physical_offset", pa.int64(), nullable=False)])
     return arrow, inner
@@ -128,12 +139,13 @@ class StorePartition(InputPartition):
     inner: InputPartition
 
 
-def _tagged(
-    batches: Iterator[pa.RecordBatch], store: str, schema: pa.Schema
+def tagged(
+    batches: Iterator[pa.RecordBatch], store: str, schema: pa.Schema, column: str = STORE_COLUMN
 ) -> Iterator[pa.RecordBatch]:
+    """``batches`` of one store with the tag ``column`` (``store``) added, in ``schema``."""
     for batch in batches:
         columns = {name: batch.column(name) for name in batch.schema.names}
-        columns[STORE_COLUMN] = pa.repeat(pa.scalar(store, pa.string()), batch.num_rows)
+        columns[column] = pa.repeat(pa.scalar(store, pa.string()), batch.num_rows)
         yield pa.RecordBatch.from_arrays([columns[name] for name in schema.names], schema=schema)
 
 
@@ -150,10 +162,10 @@ class _Reads:
         batches = self._readers[partition.store].read(partition.inner)
         if not self._tag:
             return iter(batches)
-        return _tagged(iter(batches), partition.store, self.schema)
+        return tagged(iter(batches), partition.store, self.schema)
 
 
-def _tag_partitions(store: str, partitions: Sequence[InputPartition]) -> list[StorePartition]:
+def tag_partitions(store: str, partitions: Sequence[InputPartition]) -> list[StorePartition]:
     return [StorePartition(store, partition) for partition in partitions]
 
 
@@ -168,11 +180,11 @@ class MultiStoreBatchReader(_Reads, DataSourceReader):
     def partitions(self) -> list[StorePartition]:
         planned: list[StorePartition] = []
         for store, reader in self._readers.items():
-            planned += _tag_partitions(store, reader.partitions())
+            planned += tag_partitions(store, reader.partitions())
         return planned
 
 
-def _share(limit: ReadLimit, stores: int) -> ReadLimit:
+def share(limit: ReadLimit, stores: int) -> ReadLimit:
     """One store's share of a query-wide admission limit."""
     if isinstance(limit, ReadMaxRows):
         return ReadMaxRows(math.ceil(limit.max_rows / stores))
@@ -214,8 +226,8 @@ class MultiStoreStreamReader(_Reads, DataSourceStreamReader, SupportsTriggerAvai
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begins = self._split(start, "start offset")
-        share = _share(limit, len(self._readers))
-        return self._join({s: r.latestOffset(begins[s], share) for s, r in self._readers.items()})
+        each = share(limit, len(self._readers))
+        return self._join({s: r.latestOffset(begins[s], each) for s, r in self._readers.items()})
 
     def reportLatestOffset(self) -> dict:
         return self._join({s: r.reportLatestOffset() for s, r in self._readers.items()})
@@ -228,7 +240,7 @@ class MultiStoreStreamReader(_Reads, DataSourceStreamReader, SupportsTriggerAvai
         begins, ends = self._split(start, "start offset"), self._split(end, "end offset")
         planned: list[StorePartition] = []
         for store, reader in self._readers.items():
-            planned += _tag_partitions(store, reader.partitions(begins[store], ends[store]))
+            planned += tag_partitions(store, reader.partitions(begins[store], ends[store]))
         return planned
 
     def commit(self, end: dict) -> None:

@@ -72,6 +72,9 @@ OPTION_SYNTAX: dict[str, str] = {
     "brokers": "the gRPC address host:port of the broker that holds the store",
     "accessKey": "the access key the broker's authentication knows (with secretKey)",
     "secretKey": "the secret key of accessKey (Spark redacts it from plans and logs)",
+    "namesrv": "RocketMQ name servers host:port;host:port (instead of a store path)",
+    "cluster": "the name of one cluster the name servers list (with namesrv)",
+    "storeRoots": "comma-separated directories every discovered store must be under (with namesrv)",
 }
 
 OPTION_NAMES: tuple[str, ...] = tuple(OPTION_SYNTAX)

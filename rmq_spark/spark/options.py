@@ -17,6 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from rmq_spark.broker.config import parse_namesrv_addr
 from rmq_spark.errors import SourceError
 from rmq_spark.spark.option_hints import SPARK_TABLE_KEYS, unknown_option
 from rmq_spark.spark.option_modes import EndingMode, StartingMode, ending_values, starting_values
@@ -86,6 +87,9 @@ class SourceOptions:
     consumer_group: str = ""  # commit progress as this RocketMQ group's offsets; "" = none
     brokers: str = ""  # the broker holding the store (gRPC host:port) for group commits
     credentials: tuple[str, str] | None = None  # accessKey/secretKey: signs the group commits
+    namesrv: str = ""  # name servers to discover the brokers' stores from (cluster_discovery)
+    cluster: str = ""  # with namesrv: only this cluster's brokers; "" = every cluster
+    store_roots: tuple[str, ...] = ()  # with namesrv: discovered stores must be under one
 
     def __post_init__(self) -> None:
         if self.min_partitions < 0:
@@ -175,10 +179,12 @@ def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptio
     values: dict[str, object] = {"streaming": streaming}
 
     path = raw.get("path", "").strip()
-    if not path:
+    values.update(_cluster(raw, path))
+    if not path and not values.get("namesrv"):
         raise SourceError(
             "the rocketmq source needs a store directory: "
-            'spark.read.format("rocketmq").load("/path/to/store") (option path)'
+            'spark.read.format("rocketmq").load("/path/to/store") (option path), '
+            "or name servers to discover the stores from (option namesrv)"
         )
     values["path"] = path
 
@@ -309,4 +315,35 @@ def _group(raw: dict[str, str], values: dict[str, object]) -> dict[str, object]:
     pattern = values.get("topic_pattern")
     if isinstance(pattern, str) and pattern:
         found["topic_pattern"] = f"(?:{pattern})|{re.escape(retry)}"
+    return found
+
+
+def _cluster(raw: dict[str, str], path: str) -> dict[str, object]:
+    """namesrv (instead of a path), cluster and storeRoots (only with namesrv)."""
+    if "namesrv" not in raw:
+        for name in ("cluster", "storeRoots"):
+            if name in raw:
+                raise SourceError(f"option {name} goes with the option namesrv")
+        return {}
+    if path:
+        raise SourceError(
+            "options namesrv and path (load's argument) exclude each other: the name servers "
+            "name the stores; give one"
+        )
+    try:
+        addresses = parse_namesrv_addr(raw["namesrv"])  # the broker's syntax for namesrvAddr
+    except ValueError as err:
+        raise bad_value("namesrv", raw["namesrv"], str(err)) from None
+    if not addresses:
+        raise bad_value("namesrv", raw["namesrv"], "no name server")
+    found: dict[str, object] = {"namesrv": ";".join(f"{h}:{p}" for h, p in addresses)}
+    if "cluster" in raw:
+        if not re.fullmatch(r"[%|a-zA-Z0-9_.-]{1,255}", raw["cluster"].strip()):
+            raise bad_value("cluster", raw["cluster"])
+        found["cluster"] = raw["cluster"].strip()
+    if "storeRoots" in raw:
+        roots = tuple(root.strip() for root in raw["storeRoots"].split(",") if root.strip())
+        if not roots or not all(root.startswith("/") for root in roots):
+            raise bad_value("storeRoots", raw["storeRoots"], "each must be an absolute path")
+        found["store_roots"] = roots
     return found

@@ -34,6 +34,11 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from rmq_spark.errors import RmqError, SourceError
 from rmq_spark.spark import planner
+from rmq_spark.spark.cluster_reader import (
+    cluster_batch_reader,
+    cluster_schema,
+    cluster_stream_reader,
+)
 from rmq_spark.spark.driver_read import stream_reader
 from rmq_spark.spark.multi_store import (
     MultiStoreBatchReader,
@@ -142,10 +147,15 @@ class RocketMQDataSource(DataSource):
     @_one_line
     def schema(self) -> StructType:
         check_options(self.options)  # at load(): one clear line, for read and readStream
+        if _over_cluster(self.options):  # discovers now: a bad namesrv fails at load()
+            return cluster_schema(_parsed_either(self.options))
         return spark_schema_for(self.options.get("path", ""))
 
     @_one_line
     def reader(self, schema: StructType) -> DataSourceReader:
+        if _over_cluster(self.options):
+            options = parse_options(self.options, streaming=False)
+            return cluster_batch_reader(options, schema, RocketMQBatchReader)
         stores = per_store_options(parse_options(self.options, streaming=False))
         arrow, inner = query_schemas(schema, several=len(stores) > 1)
         if len(stores) == 1:
@@ -163,6 +173,8 @@ class RocketMQDataSource(DataSource):
 
     @_one_line
     def _stream_reader(self, schema: StructType) -> DataSourceStreamReader:
+        if _over_cluster(self.options):
+            return cluster_stream_reader(parse_options(self.options, streaming=True), schema)
         stores = per_store_options(parse_options(self.options, streaming=True))
         arrow, inner = query_schemas(schema, several=len(stores) > 1)
         if len(stores) == 1:
@@ -177,6 +189,18 @@ class RocketMQDataSource(DataSource):
     @_one_line
     def streamWriter(self, schema: StructType, overwrite: bool) -> RocketMQStreamWriter:
         return stream_writer(dict(self.options), schema, overwrite)
+
+
+def _over_cluster(options: dict[str, str]) -> bool:
+    return any(str(key).lower() == "namesrv" for key in options)
+
+
+def _parsed_either(options: dict[str, str]) -> SourceOptions:
+    """The options as a stream's, or a batch's (``schema`` does not know which it serves)."""
+    try:
+        return parse_options(options, streaming=True)
+    except SourceError:
+        return parse_options(options, streaming=False)
 
 
 class _RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -61,6 +61,7 @@ from rmq_spark.store.put import MAX_RECORD_OVERHEAD_BYTES, PutRequest, PutResult
 from rmq_spark.store.put_columns import MessageColumns, PutBatchReceipt, arrow_columns
 from rmq_spark.store.reader import read_record
 from rmq_spark.store.recovery import RecoveredState, RecoveryReport, recover
+from rmq_spark.store.replica_log import ReplicaLog
 from rmq_spark.store.retention import Retention
 from rmq_spark.store.warm import SegmentWarmer
 
@@ -315,6 +316,13 @@ class MessageStore:
         elif self._after_write is not None:
             self._after_write()
         return results
+
+    def replica_log(self) -> ReplicaLog:
+        """A slave's way in (``replica_log.py``): a master's bytes appended as they are, made
+        durable per this store's flush policy (SYNC: fsynced before the next report)."""
+        self._check_open()
+        wake = self._after_write if not self._sync else self.flush
+        return ReplicaLog(self._appender, self._commitlog, wake or (lambda: None))
 
     # --- offsets --------------------------------------------------------------------------------
 

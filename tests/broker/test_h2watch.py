@@ -131,3 +131,29 @@ def test_reading_does_not_depend_on_where_reads_cut_the_frames() -> None:
         assert (out, ended, watch.answered) == (whole_out, whole_ended, True)
         assert passed == requests and budget.used == whole_budget.used
         assert ended == [1, 3] and FRAME_SIZE_MAX.to_bytes(4, "big") in out
+
+
+def test_every_shape_of_a_calls_data_frames_is_booked_by_its_last_declared_length() -> None:
+    # A unary call's HEADERS and one-message DATA frame take a shorter path than the rest:
+    # the reserved bit, padding, several messages in a frame, a stream's next message, and
+    # a message that does not fit must all be booked as on the long one.
+    budget = _Budget(100)
+    gate = RequestGate(budget.book, budget.give, 1000)
+    gate.feed(H2_PREFACE)
+    reserved = 1 | 0x80000000  # grpc ignores the bit: the same stream as 1
+    gate.feed(_frame(1, 4, reserved, b"h") + _frame(0, 0, 1, _message(40)))
+    assert budget.used == 40
+    gate.feed(_frame(1, 4, 3, b"h") + _frame(0, 0, 3, _message(10) + _message(20)))
+    assert budget.used == 60  # the last message's length
+    padded = b"\x02" + _message(15) + b"\x00\x00"
+    gate.feed(_frame(1, 4, 5, b"h") + _frame(0, 0x8, 5, padded))
+    assert budget.used == 75
+    gate.feed(_frame(0, 0, 1, _message(25)))  # stream 1's next message: 15 given back
+    assert budget.used == 60
+    late = _frame(0, 1, 1, _message(70))  # does not fit: it waits, nothing booked for it
+    assert gate.feed(late) == b"" and gate.waiting and budget.used == 60
+    for stream_id in (3, 5):
+        gate.stream_ended(stream_id)
+    assert gate.retry() == late and budget.used == 70 and gate.request_sent
+    gate.stream_ended(1)
+    assert budget.used == 0 and not gate.waiting

@@ -19,10 +19,12 @@ LOCK = "/tmp/bench.lock"
 class Driver:
     """The running JVM: ``do(command)`` waits for its OK; every output line is kept."""
 
-    def __init__(self, class_path: Sequence[Path], namesrv: str, home: Path) -> None:
+    def __init__(
+        self, class_path: Sequence[Path], namesrv: str, home: Path, main: str = "ConsumeDriver"
+    ) -> None:
         options = (f"-Duser.home={home}", "-Drocketmq.client.rebalance.waitInterval=1000")
         command = ["flock", LOCK, *java_command("256m", class_path, *options)]
-        command += ["ConsumeDriver", namesrv]
+        command += [main, namesrv]
         env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

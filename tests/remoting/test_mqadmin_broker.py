@@ -1,6 +1,6 @@
 """RocketMQ 5.3.3's ``mqadmin`` (``rmq-spark mqadmin``) against a broker registered with a real
-name server: clusterList, brokerStatus, updateTopic, topicStatus, queryMsgByKey and
-queryMsgById, each output checked against what the broker holds."""
+name server: clusterList, brokerStatus, updateTopic, updateSubGroup, topicStatus,
+queryMsgByKey and queryMsgById, each output checked against what the broker holds."""
 
 from __future__ import annotations
 
@@ -111,3 +111,45 @@ def test_query_by_an_unknown_key_is_query_not_found(served) -> None:
     finally:
         client.close()
     assert answer.code == ResponseCode.QUERY_NOT_FOUND
+
+
+def test_update_sub_group_sets_the_groups_settings_the_consumers_use(served, namesrv) -> None:
+    broker, port = served
+    out = mqadmin(namesrv, "updateSubGroup", "-b", f"127.0.0.1:{port}", "-g", "billing",
+                  "-r", "3", "-o", "true")  # fmt: skip
+    assert "success" in out.lower(), out
+    written = json.loads((broker.store_dir / "config" / "subscriptionGroup.json").read_text())
+    entry = written["subscriptionGroupTable"]["billing"]
+    assert (entry["retryMaxTimes"], entry["consumeMessageOrderly"]) == (3, True)
+    client = FrameClient(port)
+    try:
+        every = client.call(
+            RemotingCommand(code=RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, opaque=1)
+        )
+        one = client.call(RemotingCommand(code=RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+                                          opaque=2, ext_fields={"group": "billing"}))  # fmt: skip
+        nobody = {"group": "nobody"}
+        missing = client.call(RemotingCommand(code=RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG,
+                                              opaque=3, ext_fields=nobody))  # fmt: skip
+        bad = [
+            client.call(
+                RemotingCommand(
+                    code=RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, opaque=4 + i, body=body
+                )
+            )  # fmt: skip
+            for i, body in enumerate(
+                [
+                    b"{",
+                    b'{"groupName": "../x"}',
+                    b'{"groupName": "%RETRY%g"}',
+                    b'{"groupName": "g", "retryMaxTimes": -1}',
+                ]
+            )  # fmt: skip
+        ]
+    finally:
+        client.close()
+    assert json.loads(every.body)["subscriptionGroupTable"]["billing"]["retryMaxTimes"] == 3
+    assert json.loads(one.body)["consumeMessageOrderly"] is True
+    assert missing.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert [answer.code for answer in bad] == [ResponseCode.INVALID_PARAMETER] * 4
+    assert set(json.loads(every.body)["subscriptionGroupTable"]) == {"billing"}

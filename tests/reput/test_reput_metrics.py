@@ -1,10 +1,14 @@
 """A running ``rmq-spark reput --metrics-listen`` serves its lag to Prometheus: a real reput
 process over a small store, its ``/metrics`` fetched over HTTP and parsed with
-``prometheus_client``'s text parser. The lag covers the messages not in the tables yet, falls
-to 0 once a batch committed them, and rises again when more are stored while the job runs."""
+``prometheus_client``'s text parser, and scraped by a real Prometheus server (Debian's,
+``scripts/ensure_prometheus.sh``) whose query API then answers with the job's figures. The lag
+covers the messages not in the tables yet, falls to 0 once a batch committed them, and rises
+again when more are stored while the job runs."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import socket
@@ -12,8 +16,9 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -24,6 +29,8 @@ from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.put import PutRequest
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -44,6 +51,44 @@ def scrape(url: str) -> Samples:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+@contextlib.contextmanager
+def prometheus_scraping(target: str, work: Path) -> Iterator[str]:
+    """A Prometheus server scraping ``target`` (host:port) every second; yields its query URL."""
+    binary = subprocess.run(
+        [str(REPO / "scripts" / "ensure_prometheus.sh")],
+        capture_output=True, text=True, check=True, timeout=600,
+    ).stdout.strip().splitlines()[-1]  # fmt: skip
+    work.mkdir()
+    config = work / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        f"scrape_configs: [{{job_name: reput, static_configs: [{{targets: ['{target}']}}]}}]\n"
+    )
+    port = _free_port()
+    with (work / "prometheus.log").open("wb") as log:
+        server = subprocess.Popen(
+            [binary, f"--config.file={config}", f"--storage.tsdb.path={work / 'data'}",
+             f"--web.listen-address=127.0.0.1:{port}"],
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        yield f"http://127.0.0.1:{port}/api/v1/query"
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+def prometheus_value(query_url: str, query: str) -> float | None:
+    """The one value Prometheus answers ``query`` with, ``None`` before it has one."""
+    url = f"{query_url}?{urllib.parse.urlencode({'query': query})}"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            result = json.loads(response.read())["data"]["result"]
+    except (urllib.error.URLError, ConnectionError):
+        return None
+    return float(result[0]["value"][1]) if len(result) == 1 else None
 
 
 def _put(store: Path, count: int, start: int) -> None:
@@ -86,7 +131,11 @@ def test_a_running_reput_job_serves_its_lag_rows_and_batch_times(tmp_path: Path)
     def value(samples: Samples, name: str, *extra: tuple[str, str]) -> float | None:
         return samples.get((name, tuple(sorted(key + extra))))
 
+    scraping = contextlib.ExitStack()
     try:
+        query_url = scraping.enter_context(
+            prometheus_scraping(f"127.0.0.1:{port}", tmp_path / "prometheus")
+        )
         first = _wait(url, job, out, lambda s: value(s, "rmq_reput_lag_messages") is not None)
         if value(first, "rmq_reput_batches_total") == 0:  # scraped before the first batch
             assert value(first, "rmq_reput_lag_messages") == 25
@@ -129,9 +178,17 @@ def test_a_running_reput_job_serves_its_lag_rows_and_batch_times(tmp_path: Path)
         assert value(later, "rmq_reput_committed_offset_bytes") == value(
             later, "rmq_reput_log_end_offset_bytes"
         )
+        rows = 'rmq_reput_rows_written_total{job="reput",table="messages"}'
+        deadline = time.monotonic() + 120
+        while prometheus_value(query_url, rows) != 35:  # what Prometheus scraped and stored
+            log = tmp_path / "prometheus" / "prometheus.log"
+            assert time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.5)
+        assert prometheus_value(query_url, 'rmq_reput_lag_messages{job="reput"}') == 0
         os.killpg(job.pid, signal.SIGINT)
         code = job.wait(timeout=120)
     finally:
+        scraping.close()
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
             job.wait()

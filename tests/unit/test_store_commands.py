@@ -24,8 +24,8 @@ def test_send_prints_one_json_object_with_the_stored_position(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = _run(
-        ["send", "--create", "--store", str(tmp_path), "--topic", "T", "--tags", "TagA", "--keys", "k1",
-         "k2", "--queue-id", "3", "--property", "color=red", "--body", "hello"],
+        ["send", "--create", "--store", str(tmp_path), "--topic", "T", "--tags", "TagA",
+         "--keys", "k1", "k2", "--queue-id", "3", "--property", "color=red", "--body", "hello"],
         capsys,
     )  # fmt: skip
     assert code == 0
@@ -41,7 +41,18 @@ def test_send_with_delay_level_reports_the_schedule_topic(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, _ = _run(
-        ["send", "--create", "--store", str(tmp_path), "--topic", "T", "--delay-level", "3", "--body", "x"],
+        [
+            "send",
+            "--create",
+            "--store",
+            str(tmp_path),
+            "--topic",
+            "T",
+            "--delay-level",
+            "3",
+            "--body",
+            "x",
+        ],  # fmt: skip
         capsys,
     )
     result = json.loads(out[0])
@@ -52,7 +63,8 @@ def test_send_stdin_puts_one_message_per_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(sys, "stdin", io.StringIO("one\ntwo\nthree\n"))
-    code, out, _ = _run(["send", "--create", "--store", str(tmp_path), "--topic", "T", "--stdin"], capsys)
+    send = ["send", "--create", "--store", str(tmp_path), "--topic", "T", "--stdin"]
+    code, out, _ = _run(send, capsys)
     assert code == 0
     assert [json.loads(line)["queue_offset"] for line in out] == [0, 1, 2]
     code, out, _ = _run(["dump", "--store", str(tmp_path)], capsys)
@@ -66,7 +78,8 @@ def test_send_stdin_puts_one_message_per_line(
 def test_send_of_an_illegal_topic_exits_1_with_the_status(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    code, out, _ = _run(["send", "--create", "--store", str(tmp_path), "--topic", "a b", "--body", "x"], capsys)
+    send = ["send", "--create", "--store", str(tmp_path), "--topic", "a b", "--body", "x"]
+    code, out, _ = _run(send, capsys)
     assert code == 1 and json.loads(out[0])["status"] == "MESSAGE_ILLEGAL"
 
 

@@ -250,6 +250,13 @@ class SubscriptionGroups:
         with self._lock:
             return dict(self._groups)
 
+    def document(self) -> str:
+        """The file's text as it stands (``subscriptionGroupTable`` and ``dataVersion``), what
+        a RocketMQ broker answers ``GET_ALL_SUBSCRIPTIONGROUP_CONFIG`` with."""
+        with self._lock:
+            groups, version, forbidden = self._groups, self._version, self._forbidden
+        return encode_subscription_groups(groups, version or DataVersion(), forbidden)
+
     def update(
         self,
         group: str,

@@ -190,7 +190,7 @@ class Ask:
     copies: bool = True  # a message that came back or ran out of attempts is handed off
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Message:
     """The facts of a stored record that the machine decides on (the caller read them)."""
 
@@ -205,7 +205,7 @@ class CopyKind(enum.Enum):
     DLQ = "dlq"  # %DLQ%<group>: out of attempts
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Deliver:
     """Effect: hand the record out as delivery ``attempt``, invisible for ``invisible_ms``."""
 
@@ -214,7 +214,7 @@ class Deliver:
     invisible_ms: int
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HandOff:
     """Effect: store a ``kind`` copy (reconsume times ``tried``), then ``settle``."""
 

@@ -11,10 +11,8 @@ or change-invisible. Knows nothing of gRPC or files.
 
 from __future__ import annotations
 
-import enum
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from rmq_spark.broker.consumer import delivery
@@ -28,12 +26,16 @@ from rmq_spark.broker.consumer.delivery import (
     Message,
     QueueProgress,
 )
-from rmq_spark.broker.consumer.ports import (
-    GroupSettingsLike,
-    MessageFilter,
-    QueueSource,
-    RecordReader,
+from rmq_spark.broker.consumer.pop_model import (
+    RETRY_PREFIX,
+    Copy,
+    Delivery,
+    HandleCode,
+    Popped,
+    PopRequest,
+    retry_topic,
 )
+from rmq_spark.broker.consumer.ports import QueueSource, RecordReader
 from rmq_spark.broker.consumer.receipt import ReceiptHandle
 from rmq_spark.clock import Clock
 from rmq_spark.errors import OffsetOutOfRangeError
@@ -57,77 +59,6 @@ _SCAN_LIMIT = 4096  # queue offsets one pop looks at per queue (filtered-out one
 _RELEASE_MS = 1_000  # a terminated client's auto-renewed messages come back after this
 
 
-class HandleCode(enum.Enum):
-    OK = "OK"
-    INVALID = "INVALID_RECEIPT_HANDLE"
-
-
-@dataclass(frozen=True, slots=True)
-class PopRequest:
-    group: str
-    topic: str
-    filter: MessageFilter
-    batch_size: int
-    invisible_ms: int
-    settings: GroupSettingsLike
-    client_id: str = ""
-    auto_renew: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One message handed to a consumer: the stored record and this delivery's handle."""
-
-    topic: str  # the topic the client sees: a retry copy's original topic (RETRY_TOPIC)
-    handle: ReceiptHandle
-    record: DecodedRecord
-    properties: dict[str, str]
-    prior: int = 0  # the group's earlier attempts (``copies.prior_reconsumes``)
-
-    @property
-    def attempt(self) -> int:
-        """Attempts so far: the group's earlier ones (its own %RETRY% copy's RECONSUMETIMES)
-        plus this copy's deliveries (the handle counts those)."""
-        return self.prior + self.handle.attempt
-
-
-@dataclass(frozen=True, slots=True)
-class Copy:
-    """A pop's request to store a copy of a message elsewhere (``kind``): its retry copy in
-    ``%RETRY%<group>`` or its dead letter in ``%DLQ%<group>``, with ``attempts`` as the copy's
-    reconsume times. Report the put's result with ``ConsumerGroups.settle``."""
-
-    group: str
-    topic: str  # the stored topic the message was popped from
-    queue_id: int
-    hand_off: HandOff
-    record: DecodedRecord
-    properties: dict[str, str]
-
-    @property
-    def kind(self) -> CopyKind:
-        return self.hand_off.kind
-
-    @property
-    def attempts(self) -> int:
-        return self.hand_off.tried
-
-
-@dataclass(slots=True)
-class Popped:
-    """What one pop hands out, and the copies to store before answering."""
-
-    deliveries: list[Delivery] = field(default_factory=list)
-    copies: list[Copy] = field(default_factory=list)
-
-
-RETRY_PREFIX = "%RETRY%"
-
-
-def retry_topic(group: str) -> str:
-    return f"{RETRY_PREFIX}{group}"
-
-
 @dataclass(slots=True)
 class _Group:
     """One group's state and the lock that guards it."""
@@ -135,6 +66,9 @@ class _Group:
     lock: threading.Lock = field(default_factory=threading.Lock)
     queues: dict[tuple[str, int], QueueProgress] = field(default_factory=dict)
     round_robin: dict[str, int] = field(default_factory=dict)
+
+
+_NO_GROUP = _Group()  # read only: what a group that never received looks like
 
 
 class ConsumerGroups:
@@ -168,14 +102,18 @@ class ConsumerGroups:
         self._groups: dict[str, _Group] = {}
         self.changes = 0  # bumped on every change worth persisting (under a group's lock)
 
-    @contextmanager
-    def _locked(self, group: str) -> Iterator[_Group]:
+    def _group(self, group: str) -> _Group:
+        """The group's state (its ``lock`` guards it), created on first use."""
         state = self._groups.get(group)
         if state is None:
             with self._groups_lock:
                 state = self._groups.setdefault(group, _Group())
-        with state.lock:
-            yield state
+        return state
+
+    def _existing(self, group: str) -> _Group:
+        """The group's state, or an empty one nobody writes to: a handle or a question
+        naming a group that never received creates nothing."""
+        return self._groups.get(group) or _NO_GROUP
 
     def _all(self) -> list[tuple[str, _Group]]:
         with self._groups_lock:
@@ -189,7 +127,8 @@ class ConsumerGroups:
         popped = Popped()
         if not queue_ids:
             return popped
-        with self._locked(request.group) as state:
+        state = self._group(request.group)
+        with state.lock:
             try:
                 start = state.round_robin.get(request.topic, 0)
                 state.round_robin[request.topic] = start + 1
@@ -256,10 +195,10 @@ class ConsumerGroups:
         if loaded is not None:
             record, properties = loaded
             message = Message(
-                physical_offset=record.position,
-                matches=request.filter.matches(properties.get(TAGS), properties),
-                message_group=properties.get(SHARDING_KEY),
-                prior=prior_reconsumes(record, request.group),
+                record.position,
+                request.filter.matches(properties.get(TAGS), properties),
+                properties.get(SHARDING_KEY),
+                prior_reconsumes(record, request.group),
             )
         outcome = delivery.offer(progress, offset, message, ask, blocked, now)
         if outcome is delivery.Outcome.HELD:
@@ -270,7 +209,9 @@ class ConsumerGroups:
             popped.copies.append(Copy(request.group, request.topic, queue_id, outcome, *loaded))
         elif isinstance(outcome, Deliver):
             assert loaded is not None
-            popped.deliveries.append(self._delivery(request, queue_id, outcome, now, *loaded))
+            assert message is not None
+            delivered = self._delivery(request, queue_id, outcome, now, message.prior, *loaded)
+            popped.deliveries.append(delivered)
 
     def _delivery(
         self,
@@ -278,6 +219,7 @@ class ConsumerGroups:
         queue_id: int,
         deliver: Deliver,
         now: int,
+        prior: int,
         record: DecodedRecord,
         properties: dict[str, str],
     ) -> Delivery:
@@ -296,7 +238,6 @@ class ConsumerGroups:
             topic_type="1" if own_retry else "0",
         )
         shown = properties.get(RETRY_TOPIC, request.topic) if own_retry else request.topic
-        prior = prior_reconsumes(record, request.group)
         return Delivery(shown, handle, record, properties, prior)
 
     def _load(
@@ -318,7 +259,8 @@ class ConsumerGroups:
     def settle(self, copy: Copy, stored: bool) -> None:
         """The copy a pop asked for is stored (its message is done) or not (deliverable
         again, so a later pop tries again)."""
-        with self._locked(copy.group) as state:
+        state = self._existing(copy.group)
+        with state.lock:
             self._settle(state, copy, stored)
 
     def _settle(self, state: _Group, copy: Copy, stored: bool) -> None:
@@ -330,7 +272,8 @@ class ConsumerGroups:
         """Move ``group``'s position in the queue over each unit ``visit`` returns True for
         (done with it), up to the first False: an internal reader (the retry reviver) whose
         position persists as a group's does. ``visit`` runs under the group's lock only."""
-        with self._locked(group) as state:
+        state = self._group(group)
+        with state.lock:
             progress = self._progress_of(state, group, topic, queue_id)
             end = self._source.max_offset(topic, queue_id)
             while progress.frontier < end:
@@ -355,35 +298,43 @@ class ConsumerGroups:
             topic = retry_topic(group)
         return topic, handle.queue_id
 
-    def _current(
+    def _progress_for(
         self, state: _Group, group: str, topic: str, handle: ReceiptHandle
-    ) -> tuple[QueueProgress, InFlight] | None:
+    ) -> QueueProgress | None:
+        """The progress ``handle`` names, if it is one of this broker run's handles."""
         if not self._handle_ok(handle):
             return None
-        progress = state.queues.get(self._progress_key(group, topic, handle))
+        return state.queues.get(self._progress_key(group, topic, handle))
+
+    def _current(
+        self, state: _Group, group: str, topic: str, handle: ReceiptHandle
+    ) -> InFlight | None:
+        progress = self._progress_for(state, group, topic, handle)
         if progress is None:
             return None
-        entry = delivery.current(progress, handle.queue_offset, handle.attempt)
-        return None if entry is None else (progress, entry)
+        return delivery.current(progress, handle.queue_offset, handle.attempt)
 
     def is_current(self, group: str, topic: str, handle: ReceiptHandle) -> bool:
         """Whether ``handle`` names the latest delivery of a message still unacknowledged."""
-        with self._locked(group) as state:
+        state = self._existing(group)
+        with state.lock:
             return self._current(state, group, topic, handle) is not None
 
     def delivered_offset(self, group: str, topic: str, handle: ReceiptHandle) -> int | None:
         """The CommitLog offset of the record ``handle``'s delivery handed out, while that
         delivery is current; None otherwise (the handle's own offset is not trusted)."""
-        with self._locked(group) as state:
-            found = self._current(state, group, topic, handle)
-            return None if found is None else found[1].physical_offset
+        state = self._existing(group)
+        with state.lock:
+            entry = self._current(state, group, topic, handle)
+            return None if entry is None else entry.physical_offset
 
     def ack(self, group: str, topic: str, handle: ReceiptHandle) -> HandleCode:
         """Acknowledge one delivery; a stale handle (acknowledged, redelivered since, being
         handed off, or from another broker run) is ``INVALID``."""
-        with self._locked(group) as state:
-            found = self._current(state, group, topic, handle)
-            if found is None or not delivery.ack(found[0], handle.queue_offset, handle.attempt):
+        state = self._existing(group)
+        with state.lock:
+            progress = self._progress_for(state, group, topic, handle)
+            if progress is None or not delivery.ack(progress, handle.queue_offset, handle.attempt):
                 return HandleCode.INVALID
             self.changes += 1
             return HandleCode.OK
@@ -392,11 +343,12 @@ class ConsumerGroups:
         self, group: str, topic: str, handle: ReceiptHandle, invisible_ms: int
     ) -> ReceiptHandle | HandleCode:
         """Make the delivery visible again ``invisible_ms`` from now; returns its new handle."""
-        with self._locked(group) as state:
-            found = self._current(state, group, topic, handle)
+        state = self._existing(group)
+        with state.lock:
+            progress = self._progress_for(state, group, topic, handle)
             now = self._clock.now_ms()
-            if found is None or not delivery.change_invisible(
-                found[0], handle.queue_offset, handle.attempt, now, invisible_ms
+            if progress is None or not delivery.change_invisible(
+                progress, handle.queue_offset, handle.attempt, now, invisible_ms
             ):
                 return HandleCode.INVALID
             self.changes += 1
@@ -416,7 +368,8 @@ class ConsumerGroups:
         """A client said goodbye: its auto-renewed messages come back soon; returns how many."""
         released = 0
         for name, _state in self._all():
-            with self._locked(name) as state:
+            state = self._group(name)
+            with state.lock:
                 deadline = self._clock.now_ms() + _RELEASE_MS
                 for progress in state.queues.values():
                     released += delivery.release(progress, client_id, deadline)
@@ -438,7 +391,8 @@ class ConsumerGroups:
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int | None:
         """The group's committed offset in the queue; None when it never committed there."""
-        with self._locked(group) as state:
+        state = self._existing(group)
+        with state.lock:
             progress = state.queues.get((topic, queue_id))
             if progress is not None:
                 return progress.committed
@@ -448,13 +402,15 @@ class ConsumerGroups:
         """Commit ``offset`` as the group's position (RocketMQ's UpdateOffset: it may move
         back); what was in flight or acknowledged in the queue is forgotten (a copy being
         stored meanwhile settles into nothing)."""
-        with self._locked(group) as state:
+        state = self._group(group)
+        with state.lock:
             state.queues[(topic, queue_id)] = QueueProgress(offset)
             self.changes += 1
 
     def next_deadline_ms(self, group: str, topic: str) -> int | None:
         """When the earliest invisible message of (group, topic) becomes visible again."""
-        with self._locked(group) as state:
+        state = self._existing(group)
+        with state.lock:
             deadlines = [
                 d
                 for (t, _q), p in state.queues.items()
@@ -470,7 +426,8 @@ class ConsumerGroups:
         offsets = {key: dict(queues) for key, queues in self._committed.items()}
         extra = {key: dict(queues) for key, queues in self._extra.items()}
         for group, _state in self._all():
-            with self._locked(group) as state:
+            state = self._group(group)
+            with state.lock:
                 for (topic, queue_id), progress in state.queues.items():
                     offsets.setdefault((topic, group), {})[queue_id] = progress.committed
                     extra.setdefault(f"{topic}@{group}", {})[str(queue_id)] = progress.snapshot()
@@ -480,7 +437,8 @@ class ConsumerGroups:
         """(group, topic, queue) -> (committed offset, messages in flight): for operators."""
         found: dict[tuple[str, str, int], tuple[int, int]] = {}
         for group, _state in self._all():
-            with self._locked(group) as state:
+            state = self._group(group)
+            with state.lock:
                 for (topic, queue_id), p in state.queues.items():
                     in_flight = sum(1 for f in p.in_flight.values() if f.attempt > 0)
                     found[(group, topic, queue_id)] = (p.committed, in_flight)

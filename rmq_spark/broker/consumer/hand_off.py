@@ -23,6 +23,7 @@ from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 __all__ = ["CopyStore", "dlq_topic"]
 
 _DLQ_PREFIX = "%DLQ%"
+_OK = PutStatus.PUT_OK
 
 
 def dlq_topic(group: str) -> str:
@@ -49,36 +50,54 @@ class CopyStore:
         return self._settings.get(group).retry_max_times
 
     def store_all(self, copies: list[Copy]) -> None:
-        """Store each copy a pop asked for and settle it; one that raises settles the rest as
-        not stored (deliverable again) before the error goes on."""
-        for index, copy in enumerate(copies):
-            try:
-                put = self.to_dlq if copy.kind is CopyKind.DLQ else self.to_retry
-                stored = put(copy.group, copy.record, copy.properties, copy.attempts)
-            except BaseException:
-                for left in copies[index:]:
-                    self._groups.settle(left, False)
-                raise
-            self._groups.settle(copy, stored)
+        """Store the copies a pop asked for, in one batch (one fsync under SYNC), and settle
+        each; when the batch is refused as a whole (one copy illegal: all or nothing), one
+        by one. If the store raises, every copy settles as not stored before the error goes
+        on."""
+        if not copies:
+            return
+        try:
+            requests = [self._request(copy) for copy in copies]
+            results = self._store.put_batch(requests) if len(requests) > 1 else []
+            if not any(result.status is _OK for result in results):
+                results = [self._store.put(request) for request in requests]
+        except BaseException:
+            for copy in copies:
+                self._groups.settle(copy, False)
+            raise
+        stored = [result.status is _OK for result in results]
+        for topic in {r.topic for r, ok in zip(requests, stored, strict=True) if ok}:
+            self._add_topic(topic)
+        for copy, ok in zip(copies, stored, strict=True):
+            self._groups.settle(copy, ok)
+
+    def _request(self, copy: Copy) -> PutRequest:
+        make = self._dlq_request if copy.hand_off.kind is CopyKind.DLQ else self._retry_request
+        return make(copy.group, copy.record, copy.properties, copy.hand_off.tried)
 
     def to_dlq(
         self, group: str, record: DecodedRecord, properties: dict[str, str], attempts: int
     ) -> bool:
-        """Store a copy in ``%DLQ%<group>`` queue 0 as RocketMQ's send-back does (spec 11)."""
-        copy = dlq_properties(record, properties, attempts, self._max_reconsume(group))
-        request = group_copy_request(dlq_topic(group), record, copy, attempts, idempotent=True)
+        """Store a copy in ``%DLQ%<group>`` queue 0 (a client's forward to the DLQ)."""
+        request = self._dlq_request(group, record, properties, attempts)
         return self.put(request).status is PutStatus.PUT_OK
 
-    def to_retry(
+    def _dlq_request(
+        self, group: str, record: DecodedRecord, properties: dict[str, str], attempts: int
+    ) -> PutRequest:
+        """A copy for ``%DLQ%<group>`` queue 0, as RocketMQ's send-back makes it (spec 11)."""
+        copy = dlq_properties(record, properties, attempts, self._max_reconsume(group))
+        return group_copy_request(dlq_topic(group), record, copy, attempts, idempotent=True)
+
+    def _retry_request(
         self, group: str, record: DecodedRecord, properties: dict[str, str], reconsume: int
-    ) -> bool:
-        """Store a copy bound for ``%RETRY%<group>`` queue 0 (``copies.retry_properties``):
-        the put path turns DELAY into a SCHEDULE_TOPIC_XXXX record (REAL_TOPIC = the retry
-        topic) that ``RetryReviver`` puts back when due."""
+    ) -> PutRequest:
+        """A copy bound for ``%RETRY%<group>`` queue 0 (``copies.retry_properties``): the put
+        path turns DELAY into a SCHEDULE_TOPIC_XXXX record (REAL_TOPIC = the retry topic)
+        that ``RetryReviver`` puts back when due."""
         copy = retry_properties(record, properties, reconsume, self._max_reconsume(group))
         # Not idempotent: every retry of a message keeps its UNIQ_KEY.
-        request = group_copy_request(retry_topic(group), record, copy, reconsume, idempotent=False)
-        return self.put(request).status is PutStatus.PUT_OK
+        return group_copy_request(retry_topic(group), record, copy, reconsume, idempotent=False)
 
     def put(self, request: PutRequest) -> PutResult:
         """Put a group copy (or a send-back's); its topic joins the topic table once stored."""

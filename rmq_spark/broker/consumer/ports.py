@@ -9,7 +9,7 @@ application can replace one (e.g. group settings) with ``dataclasses.replace``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -61,12 +61,15 @@ class RecordReader(Protocol):
 
 
 class ConsumerStore(RecordReader, Protocol):
-    """What the consume path uses of a ``MessageStore``: reads, DLQ puts, its directory."""
+    """What the consume path uses of a ``MessageStore``: reads, retry and DLQ puts, its
+    directory."""
 
     @property
     def root_dir(self) -> Path: ...
 
     def put(self, request: PutRequest) -> PutResult: ...
+
+    def put_batch(self, requests: Sequence[PutRequest]) -> list[PutResult]: ...
 
 
 class MessageFilter(Protocol):
@@ -95,6 +98,19 @@ class GroupSettingsLike(Protocol):
 
 class GroupSettingsSource(Protocol):
     def get(self, group: str) -> GroupSettingsLike: ...
+
+    def snapshot(self) -> Mapping[str, GroupSettingsLike]: ...
+
+    def document(self) -> str: ...
+
+    def update(
+        self,
+        group: str,
+        *,
+        retry_max_times: int | None = None,
+        fifo: bool | None = None,
+        consume_enable: bool | None = None,
+    ) -> GroupSettingsLike: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,7 +32,12 @@ from rmq_spark.broker.consumer.groups import (
 )
 from rmq_spark.broker.consumer.hand_off import CopyStore, dlq_topic
 from rmq_spark.broker.consumer.persist import ProgressFiles, ProgressSaver
-from rmq_spark.broker.consumer.ports import ConsumerStore, ConsumerWiring, GroupSettingsLike
+from rmq_spark.broker.consumer.ports import (
+    ConsumerStore,
+    ConsumerWiring,
+    GroupSettingsLike,
+    GroupSettingsSource,
+)
 from rmq_spark.broker.consumer.receipt import ReceiptHandle, decode_receipt_handle
 from rmq_spark.broker.consumer.revive import RetryReviver
 from rmq_spark.broker.consumer.waiters import Waiters, long_poll
@@ -166,6 +171,11 @@ class ConsumeService:
 
     def settings_of(self, group: str) -> GroupSettingsLike:
         return self._wiring.group_settings.get(group)
+
+    @property
+    def group_settings(self) -> GroupSettingsSource:
+        """Every group's settings (``config/subscriptionGroup.json``), for mqadmin's calls."""
+        return self._wiring.group_settings
 
     def seen(self, client_id: str, group: str = "") -> None:
         if client_id:

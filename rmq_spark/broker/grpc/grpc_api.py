@@ -25,6 +25,7 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 
+from rmq_spark.broker.cluster.routes import cluster_routes
 from rmq_spark.broker.grpc.consume_grpc import ConsumerRpcs
 from rmq_spark.broker.grpc.grpc_producer import ProducerRpcs
 from rmq_spark.broker.grpc.grpc_telemetry import TelemetryRpc
@@ -152,6 +153,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             endpoints=endpoints_of(route_host, route_port),
             shutdown=shutdown,
             client_peer=client_peer or (lambda peer: peer),  # front.Front.client_peer
+            cluster=cluster_routes(service.config, route_port),
         )
         self._store_rpcs = StoreRpcs(service, executor, shutdown)
         self._telemetry = TelemetryRpc(

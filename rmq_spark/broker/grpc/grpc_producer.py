@@ -15,9 +15,12 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from rmq_spark.broker.cluster.route_data import BrokerRoute
+from rmq_spark.broker.cluster.routes import ClusterRoutes
 from rmq_spark.broker.grpc.grpc_wire import (
     delivery_timestamp_ms,
     digest_problem,
+    endpoints_of,
     peer_address,
     status,
     status_code,
@@ -47,15 +50,26 @@ class ProducerRpcs:
         endpoints: pb.Endpoints,
         shutdown: asyncio.Event,
         client_peer: Callable[[str], str],
+        cluster: ClusterRoutes | None = None,
     ) -> None:
         self._service = service
+        self._cluster = cluster
         self._endpoints = endpoints
         self._shutdown = shutdown
         self._client_peer = client_peer
 
     async def query_route(self, request: Any, context: Any) -> Any:
-        """The ``QueryRouteResponse``: every queue of the topic, at our endpoints."""
+        """The ``QueryRouteResponse``: every queue of the topic, at the endpoints of the broker
+        that owns it (every live broker of the cluster when name servers are configured)."""
         topic = resolved_of(context).topic  # the name the ACL checked (resources.py)
+        if self._cluster is not None:
+            routes = await self._cluster.lookup(topic.full)
+            if routes:
+                return spb.QueryRouteResponse(
+                    status=status(pb.OK), message_queues=_cluster_queues(topic, routes)
+                )
+            if routes is None:
+                log.warning("cluster: no name server answered; routing %s here only", topic.name)
         peer = peer_address(self._client_peer(context.peer()))
         client = peer.ip if peer is not None else ""
         outcome = self._service.route(topic.name, topic.namespace, reading=True, client=client)
@@ -63,16 +77,7 @@ class ProducerRpcs:
             return spb.QueryRouteResponse(status=status(status_code(outcome.code), outcome.reason))
         broker = pb.Broker(name=self._service.config.broker_name, id=0)
         broker.endpoints.CopyFrom(self._endpoints)
-        queues = [
-            pb.MessageQueue(
-                topic=pb.Resource(name=topic.name, resource_namespace=topic.namespace),
-                id=queue_id,
-                permission=pb.READ_WRITE,
-                broker=broker,
-                accept_message_types=_ACCEPTED_TYPES,
-            )
-            for queue_id in range(outcome.queue_count)
-        ]
+        queues = [_queue(topic, queue_id, broker) for queue_id in range(outcome.queue_count)]
         return spb.QueryRouteResponse(status=status(pb.OK), message_queues=queues)
 
     async def send_message(self, request: Any, context: Any) -> Any:
@@ -164,3 +169,32 @@ class ProducerRpcs:
             status=status(status_code(outcome.code), outcome.reason),
             message_id=outcome.message_id,
         )
+
+
+def _queue(topic: Name, queue_id: int, broker: Any, permission: int = pb.READ_WRITE) -> Any:
+    return pb.MessageQueue(
+        topic=pb.Resource(name=topic.name, resource_namespace=topic.namespace),
+        id=queue_id,
+        permission=permission,
+        broker=broker,
+        accept_message_types=_ACCEPTED_TYPES,
+    )
+
+
+def _cluster_queues(topic: Name, routes: tuple[BrokerRoute, ...]) -> list[Any]:
+    """Every queue of every broker in ``routes``, each at its broker's own gRPC endpoint."""
+    queues = []
+    for route in routes:
+        broker = pb.Broker(name=route.broker_name, id=0)
+        broker.endpoints.CopyFrom(endpoints_of(route.grpc_host, route.grpc_port))
+        permission = _PERMISSIONS[(route.readable, route.writable)]
+        queues += [_queue(topic, qid, broker, permission) for qid in range(route.queue_count)]
+    return queues
+
+
+_PERMISSIONS = {
+    (True, True): pb.READ_WRITE,
+    (True, False): pb.READ,
+    (False, True): pb.WRITE,
+    (False, False): pb.NONE,
+}

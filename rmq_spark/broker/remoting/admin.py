@@ -14,6 +14,7 @@ import dataclasses
 import json
 import shutil
 import time
+from pathlib import Path
 from typing import Any
 
 from rmq_spark.broker.config_files.rocketmq_config import DataVersion, encode_topics
@@ -114,6 +115,8 @@ class _Admin:
             if not isinstance(getattr(config, field.name), (list, tuple, dict))
         ]
         lines += [f"brokerName={config.broker_name}", f"brokerClusterName={config.cluster_name}"]
+        # RocketMQ's name for the store root; the Spark source's cluster discovery reads it
+        lines.append(f"storePathRootDir={Path(self._store.root_dir).resolve()}")
         version = self._version()
         header = {
             "version": _json(

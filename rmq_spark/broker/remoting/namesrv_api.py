@@ -52,6 +52,7 @@ class BrokerIdentity:
     addr: str
     ha_addr: str
     broker_id: int = MASTER_ID
+    grpc_addr: str = ""  # "host:port" of the gRPC port, announced to the cluster (CLUSTER.md)
 
     def header(self) -> dict[str, str]:
         return {
@@ -82,7 +83,9 @@ def register_broker(
 ) -> RemotingCommand:
     """``REGISTER_BROKER`` for ``topics`` at data version ``version``."""
     wrapper = encode_topics(topics, version)
-    body = f'{{"filterServerList":[],"topicConfigSerializeWrapper":{wrapper}}}'.encode()
+    # filterServerList carries the gRPC endpoint (cluster/route_data.py says why)
+    announced = f'["grpc://{identity.grpc_addr}"]' if identity.grpc_addr else "[]"
+    body = f'{{"filterServerList":{announced},"topicConfigSerializeWrapper":{wrapper}}}'.encode()
     header = {
         **identity.header(),
         "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),

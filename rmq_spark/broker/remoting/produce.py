@@ -44,7 +44,13 @@ _CODES = {
     SendCode.SHUTTING_DOWN: ResponseCode.SERVICE_NOT_AVAILABLE,
     SendCode.FLUSH_TIMEOUT: ResponseCode.SYSTEM_ERROR,
     SendCode.STORE_ERROR: ResponseCode.SYSTEM_ERROR,
+    SendCode.FLUSH_SLAVE_TIMEOUT: ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    SendCode.SLAVE_NOT_AVAILABLE: ResponseCode.SLAVE_NOT_AVAILABLE,
+    SendCode.NOT_MASTER: ResponseCode.SYSTEM_BUSY,  # RocketMQ 5's rejectRequest on a slave
 }
+# Stored on the master but not confirmed by a slave: answered with the full header (the
+# client's SendResult carries the status and the position), as RocketMQ does.
+_STORED = {SendCode.FLUSH_SLAVE_TIMEOUT, SendCode.SLAVE_NOT_AVAILABLE}
 
 
 def response_code(code: SendCode) -> ResponseCode:
@@ -86,7 +92,7 @@ class _Sender:
         self, call: Call, queue_id: int | None, outcomes: list[SendOutcome]
     ) -> RemotingCommand:
         failed = next((o for o in outcomes if not o.ok), None)
-        if failed is not None:
+        if failed is not None and failed.code not in _STORED:
             log.debug("remoting: send refused: %s %s", failed.code.name, failed.reason)
             return call.reply(response_code(failed.code), failed.reason or failed.code.name)
         first = outcomes[0]
@@ -99,4 +105,6 @@ class _Sender:
             "MSG_REGION": REGION,
             "TRACE_ON": "true",
         }
+        if failed is not None:
+            return call.reply(response_code(failed.code), failed.reason, fields)
         return call.reply(ResponseCode.SUCCESS, None, fields)

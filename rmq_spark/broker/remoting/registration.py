@@ -6,8 +6,9 @@
 
 The address registered is where 4.x clients and tools reach the broker: the remoting port
 (``broker.advertised_host`` or the listen host, and the bound remoting port; the gRPC port
-when ``broker.remoting_listen`` is empty). The HA address is RocketMQ's default, port + 1;
-nothing listens there.
+when ``broker.remoting_listen`` is empty). The HA address is the broker's HA port when it
+serves one (docs/REPLICATION.md), else RocketMQ's default, port + 1; a SLAVE registers with
+its ``brokerId`` > 0, so routes and ``mqadmin clusterList`` show the pair.
 """
 
 from __future__ import annotations
@@ -45,9 +46,16 @@ def namesrv_overrides(args: argparse.Namespace) -> dict[str, str]:
 
 
 def start_registration(
-    config: BrokerConfig, port: int, topics: Callable[[], Mapping[str, int]]
+    config: BrokerConfig,
+    port: int,
+    topics: Callable[[], Mapping[str, int]],
+    grpc_port: int | None = None,
+    *,
+    broker_id: int = 0,
+    ha_port: int | None = None,
 ) -> NamesrvRegistration | None:
-    """Register the broker serving on ``port`` with ``config.namesrv_addr``; ``None`` if empty."""
+    """Register the broker serving on ``port`` with ``config.namesrv_addr``; ``None`` if empty.
+    ``grpc_port``: announced to the other brokers, which route gRPC clients to it."""
     addresses = parse_namesrv_addr(config.namesrv_addr)
     if not addresses:
         return None
@@ -56,7 +64,9 @@ def start_registration(
         cluster_name=config.cluster_name,
         broker_name=config.broker_name,
         addr=f"{host}:{port}",
-        ha_addr=f"{host}:{port + 1}",
+        ha_addr=f"{host}:{port + 1 if ha_port is None else ha_port}",
+        broker_id=broker_id,
+        grpc_addr=f"{host}:{grpc_port}" if grpc_port else "",
     )
     interval_s = config.register_interval_ms / 1000
     if config.auto_create_topics:

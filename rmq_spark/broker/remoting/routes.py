@@ -14,6 +14,7 @@ from rmq_spark.broker.remoting import (
     admin,
     consume,
     consume_stats,
+    groups_admin,
     locks,
     offsets_remote,
     produce,
@@ -33,6 +34,7 @@ _MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (
     send_back_remote.handlers,
     locks.handlers,
     consume_stats.handlers,
+    groups_admin.handlers,
 )
 
 

@@ -38,7 +38,6 @@ from typing import Any
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.security.front_link import TLS_RECORD_HANDSHAKE, Link
-from rmq_spark.broker.security.limits import InflightBytes
 from rmq_spark.broker.security.tls import TlsFiles
 from rmq_spark.errors import BrokerError
 
@@ -76,7 +75,7 @@ class Front:
     def __init__(self, settings: FrontSettings) -> None:
         self.settings = settings
         self.port = 0
-        self.budget = InflightBytes(settings.inflight_bytes)
+        self.booked_bytes = 0  # of the budget; only the loop's thread books (no lock)
         self._sock: socket.socket | None = None
         self._links: set[Link] = set()
         self._unproven: OrderedDict[Link, None] = OrderedDict()  # not answered yet, oldest first
@@ -85,6 +84,7 @@ class Front:
         self._waiting: OrderedDict[Link, None] = OrderedDict()  # streams held for the budget
         self._wake_scheduled = False
         self._booked_by: dict[str, int] = {}  # budget bytes booked per client address
+        self._limit = settings.inflight_bytes
         self._share = max(settings.inflight_bytes // 2, settings.message_bytes_max)
         self._watchdog: asyncio.TimerHandle | None = None
         self._counts = {"refused": 0, "evicted": 0, "expired": 0}
@@ -258,14 +258,15 @@ class Front:
         """Book ``nbytes`` for a connection from ``host``: within its address's share and
         the budget, else ``False`` (the message waits)."""
         booked = self._booked_by.get(host, 0)
-        if booked + nbytes > self._share or not self.budget.take(nbytes):
+        if booked + nbytes > self._share or self.booked_bytes + nbytes > self._limit:
             return False
+        self.booked_bytes += nbytes
         self._booked_by[host] = booked + nbytes
         return True
 
     def give(self, host: str, nbytes: int) -> None:
         """Bytes given back to the budget: the links waiting for it retry, soon, in order."""
-        self.budget.give(nbytes)
+        self.booked_bytes -= nbytes
         left = self._booked_by.pop(host) - nbytes
         if left:
             self._booked_by[host] = left
@@ -278,7 +279,7 @@ class Front:
         stopped arriving ``handshake_timeout_s`` ago (time spent waiting on grpc excluded)."""
         loop = asyncio.get_running_loop()
         self._watchdog = loop.call_later(1.0, self._watch_stalls)
-        if not self.budget.used_bytes:
+        if not self.booked_bytes:
             return
         limit = loop.time() - self.settings.handshake_timeout_s
         for link in [x for x in self._links if x.gate.incomplete and x.last_data < limit]:

@@ -133,16 +133,20 @@ class Link(asyncio.Protocol):
         if self._backend is None:
             self._pending += data
             return
+        gate = self.gate
         try:
-            out = self.gate.feed(data)
+            out = gate.feed(data)
         except ValueError as err:
             log.info("broker: closed a connection from %s: %s", self.peer, err)
             self.close()
             return
-        self._pass_on(out)
-        if self.gate.waiting:
+        if gate.to_client:
+            self._pass_on(out)
+        elif out:
+            self._backend.write(out)
+        if gate.waiting:
             self.front.wait_for_budget(self)
-        if self.gate.request_sent and not self.answered:
+        if not self.answered and gate.request_sent:
             self._proven()
 
     def _pass_on(self, out: bytes) -> None:
@@ -192,7 +196,7 @@ class Link(asyncio.Protocol):
         self._client.write(data)
         for stream_id in ended:
             self.gate.stream_ended(stream_id)
-        if self._watch.answered and not self.answered:
+        if not self.answered and self._watch.answered:
             self._proven()
 
     def _proven(self) -> None:

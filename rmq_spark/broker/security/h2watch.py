@@ -59,7 +59,7 @@ class _Stream:
         self.remaining = 0  # bytes still to come of the current gRPC message
         self.prefix = b""  # a length prefix cut by a frame boundary
         self.booked = 0  # the current message's declared length, booked in the budget
-        self.held: deque[bytes] = deque()  # frames waiting for the budget, in order
+        self.held: deque[bytes] | None = None  # frames waiting for the budget, in order
 
 
 class RequestGate:
@@ -111,8 +111,8 @@ class RequestGate:
                 self._preface = True
                 start = len(H2_PREFACE)
         # Frames that pass unchanged are not copied: runs of them are cut out of ``data``.
-        size, first, out, emit = len(data), 0, None, bytearray()
-        unpack = _FRAME_HEADER.unpack_from
+        size, first, out = len(data), 0, None
+        unpack, streams = _FRAME_HEADER.unpack_from, self._streams
         while size - start >= 9:
             high, low, kind, flags, stream_id = unpack(data, start)
             length = high << 16 | low
@@ -121,11 +121,26 @@ class RequestGate:
             end = start + 9 + length
             if end > size:
                 break
-            if stream_id and not self._route(data, start, end, kind, flags, stream_id, emit):
-                out = out if out is not None else bytearray()
+            stream_id &= 0x7FFFFFFF  # the reserved bit, ignored as grpc does
+            if not stream_id:
+                start = end
+                continue
+            # A unary call's two frames, in a line each; any other frame takes ``_route``.
+            stream = streams.get(stream_id)
+            if kind == _HEADERS and stream is None and not self._refused:
+                streams[stream_id] = _Stream()
+                self.request_sent = self.request_sent or bool(flags & _END_STREAM)
+            elif (
+                kind == _DATA
+                and stream is not None
+                and self._admit_whole(stream, data, start, length, flags)
+            ):
+                stream.passed = True
+                self.request_sent = self.request_sent or bool(flags & _END_STREAM)
+            elif not self._route(data, start, end, kind, flags, stream_id, emit := bytearray()):
+                out = out if out is not None else bytearray()  # emit: frames put in its place
                 out += data[first:start]
                 out += emit
-                emit.clear()
                 first = end
             start = end
         if start < size:
@@ -196,6 +211,8 @@ class RequestGate:
             return True
         if not stream.held:
             self._waiting.append(stream_id)
+        if stream.held is None:
+            stream.held = deque()
         stream.held.append(data[start:end])
         self._held_bytes += end - start
         if self._held_bytes > HELD_BYTES_MAX:
@@ -225,6 +242,27 @@ class RequestGate:
             self._held_bytes -= len(frame)
             stream.passed = stream.passed or frame[3] == _DATA
             self.request_sent = self.request_sent or bool(frame[4] & _END_STREAM)
+
+    def _admit_whole(
+        self, stream: _Stream, frame: bytes, start: int, length: int, flags: int
+    ) -> bool:
+        """``_admit`` for a DATA frame (``length`` bytes of payload) that is one whole gRPC
+        message, on a stream with nothing held, between messages; ``False``: not such a
+        frame, or its booking does not fit now (``_route`` then decides)."""
+        declared = length - _GRPC_PREFIX
+        if stream.held or stream.remaining or stream.prefix or flags & _PADDED or declared < 0:
+            return False
+        if _U32.unpack_from(frame, start + 10)[0] != declared:
+            return False
+        if declared > self._unbooked_over:
+            declared = 0
+        if declared != stream.booked:
+            if declared > stream.booked and not self._book(declared - stream.booked):
+                return False
+            if declared < stream.booked:
+                self._give(stream.booked - declared)
+            stream.booked = declared
+        return True
 
     def _admit(self, stream: _Stream, frame: bytes, start: int, end: int, flags: int) -> bool:
         """Walk the DATA frame ``frame[start:end]`` for message starts; book the last one's
@@ -292,8 +330,13 @@ class ResponseWatch:
 
     def feed(self, data: bytes) -> tuple[bytes, list[int]]:
         ended: list[int] = []
+        position, size = 0, len(data)
+        if not (self._skip or self._header or self._injected or self._settings is not None):
+            position = self._whole_frames(data, ended)
+            if position == size:
+                return data, ended
         pieces: list[bytes] = []
-        position, size, mark = 0, len(data), 0  # data[mark:] not yet in pieces
+        mark = 0  # data[mark:] not yet in pieces
         unpack = _FRAME_HEADER.unpack_from
         while position < size:
             if self._injected and self._at_boundary():
@@ -352,6 +395,36 @@ class ResponseWatch:
             return data, ended
         pieces.append(data[mark:])
         return b"".join(pieces), ended
+
+    def _whole_frames(self, data: bytes, ended: list[int]) -> int:
+        """``feed``'s loop for the frames that pass unchanged, from a frame boundary with
+        nothing to put in; returns where ``feed`` goes on (``len(data)``: done), at a frame
+        header that is cut or starts a SETTINGS to rewrite."""
+        position, size = 0, len(data)
+        unpack = _FRAME_HEADER.unpack_from
+        while size - position >= 9:
+            high, low, kind, flags, stream_id = unpack(data, position)
+            stream_id &= 0x7FFFFFFF
+            if kind == _DATA:
+                if flags & _END_STREAM:
+                    ended.append(stream_id)
+            elif kind == _HEADERS:
+                self._in_block = not flags & _END_HEADERS
+                if stream_id:
+                    self.answered = True
+                    if flags & _END_STREAM:
+                        ended.append(stream_id)
+            elif kind == _SETTINGS and not flags & _ACK and (high or low):
+                return position
+            elif kind == _RST_STREAM:
+                ended.append(stream_id)
+            elif kind == _PUSH_PROMISE or kind == _CONTINUATION:
+                self._in_block = not flags & _END_HEADERS
+            position += 9 + (high << 16 | low)
+            if position > size:  # the payload goes on in the next read
+                self._skip = position - size
+                return size
+        return position
 
 
 def _lower_frame_size(payload: bytearray) -> bytes:

@@ -1,0 +1,1 @@
+"""Master/slave replication over RocketMQ's HA protocol (docs/REPLICATION.md)."""

@@ -1,0 +1,169 @@
+"""``HaServer``: a master's HA port (RocketMQ's ``HAConnection`` read + write services).
+
+One asyncio loop on one thread serves every slave connection (no thread per connection).
+Per connection: the slave's first 8-byte report fixes where the transfer starts (0: the
+master's first offset; RocketMQ starts at its last file, docs/REPLICATION.md); then chunks of
+at most ``ha_transfer_batch_bytes``, never across a segment file, and only below the store's
+``confirmed_offset`` (fsynced under SYNC, fully written under ASYNC: never a torn tail).
+Each later report is the slave's confirmed end; it counts as an acknowledgement
+(``SlaveAcks``) only once the slave applied bytes sent on this connection, and never past
+them, so a diverged or lying slave cannot acknowledge sends it does not hold.
+
+Does not own: the wire format (``wire.py``), waiting sends (``acks.py``), the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from rmq_spark.broker.replication.acks import SlaveAcks
+from rmq_spark.broker.replication.wire import HEADER, HEARTBEAT_INTERVAL_S, HOUSEKEEPING_S, REPORT
+from rmq_spark.errors import BrokerError
+from rmq_spark.store.message_store import MessageStore
+
+__all__ = ["HaServer"]
+
+log = logging.getLogger("rmq_spark.broker.replication")
+
+
+@dataclass(slots=True)
+class _Slave:
+    peer: str
+    start: int
+    sent: int
+    report: int
+
+
+class HaServer:
+    """Serves ``store``'s CommitLog to slaves on ``host:port`` (see the module docstring)."""
+
+    def __init__(
+        self, store: MessageStore, acks: SlaveAcks, batch_bytes: int, where: tuple[str, int, bool]
+    ) -> None:
+        self._store = store
+        self.acks = acks
+        self._batch = batch_bytes
+        self._host, self._port, self._fallback = where
+        self.port = 0
+        self.slaves: list[_Slave] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._thread = threading.Thread(target=self._run, name="ha-server", daemon=True)
+        self._started = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def address(self) -> str:
+        return f"{self._host}:{self.port}"
+
+    def start(self) -> HaServer:
+        """Bind and serve; raises ``BrokerError`` when the port cannot be bound."""
+        self._thread.start()
+        self._started.wait()
+        if self._error is not None:
+            raise BrokerError(f"HA port {self._host}:{self._port}: {self._error}")
+        return self
+
+    def stop(self) -> None:
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(stopping.set)
+        self._thread.join(timeout=5)
+        self.acks.release_all()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except BaseException as err:  # reported by start() when binding failed
+            self._error = self._error or err
+            self._started.set()
+
+    async def _main(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stopping = asyncio.Event()
+        try:
+            server = await asyncio.start_server(self._serve, self._host, self._port)
+        except OSError as err:
+            if not self._fallback:
+                raise BrokerError(str(err)) from err
+            server = await asyncio.start_server(self._serve, self._host, 0)
+        self.port = server.sockets[0].getsockname()[1]
+        self._started.set()
+        async with server:
+            await self._stopping.wait()
+            server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        host, port = writer.get_extra_info("peername")[:2]
+        peer = f"{host}:{port}"
+        reading: asyncio.Task[None] | None = None
+        try:
+            first = await asyncio.wait_for(reader.readexactly(8), HOUSEKEEPING_S)
+            (offset,) = REPORT.unpack(first)
+            store = self._store
+            start = offset if offset > 0 else store.min_offset
+            if start > store.max_offset:
+                log.error(
+                    "replication: slave %s reports offset %d, past this master's log end %d: "
+                    "the logs diverge; refusing it",
+                    peer, offset, store.max_offset,
+                )  # fmt: skip
+                writer.write(HEADER.pack(store.max_offset, 0))
+                await writer.drain()
+                return
+            slave = _Slave(peer, start, start, offset)
+            log.info("replication: slave %s connected, transfer from offset %d", peer, start)
+            self.acks.connected()
+            self.slaves.append(slave)
+            try:
+                reading = asyncio.create_task(self._read_reports(reader, slave))
+                await self._transfer(writer, slave, reading)
+            finally:
+                self.slaves.remove(slave)
+                self.acks.disconnected()
+        except (asyncio.IncompleteReadError, ConnectionError, TimeoutError) as err:
+            log.info("replication: slave %s disconnected: %s", peer, err or type(err).__name__)
+        except Exception as err:  # a deleted segment, a closed store: this slave only
+            log.warning("replication: slave %s dropped: %s", peer, err)
+        finally:
+            if reading is not None:
+                reading.cancel()
+            writer.close()
+
+    async def _read_reports(self, reader: asyncio.StreamReader, slave: _Slave) -> None:
+        acks = self.acks
+        while True:
+            (offset,) = REPORT.unpack(await asyncio.wait_for(reader.readexactly(8), HOUSEKEEPING_S))
+            slave.report = offset
+            if offset > slave.start:
+                acks.report(min(offset, slave.sent))
+
+    async def _transfer(
+        self, writer: asyncio.StreamWriter, slave: _Slave, reading: asyncio.Task[None]
+    ) -> None:
+        store, acks, size = self._store, self.acks, self._store.commitlog.segment_size_bytes
+        stopping = self._stopping
+        assert stopping is not None
+        last_write = time.monotonic()
+        while not reading.done() and not stopping.is_set():
+            end = store.confirmed_offset
+            sent = slave.sent
+            if sent < end:
+                count = min(self._batch, end - sent, size - sent % size)
+                data = store.commitlog.read(sent, count)
+                writer.write(HEADER.pack(sent, len(data)) + data)
+                await writer.drain()
+                slave.sent = sent + len(data)
+                last_write = time.monotonic()
+                continue
+            if time.monotonic() - last_write > HEARTBEAT_INTERVAL_S:
+                writer.write(HEADER.pack(sent, 0))
+                await writer.drain()
+                last_write = time.monotonic()
+            await asyncio.sleep(0.001 if acks.waiting else 0.01)
+        if reading.done() and not reading.cancelled():
+            reading.result()  # the reason the slave went away

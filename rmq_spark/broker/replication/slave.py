@@ -1,0 +1,136 @@
+"""``HaClient``: a slave's replication connection (RocketMQ's ``DefaultHAClient``).
+
+One thread: connect to ``ha_master``, report where to resume (``ReplicaLog.start``: the start
+of the slave's last record, so the first bytes received are checked against what the slave
+holds), then apply every transfer through the store's ``ReplicaLog`` and report the store's
+confirmed end after each applied chunk that moved it, and at least every 5 s. A lost
+connection is retried after 5 s; a refused stream (gap, diverged log, corrupt record) stops
+replication with one ERROR line and ``refused`` set: never silently merged.
+
+Does not own: the append rules (``store/replica_log.py``), the wire format (``wire.py``).
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+import time
+
+from rmq_spark.broker.config import parse_listen
+from rmq_spark.broker.replication.acks import Lag
+from rmq_spark.broker.replication.wire import (
+    HEADER,
+    HEARTBEAT_INTERVAL_S,
+    HOUSEKEEPING_S,
+    RECONNECT_S,
+    REPORT,
+)
+from rmq_spark.store.message_store import MessageStore
+from rmq_spark.store.replica_log import ReplicaRefusedError
+
+__all__ = ["HaClient"]
+
+log = logging.getLogger("rmq_spark.broker.replication")
+_RECV_BYTES = 4 * 1024 * 1024  # RocketMQ's slave read buffer
+
+
+class HaClient:
+    """Replicates ``master`` (host:port) into ``store`` (see the module docstring)."""
+
+    def __init__(self, store: MessageStore, master: str) -> None:
+        self._store = store
+        self._master = parse_listen(master)
+        self._replica = store.replica_log()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ha-client", daemon=True)
+        self.refused: str | None = None
+        self.connected = False
+        self.master_offset = 0  # the end of the master's log as far as its transfers showed
+        self._behind_since: float | None = None
+
+    def start(self) -> HaClient:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def lag(self) -> Lag:
+        """Bytes the master has sent or shown that this store has not confirmed yet."""
+        behind = max(0, self.master_offset - self._store.confirmed_offset)
+        now = time.monotonic()
+        if behind == 0:
+            self._behind_since = None
+        elif self._behind_since is None:
+            self._behind_since = now
+        since = 0.0 if self._behind_since is None else now - self._behind_since
+        return Lag(behind, since, int(self.connected), self._store.confirmed_offset)
+
+    def _run(self) -> None:
+        host, port = self._master
+        while not self._stop.is_set():
+            try:
+                with socket.create_connection((host, port), timeout=HOUSEKEEPING_S) as sock:
+                    self.connected = True
+                    self._session(sock)
+            except ReplicaRefusedError as err:
+                self.refused = str(err)
+                log.error("replication from %s:%d refused: %s", host, port, err)
+                return
+            except (OSError, ConnectionError) as err:
+                log.warning("replication: master %s:%d: %s; retrying in %.0f s",
+                            host, port, err, RECONNECT_S)  # fmt: skip
+            finally:
+                self.connected = False
+            self._stop.wait(RECONNECT_S)
+
+    def _session(self, sock: socket.socket) -> None:
+        replica, store = self._replica, self._store
+        resume = replica.start()
+        self.master_offset = max(self.master_offset, resume)
+        sock.sendall(REPORT.pack(resume))
+        log.info("replication: connected to %s:%d, resuming at offset %d",
+                 *self._master, resume)  # fmt: skip
+        sock.settimeout(0.5)
+        buffer = bytearray()
+        reported, last_report = resume, time.monotonic()
+        last_read = time.monotonic()
+        while not self._stop.is_set():
+            try:
+                chunk = sock.recv(_RECV_BYTES)
+                if not chunk:
+                    raise ConnectionError("the master closed the connection")
+                buffer += chunk
+                last_read = time.monotonic()
+            except TimeoutError:
+                if time.monotonic() - last_read > HOUSEKEEPING_S:
+                    raise ConnectionError("nothing from the master for 20 s") from None
+            self._apply(buffer)
+            confirmed = store.confirmed_offset
+            now = time.monotonic()
+            if confirmed > reported or now - last_report > HEARTBEAT_INTERVAL_S:
+                sock.sendall(REPORT.pack(confirmed))
+                reported, last_report = confirmed, now
+
+    def _apply(self, buffer: bytearray) -> None:
+        """Apply every whole transfer at the front of ``buffer`` (and remove it)."""
+        replica = self._replica
+        used = 0
+        while len(buffer) - used >= HEADER.size:
+            offset, size = HEADER.unpack_from(buffer, used)
+            if size < 0 or len(buffer) - used - HEADER.size < size:
+                break
+            start = used + HEADER.size
+            used = start + size
+            if size == 0:  # a heartbeat: where the master's transfer stands
+                if offset < replica.next_offset:
+                    raise ReplicaRefusedError(
+                        f"the master's log ends at offset {offset}, before this slave's "
+                        f"{replica.next_offset}: the logs diverge; refusing to merge"
+                    )
+                continue
+            replica.feed(offset, bytes(buffer[start:used]))
+            self.master_offset = max(self.master_offset, offset + size)
+        del buffer[:used]
