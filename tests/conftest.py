@@ -1,4 +1,5 @@
-"""Shared fixtures: the one session-scoped SparkSession (local[2], UI off, 2 shuffle partitions).
+"""Shared fixtures: the one session-scoped SparkSession (local[2], UI off, 2 shuffle partitions),
+and the official RocketMQ Python client (``rocketmq``), imported once.
 
 Each Spark test gets its own ``tmp_path`` for checkpoints and tables; the session is shared
 because starting a JVM costs seconds [Delta's DeltaTestCase does the same].
@@ -6,13 +7,31 @@ because starting a JVM costs seconds [Delta's DeltaTestCase does the same].
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 import pytest
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+
+@pytest.fixture(scope="session")
+def rocketmq(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    """The official client package, imported with HOME in a temp dir (it logs under ~/logs)."""
+    home = tmp_path_factory.mktemp("client-home")
+    saved = os.environ.get("HOME")
+    os.environ["HOME"] = str(home)
+    try:
+        import rocketmq as module
+    finally:
+        if saved is None:
+            del os.environ["HOME"]
+        else:
+            os.environ["HOME"] = saved
+    return module
 
 
 @pytest.fixture(scope="session")

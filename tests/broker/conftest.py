@@ -6,7 +6,6 @@ HOME pointed at a temp dir (it writes ``~/logs/rocketmq_python`` on import).
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -30,22 +29,6 @@ def broker_factory(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
     for broker in started:
         if broker.proc.poll() is None:
             broker.kill()
-
-
-@pytest.fixture(scope="session")
-def rocketmq(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    """The official client package, imported with HOME in a temp dir (it logs under ~/logs)."""
-    home = tmp_path_factory.mktemp("client-home")
-    saved = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
-    try:
-        import rocketmq as module
-    finally:
-        if saved is None:
-            del os.environ["HOME"]
-        else:
-            os.environ["HOME"] = saved
-    return module
 
 
 @pytest.fixture

@@ -3,12 +3,10 @@ bench lock, RocketMQ's jars fetched once) and two rmq-spark brokers registered w
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
@@ -40,19 +38,3 @@ def namesrv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Namesrv]:
 @pytest.fixture
 def brokers(tmp_path: Path, namesrv: Namesrv) -> Iterator[list[ClusterBroker]]:
     yield from cluster_brokers(tmp_path, namesrv)
-
-
-@pytest.fixture(scope="session")
-def rocketmq(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    """The official 5.x client, imported with HOME in a temp dir (it logs under ~/logs)."""
-    home = tmp_path_factory.mktemp("client-home")
-    saved = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
-    try:
-        import rocketmq as module
-    finally:
-        if saved is None:
-            del os.environ["HOME"]
-        else:
-            os.environ["HOME"] = saved
-    return module

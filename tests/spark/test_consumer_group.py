@@ -129,21 +129,6 @@ def test_a_group_query_commits_each_batch_and_shows_lag_zero(
     assert sum(offsets.values()) == 50
 
 
-@pytest.fixture(scope="module")
-def rocketmq(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
-    """The official client package, imported with HOME in a temp dir (it logs under ~/logs)."""
-    saved = os.environ.get("HOME")
-    os.environ["HOME"] = str(tmp_path_factory.mktemp("client-home"))
-    try:
-        import rocketmq as module
-    finally:
-        if saved is None:
-            del os.environ["HOME"]
-        else:
-            os.environ["HOME"] = saved
-    return module
-
-
 def _simple_consumer(rocketmq: ModuleType, address: str, group: str, topic: str) -> Any:
     config = rocketmq.ClientConfiguration(address, rocketmq.Credentials(), request_timeout=5)
     subscription = {topic: rocketmq.FilterExpression("*")}

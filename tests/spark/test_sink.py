@@ -4,7 +4,6 @@ bad input refused at plan time or naming the row."""
 
 from __future__ import annotations
 
-import os
 import re
 import time
 from collections.abc import Iterator
@@ -21,22 +20,6 @@ pytestmark = pytest.mark.spark
 ROWS = 3000
 SMALL = {"store.segment_size_bytes": str(4 << 20)}
 BROKER_SETTINGS = ("broker.default_queue_count=2", "store.segment_size_bytes=4194304")
-
-
-@pytest.fixture(scope="module")
-def rocketmq(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The official client package, imported with HOME in a temp dir (it logs under ~/logs)."""
-    home = tmp_path_factory.mktemp("client-home")
-    saved = os.environ.get("HOME")
-    os.environ["HOME"] = str(home)
-    try:
-        import rocketmq as module
-    finally:
-        if saved is None:
-            del os.environ["HOME"]
-        else:
-            os.environ["HOME"] = saved
-    return module
 
 
 @pytest.fixture
