@@ -29,6 +29,7 @@ import ssl
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from enum import IntEnum
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.remoting.calls import Call, Deps, Handler, HeaderError, response_to
@@ -52,18 +53,10 @@ _OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 _WARN_EVERY_S = 10.0
 
 
-def code_name(code: int) -> str:
+def code_name(code: int, names: type[IntEnum] = RequestCode) -> str:
+    """``code``'s name in ``names`` (a request code by default), or its number."""
     try:
-        return RequestCode(code).name
-    except ValueError:
-        return str(code)
-
-
-def _response_code_name(code: int | str) -> str:
-    if isinstance(code, str):
-        return code
-    try:
-        return ResponseCode(code).name
+        return names(code).name
     except ValueError:
         return str(code)
 
@@ -356,11 +349,15 @@ class RemotingServer:
             raise
         finally:
             if self._traffic is not None:
-                answered = "NONE" if result != "success" or response is None else response.code
+                answered = (
+                    "NONE"
+                    if result != "success" or response is None
+                    else code_name(response.code, ResponseCode)
+                )
                 self._traffic.rpc_done(
                     "remoting",
                     code_name(command.code),
-                    _response_code_name(answered),
+                    answered,
                     result,
                     time.perf_counter() - started,
                 )
