@@ -20,10 +20,15 @@ class Driver:
     """The running JVM: ``do(command)`` waits for its OK; every output line is kept."""
 
     def __init__(
-        self, class_path: Sequence[Path], namesrv: str, home: Path, main: str = "ConsumeDriver"
+        self,
+        class_path: Sequence[Path],
+        namesrv: str,
+        home: Path,
+        main: str = "ConsumeDriver",
+        lock: str | None = LOCK,  # None: the caller already holds the bench lock
     ) -> None:
         options = (f"-Duser.home={home}", "-Drocketmq.client.rebalance.waitInterval=1000")
-        command = ["flock", LOCK, *java_command("256m", class_path, *options)]
+        command = [*(["flock", lock] if lock else []), *java_command("256m", class_path, *options)]
         command += [main, namesrv]
         env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         self.proc = subprocess.Popen(

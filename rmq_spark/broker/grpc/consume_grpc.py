@@ -15,6 +15,8 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from rmq_spark.broker.cluster.assignment import cluster_assignments
+from rmq_spark.broker.cluster.routes import ClusterRoutes
 from rmq_spark.broker.consumer.groups import Delivery
 from rmq_spark.broker.consumer.service import (
     POLL_MS_MAX,
@@ -76,13 +78,22 @@ def _delivery_timestamp() -> Any:
 class ConsumerRpcs:
     """The consumer RPC handlers over one ``ConsumeService``.
 
-    ``endpoints`` and ``broker_name`` go into QueryAssignment's queues, as in routes.
+    ``endpoints`` and ``broker_name`` go into QueryAssignment's queues, as in routes;
+    with ``cluster`` (name servers configured) QueryAssignment spans every broker of the topic.
     """
 
-    def __init__(self, service: ConsumeService, *, endpoints: Any, broker_name: str) -> None:
+    def __init__(
+        self,
+        service: ConsumeService,
+        *,
+        endpoints: Any,
+        broker_name: str,
+        cluster: ClusterRoutes | None = None,
+    ) -> None:
         self.service = service
         self._endpoints = endpoints
         self._broker_name = broker_name
+        self.cluster = cluster
 
     # --- ReceiveMessage ------------------------------------------------------------------
 
@@ -215,13 +226,16 @@ class ConsumerRpcs:
         self.service.seen(client_id_of(context))
         resolved = resolved_of(context)
         topic = resolved.topic
+        assert resolved.group is not None
+        fifo = self.service.settings_of(resolved.group.full).fifo
+        across = await cluster_assignments(self.cluster, topic, fifo=fifo)
+        if across is not None:
+            return spb.QueryAssignmentResponse(status=_status(pb.OK), assignments=across)
         route = self.service.route(topic.name, topic.namespace)
         if route.code is not SendCode.OK:
             missing = route.code is SendCode.TOPIC_NOT_FOUND
             code = pb.TOPIC_NOT_FOUND if missing else pb.ILLEGAL_TOPIC
             return spb.QueryAssignmentResponse(status=_status(code, route.reason))
-        assert resolved.group is not None
-        fifo = self.service.settings_of(resolved.group.full).fifo
         queue_ids = range(route.queue_count) if fifo else (-1,)
         broker = pb.Broker(name=self._broker_name, id=0)
         broker.endpoints.CopyFrom(self._endpoints)

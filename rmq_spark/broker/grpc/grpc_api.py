@@ -148,12 +148,15 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         client_peer: Callable[[str], str] | None = None,
     ) -> None:
         self._consumers = consumers
+        cluster = cluster_routes(service.config, route_port)
+        if consumers is not None:  # one route cache for QueryRoute and QueryAssignment
+            consumers.cluster = cluster
         self._producer = ProducerRpcs(
             service,
             endpoints=endpoints_of(route_host, route_port),
             shutdown=shutdown,
             client_peer=client_peer or (lambda peer: peer),  # front.Front.client_peer
-            cluster=cluster_routes(service.config, route_port),
+            cluster=cluster,
         )
         self._store_rpcs = StoreRpcs(service, executor, shutdown)
         self._telemetry = TelemetryRpc(
