@@ -241,19 +241,53 @@ _COLUMNS += ("in_flight", "retry_depth", "dlq_depth")
 
 
 def _show(args: argparse.Namespace) -> int:
+    if args.namesrv is not None:
+        return _show_cluster(args)
     if args.store is None:
-        raise ConfigError("--store", "required")
+        raise ConfigError("--store", "required (or --namesrv HOST:PORT GROUP)")
     require_store(Path(args.store))
     rows = group_rows(Path(args.store))
     if args.json:
         for row in rows:
             print(json.dumps(asdict(row)))
         return 0
-    table = [_COLUMNS] + [tuple(str(getattr(r, c)) for c in _COLUMNS) for r in rows]
-    widths = [max(len(line[i]) for line in table) for i in range(len(_COLUMNS))]
+    _print_table(_COLUMNS, rows)
+    return 0
+
+
+def _print_table(columns: tuple[str, ...], rows: list[Any]) -> None:
+    table = [columns] + [tuple(str(getattr(r, c)) for c in columns) for r in rows]
+    widths = [max(len(line[i]) for line in table) for i in range(len(columns))]
     for line in table:
         print("  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)))
-    return 0
+
+
+_CLUSTER_COLUMNS = ("broker", "topic", "queue_id", "offset", "max_offset", "lag")
+
+
+def _show_cluster(args: argparse.Namespace) -> int:
+    """The group on every broker of the cluster; a broker that does not answer is named on
+    stderr (exit 1) and the others are shown."""
+    from rmq_spark.broker.cluster.group_view import group_across
+
+    namesrv, group = args.namesrv
+    if not args.timeout > 0:
+        raise ConfigError("--timeout", f"must be > 0 seconds, got {args.timeout}")
+    found = group_across(
+        namesrv, group, timeout_s=args.timeout, credentials=operator_credentials(args.access_key)
+    )
+    if args.json:
+        for row in found.rows:
+            print(json.dumps({**asdict(row), "group": group, "lag": row.lag}))
+    else:
+        _print_table(_CLUSTER_COLUMNS, found.rows)
+    sys.stdout.flush()
+    for problem in found.problems:
+        print(f"rmq-spark groups: broker {problem.broker} ({problem.addr}): {problem.reason}; "
+              "its queues are not shown", file=sys.stderr)  # fmt: skip
+    if not found.masters:
+        print("rmq-spark groups: the name server lists no broker", file=sys.stderr)
+    return 1 if found.problems else 0
 
 
 def known_groups(root: Path) -> set[str]:
@@ -324,6 +358,24 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--store", metavar="DIR", help="store root directory")
     parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    parser.add_argument(
+        "--namesrv",
+        nargs=2,
+        metavar=("HOST:PORT[;HOST:PORT]", "GROUP"),
+        help="GROUP across a cluster: every broker the name servers list, asked over the "
+        "network (per broker: queues, committed offsets, lag); a broker that does not answer "
+        "is named on stderr (exit code 1), the others are shown",
+    )
+    parser.add_argument(
+        "--timeout", type=float, default=3.0, metavar="S",
+        help="with --namesrv: seconds to wait for each name server and broker (default 3)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--access-key",
+        metavar="AK",
+        help="with --namesrv and auth on: a user with the Sub right on the group and its topics "
+        "(its secret key in the RMQ_SECRET_KEY variable)",
+    )
     parser.set_defaults(handler=_show)
     actions = parser.add_subparsers(dest="groups_action", metavar="ACTION")
     reset = actions.add_parser(
