@@ -1,5 +1,6 @@
 # rmq-spark: every entry point bootstraps what it needs (venv, pinned deps, Delta jars).
 #   make run     the end-to-end demo
+#   make cluster the demo over a cluster: name server, two brokers, one killed and restarted
 #   make test    lint + the whole test suite (what CI runs)
 #   make bench   the benchmarks in bench/ (figures go to BENCHMARKS.md by hand)
 #   make bench-peers  reput catch-up vs Kafka -> Delta, side by side (BENCH_ARGS=--short)
@@ -15,10 +16,10 @@ ROCKETMQ4_JARS_STAMP := jars/rocketmq4/manifest.txt
 LINK_STAMP := $(VENV)/.delta-jars-linked
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-fast lint format bench bench-peers package clean help
+.PHONY: setup run cluster test test-fast lint format bench bench-peers package clean help
 
 help:
-	@sed -n '1,8p' Makefile
+	@sed -n '1,9p' Makefile
 
 setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP) $(ROCKETMQ_JARS_STAMP) $(ROCKETMQ4_JARS_STAMP)
 
@@ -44,6 +45,9 @@ $(LINK_STAMP): $(DEPS_STAMP) $(JARS_STAMP) scripts/link_jars.sh
 
 run: setup
 	$(BIN)/rmq-spark demo $(DEMO_ARGS)
+
+cluster: setup
+	$(BIN)/rmq-spark demo --brokers 2 $(DEMO_ARGS)
 
 lint: $(DEPS_STAMP)
 	$(BIN)/ruff check .

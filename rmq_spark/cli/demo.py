@@ -55,6 +55,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:  # type: ignore[ty
         default=25.0,
         help="messages per second of each of the two official-client producers (default: 25)",
     )
+    parser.add_argument(
+        "--brokers",
+        type=int,
+        choices=(1, 2),
+        default=1,
+        help="2: the cluster demo (make cluster): RocketMQ's NameServer, two broker processes, "
+        "one SIGKILLed and restarted mid-run, the reput job over both stores (default: 1)",
+    )
     add_config_arguments(parser)
     parser.set_defaults(handler=_handle)
 
@@ -70,6 +78,10 @@ def _handle(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     workdir = args.workdir or Path("work") / time.strftime("demo-%Y%m%d-%H%M%S")
     print(f"demo: work directory {workdir.absolute()}")
+    if args.brokers == 2:
+        from rmq_spark.demo.cluster import run_cluster_demo
+
+        return run_cluster_demo(config, workdir, args.duration, args.rate)
     from rmq_spark.demo.run import DemoOptions, DemoRun
 
     previous = signal.signal(signal.SIGTERM, _terminate)  # stop as cleanly as on Ctrl-C

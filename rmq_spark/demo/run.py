@@ -23,12 +23,26 @@ from rmq_spark.clock import SystemClock
 from rmq_spark.config import RmqConfig
 from rmq_spark.demo.traffic import AckLog, DemoTraffic
 
-__all__ = ["DemoOptions", "DemoRun"]
+__all__ = ["DemoOptions", "DemoRun", "jobs_log_to_file"]
 
 log = logging.getLogger("rmq_spark.demo")
 
 STATUS_INTERVAL_S = 2.0
 DRAIN_DEADLINE_S = 90.0
+
+
+def jobs_log_to_file(logs_dir: Path) -> None:
+    """The reput and schedule jobs' per-batch lines go to ``logs/jobs.log``: the console
+    keeps the demo's own status lines (warnings and errors still reach both)."""
+    handler = logging.FileHandler(logs_dir / "jobs.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    console = logging.StreamHandler()
+    console.setLevel(logging.WARNING)
+    for name in ("rmq_spark.reput", "rmq_spark.delay"):
+        job_log = logging.getLogger(name)
+        job_log.addHandler(handler)
+        job_log.addHandler(console)
+        job_log.propagate = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,17 +129,7 @@ class DemoRun:
     # --- the parts ----------------------------------------------------------------------------
 
     def _jobs_log_to_file(self) -> None:
-        """The reput and schedule jobs' per-batch lines go to ``logs/jobs.log``: the console
-        keeps the demo's own status lines (warnings and errors still reach both)."""
-        handler = logging.FileHandler(self.logs_dir / "jobs.log")
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-        console = logging.StreamHandler()
-        console.setLevel(logging.WARNING)
-        for name in ("rmq_spark.reput", "rmq_spark.delay"):
-            job_log = logging.getLogger(name)
-            job_log.addHandler(handler)
-            job_log.addHandler(console)
-            job_log.propagate = False
+        jobs_log_to_file(self.logs_dir)
 
     def _start_broker(self, stack: ExitStack) -> Any:
         from rmq_spark.broker.embedded import Broker
