@@ -1,6 +1,7 @@
 """Consumers of one group across two rmq-spark brokers and a real name server: gRPC
 QueryAssignment answers for the whole cluster (each broker at its own endpoint); the official
-Python 5.x PushConsumer and SimpleConsumer get every message of both brokers; each broker keeps
+Python 5.x PushConsumer and SimpleConsumer get every message of both brokers (receive, change
+invisible time and ack each at the message's broker); each broker keeps
 its queues' offsets, which survive a restart of each broker (nothing consumed comes back)."""
 
 from __future__ import annotations
@@ -135,7 +136,10 @@ def test_official_python_consumers_get_every_message_and_offsets_survive_restart
 
 
 def _receive_into(consumer: Any, got: dict[str, str]) -> set[str]:
+    """Receive, change the invisible time, ack: each call goes to the message's broker (a
+    receipt handle of one broker is refused by the other)."""
     for message in consumer.receive(32, 30):
         got[message.message_id] = message.body.decode()
+        consumer.change_invisible_duration(message, 60)
         consumer.ack(message)
     return set(got)
