@@ -40,7 +40,7 @@ from rmq_spark.broker.consumer.receipt import ReceiptHandle
 from rmq_spark.clock import Clock
 from rmq_spark.errors import OffsetOutOfRangeError
 from rmq_spark.store.codec import DecodedRecord
-from rmq_spark.store.consume_queue import CqUnit
+from rmq_spark.store.consume_queue import PRE_BLANK_SIZE, CqUnit
 from rmq_spark.store.properties import RETRY_TOPIC, SHARDING_KEY, TAGS, parse_properties
 
 __all__ = [
@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 _SCAN_LIMIT = 4096  # queue offsets one pop looks at per queue (filtered-out ones included)
+_READ_MAX = 256  # units read at once: a pop reads what it still needs, more while filtering
 _RELEASE_MS = 1_000  # a terminated client's auto-renewed messages come back after this
 
 
@@ -160,22 +161,24 @@ class ConsumerGroups:
             if len(popped.deliveries) >= request.batch_size:
                 return
             self._offer(request, queue_id, progress, offset, ask, blocked, now, popped)
-        end = self._source.max_offset(request.topic, queue_id)
-        budget = _SCAN_LIMIT
+        view = self._source.view(request.topic, queue_id)
+        end, budget = view.max_offset, _SCAN_LIMIT
         found = popped.deliveries
+        step = request.batch_size - len(found)
         while len(found) < request.batch_size and progress.frontier < end and budget > 0:
-            count = min(end - progress.frontier, budget, 256)
-            units = self._source.units(request.topic, queue_id, progress.frontier, count)
+            count = min(end - progress.frontier, budget, step)
+            step = min(step * 4, _READ_MAX)  # the next read, when these were filtered out
+            units = view.entries(progress.frontier, count)
             if not units:
                 return
-            for unit in units:
-                if len(popped.deliveries) >= request.batch_size:
+            for physical, size, tags_code in units:
+                if len(found) >= request.batch_size:
                     return
                 offset = progress.frontier
                 budget -= 1
                 self.changes += 1
-                candidate = unit.names_record and request.filter.matches_tags_code(unit.tags_code)
-                if delivery.take(progress, unit.physical_offset, candidate):
+                candidate = size != PRE_BLANK_SIZE and request.filter.matches_tags_code(tags_code)
+                if delivery.take(progress, physical, candidate):
                     self._offer(request, queue_id, progress, offset, ask, blocked, now, popped)
 
     def _offer(
@@ -246,10 +249,10 @@ class ConsumerGroups:
         """The record at ``offset`` and its properties; None if the store no longer has it."""
         physical = entry.physical_offset
         if physical < 0:  # known from before a restart by its queue offset only
-            units = self._source.units(topic, queue_id, offset, 1)
-            if not units or not units[0].names_record:
+            units = self._source.view(topic, queue_id).entries(offset, 1)
+            if not units or units[0][1] == PRE_BLANK_SIZE:
                 return None
-            physical = units[0].physical_offset
+            physical = units[0][0]
         try:
             record = self._store.read_decoded(physical)
         except OffsetOutOfRangeError:
@@ -275,10 +278,10 @@ class ConsumerGroups:
         state = self._group(group)
         with state.lock:
             progress = self._progress_of(state, group, topic, queue_id)
-            end = self._source.max_offset(topic, queue_id)
-            while progress.frontier < end:
-                count = min(end - progress.frontier, 256)
-                units = self._source.units(topic, queue_id, progress.frontier, count)
+            view = self._source.view(topic, queue_id)
+            while progress.frontier < view.max_offset:
+                count = min(view.max_offset - progress.frontier, _READ_MAX)
+                units = view.cq_units(progress.frontier, count)
                 if not units:
                     return
                 for unit in units:
@@ -379,7 +382,7 @@ class ConsumerGroups:
 
     def _progress_of(self, state: _Group, group: str, topic: str, queue_id: int) -> QueueProgress:
         progress = state.queues.get((topic, queue_id))
-        min_offset = self._source.min_offset(topic, queue_id)
+        min_offset = self._source.view(topic, queue_id).min_offset
         if progress is None:
             committed = self._committed.get((topic, group), {}).get(queue_id)
             extra = self._extra.get(f"{topic}@{group}", {}).get(str(queue_id))
