@@ -37,6 +37,7 @@ from rmq_spark.store.consume_queue import (
     first_live,
     units_of,
     written_count,
+    written_end,
 )
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
 from rmq_spark.store.layout import CQ_UNIT_SIZE_BYTES
@@ -259,13 +260,7 @@ class _FilesAt:
         self.bases = bases
         self._fds: dict[int, int] = {}
         self.min_offset = bases[0] if bases else 0
-        self.max_offset = self.min_offset
-        previous = -1
-        for base in bases[-2:]:  # RocketMQ's recover: from the second-last file
-            count, previous, whole = self._written(base, previous)
-            self.max_offset = base + count
-            if not whole:
-                break  # the end is in this file: a later one's units are past it
+        self.max_offset = written_end(bases, self._written)[0]
 
     def _written(self, base: int, previous: int) -> tuple[int, int, bool]:
         """``written_count`` of the file at ``base`` (and whether every unit of it is), read
