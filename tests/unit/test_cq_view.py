@@ -136,7 +136,7 @@ def test_the_rules_of_the_unit() -> None:
     assert first_at_or_after(0, 5, 13, values.__getitem__) == 5
     files = {4: (4, 70, True), 8: (1, 80, False), 12: (0, 80, False)}
     assert written_end([0, 4, 8], lambda base, _previous: files[base]) == (9, 8)
-    assert written_end([0, 4], lambda base, _previous: files[base]) == (8, None)
+    assert written_end([4], lambda base, _previous: files[base]) == (8, None)
     assert written_end([], lambda base, _previous: files[base]) == (0, None)
 
 
