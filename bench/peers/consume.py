@@ -12,7 +12,8 @@ For each system (``--systems``; SYNC flush both, each started as ``produce.py`` 
   per producer, not timed), then 2 SimpleConsumer threads of one group receive and ack until
   every message came; msgs/s from the first receive to the last ack. The in-process consumer
   of the embedded broker (``Broker.consumer``) drains the same backlog of a store put with
-  ``put_batch``, as the rmq-spark-only reference.
+  ``put_batch``, as the rmq-spark-only reference (its CPU per message against another tree,
+  rounds alternating: ``consume_cpu.py``).
 * ``--client java`` (or ``both``): the same two figures with the official Java client
   (``java/ConsumeBench.java``: one paced Producer and a long-polling SimpleConsumer acking
   asynchronously; the drain's consumers ack asynchronously too), on topics of their own.

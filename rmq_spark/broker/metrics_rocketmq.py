@@ -202,10 +202,10 @@ def _store_time(consume: ConsumeService, topic: str, queue_id: int, offset: int)
     """Store time of the message at ``offset`` of the queue (``None``: unreadable now, e.g.
     deleted by retention meanwhile)."""
     try:
-        units = consume.source.units(topic, queue_id, offset, 1)
-        if not units or not units[0].is_valid:
+        physical = consume.source.view(topic, queue_id).physical_at(offset)
+        if physical is None:
             return None
-        record: Any = consume.read_record(units[0].physical_offset)
+        record: Any = consume.read_record(physical)
         return int(record.record.store_timestamp_ms)
     except (OSError, RmqError):
         return None

@@ -13,7 +13,7 @@ nobody else declares the 20 bytes. Does not own CQ files, their directories or r
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,6 +33,7 @@ __all__ = [
     "iter_cq_units",
     "units_of",
     "written_count",
+    "written_end",
 ]
 
 UNIT = struct.Struct(">qiq")
@@ -138,6 +139,23 @@ def written_count(units: np.ndarray, previous: int = -1) -> tuple[int, int]:
     count = int(bad[0]) if len(bad) else len(units)
     last = int(named[:count].max(initial=previous))
     return count, last
+
+
+def written_end(
+    bases: Sequence[int], written: Callable[[int, int], tuple[int, int, bool]]
+) -> tuple[int, int | None]:
+    """The end of a queue's written units, RocketMQ's recover: from the second-last file,
+    file by file until one is not wholly written. ``written(base, previous)``: the file at
+    ``base``'s ``written_count`` with ``previous``, and whether every unit of it is written.
+    Returns the end (0 for no file) and the base of the file it is in (``None``: every file
+    looked at is whole)."""
+    end, previous = 0, -1
+    for base in bases[-2:]:
+        count, previous, whole = written(base, previous)
+        end = base + count
+        if not whole:
+            return end, base
+    return end, None
 
 
 def first_live(units: np.ndarray, min_physical_offset: int) -> int:

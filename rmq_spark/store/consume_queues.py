@@ -1,4 +1,6 @@
-"""``ConsumeQueues``: every ConsumeQueue of a store, what consumers read them through.
+"""``ConsumeQueues``: every ConsumeQueue of a store, and the live view consumers read each
+through (``view``: a ``cq_view.CqView`` over the writer's files, whose end moves as units are
+dispatched; the reading and the searches are the view's).
 
 Owns the ``(topic, queue_id) -> CqQueueFiles`` table, the rule for placing units (a unit goes
 at its record's QUEUEOFFSET; one already there pointing at the same record is kept; one
@@ -23,19 +25,13 @@ from pathlib import Path
 from typing import cast
 
 from rmq_spark.errors import ConsumeQueueCorruptError
-from rmq_spark.store.consume_queue import (
-    PRE_BLANK_UNIT,
-    UNIT,
-    CqUnit,
-    first_at_or_after,
-    first_live,
-    units_of,
-)
+from rmq_spark.store.consume_queue import PRE_BLANK_UNIT, UNIT, CqUnit, first_live, units_of
 from rmq_spark.store.cq_files import (
     CONSUME_QUEUE_DIR,
     CqQueueFiles,
     write_flushed_record,
 )
+from rmq_spark.store.cq_view import CqView
 from rmq_spark.store.fileio import make_dirs_durably
 
 __all__ = ["ConsumeQueues", "QueueKey", "UnitEntry"]
@@ -64,7 +60,9 @@ class ConsumeQueues:
         self.directory = root_dir / CONSUME_QUEUE_DIR
         self.file_units = file_units
         self._queues: dict[QueueKey, CqQueueFiles] = {}
+        self._views: dict[QueueKey, CqView] = {}
         self._lock = threading.Lock()
+        self._empty = CqView(CqQueueFiles(self.directory / "-" / "-1", file_units))
         self._dispatched_changed = threading.Condition(threading.Lock())
         self._dispatched = 0
         self._listeners: list[Listener] = []
@@ -94,7 +92,7 @@ class ConsumeQueues:
                     if queue_entry.is_dir() and queue_entry.name.isdigit():
                         key = (topic_entry.name, int(queue_entry.name))
                         files = CqQueueFiles.load(Path(queue_entry.path), file_units)
-                        queues._queues[key] = files
+                        queues._add(key, files)
         except BaseException:
             queues.close()
             raise
@@ -102,50 +100,29 @@ class ConsumeQueues:
 
     # --- the read API -------------------------------------------------------------------------
 
+    def view(self, topic: str, queue_id: int) -> CqView:
+        """The queue as its readers see it, live: a ``CqView`` over the writer's files, read
+        under this table's lock (an empty view for a queue without units; ask again later,
+        it is not the queue's once one is created)."""
+        return self._views.get((topic, queue_id)) or self._empty
+
     def min_offset(self, topic: str, queue_id: int) -> int:
-        """The first queue offset still readable (0 for a queue without units)."""
-        queue = self._queues.get((topic, queue_id))
-        return queue.min_offset if queue is not None else 0
+        """``view(topic, queue_id).min_offset``: the first queue offset still readable."""
+        return self.view(topic, queue_id).min_offset
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        """The next queue offset to be dispatched: the count of units ever placed."""
-        queue = self._queues.get((topic, queue_id))
-        return queue.max_offset if queue is not None else 0
+        """``view(...).max_offset``: the next queue offset to be dispatched."""
+        return self.view(topic, queue_id).max_offset
 
     def units(self, topic: str, queue_id: int, start: int, max_count: int) -> list[CqUnit]:
-        """Up to ``max_count`` units from queue offset ``start``: item ``i`` is queue offset
-        ``start + i``. Empty when ``start`` is outside ``[min_offset, max_offset)``; only
-        valid units (the list ends before a unit that is not). A ``PRE_BLANK_UNIT`` names no
-        record: skip it (only a queue offset the CommitLog never had, logged at ERROR when
-        filled, is one above ``min_offset``). Raises ``OSError`` if the read fails.
-        """
-        with self._lock:
-            queue = self._queues.get((topic, queue_id))
-            if queue is None or not queue.min_offset <= start < queue.max_offset:
-                return []
-            count = min(max_count, queue.max_offset - start)
-            units = queue.units(start, count)
-        for i, unit in enumerate(units):
-            if not unit.is_valid:
-                return units[:i]
-        return units
+        """``view(topic, queue_id).cq_units(start, max_count)``."""
+        return self.view(topic, queue_id).cq_units(start, max_count)
 
     def offset_for_time(
         self, topic: str, queue_id: int, timestamp_ms: int, store_timestamp_of: Callable[[int], int]
     ) -> int:
-        """The first queue offset whose record was stored at or after ``timestamp_ms``
-        (``max_offset`` if none; RocketMQ ``getOffsetInQueueByTime``), by binary search;
-        ``store_timestamp_of(physical_offset)`` reads a record's store time (for example
-        ``lambda offset: store.read(offset).store_timestamp_ms``)."""
-
-        def stamp(queue_offset: int) -> int | None:
-            found = self.units(topic, queue_id, queue_offset, 1)
-            if not found or found[0] == PRE_BLANK_UNIT:
-                return None  # names no record: look later
-            return store_timestamp_of(found[0].physical_offset)
-
-        low, high = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
-        return first_at_or_after(low, high, timestamp_ms, stamp)
+        """``view(topic, queue_id).offset_for_time(timestamp_ms, store_timestamp_of)``."""
+        return self.view(topic, queue_id).offset_for_time(timestamp_ms, store_timestamp_of)
 
     def queues(self) -> dict[str, list[int]]:
         """Every topic with a ConsumeQueue and its queue ids, ascending."""
@@ -201,7 +178,7 @@ class ConsumeQueues:
                 queue = self._queues.get(key)
                 if queue is None:
                     directory = self.directory / key[0] / str(key[1])
-                    queue = self._queues[key] = CqQueueFiles(directory, self.file_units)
+                    queue = self._add(key, CqQueueFiles(directory, self.file_units))
                 self._place(key, queue, entries, fill_gaps)
 
     def _place(
@@ -249,7 +226,7 @@ class ConsumeQueues:
                 queue = self._queues.get(key)
                 if queue is None:
                     directory = self.directory / key[0] / str(key[1])
-                    queue = self._queues[key] = CqQueueFiles(directory, self.file_units)
+                    queue = self._add(key, CqQueueFiles(directory, self.file_units))
                 for first, count, pieces in key_runs:
                     data = b"".join(pieces)
                     if first == queue.max_offset and (queue.bases or first == 0):
@@ -278,6 +255,11 @@ class ConsumeQueues:
         self.failure = error
         with self._dispatched_changed:
             self._dispatched_changed.notify_all()
+
+    def _add(self, key: QueueKey, queue: CqQueueFiles) -> CqQueueFiles:
+        self._queues[key] = queue
+        self._views[key] = CqView(queue, self._lock)
+        return queue
 
     # --- queue maintenance ------------------------------------------------------------------
 
@@ -337,6 +319,7 @@ class ConsumeQueues:
             for queue in self._queues.values():
                 queue.close()
             self._queues.clear()
+            self._views.clear()
 
 
 def correct_min_offset(queue: CqQueueFiles, min_physical_offset: int) -> None:

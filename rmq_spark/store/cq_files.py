@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rmq_spark.errors import ConsumeQueueCorruptError, StoreMetadataError
-from rmq_spark.store.consume_queue import UNIT, CqUnit, units_of, written_count
+from rmq_spark.store.consume_queue import UNIT, CqUnit, units_of, written_count, written_end
 from rmq_spark.store.fileio import fsync_dir, make_dirs_durably, write_file_atomically
 from rmq_spark.store.layout import CQ_UNIT_SIZE_BYTES, is_segment_name, segment_name
 
@@ -174,21 +174,22 @@ class CqQueueFiles:
         if not self.bases:
             return
         self.min_offset = self.bases[0]
-        start = max(0, len(self.bases) - 2)
-        self.max_offset = self.bases[start]
-        previous = -1
-        for base in self.bases[start:]:
+        used_units: dict[int, int] = {}
+
+        def written(base: int, previous: int) -> tuple[int, int, bool]:
             data = os.pread(self._fds[base], self.file_bytes, 0)
             used = len(data.rstrip(b"\0"))
             used += -used % _UNIT_BYTES
+            used_units[base] = used // _UNIT_BYTES
             count, previous = written_count(units_of(data[:used]), previous)
-            self.max_offset = base + count
-            if count < self.file_units:
-                self.tail_units = used // _UNIT_BYTES - count
-                for later in self.bases[self.bases.index(base) + 1 :]:
-                    if os.pread(self._fds[later], self.file_bytes, 0).strip(b"\0"):
-                        self.tail_units += self.file_units  # truncate_to deletes the file
-                return
+            return count, previous, count == self.file_units
+
+        self.max_offset, stopped = written_end(self.bases, written)
+        if stopped is not None:
+            self.tail_units = used_units[stopped] - (self.max_offset - stopped)
+            for later in self.bases[self.bases.index(stopped) + 1 :]:
+                if os.pread(self._fds[later], self.file_bytes, 0).strip(b"\0"):
+                    self.tail_units += self.file_units  # truncate_to deletes the file
 
     # --- reading and writing ----------------------------------------------------------------
 

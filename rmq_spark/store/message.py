@@ -7,6 +7,7 @@ message record with every stored field. No IO, no encoding logic (see ``codec.py
 from __future__ import annotations
 
 import ipaddress
+import socket
 from dataclasses import dataclass
 
 __all__ = ["HostAddress", "MessageRecord"]
@@ -32,11 +33,12 @@ class HostAddress:
 
     @property
     def is_ipv6(self) -> bool:
-        return ipaddress.ip_address(self.ip).version == 6
+        return ":" in self.ip  # the normalised text: only an IPv6 address has a colon
 
     def packed(self) -> bytes:
-        """The 4 or 16 address bytes, without the port."""
-        return ipaddress.ip_address(self.ip).packed
+        """The 4 or 16 address bytes, without the port (or an IPv6 zone)."""
+        family = socket.AF_INET6 if ":" in self.ip else socket.AF_INET
+        return socket.inet_pton(family, self.ip.partition("%")[0])
 
     def __str__(self) -> str:
         return f"[{self.ip}]:{self.port}" if self.is_ipv6 else f"{self.ip}:{self.port}"

@@ -17,6 +17,7 @@ from rmq_spark.store.consume_queue import (
     first_at_or_after,
     units_of,
     written_count,
+    written_end,
 )
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR, CqQueueFiles
 from rmq_spark.store.cq_view import CqView, queue_dirs, queue_topics
@@ -133,6 +134,10 @@ def test_the_rules_of_the_unit() -> None:
     values = [None, 5, None, 9, 12]
     assert first_at_or_after(0, 5, 9, values.__getitem__) == 3
     assert first_at_or_after(0, 5, 13, values.__getitem__) == 5
+    files = {4: (4, 70, True), 8: (1, 80, False), 12: (0, 80, False)}
+    assert written_end([0, 4, 8], lambda base, _previous: files[base]) == (9, 8)
+    assert written_end([4], lambda base, _previous: files[base]) == (8, None)
+    assert written_end([], lambda base, _previous: files[base]) == (0, None)
 
 
 def test_a_later_view_sees_units_written_since_and_a_recovery_cut(tmp_path: Path) -> None:

@@ -21,3 +21,12 @@ def test_bad_address_text_is_rejected() -> None:
         HostAddress.parse("localhost")
     with pytest.raises(ValueError):
         HostAddress("1.2.3.4", -1)
+
+
+def test_packed_and_the_family_are_ipaddress_own_for_every_form() -> None:
+    import ipaddress
+
+    for ip in ("192.168.0.1", "::1", "fe80::1%eth0", "::ffff:10.0.0.1", "2001:db8::1"):
+        host, address = HostAddress(ip, 1), ipaddress.ip_address(ip)
+        address = getattr(address, "ipv4_mapped", None) or address
+        assert host.packed() == address.packed and host.is_ipv6 == (address.version == 6)

@@ -40,7 +40,8 @@ from rmq_spark.broker.consumer.receipt import ReceiptHandle
 from rmq_spark.clock import Clock
 from rmq_spark.errors import OffsetOutOfRangeError
 from rmq_spark.store.codec import DecodedRecord
-from rmq_spark.store.consume_queue import CqUnit
+from rmq_spark.store.consume_queue import PRE_BLANK_SIZE, CqUnit
+from rmq_spark.store.cq_view import CqView
 from rmq_spark.store.properties import RETRY_TOPIC, SHARDING_KEY, TAGS, parse_properties
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
 ]
 
 _SCAN_LIMIT = 4096  # queue offsets one pop looks at per queue (filtered-out ones included)
+_READ_MAX = 256  # units read at once: a pop reads what it still needs, more while filtering
 _RELEASE_MS = 1_000  # a terminated client's auto-renewed messages come back after this
 
 
@@ -69,6 +71,19 @@ class _Group:
 
 
 _NO_GROUP = _Group()  # read only: what a group that never received looks like
+
+
+@dataclass(slots=True)
+class _QueuePop:
+    """One pop of one queue: what each of its offers shares (``popped`` collects them)."""
+
+    request: PopRequest
+    queue_id: int
+    view: CqView
+    ask: Ask
+    blocked: set[str]
+    now: int
+    popped: Popped
 
 
 class ConsumerGroups:
@@ -144,7 +159,8 @@ class ConsumerGroups:
         return popped
 
     def _pop_queue(self, state: _Group, request: PopRequest, queue_id: int, popped: Popped) -> None:
-        progress = self._progress_of(state, request.group, request.topic, queue_id)
+        view = self._source.view(request.topic, queue_id)
+        progress = self._progress_of(state, request.group, view, request.topic, queue_id)
         now = self._clock.now_ms()
         delivery.renew(progress, now, self._client_alive)
         blocked = progress.blocked_groups(now) if request.settings.fifo else set()
@@ -156,41 +172,34 @@ class ConsumerGroups:
             client_id=request.client_id,
             copies=self._copies,
         )
+        pop = _QueuePop(request, queue_id, view, ask, blocked, now, popped)
         for offset in progress.deliverable(now):
             if len(popped.deliveries) >= request.batch_size:
                 return
-            self._offer(request, queue_id, progress, offset, ask, blocked, now, popped)
-        end = self._source.max_offset(request.topic, queue_id)
-        budget = _SCAN_LIMIT
+            self._offer(pop, progress, offset)
+        end, budget = view.max_offset, _SCAN_LIMIT
         found = popped.deliveries
+        step = request.batch_size - len(found)
         while len(found) < request.batch_size and progress.frontier < end and budget > 0:
-            count = min(end - progress.frontier, budget, 256)
-            units = self._source.units(request.topic, queue_id, progress.frontier, count)
+            count = min(end - progress.frontier, budget, step)
+            step = min(step * 4, _READ_MAX)  # the next read, when these were filtered out
+            units = view.entries(progress.frontier, count)
             if not units:
                 return
-            for unit in units:
-                if len(popped.deliveries) >= request.batch_size:
+            for physical, size, tags_code in units:
+                if len(found) >= request.batch_size:
                     return
                 offset = progress.frontier
                 budget -= 1
                 self.changes += 1
-                candidate = unit.names_record and request.filter.matches_tags_code(unit.tags_code)
-                if delivery.take(progress, unit.physical_offset, candidate):
-                    self._offer(request, queue_id, progress, offset, ask, blocked, now, popped)
+                candidate = size != PRE_BLANK_SIZE and request.filter.matches_tags_code(tags_code)
+                if delivery.take(progress, physical, candidate):
+                    self._offer(pop, progress, offset)
 
-    def _offer(
-        self,
-        request: PopRequest,
-        queue_id: int,
-        progress: QueueProgress,
-        offset: int,
-        ask: Ask,
-        blocked: set[str],
-        now: int,
-        popped: Popped,
-    ) -> None:
+    def _offer(self, pop: _QueuePop, progress: QueueProgress, offset: int) -> None:
         """Read the record at ``offset`` and let the state machine decide; collect its effect."""
-        loaded = self._load(request.topic, queue_id, offset, progress.in_flight[offset])
+        request, queue_id, popped = pop.request, pop.queue_id, pop.popped
+        loaded = self._load(pop.view, offset, progress.in_flight[offset])
         message = None
         if loaded is not None:
             record, properties = loaded
@@ -200,7 +209,7 @@ class ConsumerGroups:
                 properties.get(SHARDING_KEY),
                 prior_reconsumes(record, request.group),
             )
-        outcome = delivery.offer(progress, offset, message, ask, blocked, now)
+        outcome = delivery.offer(progress, offset, message, pop.ask, pop.blocked, pop.now)
         if outcome is delivery.Outcome.HELD:
             return
         self.changes += 1
@@ -210,28 +219,27 @@ class ConsumerGroups:
         elif isinstance(outcome, Deliver):
             assert loaded is not None
             assert message is not None
-            delivered = self._delivery(request, queue_id, outcome, now, message.prior, *loaded)
+            delivered = self._delivery(pop, outcome, message.prior, *loaded)
             popped.deliveries.append(delivered)
 
     def _delivery(
         self,
-        request: PopRequest,
-        queue_id: int,
+        pop: _QueuePop,
         deliver: Deliver,
-        now: int,
         prior: int,
         record: DecodedRecord,
         properties: dict[str, str],
     ) -> Delivery:
+        request = pop.request
         # Only the group's own retry copies show (and are acknowledged) as their original
         # topic; another group's %RETRY% topic read by this one is a topic like any other.
         own_retry = request.topic == retry_topic(request.group)
         handle = ReceiptHandle(
             broker_name=self._broker_name,
-            queue_id=queue_id,
+            queue_id=pop.queue_id,
             queue_offset=deliver.offset,
             physical_offset=record.position,
-            retrieve_ms=now,
+            retrieve_ms=pop.now,
             invisible_ms=deliver.invisible_ms,
             attempt=deliver.attempt,
             nonce=self.nonce,
@@ -241,15 +249,15 @@ class ConsumerGroups:
         return Delivery(shown, handle, record, properties, prior)
 
     def _load(
-        self, topic: str, queue_id: int, offset: int, entry: InFlight
+        self, view: CqView, offset: int, entry: InFlight
     ) -> tuple[DecodedRecord, dict[str, str]] | None:
         """The record at ``offset`` and its properties; None if the store no longer has it."""
         physical = entry.physical_offset
         if physical < 0:  # known from before a restart by its queue offset only
-            units = self._source.units(topic, queue_id, offset, 1)
-            if not units or not units[0].names_record:
+            units = view.entries(offset, 1)
+            if not units or units[0][1] == PRE_BLANK_SIZE:
                 return None
-            physical = units[0].physical_offset
+            physical = units[0][0]
         try:
             record = self._store.read_decoded(physical)
         except OffsetOutOfRangeError:
@@ -274,11 +282,11 @@ class ConsumerGroups:
         position persists as a group's does. ``visit`` runs under the group's lock only."""
         state = self._group(group)
         with state.lock:
-            progress = self._progress_of(state, group, topic, queue_id)
-            end = self._source.max_offset(topic, queue_id)
-            while progress.frontier < end:
-                count = min(end - progress.frontier, 256)
-                units = self._source.units(topic, queue_id, progress.frontier, count)
+            view = self._source.view(topic, queue_id)
+            progress = self._progress_of(state, group, view, topic, queue_id)
+            while progress.frontier < view.max_offset:
+                count = min(view.max_offset - progress.frontier, _READ_MAX)
+                units = view.cq_units(progress.frontier, count)
                 if not units:
                     return
                 for unit in units:
@@ -377,9 +385,11 @@ class ConsumerGroups:
 
     # --- state -------------------------------------------------------------------------------
 
-    def _progress_of(self, state: _Group, group: str, topic: str, queue_id: int) -> QueueProgress:
+    def _progress_of(
+        self, state: _Group, group: str, view: CqView, topic: str, queue_id: int
+    ) -> QueueProgress:
         progress = state.queues.get((topic, queue_id))
-        min_offset = self._source.min_offset(topic, queue_id)
+        min_offset = view.min_offset
         if progress is None:
             committed = self._committed.get((topic, group), {}).get(queue_id)
             extra = self._extra.get(f"{topic}@{group}", {}).get(str(queue_id))

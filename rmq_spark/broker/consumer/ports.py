@@ -1,6 +1,7 @@
 """What the consumer side needs from the rest of the broker, as small protocols.
 
-The consume path reads queues through ``QueueSource`` (the broker's ConsumeQueue), matches
+The consume path reads queues through ``QueueSource`` (the broker's ConsumeQueue: a
+``store.cq_view.CqView`` per queue, the one reader of queues Spark and the CLI use too), matches
 messages with a ``MessageFilter`` made by a ``FilterCompiler`` and asks ``GroupSettingsSource``
 for a group's retry limit and FIFO flag. ``wiring.broker_wiring``
 builds the real ones over a store; ``ConsumerWiring`` names them, so a test or an embedding
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from rmq_spark.store.codec import DecodedRecord
-from rmq_spark.store.consume_queue import CqUnit
+from rmq_spark.store.cq_view import CqView
 from rmq_spark.store.put import PutRequest, PutResult
 
 __all__ = [
@@ -37,16 +38,9 @@ QueueListener = Callable[[set[tuple[str, int]]], None]
 class QueueSource(Protocol):
     """The ConsumeQueue: (topic, queue, queue offset) -> CommitLog position."""
 
-    def min_offset(self, topic: str, queue_id: int) -> int:
-        """Oldest queue offset still readable."""
-        ...
-
-    def max_offset(self, topic: str, queue_id: int) -> int:
-        """Queue offset the next message of the queue gets (0 for an empty queue)."""
-        ...
-
-    def units(self, topic: str, queue_id: int, start: int, max_count: int) -> list[CqUnit]:
-        """Up to ``max_count`` units from ``start``; element i is queue offset start + i."""
+    def view(self, topic: str, queue_id: int) -> CqView:
+        """The queue, live (its ``max_offset`` moves as messages arrive; an empty view for a
+        queue without messages yet: ask again, do not keep it)."""
         ...
 
     def add_listener(self, listener: QueueListener) -> None:

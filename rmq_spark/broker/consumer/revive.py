@@ -68,7 +68,7 @@ class RetryReviver:
         before = self.revived
         now = self._clock.now_ms()
         for queue_id in range(len(self._levels_ms)):
-            if self._source.max_offset(RMQ_SYS_SCHEDULE_TOPIC, queue_id) > 0:
+            if self._source.view(RMQ_SYS_SCHEDULE_TOPIC, queue_id).max_offset > 0:
                 self._groups.walk(
                     REVIVE_GROUP,
                     RMQ_SYS_SCHEDULE_TOPIC,

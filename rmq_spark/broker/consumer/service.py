@@ -432,7 +432,8 @@ class ConsumeService:
 
     def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min, max) queue offset of a queue of the store."""
-        return self.source.min_offset(topic, queue_id), self.source.max_offset(topic, queue_id)
+        view = self.source.view(topic, queue_id)
+        return view.min_offset, view.max_offset
 
     def update_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Commit ``offset`` for the group (clamped to the queue's bounds) and save soon."""
@@ -441,11 +442,8 @@ class ConsumeService:
 
     def offset_for_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
         """The first queue offset stored at or after ``timestamp_ms`` (max offset if none)."""
-        search = getattr(self.source, "offset_for_time", None)
-        if search is None:
-            return self.source.max_offset(topic, queue_id)
         stamp = lambda offset: self._store.read_decoded(offset).record.store_timestamp_ms  # noqa: E731
-        return int(search(topic, queue_id, timestamp_ms, stamp))
+        return self.source.view(topic, queue_id).offset_for_time(timestamp_ms, stamp)
 
     def save_offsets_now(self) -> None:
         """Write the offsets files now (an offset update is durable on return)."""

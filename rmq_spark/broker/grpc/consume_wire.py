@@ -74,8 +74,9 @@ def delivered_message(delivery: Delivery) -> Any:
         sp.tag = properties[TAGS]
     if properties.get(KEYS):
         sp.keys.extend(properties[KEYS].split(" "))
-    offset_id = offset_msg_id(record.store_host, record.physical_offset)
-    sp.message_id = properties.get(UNIQ_KEY) or offset_id
+    sp.message_id = properties.get(UNIQ_KEY) or offset_msg_id(
+        record.store_host, record.physical_offset
+    )
     sp.body_digest.type = pb.MD5
     sp.body_digest.checksum = hashlib.md5(record.body).hexdigest().upper()
     sp.body_encoding = pb.GZIP if record.sys_flag & _COMPRESSED_FLAG else pb.IDENTITY

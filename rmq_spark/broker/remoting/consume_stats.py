@@ -58,10 +58,10 @@ def _last_ms(consume: ConsumeService, topic: str, queue_id: int, committed: int)
     if committed <= 0:
         return 0
     try:
-        units = consume.source.units(topic, queue_id, committed - 1, 1)
-        if not units or not units[0].names_record:
+        physical = consume.source.view(topic, queue_id).physical_at(committed - 1)
+        if physical is None:
             return 0
-        return consume.read_record(units[0].physical_offset).record.store_timestamp_ms
+        return consume.read_record(physical).record.store_timestamp_ms
     except (RmqError, OSError):
         return 0
 

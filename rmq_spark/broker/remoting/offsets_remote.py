@@ -133,9 +133,9 @@ def _earliest_handler(deps: Deps, consume: ConsumeService) -> Handler:
         low, _high = consume.queue_bounds(*queue)
         stamp = -1
         try:
-            units = consume.source.units(*queue, low, 1)
-            if units and units[0].names_record:
-                stamp = consume.read_record(units[0].physical_offset).record.store_timestamp_ms
+            physical = consume.source.view(*queue).physical_at(low)
+            if physical is not None:
+                stamp = consume.read_record(physical).record.store_timestamp_ms
         except (RmqError, OSError):
             stamp = -1
         return _offset(call, stamp, "timestamp")

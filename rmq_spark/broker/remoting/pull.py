@@ -142,7 +142,7 @@ class PullHandler:
             return verdict
         count = min(rules.scan_limit(pull.max_msgs), high - pull.offset)
         try:
-            units = self.consume.source.units(pull.topic, pull.queue_id, pull.offset, count)
+            units = self.consume.source.view(pull.topic, pull.queue_id).cq_units(pull.offset, count)
         except OSError:
             units = []
         if not units:  # unreadable slice: RocketMQ's OFFSET_FOUND_NULL
