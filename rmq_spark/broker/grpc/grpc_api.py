@@ -47,6 +47,7 @@ from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.security.limits import InflightBytes
 from rmq_spark.broker.service import BrokerService
+from rmq_spark.broker.transactions.grpc_end import end_transaction
 
 __all__ = [
     "CLIENT_ID_HEADER",
@@ -155,6 +156,7 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             client_peer=client_peer or (lambda peer: peer),  # front.Front.client_peer
             cluster=cluster_routes(service.config, route_port),
         )
+        self._service = service
         self._store_rpcs = StoreRpcs(service, executor, shutdown)
         self._telemetry = TelemetryRpc(
             shutdown=shutdown,
@@ -304,9 +306,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         return await self._offset_call("QueryOffset", request, context, response_cls, handler)
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.EndTransactionResponse(
-            status=status(pb.UNSUPPORTED, "transactional messages are not supported")
-        )
+        work = lambda: end_transaction(self._service, request, context)  # noqa: E731
+        return await self._guard("EndTransaction", request, spb.EndTransactionResponse, work)
 
     async def RecallMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
         return spb.RecallMessageResponse(status=not_implemented("RecallMessage"))
