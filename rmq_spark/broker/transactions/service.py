@@ -79,6 +79,10 @@ class TransactionService:
         self._busy: dict[TxKey, asyncio.Lock] = {}
         self.written = 0  # committed copies and op markers stored (tests, metrics)
 
+    @property
+    def store(self) -> BrokerStore:
+        return self._store
+
     # --- what is resolved ---------------------------------------------------------------
 
     def is_resolved(self, key: TxKey) -> bool:
