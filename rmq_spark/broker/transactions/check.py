@@ -94,6 +94,11 @@ class TransactionCheck:
 
     async def run(self, shutdown: asyncio.Event) -> None:
         interval_s = self._config.transaction_check_interval_ms / 1000
+        try:
+            self._tx.store.consume_queues  # noqa: B018 (the check reads the half queue)
+        except StoreError as err:
+            log.info("transaction check off: %s", err)
+            return
         while not shutdown.is_set():
             try:
                 await asyncio.wait_for(shutdown.wait(), interval_s)
