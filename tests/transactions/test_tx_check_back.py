@@ -44,7 +44,7 @@ def test_the_check_back_commits_rolls_back_and_discards(
     assert lost.body == b"nobody knows"
     assert props(lost)["TRANSACTION_CHECK_TIMES"] == "2"
     assert props(lost)["REAL_TOPIC"] == "orders"
-    assert "discarded after 2 checks" in broker.log_text()
+    wait_for(lambda: "discarded after 2 checks" in broker.log_text(), 30, "the discard's log")
     consumer = tx_clients("simple", broker.address, "billing", ("orders",))
     seen = wait_for(lambda: received_bodies(consumer, rounds=1), 30, "the committed half")
     seen += received_bodies(consumer, rounds=2)
