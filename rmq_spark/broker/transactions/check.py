@@ -193,7 +193,10 @@ class TransactionCheck:
         """Offer the re-put half to every producer of its topic; how many were asked."""
         topic = key_of(half)[0]
         writers = self._streams.for_topic(topic)
-        if not writers:
+        asked = 0
+        for asker in self._tx.askers:  # 4.x producers of its group (remoting)
+            asked += await asker.ask(half, renewed, request.raw_properties or "")
+        if not writers and not asked:
             log.info(
                 "transaction check: no producer of %s is connected (%d streams)",
                 topic,
@@ -202,7 +205,6 @@ class TransactionCheck:
             return 0
         command = recover_command(half, request.raw_properties or "", renewed)
         command.recover_orphaned_transaction_command.transaction_id = transaction_id(renewed)
-        asked = 0
         for writer in writers:
             try:
                 await writer.write(command)

@@ -15,7 +15,9 @@ from __future__ import annotations
 import asyncio
 import enum
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from rmq_spark.broker.store_port import BrokerStore
 from rmq_spark.broker.transactions.records import (
@@ -33,7 +35,15 @@ from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.properties import PRODUCER_GROUP, REAL_TOPIC, UNIQ_KEY, parse_properties
 from rmq_spark.store.put import PutRequest, PutResult
 
-__all__ = ["EndOutcome", "EndStatus", "Resolution", "TransactionService", "TxKey", "key_of"]
+__all__ = [
+    "Asker",
+    "EndOutcome",
+    "EndStatus",
+    "Resolution",
+    "TransactionService",
+    "TxKey",
+    "key_of",
+]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -69,11 +79,22 @@ def key_of(record: MessageRecord) -> TxKey:
     return props.get(REAL_TOPIC, ""), props.get(UNIQ_KEY, "")
 
 
+class Asker(Protocol):
+    """A front that can ask producers about a half (the remoting front's
+    CHECK_TRANSACTION_STATE); the gRPC front's streams are the check's own."""
+
+    async def ask(self, half: MessageRecord, renewed: Any, properties: str) -> int:
+        """Ask the producers of ``half``'s group about its re-put at ``renewed`` (a
+        ``HalfRef``) with ``properties``; how many were asked."""
+        ...
+
+
 class TransactionService:
     """Transactions of one store; see the module docstring."""
 
     def __init__(self, store: BrokerStore) -> None:
         self._store = store
+        self.askers: list[Asker] = []  # fronts that register producers (remoting)
         self._resolved: set[TxKey] = set()
         self._read = {RMQ_SYS_TRANS_OP_HALF_TOPIC: 0, DISCARD_TOPIC: 0}
         self._busy: dict[TxKey, asyncio.Lock] = {}
@@ -133,8 +154,11 @@ class TransactionService:
 
     # --- EndTransaction -----------------------------------------------------------------
 
-    async def find_half(self, transaction_id: str, topic: str, group: str) -> MessageRecord | None:
-        """The half ``transaction_id`` names, if it is one of ``topic`` sent by ``group``."""
+    async def find_half(
+        self, transaction_id: str, topic: str | None, group: str
+    ) -> MessageRecord | None:
+        """The half ``transaction_id`` names, if it is one of ``topic`` (``None``: any; the
+        caller checks its rights on the half's topic) sent by ``group``."""
         ref = parse_transaction_id(transaction_id)
         if ref is None:
             return None
@@ -152,7 +176,7 @@ class TransactionService:
         if (
             half.topic != RMQ_SYS_TRANS_HALF_TOPIC
             or half.queue_offset != ref.queue_offset
-            or props.get(REAL_TOPIC) != topic
+            or (topic is not None and props.get(REAL_TOPIC) != topic)
             or props.get(PRODUCER_GROUP) != group
         ):
             return None
@@ -167,16 +191,20 @@ class TransactionService:
     async def end(
         self,
         *,
-        topic: str,
+        topic: str | None,
         group: str,
         message_id: str,
         transaction_id: str,
         resolution: Resolution,
+        may_publish: Callable[[str], bool] | None = None,
     ) -> EndOutcome:
-        """Commit or roll back the transaction ``transaction_id`` of ``topic``; a duplicate or
-        an UNKNOWN resolution stores nothing and answers OK."""
+        """Commit or roll back the transaction ``transaction_id`` of ``topic`` (``None``: of
+        a topic ``may_publish`` allows); a duplicate or an UNKNOWN resolution stores nothing
+        and answers OK."""
         half = await self.find_half(transaction_id, topic, group)
         if half is None or (message_id and key_of(half)[1] != message_id):
+            return EndOutcome(EndStatus.NOT_FOUND, "cannot found transaction data")
+        if may_publish is not None and not may_publish(key_of(half)[0]):
             return EndOutcome(EndStatus.NOT_FOUND, "cannot found transaction data")
         if resolution is Resolution.UNKNOWN:
             return EndOutcome(EndStatus.OK)
