@@ -5,6 +5,7 @@ duplicate, unknown or blank EndTransaction answers as the Java proxy does."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -79,3 +80,42 @@ def test_duplicate_unknown_and_blank_end_transaction(
     other = end_call(broker.address, "payments", mid, tid, pb.COMMIT)
     assert other.code == pb.INTERNAL_SERVER_ERROR
     assert len(records_of(broker.store_dir, "orders")) == 1
+
+
+def test_a_push_consumer_gets_committed_messages_once(
+    tx_broker: Callable[..., BrokerProcess], tx_clients: Callable[..., Any], rocketmq: ModuleType
+) -> None:
+    broker = tx_broker(NO_CHECK)
+    got: list[bytes] = []
+    lock = threading.Lock()
+
+    class Listener(rocketmq.MessageListener):  # type: ignore[misc, name-defined]
+        def consume(self, message: Any) -> Any:
+            with lock:
+                got.append(bytes(message.body))
+            return rocketmq.ConsumeResult.SUCCESS
+
+    config = rocketmq.ClientConfiguration(
+        broker.address, rocketmq.Credentials(), request_timeout=10
+    )
+    subscription = {"orders": rocketmq.FilterExpression("*")}
+    consumer = rocketmq.PushConsumer(config, "pushers", Listener(), subscription)
+    consumer.startup()
+    try:
+        producer = tx_clients("producer", broker.address, ("orders",), lambda m: None)
+        for body, end in ((b"one", "commit"), (b"two", "rollback"), (b"three", None)):
+            transaction, _ = send_half(rocketmq, producer, "orders", body)
+            if end is not None:
+                getattr(transaction, end)()
+        last, _ = send_half(rocketmq, producer, "orders", b"last")
+        last.commit()  # committed after the others were resolved (or left pending)
+
+        def both() -> bool:
+            with lock:
+                return b"one" in got and b"last" in got
+
+        wait_for(both, 60, "the committed messages")
+        with lock:
+            assert sorted(got) == [b"last", b"one"]
+    finally:
+        consumer.shutdown()

@@ -67,6 +67,7 @@ def load_progress(root: Path) -> int:
 
 def _save_progress(root: Path, offset: int) -> None:
     path = root / PROGRESS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_suffix(".tmp")
     with temp.open("w", encoding="utf-8") as handle:
         json.dump({"halfOffset": offset}, handle)
