@@ -7,7 +7,13 @@ from __future__ import annotations
 
 import zlib
 
-from rmq_spark.store.layout import RMQ_SYS_SCHEDULE_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
+from rmq_spark.broker.transactions.records import DISCARD_TOPIC, op_request
+from rmq_spark.store.layout import (
+    RMQ_SYS_SCHEDULE_TOPIC,
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_WHEEL_TIMER_TOPIC,
+)
+from rmq_spark.store.message import LOCALHOST
 from rmq_spark.store.put import PutRequest
 
 __all__ = ["every_kind", "raw_properties"]
@@ -35,7 +41,17 @@ def every_kind() -> list[PutRequest]:
     """One message of each kind, so that every run covers them all."""
     schedule = {"REAL_TOPIC": "orders", "REAL_QID": "0"}
     timer = {"REAL_TOPIC": "orders"}
+    # A transaction's records as the broker writes them (broker/transactions/records.py): the
+    # half and its discard copy (tx bits NOT: units in their own system queues), the committed
+    # copy (COMMIT: a unit in the real queue) and the op marker.
+    half = raw_properties(
+        {"REAL_TOPIC": "orders", "REAL_QID": "1", "TRAN_MSG": "true", "PGROUP": "orders"}, "T"
+    )
     return [
+        PutRequest(RMQ_SYS_TRANS_HALF_TOPIC, b"half", raw_properties=half),
+        PutRequest("orders", b"half", queue_id=1, raw_properties=half, sys_flag=0x8),
+        PutRequest(DISCARD_TOPIC, b"half", raw_properties=half),
+        op_request(0, LOCALHOST),
         PutRequest("orders", b"n", tags="TagA"),
         PutRequest("orders", b"n", queue_id=1),  # no tags
         PutRequest("%RETRY%group", b"r", tags="TagA", reconsume_times=2),

@@ -38,6 +38,10 @@ class BrokerConfig:
     delay_ms_max: int = 86_400_000  # furthest delivery time ahead (Java proxy: 1 day)
     timer_precision_ms: int = 1000  # TIMER_OUT_MS rounding step (RocketMQ timerPrecisionMs)
     send_max_attempts: int = 3  # send attempts the Telemetry settings tell clients to make
+    # Transactions (docs/TRANSACTIONS.md): RocketMQ's check-back of pending half messages
+    transaction_timeout_ms: int = 6000  # a half this old without commit/rollback is checked
+    transaction_check_interval_ms: int = 30_000  # how often pending halves are scanned
+    transaction_check_max: int = 15  # checks of one half before it is discarded
     auth_enabled: bool = False  # every RPC signed by a user of auth_users_file, ACL applies
     auth_users_file: str = ""  # TOML users and ACL policies (docs/BROKER.md); needed with auth
     auth_skew_ms: int = 900_000  # largest x-mq-date-time distance from the broker's clock
@@ -130,6 +134,9 @@ class BrokerConfig:
             "timer_precision_ms",
             "send_max_attempts",
             "grpc_worker_threads",
+            "transaction_timeout_ms",
+            "transaction_check_interval_ms",
+            "transaction_check_max",
         ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)}")

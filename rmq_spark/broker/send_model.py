@@ -132,6 +132,7 @@ class SendCommand:
     trace_context: str = ""
     delay_level: int | None = None  # RocketMQ 4 style delay level (embedded, remoting sends)
     queue_id: int | None = None  # the queue a 4.x producer chose; None: the broker picks
+    producer_group: str | None = None  # a TRANSACTION's PGROUP; None: the topic (gRPC proxy)
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,7 +76,7 @@ def _check_id_and_body(command: SendCommand, max_message_size_bytes: int) -> Sen
 def _check_type(command: SendCommand, delay_level_max: int) -> SendOutcome | None:
     """The message type against its group, delivery time and delay level."""
     mid, kind = command.message_id, command.kind
-    if kind in (MessageKind.TRANSACTION, MessageKind.LITE, MessageKind.PRIORITY):
+    if kind in (MessageKind.LITE, MessageKind.PRIORITY):
         return reject(
             SendCode.UNSUPPORTED, f"{kind.name} messages are not supported by this broker", mid
         )
@@ -106,6 +106,8 @@ def _check_type(command: SendCommand, delay_level_max: int) -> SendOutcome | Non
         (kind is MessageKind.NORMAL and (has_group or has_delay))
         or (kind is MessageKind.FIFO and not has_group)
         or (kind is MessageKind.DELAY and not has_delay)
+        or (kind is MessageKind.TRANSACTION and (has_group or has_delay))
+        or (kind is MessageKind.TRANSACTION and command.delay_level is not None)
         or (has_group and has_delay)
     )
     if conflict:

@@ -46,10 +46,12 @@ from rmq_spark.broker.send_rules import message_properties, timer_transform, val
 from rmq_spark.broker.store_port import BrokerStore
 from rmq_spark.broker.topics import CreationBudget, TopicStatus, TopicTable, group_queue_id
 from rmq_spark.broker.traffic import TrafficStats
+from rmq_spark.broker.transactions.records import half_properties
+from rmq_spark.broker.transactions.service import TransactionService
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreClosedError, StoreError
 from rmq_spark.store.delay_levels import parse_message_delay_level
-from rmq_spark.store.layout import RMQ_SYS_WHEEL_TIMER_TOPIC
+from rmq_spark.store.layout import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import LOCALHOST
 from rmq_spark.store.properties import REAL_QID, REAL_TOPIC
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
@@ -167,6 +169,7 @@ class BrokerService:
         self._in_flight = 0
         self.traffic = TrafficStats()  # read by metrics.py at scrape time
         self.replication: Replication | None = None  # the role: a SLAVE refuses, SYNC waits
+        self.transactions = TransactionService(store)  # EndTransaction and the check-back
 
     @property
     def config(self) -> BrokerConfig:
@@ -418,6 +421,11 @@ class BrokerService:
                 properties[REAL_TOPIC] = route.topic
                 properties[REAL_QID] = str(queue_id)
                 topic, stored_queue_id = RMQ_SYS_WHEEL_TIMER_TOPIC, 0
+        if command.kind is MessageKind.TRANSACTION:  # a half message (transactions/records.py)
+            half_properties(
+                properties, route.topic, queue_id, command.producer_group or route.topic
+            )
+            topic, stored_queue_id = RMQ_SYS_TRANS_HALF_TOPIC, 0
         return PutRequest(
             topic=topic,
             queue_id=stored_queue_id,

@@ -61,6 +61,7 @@ _SYSTEM_TOPICS = frozenset(
         RMQ_SYS_TRANS_HALF_TOPIC,
         RMQ_SYS_TRANS_OP_HALF_TOPIC,
         RMQ_SYS_WHEEL_TIMER_TOPIC,
+        "TRANS_CHECK_MAX_TIME_TOPIC",  # discarded half messages (broker/transactions/)
     }
 )
 _SYSTEM_PREFIXES = ("rmq_sys_", "%RETRY%", "%DLQ%", "%LMQ%")

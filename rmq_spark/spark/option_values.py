@@ -62,6 +62,7 @@ OPTION_SYNTAX: dict[str, str] = {
     "includeBody": "true or false",
     "checkCrc": "true or false",
     "decompressBody": "true or false (false: compressed bodies as stored)",
+    "isolation": "read_committed (no half or op records) or read_uncommitted (them too)",
     "driverReadMaxBytes": "a number of bytes >= 0, e.g. 4m; 0 turns it off (streaming only)",
     "minMessagesPerTrigger": "a positive integer number of messages (streaming only)",
     "maxTriggerDelay": "a duration such as 500ms, 30s, 15m or 1h (streaming only)",

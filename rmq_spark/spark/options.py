@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from rmq_spark.broker.config import parse_namesrv_addr
 from rmq_spark.errors import SourceError
+from rmq_spark.spark.isolation import isolation_value
 from rmq_spark.spark.option_hints import SPARK_TABLE_KEYS, unknown_option
 from rmq_spark.spark.option_modes import EndingMode, StartingMode, ending_values, starting_values
 from rmq_spark.spark.option_values import (
@@ -74,6 +75,7 @@ class SourceOptions:
     include_body: bool = True  # False: body column is null and bodies are not copied
     check_crc: bool = True  # verify each body's BODYCRC while reading
     decompress_body: bool = True  # inflate compressed bodies, as a consumer gets them
+    isolation: str = "read_committed"  # read_uncommitted: transactions' half/op records too
     driver_read_max_bytes: int = 0  # streaming: read batches this small on the driver; 0 = off
     streaming: bool = False  # parsed for a streaming query (changes defaults and checks)
     # Kafka-source parity (docs/SOURCE.md "Options Spark's Kafka source has"):
@@ -239,6 +241,8 @@ def _sizes_and_flags(raw: dict[str, str], streaming: bool) -> dict[str, object]:
     ):
         if name in raw:
             values[key] = bool_value(name, raw[name])
+    if "isolation" in raw:
+        values["isolation"] = isolation_value(raw["isolation"])
     return values
 
 

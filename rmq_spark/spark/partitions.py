@@ -22,6 +22,7 @@ from pyspark.sql.datasource import InputPartition
 from rmq_spark.errors import DataLossError, SourceError
 from rmq_spark.spark import planner, queue_offsets
 from rmq_spark.spark.columnar import DecodeSettings, read_slice
+from rmq_spark.spark.isolation import READ_COMMITTED, committed_only
 from rmq_spark.spark.offsets import (
     SegmentSlice,
     missing_ranges,
@@ -214,6 +215,8 @@ def read_partition(
                     batch = pa.RecordBatch.from_arrays(
                         [kept.column(name) for name in schema.names], schema=schema
                     )
+                if options.isolation == READ_COMMITTED:
+                    batch = committed_only(batch)
                 yield batch
 
 

@@ -123,7 +123,11 @@ class ReputBatchWriter:
         self.clock = clock or SystemClock()
         self.on_batch = on_batch
         store_path = str(self.store_dir.absolute())
-        self.source_options = parse_options({"path": store_path}, streaming=True)
+        # Every record, as the store's queues hold them (half and op markers too): the
+        # consume_queue table mirrors the broker's units; a transaction's message is in its
+        # real topic once, as the COMMIT record.
+        options = {"path": store_path, "isolation": "read_uncommitted"}
+        self.source_options = parse_options(options, streaming=True)
         check_store_layout(spark, config.tables_dir, layout)
         ensure_tables(spark, config.tables_dir, layout)
         self.floors = committed_floors(spark, config.tables_dir, self.app_id, layout)

@@ -76,7 +76,10 @@ def _still_serves(stub: Any, message_id: str) -> None:
         ([_message("01T", topic="rmq_sys_wheel_timer")], pb.ILLEGAL_TOPIC),
         ([_message("")], pb.ILLEGAL_MESSAGE_ID),
         ([_message("01TYPE", message_type=99)], pb.BAD_REQUEST),
-        ([_message("01TX", message_type=pb.TRANSACTION)], pb.UNSUPPORTED),
+        (
+            [_message("01TX", message_type=pb.TRANSACTION, message_group="g")],
+            pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        ),
         ([_message("01FIFO", message_type=pb.FIFO)], pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
         ([_message("01TAG", tag="a|b")], pb.ILLEGAL_MESSAGE_TAG),
         ([_message("01GZ", body_encoding=pb.GZIP)], pb.UNSUPPORTED),
@@ -143,7 +146,8 @@ def test_rpcs_the_broker_does_not_serve_answer_a_status(stub: Any) -> None:
         stub.GetOffset(spb.GetOffsetRequest(), timeout=10).status.code == pb.ILLEGAL_CONSUMER_GROUP
     )
     assert (
-        stub.EndTransaction(spb.EndTransactionRequest(), timeout=10).status.code == pb.UNSUPPORTED
+        stub.EndTransaction(spb.EndTransactionRequest(), timeout=10).status.code
+        == pb.INVALID_TRANSACTION_ID  # served: tests/transactions/
     )
     [reply] = list(stub.PullMessage(spb.PullMessageRequest(), timeout=10))
     assert reply.status.code == pb.NOT_IMPLEMENTED

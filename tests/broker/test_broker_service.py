@@ -177,7 +177,10 @@ def test_a_retried_message_id_is_stored_once(broker: Broker) -> None:
             SendCommand("t", b"x", "01A", user_properties={f"k{i}": "v" for i in range(129)}),
             SendCode.MESSAGE_PROPERTIES_TOO_LARGE,
         ),
-        (SendCommand("t", b"x", "01A", kind=MessageKind.TRANSACTION), SendCode.UNSUPPORTED),
+        (
+            SendCommand("t", b"x", "01A", kind=MessageKind.TRANSACTION, message_group="g"),
+            SendCode.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        ),
         (
             SendCommand("t", b"x", "01A", kind=MessageKind.FIFO),
             SendCode.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,

@@ -128,7 +128,7 @@ def _broker_units(store: MessageStore) -> list[Unit]:
 
 def _reput_units(root: Path, levels: tuple[int, ...]) -> list[Unit]:
     view = StoreView.open(root)
-    options = parse_options({"path": str(root)}, streaming=False)
+    options = parse_options({"path": str(root), "isolation": "read_uncommitted"}, streaming=False)
     end = readable_end(view)
     batches = [
         batch

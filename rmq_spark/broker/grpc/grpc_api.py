@@ -47,6 +47,9 @@ from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.security.limits import InflightBytes
 from rmq_spark.broker.service import BrokerService
+from rmq_spark.broker.transactions.check import TransactionCheck
+from rmq_spark.broker.transactions.grpc_end import end_transaction
+from rmq_spark.broker.transactions.streams import ProducerStreams
 
 __all__ = [
     "CLIENT_ID_HEADER",
@@ -158,13 +161,31 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             client_peer=client_peer or (lambda peer: peer),  # front.Front.client_peer
             cluster=cluster,
         )
+        self._service = service
         self._store_rpcs = StoreRpcs(service, executor, shutdown)
+        producers = ProducerStreams()
         self._telemetry = TelemetryRpc(
             shutdown=shutdown,
             max_body_size=min(service.max_message_size_bytes, 2**31 - 1),
             send_max_attempts=service.config.send_max_attempts,
             consumers=consumers,
+            producer_streams=producers,
         )
+        self._tx_check = self._start_tx_check(producers, shutdown)
+
+    def _start_tx_check(self, producers: ProducerStreams, shutdown: asyncio.Event) -> Any:
+        """The check-back job (``transactions/check.py``), on the server's loop; none without
+        a running loop (a servicer built outside the server)."""
+        service = self._service
+        if service.config.role == "SLAVE":  # its master checks; a slave refuses writes
+            return None
+        check = TransactionCheck(
+            service.transactions, producers, service.config, service.clock, service.store_root
+        )
+        try:
+            return asyncio.get_running_loop().create_task(check.run(shutdown))
+        except RuntimeError:
+            return None
 
     def store_service_handlers(self) -> dict[str, Any]:
         """``rmq_spark.v1.StoreService``'s handlers: lenient and guarded as ours are."""
@@ -307,9 +328,8 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         return await self._offset_call("QueryOffset", request, context, response_cls, handler)
 
     async def EndTransaction(self, request: Any, context: Any) -> Any:  # noqa: N802
-        return spb.EndTransactionResponse(
-            status=status(pb.UNSUPPORTED, "transactional messages are not supported")
-        )
+        work = lambda: end_transaction(self._service, request, context)  # noqa: E731
+        return await self._guard("EndTransaction", request, spb.EndTransactionResponse, work)
 
     async def RecallMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
         return spb.RecallMessageResponse(status=not_implemented("RecallMessage"))

@@ -31,13 +31,15 @@ from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.security.resources import Name, resolved_of
 from rmq_spark.broker.send_model import MessageKind, SendCode, SendCommand, SendOutcome
 from rmq_spark.broker.service import BrokerService
+from rmq_spark.broker.transactions.records import HalfRef, transaction_id
+from rmq_spark.store.layout import RMQ_SYS_TRANS_HALF_TOPIC
 from rmq_spark.store.message import HostAddress
 
 __all__ = ["ProducerRpcs"]
 
 log = logging.getLogger("rmq_spark.broker")
 
-_ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY)
+_ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 
 
 class ProducerRpcs:
@@ -159,10 +161,14 @@ class ProducerRpcs:
     @staticmethod
     def _entry(outcome: SendOutcome) -> Any:
         if outcome.ok:
+            tx_id = ""
+            if outcome.topic == RMQ_SYS_TRANS_HALF_TOPIC:  # a half: EndTransaction names it
+                tx_id = transaction_id(HalfRef(outcome.physical_offset, outcome.queue_offset))
             return spb.SendResultEntry(
                 status=status(pb.OK),
                 message_id=outcome.message_id,
                 offset=outcome.queue_offset,
+                transaction_id=tx_id,
             )
         log.debug("send refused: %s %s", outcome.code.name, outcome.reason)
         return spb.SendResultEntry(

@@ -18,6 +18,7 @@ from rmq_spark.broker.grpc.grpc_wire import CLIENT_ID_HEADER, Malformed, status
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.security.resources import Name, resolved_of
+from rmq_spark.broker.transactions.streams import ProducerStreams, StreamWriter
 
 __all__ = ["TelemetryRpc"]
 
@@ -34,11 +35,13 @@ class TelemetryRpc:
         max_body_size: int,
         send_max_attempts: int,
         consumers: ConsumerRpcs | None,
+        producer_streams: ProducerStreams | None = None,
     ) -> None:
         self._shutdown = shutdown
         self._max_body_size = max_body_size
         self._send_max_attempts = send_max_attempts
         self._consumers = consumers
+        self._producers = producer_streams if producer_streams is not None else ProducerStreams()
         self.streams = 0
 
     async def stream(self, context: Any) -> None:
@@ -46,6 +49,7 @@ class TelemetryRpc:
         client_id = dict(context.invocation_metadata()).get(CLIENT_ID_HEADER, "")
         self.streams += 1
         stop_wait = asyncio.ensure_future(self._shutdown.wait())
+        writer = StreamWriter(context)
         try:
             while True:
                 read = asyncio.ensure_future(context.read())
@@ -60,8 +64,12 @@ class TelemetryRpc:
                     log.warning("broker error: Telemetry of %r: %s", client_id, command.error)
                     continue
                 if command.WhichOneof("command") == "settings":
-                    group = resolved_of(context).group  # this command's, resolved at the edge
-                    await context.write(self.settings_reply(command.settings, client_id, group))
+                    resolved = resolved_of(context)  # this command's, resolved at the edge
+                    if resolved.rights == "Telemetry/publishing":
+                        topics = [topic.full for topic in resolved.topics]
+                        self._producers.register(id(context), client_id, topics, writer)
+                    reply = self.settings_reply(command.settings, client_id, resolved.group)
+                    await writer.write(reply)
                 # thread_stack_trace / verify_message_result: we never ask for them.
         except asyncio.CancelledError:
             raise  # the client cancelling its stream is the normal end of it
@@ -70,6 +78,7 @@ class TelemetryRpc:
             log.debug("details", exc_info=True)
         finally:
             stop_wait.cancel()
+            self._producers.unregister(id(context))
             self.streams -= 1
 
     def settings_reply(self, settings: Any, client_id: str = "", group: Name | None = None) -> Any:

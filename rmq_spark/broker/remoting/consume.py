@@ -72,6 +72,11 @@ class RemoteConsumers:
             self.locks.drop_client(client_id)
         self.notify(self.links.link_closed(link_id))
 
+    def producer_links(self, group: str) -> list[ClientLink]:
+        """The open connections of producer group ``group``'s clients (by their heartbeats)."""
+        found = (self._open.get(p.link) for p in self.links.producers.get(group, {}).values())  # type: ignore[call-overload]
+        return [link for link in found if link is not None and not link.closed]
+
     def owns(self, link: ClientLink, client_id: str) -> bool:
         return self.links.owner(client_id) == link.link_id
 

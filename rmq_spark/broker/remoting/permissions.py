@@ -52,6 +52,8 @@ PERMISSIONS: dict[int, Permission] = {
     RequestCode.SEND_MESSAGE: _SEND,
     RequestCode.SEND_MESSAGE_V2: _SEND,
     RequestCode.SEND_BATCH_MESSAGE: _SEND,
+    # the header names no topic: the handler checks Pub on the half's (transactions/)
+    RequestCode.END_TRANSACTION: _ANY_USER,
     # client bookkeeping every producer and consumer sends
     RequestCode.HEART_BEAT: Permission(body=rights.heartbeat_needs),
     RequestCode.UNREGISTER_CLIENT: _ANY_USER,  # only the caller's own client ids (consume.py)

@@ -22,6 +22,7 @@ from rmq_spark.broker.remoting import (
     send_back_remote,
 )
 from rmq_spark.broker.remoting.calls import Deps, Handler
+from rmq_spark.broker.transactions import remoting_end
 
 __all__ = ["build_routes"]
 
@@ -35,6 +36,7 @@ _MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (
     locks.handlers,
     consume_stats.handlers,
     groups_admin.handlers,
+    remoting_end.handlers,
 )
 
 

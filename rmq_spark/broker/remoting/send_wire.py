@@ -8,7 +8,8 @@ send is acknowledged once stored under the store's flush policy), the rest stay 
 properties (a reserved one is then refused by the shared validation); a zlib-compressed body
 (sysFlag bit 0, bodies over 4 KiB from 4.x clients) is stored uncompressed, bounded by the
 broker's body limit; a transaction's half message (``TRAN_MSG`` or sysFlag 0x4) is a
-``TRANSACTION`` command (refused: not supported). ``WireError`` says what is malformed.
+``TRANSACTION`` command of its ``PGROUP`` (the header's producerGroup when absent).
+``WireError`` says what is malformed.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def commands_of(
     except ValueError:
         born_host = None
     base = _Base(topic, None if queue_id < 0 else queue_id, born_ms, born_host, now_ms, new_id)
+    base.group = call.field("producerGroup", "a")
     if call.code == RequestCode.SEND_BATCH_MESSAGE:
         if sys_flag & _COMPRESSED:
             raise WireError("a batch body cannot be compressed")
@@ -91,6 +93,7 @@ class _Base:
     ) -> None:
         self.topic, self.queue_id, self.born_ms = topic, queue_id, born_ms
         self.born_host, self.now_ms, self.new_id = born_host, now_ms, new_id
+        self.group: str | None = None  # the header's producerGroup
 
     def command(self, body: bytes, properties: dict[str, str], sys_flag: int) -> SendCommand:
         props = dict(properties)
@@ -102,9 +105,9 @@ class _Base:
         delay_level = _int_property(props.pop("DELAY", None), "DELAY")
         delivery = self._delivery_ms(props)
         transaction = props.pop("TRAN_MSG", "").lower() == "true"
-        kind = MessageKind.UNSPECIFIED
+        kind, group = MessageKind.UNSPECIFIED, None
         if transaction or sys_flag & _TRANSACTION_PREPARED:
-            kind = MessageKind.TRANSACTION
+            kind, group = MessageKind.TRANSACTION, props.pop("PGROUP", None) or self.group
         return SendCommand(
             topic=self.topic,
             body=body,
@@ -118,6 +121,7 @@ class _Base:
             born_host=self.born_host,
             delay_level=delay_level if delay_level else None,  # "0": no delay
             queue_id=self.queue_id,
+            producer_group=group,
         )
 
     def _delivery_ms(self, props: dict[str, str]) -> int | None:
