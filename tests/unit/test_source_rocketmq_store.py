@@ -15,9 +15,16 @@ from rmq_spark.interop import ROCKETMQ_4, ROCKETMQ_5, build_harness
 from rmq_spark.spark import planner
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.source import RocketMQBatchReader
+from rmq_spark.store.layout import (
+    TRANSACTION_MASK,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
 from rmq_spark.store.message import HostAddress
 from rmq_spark.store.properties import parse_properties
 from rmq_spark.store.view import StoreView
+
+HIDDEN_TYPES = (TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE)
 
 pytestmark = pytest.mark.slow
 
@@ -46,12 +53,21 @@ def test_batch_read_of_a_rocketmq_store_equals_what_rocketmq_put(java_store):
     assert end == max(p["physicalOffset"] + p["size"] for p in puts)
     assert confirm in (0, end) or confirm < end  # whatever RocketMQ left there is not trusted
 
-    reader = RocketMQBatchReader(
-        parse_options({"path": str(root), "maxBytesPerPartition": "20000"}, streaming=False)
-    )
-    partitions = reader.partitions()
-    assert len(partitions) > 3
-    rows = pa.Table.from_batches([b for p in partitions for b in reader.read(p)]).to_pylist()
+    def read_rows(isolation: str) -> list[dict]:
+        options = {"path": str(root), "maxBytesPerPartition": "20000", "isolation": isolation}
+        reader = RocketMQBatchReader(parse_options(options, streaming=False))
+        partitions = reader.partitions()
+        assert len(partitions) > 3
+        return pa.Table.from_batches([b for p in partitions for b in reader.read(p)]).to_pylist()
+
+    # The default (read_committed) leaves out exactly the prepared and rolled-back records.
+    prepared_or_rolled_back = {
+        p["physicalOffset"] for p in puts if p["sysFlag"] & TRANSACTION_MASK in HIDDEN_TYPES
+    }
+    assert prepared_or_rolled_back, "the harness writes a prepared transaction record"
+    committed = {row["physical_offset"] for row in read_rows("read_committed")}
+    assert committed == {p["physicalOffset"] for p in puts} - prepared_or_rolled_back
+    rows = read_rows("read_uncommitted")
     assert len(rows) == len(puts)
     for row, put in zip(rows, puts, strict=True):
         label = f"put #{put['index']} at {put['physicalOffset']}"
