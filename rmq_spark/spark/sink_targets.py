@@ -17,7 +17,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.broker.service import MessageKind, SendCommand
 from rmq_spark.clock import SystemClock
@@ -27,6 +27,9 @@ from rmq_spark.spark.sink_options import SinkOptions
 from rmq_spark.spark.sink_rows import SinkMessage
 from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.lockfile import LOCK_FILE
+
+if TYPE_CHECKING:
+    from rmq_spark.spark.sink_cluster import ClusterTarget
 
 __all__ = ["EmbeddedTarget", "GrpcTarget", "SentCounts", "open_target", "sink_config"]
 
@@ -51,7 +54,11 @@ def sink_config(options: SinkOptions) -> RmqConfig:
     return load_config(options.config or default_config_path(), dict(options.overrides))
 
 
-def open_target(options: SinkOptions) -> EmbeddedTarget | GrpcTarget:
+def open_target(options: SinkOptions) -> EmbeddedTarget | GrpcTarget | ClusterTarget:
+    if options.namesrv:
+        from rmq_spark.spark.sink_cluster import ClusterTarget
+
+        return ClusterTarget(options)
     return GrpcTarget(options) if options.brokers else EmbeddedTarget(options)
 
 
