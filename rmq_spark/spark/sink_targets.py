@@ -17,7 +17,7 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rmq_spark.broker.service import MessageKind, SendCommand
 from rmq_spark.clock import SystemClock
@@ -27,9 +27,6 @@ from rmq_spark.spark.sink_options import SinkOptions
 from rmq_spark.spark.sink_rows import SinkMessage
 from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.lockfile import LOCK_FILE
-
-if TYPE_CHECKING:
-    from rmq_spark.spark.sink_cluster import ClusterTarget
 
 __all__ = ["EmbeddedTarget", "GrpcTarget", "SentCounts", "open_target", "sink_config"]
 
@@ -54,11 +51,7 @@ def sink_config(options: SinkOptions) -> RmqConfig:
     return load_config(options.config or default_config_path(), dict(options.overrides))
 
 
-def open_target(options: SinkOptions) -> EmbeddedTarget | GrpcTarget | ClusterTarget:
-    if options.namesrv:
-        from rmq_spark.spark.sink_cluster import ClusterTarget
-
-        return ClusterTarget(options)
+def open_target(options: SinkOptions) -> EmbeddedTarget | GrpcTarget:
     return GrpcTarget(options) if options.brokers else EmbeddedTarget(options)
 
 
