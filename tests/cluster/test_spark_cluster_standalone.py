@@ -46,10 +46,10 @@ def two(tmp_path: Path, namesrv: Namesrv) -> Iterator[list[ClusterBroker]]:
 
 
 def test_a_standalone_spark_cluster_reads_both_brokers_once(
-    standalone: str,
+    standalone: str,  # noqa: F811  (the fixture imported above)
     namesrv: Namesrv,
     two: list[ClusterBroker],
-    tmp_path: Path,  # noqa: F811  (the fixture imported above)
+    tmp_path: Path,
 ) -> None:
     for broker in two:
         wait_route(broker.address, TOPIC, {"broker-a", "broker-b"})
