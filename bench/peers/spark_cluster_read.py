@@ -10,7 +10,7 @@ the brokers are idle meanwhile: the source reads their files). On 2
 cores both reads use the same 2 task slots: the two-broker read has twice the partitions, not
 twice the CPU. Run under the bench lock::
 
-    flock /tmp/bench.lock python bench/peers/spark_cluster_read.py [--messages 400000]
+    flock /tmp/bench.lock python bench/peers/spark_cluster_read.py [--messages 1000000 --rounds 3]
 """
 
 from __future__ import annotations
