@@ -7,7 +7,9 @@
 builder adds the Delta jars through ``spark.jars``; Spark loads them into the driver at
 session start, so no ``--jars`` is needed with a local master (docs/TABLES.md). Several
 stores (``--store`` repeated or a comma list, or ``reput.stores``): one query over all of
-them, tables with a ``store`` column (docs/TABLES.md, "Several stores").
+them, tables with a ``store`` column (docs/TABLES.md, "Several stores"). ``--namesrv H:P``
+(``--cluster``, ``--store-roots``) instead of ``--store``: every broker's store of a cluster
+(docs/CLUSTER.md, "Spark over the cluster").
 """
 
 from __future__ import annotations

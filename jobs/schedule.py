@@ -6,7 +6,8 @@
 (also ``python jobs/schedule.py ...`` and ``rmq-spark schedule ...``, same options). Parses
 the arguments, loads the config and calls ``rmq_spark.delay.job.run_schedule``; no logic
 lives here (docs/DELAY.md). Several ``--store`` (or a comma list): the one-store job per
-store, each store's due messages back into that store (``rmq_spark/delay/stores.py``). A
+store, each store's due messages back into that store (``rmq_spark/delay/stores.py``);
+``--namesrv H:P`` instead: every broker's store, each through that broker. A
 SparkSession is built only when a consume_queue table is there to read; without one the
 job reads the schedule topics from the CommitLog.
 """

@@ -135,11 +135,14 @@ class LogWriter:
         self.end_offset = base + self.segment_size_bytes
         self._ensure_segment(self.end_offset)
 
-    def set_confirm(self, confirm_offset: int | None = None) -> None:
-        """Write ``confirmPhyOffset`` (default: the current end) into ``checkpoint``."""
+    def set_confirm(self, confirm_offset: int | None = None, flushed: int | None = None) -> None:
+        """Write ``confirmPhyOffset`` (default: the current end) into ``checkpoint``, and
+        ``masterFlushedOffset`` when ``flushed`` is given."""
         value = self.end_offset if confirm_offset is None else confirm_offset
         path = self.store_dir / "checkpoint"
         data = bytearray(path.read_bytes() if path.exists() else bytes(4096))
+        if flushed is not None:
+            struct.pack_into(">q", data, 24, flushed)
         struct.pack_into(">q", data, 32, value)
         path.write_bytes(bytes(data))
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmq_spark.cli.common import local_path
@@ -53,7 +54,10 @@ def register(subparsers: Any) -> None:
         ),
         epilog="example: rmq-spark dashboard --store ./store --tables ./tables",
     )
-    parser.add_argument("--store", type=local_path, required=True, metavar="DIR")
+    parser.add_argument("--store", type=local_path, default=None, metavar="DIR")
+    from rmq_spark.cli.cluster_args import add_cluster_arguments
+
+    add_cluster_arguments(parser, "show (one row each, each broker's pages under /brokers/NAME/)")
     parser.add_argument(
         "--tables", type=local_path, default=None, metavar="DIR", help="reput tables (key lookup)"
     )
@@ -120,15 +124,29 @@ def _settings(args: argparse.Namespace, host: str) -> DashboardSettings:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from rmq_spark.cli.cluster_args import cluster_brokers
     from rmq_spark.cli.common import require_store
     from rmq_spark.cli.dashboard.app import create_app, serve
 
     host, port = parse_listen(args.listen)
-    require_store(args.store)
-    app = create_app(_settings(args, host))
+    brokers = cluster_brokers(args)
+    if brokers:
+        from rmq_spark.cli.dashboard.cluster import create_cluster_app
+
+        if args.store is not None or args.broker is not None:
+            raise ConfigError("--namesrv", "shows every broker: not with --store or --broker")
+        args.store = Path(next(iter(sorted(brokers.items())))[1].path)
+        app = create_cluster_app(brokers, _settings(args, host))
+        what = f"{len(brokers)} brokers ({', '.join(sorted(brokers))})"
+    else:
+        if args.store is None:
+            raise ConfigError("--store", "give the store directory (or --namesrv)")
+        require_store(args.store)
+        app = create_app(_settings(args, host))
+        what = str(args.store)
     server = serve(app, host, port)
     shown = f"[{host}]" if ":" in host else host
-    print(f"rmq-spark dashboard: serving {args.store} on http://{shown}:{server.server_port}/")
+    print(f"rmq-spark dashboard: serving {what} on http://{shown}:{server.server_port}/")
     if host not in _LOOPBACK:
         print(
             "rmq-spark dashboard: listening beyond this machine; anyone who reaches it can "

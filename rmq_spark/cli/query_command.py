@@ -56,6 +56,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--begin", type=int, default=None, help="store time >= this (epoch ms)")
     parser.add_argument("--end", type=int, default=None, help="store time < this (epoch ms)")
     parser.add_argument("--no-body", action="store_true", help="leave the body out of the output")
+    from rmq_spark.cli.cluster_args import add_cluster_arguments
+
+    add_cluster_arguments(parser, "--msg-id, --key without --tables: look in")
     add_config_arguments(parser)
     parser.set_defaults(handler=run)
 
@@ -111,8 +114,12 @@ def record_json(decoded: Any, *, with_body: bool = True) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the lookup the arguments ask for and print JSON lines; 1 when nothing was found."""
+    from rmq_spark.cli.cluster_args import cluster_brokers
     from rmq_spark.cli.common import print_json_line, require_store
 
+    brokers = cluster_brokers(args)
+    if brokers:
+        return _over_brokers(args, brokers)
     if args.store is not None:
         require_store(args.store)  # a typo is one line, never a traceback or a new store
     if args.msg_id is not None:
@@ -146,9 +153,63 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _over_brokers(args: argparse.Namespace, brokers: Mapping[str, Any]) -> int:
+    """``--namesrv``: ``--msg-id`` or ``--key`` in every broker's store, each line with the
+    ``broker_name`` that holds it."""
+    from pathlib import Path
+
+    from rmq_spark.cli.common import print_json_line
+    from rmq_spark.errors import CorruptRecordError, MessageNotFoundError, OffsetOutOfRangeError
+    from rmq_spark.spark.query import record_at
+    from rmq_spark.store.msg_id import decode_offset_msg_id
+
+    lookup = args.msg_id is not None or args.key is not None
+    if args.store is not None or args.tables is not None or not lookup:
+        raise ConfigError(
+            "--namesrv",
+            "reads every broker's store: give --msg-id, or --key and --topic, without "
+            "--store or --tables (tables of a reput over --namesrv already hold every broker)",
+        )
+    found = 0
+    for name, broker in sorted(brokers.items()):
+        store = Path(broker.path)
+        if args.msg_id is not None:
+            try:
+                decoded = [record_at(store, decode_offset_msg_id(args.msg_id)[1])]
+            except (OffsetOutOfRangeError, MessageNotFoundError, CorruptRecordError):
+                decoded = []  # another broker's offset: not a record boundary here
+        else:
+            decoded = _index_matches(args, store)
+        for each in decoded:
+            line = record_json(each, with_body=not args.no_body)
+            if args.msg_id is None or line["msg_id"].upper() == args.msg_id.upper():
+                print_json_line({**line, "broker_name": name})
+                found += 1
+    if not found:
+        what = f"message id {args.msg_id}" if args.msg_id else f"key {args.key!r}"
+        print(f"rmq-spark query: no broker of {len(brokers)} holds {what}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def _by_key_from_index(args: argparse.Namespace) -> int:
     """``--store --key``: the records ``index/`` names for the key, checked one by one."""
-    from rmq_spark.cli.common import config_from_args, print_json_line
+    from rmq_spark.cli.common import print_json_line
+
+    found = 0
+    for decoded in _index_matches(args, args.store):
+        print_json_line(record_json(decoded, with_body=not args.no_body))
+        found += 1
+    if not found:
+        print(f"rmq-spark query: no message of topic {args.topic!r} for key {args.key!r} in "
+              f"{args.store}/index", file=sys.stderr)  # fmt: skip
+        return 1
+    return 0
+
+
+def _index_matches(args: argparse.Namespace, store: Any) -> list[Any]:
+    """The records of ``store`` whose ``index/`` entries name the key and that really have it."""
+    from rmq_spark.cli.common import config_from_args
     from rmq_spark.errors import MessageNotFoundError, OffsetOutOfRangeError
     from rmq_spark.spark.query import record_at
     from rmq_spark.store.index_files import IndexFiles
@@ -158,7 +219,7 @@ def _by_key_from_index(args: argparse.Namespace) -> int:
         raise ConfigError("--topic", "--key looks a key up in one topic: give --topic")
     config = config_from_args(args).store
     index = IndexFiles.load(
-        args.store, config.index_hash_slots, config.index_entries, _ignore, _now,
+        store, config.index_hash_slots, config.index_entries, _ignore, _now,
         read_only=True,
     )  # fmt: skip
     try:
@@ -167,23 +228,18 @@ def _by_key_from_index(args: argparse.Namespace) -> int:
         offsets = sorted(set(index.query(args.topic, args.key, 64, begin, end)))
     finally:
         index.close()
-    found = 0
+    found = []
     for offset in offsets:
         try:
-            decoded = record_at(args.store, offset)
+            decoded = record_at(store, offset)
         except (OffsetOutOfRangeError, MessageNotFoundError):
             continue  # deleted by retention, or not readable yet
         record = decoded.record
         props = parse_properties(record.properties)
         keys = (props.get(KEYS) or "").split(KEY_SEPARATOR)
         if record.topic == args.topic and (props.get(UNIQ_KEY) == args.key or args.key in keys):
-            print_json_line(record_json(decoded, with_body=not args.no_body))
-            found += 1
-    if not found:
-        print(f"rmq-spark query: no message of topic {args.topic!r} for key {args.key!r} in "
-              f"{args.store}/index", file=sys.stderr)  # fmt: skip
-        return 1
-    return 0
+            found.append(decoded)
+    return found
 
 
 def _ignore(_timestamp: int) -> None:

@@ -48,6 +48,7 @@ def parse_trigger_ms(text: str) -> int:
 
 def add_reput_arguments(parser: argparse.ArgumentParser) -> None:
     """The reput options shared by ``rmq-spark reput`` and ``jobs/reput.py``."""
+    from rmq_spark.cli.cluster_args import add_cluster_arguments
     from rmq_spark.cli.common import add_config_arguments
 
     parser.add_argument(
@@ -94,6 +95,7 @@ def add_reput_arguments(parser: argparse.ArgumentParser) -> None:
             "that retention stops keeping the log for tables no job builds any more"
         ),
     )
+    add_cluster_arguments(parser, "read")
     add_metrics_arguments(parser, "reput")
     add_config_arguments(parser)
 
@@ -168,14 +170,23 @@ def reput_config(args: argparse.Namespace, config: Any) -> Any:
 
 
 def store_dirs(args: argparse.Namespace, reput: Any) -> list[Path]:
-    """The stores to read: every ``--store`` (each one path or a comma-separated list), else
-    ``reput.stores``.
+    """The stores to read: every ``--store`` (each one path or a comma-separated list), or
+    every broker's store found through ``--namesrv``, else ``reput.stores``.
 
     Raises
     ------
     ConfigError
         No store given, a path that is not local, or a store named twice.
     """
+    from rmq_spark.cli.cluster_args import cluster_brokers
+
+    brokers = cluster_brokers(args)
+    if brokers:
+        if args.store:
+            raise ConfigError("--namesrv", "names the stores: give it or --store, not both")
+        for name, broker in sorted(brokers.items()):
+            print(f"reput: broker {name} ({broker.addr}): store {broker.path}")
+        return [Path(broker.path) for _, broker in sorted(brokers.items())]
     named = [part for value in args.store or () for part in value.split(",")]
     if not named:
         named = [str(path) for path in reput.stores]
@@ -210,7 +221,12 @@ def run(args: argparse.Namespace) -> int:
     metrics = reput_metrics(reput, stores)  # binds before Spark starts: a busy port fails fast
     try:
         # Naming the tables puts rmq.* in the metastore beside them (docs/TABLES.md, Catalog).
-        spark = build_session(config.spark, tables_dir=reput.tables_dir, database=reput.database)
+        spark = build_session(
+            config.spark,
+            tables_dir=reput.tables_dir,
+            database=reput.database,
+            tables_layout=_layout(stores),
+        )
         try:
             run_reput(spark, stores, reput, levels, on_batch=metrics and metrics.on_batch)
         finally:
@@ -219,6 +235,13 @@ def run(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.stop()
     return 0
+
+
+def _layout(stores: list[Path]) -> Any:
+    """The tables' layout for ``stores`` (several: with the ``store`` column)."""
+    from rmq_spark.spark.tables import ONE_STORE, StoreOfSeveral
+
+    return StoreOfSeveral(str(stores[0].absolute())) if len(stores) > 1 else ONE_STORE
 
 
 def reput_metrics(reput: Any, stores: list[Path]) -> Any:

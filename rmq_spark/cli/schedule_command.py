@@ -53,7 +53,7 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--store",
         action="append",
-        required=True,
+        default=None,
         help="the store directory (its commitlog/, config/); repeat it or list stores with "
         "commas to run over several (one per broker): each store's due messages go back into "
         "that store",
@@ -87,8 +87,10 @@ def add_schedule_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="DURATION",
         help="run continuously, a pass every DURATION (default: delay.trigger_interval_ms, 1s)",
     )
+    from rmq_spark.cli.cluster_args import add_cluster_arguments
     from rmq_spark.cli.reput_command import add_metrics_arguments
 
+    add_cluster_arguments(parser, "run over")
     add_metrics_arguments(parser, "delay")
 
 
@@ -118,7 +120,31 @@ def specs_from_args(args: argparse.Namespace) -> list[Any]:
         once=args.once,
         trigger_interval_ms=args.trigger,
     )
-    return store_specs(spec, _stores(args), args.broker or ())
+    stores, brokers = _cluster_stores(args)
+    if not stores:
+        stores, brokers = _stores(args), args.broker or ()
+    return store_specs(spec, stores, brokers)
+
+
+def _cluster_stores(args: argparse.Namespace) -> tuple[list[Path], list[str]]:
+    """``--namesrv``: every broker's store, redelivered through that broker's gRPC endpoint
+    (a running broker holds its store)."""
+    from rmq_spark.cli.cluster_args import cluster_brokers
+    from rmq_spark.errors import ConfigError
+
+    found = sorted(cluster_brokers(args).items())
+    if found and (args.store or args.broker):
+        raise ConfigError("--namesrv", "names the stores and brokers: not with --store/--broker")
+    if not found and not args.store:
+        raise ConfigError("--store", "give the store directory (or --namesrv)")
+    for name, broker in found:
+        if not broker.grpc:
+            raise ConfigError(
+                "--namesrv",
+                f"broker {name} ({broker.addr}) reports no gRPC listen address (not an "
+                "rmq-spark broker, or listen port 0): run this job with --store and --broker",
+            )
+    return [Path(b.path) for _, b in found], [b.grpc for _, b in found]
 
 
 def spec_from_args(args: argparse.Namespace) -> Any:

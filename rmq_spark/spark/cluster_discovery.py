@@ -29,7 +29,7 @@ from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode
 from rmq_spark.broker.remoting.namesrv_client import NamesrvConnection
 from rmq_spark.errors import RemotingFrameError, SourceError
-from rmq_spark.spark.options import SourceOptions
+from rmq_spark.spark.options import SourceOptions, parse_options
 
 __all__ = [
     "BROKER_COLUMN",
@@ -39,6 +39,7 @@ __all__ = [
     "check_readable_here",
     "check_store",
     "discover",
+    "discover_brokers",
 ]
 
 BROKER_COLUMN = "broker_name"
@@ -55,6 +56,7 @@ class BrokerStore:
     broker_name: str
     addr: str
     path: str
+    grpc: str = ""  # an rmq-spark broker's gRPC host:port (listen, advertised_host); "": none
 
 
 _cache: dict[tuple[str, str, tuple[str, ...]], tuple[float, dict[str, BrokerStore]]] = {}
@@ -71,16 +73,28 @@ def discover(options: SourceOptions) -> dict[str, BrokerStore]:
     found: dict[str, BrokerStore] = {}
     owners: dict[str, str] = {}
     for name, addr in sorted(brokers.items()):
-        path = check_store(name, addr, _store_path(name, addr), options.store_roots)
+        config = _broker_config(name, addr)
+        if "storePathRootDir" not in config:
+            raise SourceError(f"broker {name} ({addr}) reports no storePathRootDir")
+        path = check_store(name, addr, config["storePathRootDir"], options.store_roots)
         if path in owners:
             raise SourceError(
                 f"brokers {owners[path]} and {name} ({addr}) both report store {path}; "
                 "two brokers never share a store: check the name servers' registrations"
             )
         owners[path] = name
-        found[name] = BrokerStore(name, addr, path)
+        found[name] = BrokerStore(name, addr, path, _grpc_endpoint(config))
     _cache[key] = (time.monotonic() + CACHE_S, found)
     return dict(found)
+
+
+def discover_brokers(
+    namesrv: str, cluster: str = "", store_roots: str = ""
+) -> dict[str, BrokerStore]:
+    """``discover`` for the jobs and commands (``--namesrv``, ``--cluster``, ``--store-roots``
+    as the source's options ``namesrv``, ``cluster``, ``storeRoots``)."""
+    raw = {"namesrv": namesrv, "cluster": cluster, "storeRoots": store_roots}
+    return discover(parse_options({k: v for k, v in raw.items() if v}, streaming=False))
 
 
 def _call(addr: str, request: RemotingCommand) -> RemotingCommand:
@@ -144,7 +158,15 @@ def _as_int(text: str) -> int:
     return int(text) if text.isdigit() else 1 << 62
 
 
-def _store_path(name: str, addr: str) -> str:
+def _grpc_endpoint(config: dict[str, str]) -> str:
+    """An rmq-spark broker's gRPC endpoint from its ``listen`` and ``advertised_host``."""
+    host, _, port = config.get("listen", "").rpartition(":")
+    if not host or not port.isdigit() or port == "0":
+        return ""
+    return f"{config.get('advertised_host') or host}:{port}"
+
+
+def _broker_config(name: str, addr: str) -> dict[str, str]:
     request = RemotingCommand(code=RequestCode.GET_BROKER_CONFIG, language="PYTHON")
     try:
         response = _call(addr, request)
@@ -155,11 +177,11 @@ def _store_path(name: str, addr: str) -> str:
             f"broker {name} ({addr}) refused its configuration (code {response.code}: "
             f"{response.remark}); the source reads storePathRootDir from it"
         )
+    config: dict[str, str] = {}
     for line in response.body.decode("utf-8", errors="replace").splitlines():
         key, _, value = line.partition("=")
-        if key.strip() == "storePathRootDir":
-            return value.strip()
-    raise SourceError(f"broker {name} ({addr}) reports no storePathRootDir")
+        config[key.strip()] = value.strip()
+    return config
 
 
 def check_store(name: str, addr: str, path: str, roots: tuple[str, ...]) -> str:

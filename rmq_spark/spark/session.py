@@ -38,6 +38,8 @@ from rmq_spark.spark.config import SparkConfig
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from rmq_spark.spark.tables import StoreLayout
+
 __all__ = ["build_session", "merged_conf", "session_conf", "spark_home"]
 
 _log = logging.getLogger(__name__)
@@ -118,6 +120,7 @@ def build_session(
     extra_conf: Mapping[str, str] | None = None,
     tables_dir: str | Path | None = None,
     database: str = "rmq",
+    tables_layout: StoreLayout | None = None,
 ) -> SparkSession:
     """Build (or get) the project's SparkSession.
 
@@ -135,7 +138,8 @@ def build_session(
         missing), so SQL sees them in this session. With ``catalog = "hive"`` (the default)
         the entries live in the metastore at ``<tables_dir>/_catalog`` and outlive the
         session; if another JVM holds that metastore, this session uses the in-memory catalog
-        (one warning line).
+        (one warning line). ``tables_layout``: the layout of tables created missing (a job
+        over several stores: ``StoreOfSeveral``; default one store's).
 
     Returns
     -------
@@ -165,7 +169,10 @@ def build_session(
     if tables_dir is not None:
         from rmq_spark.spark.tables import register_tables
 
-        register_tables(spark, tables_dir, database)
+        if tables_layout is None:
+            register_tables(spark, tables_dir, database)
+        else:
+            register_tables(spark, tables_dir, database, tables_layout)
     return spark
 
 

@@ -29,6 +29,7 @@ from pyspark.sql.datasource import (
 )
 
 from rmq_spark.errors import ConfigError, SinkError
+from rmq_spark.spark.sink_cluster import ClusterTarget
 from rmq_spark.spark.sink_options import SinkOptions, check_columns, parse_sink_options
 from rmq_spark.spark.sink_rows import key_prefix, messages_of
 from rmq_spark.spark.sink_targets import SentCounts, open_target, sink_config
@@ -105,7 +106,7 @@ def write_partition(
             if not batch.num_rows:
                 continue
             if target is None:
-                target = open_target(options)
+                target = ClusterTarget(options) if options.namesrv else open_target(options)
             messages = list(
                 messages_of(
                     batch,

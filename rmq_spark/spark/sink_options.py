@@ -42,7 +42,7 @@ _REQUIRED = ("topic", "body")
 SINK_OPTION_NAMES = (
     "path", "brokers", "namespace", "keyColumn", "writeId", "lockTimeoutMs", "batchMessages",
     "maxInflightRequests", "requestTimeoutMs", "maxAttempts", "config", "checkpointLocation",
-    "accessKey", "secretKey",
+    "accessKey", "secretKey", "namesrv", "retryTimesWhenSendFailed", "sendLatencyFaultEnable",
 )  # fmt: skip
 # store.* and broker.* options are configuration overrides of the embedded broker.
 _OVERRIDE_SECTIONS = ("store.", "broker.")
@@ -66,10 +66,13 @@ class SinkOptions:
     config: str = ""  # embedded: TOML configuration file (as --config)
     overrides: tuple[tuple[str, str], ...] = field(default=())  # embedded: store.*/broker.*
     credentials: tuple[str, str] | None = None  # through a broker with auth: accessKey/secretKey
+    namesrv: str = ""  # through a cluster: name servers "h:p;h:p" (sink_cluster.py)
+    retry_times_when_send_failed: int = 2  # through a cluster: other brokers tried per request
+    send_latency_fault_enable: bool = False  # through a cluster: the latency fault table
 
     @property
     def embedded(self) -> bool:
-        return not self.brokers
+        return not self.brokers and not self.namesrv
 
 
 _DEFAULTS = SinkOptions()
@@ -114,11 +117,13 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """
     raw = _canonical(options)
     path, brokers = raw.get("path", "").strip(), raw.get("brokers", "").strip()
-    if bool(path) == bool(brokers):
+    namesrv = _namesrv(raw.get("namesrv", ""))
+    if sum(map(bool, (path, brokers, namesrv))) != 1:
         raise SinkError(
             "the rocketmq sink needs exactly one destination: a store path "
-            "(save(path), start(path) or option path: embedded) or option brokers "
-            f"(host:port of a running broker); got path={path!r}, brokers={brokers!r}"
+            "(save(path), start(path) or option path: embedded), option brokers "
+            "(host:port of a running broker) or option namesrv (a cluster's name servers); "
+            f"got path={path!r}, brokers={brokers!r}, namesrv={namesrv!r}"
         )
     if brokers and ("," in brokers or brokers.rpartition(":")[2].isdigit() is False):
         raise SinkError(f"option brokers: expected one broker's host:port, got {brokers!r}")
@@ -126,19 +131,22 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     if write_id and not _WRITE_ID.fullmatch(write_id):
         raise SinkError(f"option writeId: 1 to 64 of [A-Za-z0-9_.:-], got {write_id!r}")
     overrides = tuple(sorted((k, v) for k, v in raw.items() if k.startswith(_OVERRIDE_SECTIONS)))
-    if brokers and (overrides or raw.get("config")):
+    if not path and (overrides or raw.get("config")):
         raise SinkError(
             "options config, store.* and broker.* configure the embedded sink; "
             "with brokers the broker's own configuration applies"
         )
     if ("accessKey" in raw) != ("secretKey" in raw):
         raise SinkError("options accessKey and secretKey go together; give both or neither")
-    if "accessKey" in raw and not brokers:
+    if "accessKey" in raw and path:
         raise SinkError("options accessKey/secretKey sign requests to a broker: give brokers")
     credentials = (raw["accessKey"], raw["secretKey"]) if "accessKey" in raw else None
     return SinkOptions(
         path=path,
         brokers=brokers,
+        namesrv=namesrv,
+        retry_times_when_send_failed=_count(raw, "retryTimesWhenSendFailed", 2),
+        send_latency_fault_enable=_flag(raw, "sendLatencyFaultEnable"),
         credentials=credentials,
         namespace=raw.get("namespace", ""),
         key_column=raw.get("keyColumn", ""),
@@ -153,6 +161,31 @@ def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
         config=raw.get("config", ""),
         overrides=overrides,
     )
+
+
+def _namesrv(text: str) -> str:
+    addrs = [addr.strip() for addr in text.split(";") if addr.strip()]
+    for addr in addrs:
+        host, _, port = addr.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise SinkError(f"option namesrv: expected host:port;host:port, got {text!r}")
+    return ";".join(addrs)
+
+
+def _count(raw: Mapping[str, str], name: str, default: int) -> int:
+    text = raw.get(name)
+    if text is None:
+        return default
+    if not text.strip().isdigit():
+        raise SinkError(f"option {name}: expected an integer >= 0, got {text!r}")
+    return int(text)
+
+
+def _flag(raw: Mapping[str, str], name: str) -> bool:
+    text = raw.get(name, "false").strip().lower()
+    if text not in ("true", "false"):
+        raise SinkError(f"option {name}: expected true or false, got {raw[name]!r}")
+    return text == "true"
 
 
 _SQL_NAMES = {"bigint": "long", "int": "integer", "smallint": "short", "tinyint": "byte"}

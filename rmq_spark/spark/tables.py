@@ -280,7 +280,12 @@ def _for_each_table(action: Callable[[str], None]) -> None:
             future.result()
 
 
-def register_tables(spark: SparkSession, tables_dir: str | Path, database: str = "rmq") -> None:
+def register_tables(
+    spark: SparkSession,
+    tables_dir: str | Path,
+    database: str = "rmq",
+    layout: StoreLayout = ONE_STORE,
+) -> None:
     """Make ``<database>.consume_queue``, ``.message_index`` and ``.messages`` queryable by SQL.
 
     Creates the tables under ``tables_dir`` if needed, the database, and external catalog
@@ -292,7 +297,7 @@ def register_tables(spark: SparkSession, tables_dir: str | Path, database: str =
     TableError
         A table cannot be created or registered.
     """
-    ensure_tables(spark, tables_dir)
+    ensure_tables(spark, tables_dir, layout)  # missing tables: in the layout of the caller
 
     def register(name: str) -> None:
         path = table_path(tables_dir, name)

@@ -236,8 +236,10 @@ class StoreView:
     @property
     def publishes_end(self) -> bool:
         """Whether a running writer publishes its readable end in ``confirmPhyOffset``: ours
-        does (Apache RocketMQ 5.3 leaves it at 0)."""
-        return self.ours or self.confirm_offset > 0
+        does (with ``masterFlushedOffset``). Apache RocketMQ 5.3 leaves it at 0, and after a
+        restart writes its recovered end there once and never moves it, with
+        ``masterFlushedOffset`` left at 0: a confirm offset without a flushed one is stale."""
+        return self.ours or (self.confirm_offset > 0 and self.flushed_offset > 0)
 
     @property
     def flushed_offset(self) -> int:

@@ -91,13 +91,21 @@ def test_timestamp_search_returns_the_first_record_at_or_after(log):
 
 def test_readable_end_is_the_confirm_offset_only_while_a_broker_has_the_store(log):
     confirm = log.records[20].physical_offset
-    log.set_confirm(confirm)
+    log.set_confirm(confirm, flushed=confirm)  # as our broker publishes
     assert read_confirm_offset(log.store_dir) == confirm
     with log.broker_running():
         assert broker_has_store_open(log.store_dir)
         assert planner.readable_end(StoreView.open(log.store_dir)) == confirm
     assert not broker_has_store_open(log.store_dir)
     assert planner.readable_end(StoreView.open(log.store_dir)) == log.end_offset
+
+
+def test_a_restarted_rocketmq_brokers_stale_confirm_offset_does_not_cap_the_end(log):
+    # Apache RocketMQ 5.3.3 writes its recovered end into confirmPhyOffset at a restart and
+    # never moves it, leaving masterFlushedOffset at 0: the log is read to its last record.
+    log.set_confirm(log.records[20].physical_offset, flushed=0)
+    with log.broker_running():
+        assert planner.readable_end(StoreView.open(log.store_dir)) == log.end_offset
 
 
 def test_closed_store_scan_is_cached_and_resumed_as_the_log_grows(log):

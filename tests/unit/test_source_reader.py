@@ -148,7 +148,7 @@ def test_available_now_stops_at_the_end_seen_when_prepared(log):
 
 def test_open_store_is_read_only_up_to_confirm_offset(log):
     confirm = log.records[40].physical_offset
-    log.set_confirm(confirm)
+    log.set_confirm(confirm, flushed=confirm)  # as our broker publishes
     reader = stream(log.store_dir)
     with log.broker_running():
         assert StoreView.open(log.store_dir).broker_open

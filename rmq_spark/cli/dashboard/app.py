@@ -34,7 +34,7 @@ from rmq_spark.errors import (
     RmqError,
 )
 
-__all__ = ["DashboardSettings", "LOOPBACK_HOSTS", "create_app", "serve"]
+__all__ = ["DashboardSettings", "LOOPBACK_HOSTS", "create_app", "guard_host", "serve"]
 
 _NOT_FOUND = (MessageNotFoundError, OffsetOutOfRangeError)
 _BAD_INPUT = (ConfigError, InvalidMessageError)
@@ -84,15 +84,7 @@ def create_app(settings: DashboardSettings) -> Flask:
     app.jinja_env.filters["utc"] = _utc
     app.jinja_env.filters["size"] = _size
     root = settings.store_dir
-
-    @app.before_request
-    def _known_host() -> None:
-        allowed = settings.allowed_hosts
-        if allowed is not None and _host_name(request.host) not in allowed:
-            raise ConfigError(
-                "Host",
-                f"{request.host[:80]!r} is not this dashboard's address: use {allowed[1]}",
-            )
+    guard_host(app, settings)
 
     @app.context_processor
     def _common() -> dict[str, Any]:
@@ -193,6 +185,19 @@ _WINDOW_CHOICES = (("", "the data's span"), ("15", "15 minutes"), ("60", "1 hour
 _WINDOW_CHOICES += (("360", "6 hours"), ("1440", "24 hours"))
 
 
+def guard_host(app: Flask, settings: DashboardSettings) -> None:
+    """Refuse a request whose ``Host`` is not one of ``settings.allowed_hosts``."""
+
+    @app.before_request
+    def _known_host() -> None:
+        allowed = settings.allowed_hosts
+        if allowed is not None and _host_name(request.host) not in allowed:
+            raise ConfigError(
+                "Host",
+                f"{request.host[:80]!r} is not this dashboard's address: use {allowed[1]}",
+            )
+
+
 def _host_name(host: str) -> str:
     """The name part of a ``Host`` header (``[::1]:8088`` -> ``::1``)."""
     if host.startswith("["):
@@ -243,7 +248,7 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def serve(app: Flask, host: str, port: int) -> BaseWSGIServer:
+def serve(app: Any, host: str, port: int) -> BaseWSGIServer:
     """A threaded HTTP server for ``app`` on ``host:port`` (0: a free port); call
     ``serve_forever()`` on it, ``shutdown()`` from another thread to stop it."""
     return make_server(host, port, app, threaded=True)

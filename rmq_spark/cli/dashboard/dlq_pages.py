@@ -42,7 +42,7 @@ def refresh_links(default_s: int) -> dict[str, Any]:
     args = {k: v for k, v in request.args.items() if k != "refresh"}
 
     def url(value: int) -> str:
-        return f"{request.path}?{urlencode({**args, 'refresh': str(value)})}"
+        return f"{request.script_root}{request.path}?{urlencode({**args, 'refresh': str(value)})}"
 
     return {"seconds": seconds, "off": url(0), "on": url(default_s or 30)}
 

@@ -1,0 +1,136 @@
+"""One streaming query over a two-broker cluster found through a real name server
+(``option("namesrv")``), while our ``Producer`` sends round-robin over both brokers: broker-b
+is SIGKILLed mid-stream, the query is stopped and restarted from its checkpoint while broker-b
+is down, then broker-b restarts on its store. The stream sees every record of both stores
+exactly once (each ``(broker_name, physical_offset)`` once), every acknowledged id among them,
+and its offsets are per broker (``{"brokers": {name: {"physical_offset": N}}}``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker.broker_harness import props, read_records, wait_for
+from cluster_harness import ClusterBroker, cluster_brokers, wait_route
+from namesrv_harness import Namesrv
+
+from rmq_spark.broker.producer import Producer
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TOPIC = "SparkStream"
+SETTINGS = (f"broker.topics={TOPIC}:4", "broker.auto_create_topics=false")
+
+
+@pytest.fixture
+def two(tmp_path: Path, namesrv: Namesrv) -> Iterator[list[ClusterBroker]]:
+    yield from cluster_brokers(tmp_path, namesrv, *SETTINGS)
+
+
+class Sender:
+    """Our ``Producer`` sending from a thread until stopped; keeps (id, broker) of each ack."""
+
+    def __init__(self, access_point: str) -> None:
+        self.acked: list[tuple[str, str]] = []
+        self.failed = 0
+        self._stop = threading.Event()
+        self._producer = Producer(access_point, route_refresh_s=2, request_timeout_s=3)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        i = 0
+        while not self._stop.is_set():
+            try:
+                receipt = self._producer.send(TOPIC, f"m{i}".encode())
+            except Exception:  # counted; the producer goes on
+                self.failed += 1
+                continue
+            self.acked.append((receipt.message_id, receipt.broker))
+            i += 1
+
+    def count(self, broker: str) -> int:
+        return sum(1 for _, name in list(self.acked) if name == broker)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=60)
+        self._producer.close()
+
+
+def _start(spark: Any, namesrv: Namesrv, checkpoint: Path, seen: list) -> Any:
+    def sink(df: Any, _batch_id: int) -> None:
+        rows = df.select("broker_name", "physical_offset", "uniq_key").collect()
+        seen.extend((r.broker_name, r.physical_offset, r.uniq_key) for r in rows)
+
+    return (
+        spark.readStream.format("rocketmq")
+        .option("namesrv", namesrv.addr)
+        .option("startingOffsets", "earliest")
+        .option("topics", TOPIC)
+        .load()
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(processingTime="1 second")
+        .start()
+    )
+
+
+def _stored(brokers: list[ClusterBroker]) -> list[tuple[str, int, str]]:
+    found = []
+    for broker in brokers:
+        for r in read_records(broker.store):
+            if r.topic == TOPIC:
+                found.append((broker.name, r.physical_offset, props(r).get("UNIQ_KEY")))
+    return found
+
+
+def _last_offset(checkpoint: Path) -> dict:
+    offsets = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
+    return json.loads(offsets[-1].read_text().splitlines()[-1])
+
+
+def test_stream_sees_every_message_once_across_a_broker_kill_and_a_query_restart(
+    spark: Any, namesrv: Namesrv, two: list[ClusterBroker], tmp_path: Path
+) -> None:
+    a, b = two
+    for broker in two:
+        wait_route(broker.address, TOPIC, {"broker-a", "broker-b"})
+    checkpoint, seen = tmp_path / "checkpoint", []
+    sender = Sender(a.address)
+    query = _start(spark, namesrv, checkpoint, seen)
+    try:
+        wait_for(lambda: {n for n, _, _ in list(seen)} == {"broker-a", "broker-b"}, 180,
+                 "the stream to read both brokers")  # fmt: skip
+        b.kill()  # mid-stream: its acknowledged messages are in its store's page cache
+        at_kill = sender.count("broker-a")
+        wait_for(lambda: sender.count("broker-a") >= at_kill + 200, 120, "sends to broker-a")
+        query.stop()  # restarted from its checkpoint while broker-b is down
+        assert query.exception() is None, query.exception()
+        query = _start(spark, namesrv, checkpoint, seen)
+        wait_for(lambda: len(query.recentProgress) >= 2, 120, "the restarted query to run")
+        b.start(namesrv, *SETTINGS)
+        wait_route(a.address, TOPIC, {"broker-a", "broker-b"})
+        back = sender.count("broker-b")
+        wait_for(lambda: sender.count("broker-b") > back + 50, 120, "sends to restarted b")
+    finally:
+        sender.stop()
+    try:
+        every = _stored(two)
+        wait_for(lambda: len(seen) >= len(every), 180, "the stream to catch up")
+    finally:
+        query.stop()
+        for broker in two:
+            broker.kill()
+    assert query.exception() is None, query.exception()
+    assert len(seen) == len(set(seen)), "a record was read twice"
+    assert sorted(seen) == sorted(every)
+    acked = {message_id for message_id, _ in sender.acked}
+    assert acked <= {key for _, _, key in seen}, "an acknowledged message was not read"
+    offsets = _last_offset(checkpoint)["brokers"]
+    assert set(offsets) == {"broker-a", "broker-b"}
+    assert all(set(each) == {"physical_offset"} for each in offsets.values())
