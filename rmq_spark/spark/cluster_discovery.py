@@ -18,16 +18,20 @@ from __future__ import annotations
 
 import asyncio
 import os
-import re
 import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rmq_spark.broker.fastjson import parse_fastjson  # FastjsonError is a ValueError
+from rmq_spark.broker.cluster.broker_table import (
+    BrokerTableError,
+    ask,
+    broker_table,
+    master_or_lowest,
+    no_answer_reason,
+)
 from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode
-from rmq_spark.broker.remoting.namesrv_client import NamesrvConnection
 from rmq_spark.errors import RemotingFrameError, SourceError
 from rmq_spark.spark.options import SourceOptions, parse_options
 
@@ -45,8 +49,6 @@ __all__ = [
 BROKER_COLUMN = "broker_name"
 CALL_TIMEOUT_S = 5.0  # each name-server or broker call
 CACHE_S = 5.0  # re-discovery each trigger, at most this often
-_MASTER_ID = "0"
-_NAME = re.compile(r"[%|a-zA-Z0-9_.-]{1,255}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +71,14 @@ def discover(options: SourceOptions) -> dict[str, BrokerStore]:
     cached = _cache.get(key)
     if cached is not None and cached[0] > time.monotonic():
         return dict(cached[1])
-    brokers = _brokers(options.namesrv, options.cluster)
+    try:
+        table = broker_table(options.namesrv.split(";"), options.cluster, CALL_TIMEOUT_S)
+    except BrokerTableError as err:
+        raise SourceError(f"option namesrv: {err}") from None
+    if not table:
+        where = f" in cluster {options.cluster}" if options.cluster else ""
+        raise SourceError(f"option namesrv: the name server lists no broker{where}")
+    brokers = {name: master_or_lowest(ids) for name, ids in table.items()}
     found: dict[str, BrokerStore] = {}
     owners: dict[str, str] = {}
     for name, addr in sorted(brokers.items()):
@@ -97,67 +106,6 @@ def discover_brokers(
     return discover(parse_options({k: v for k, v in raw.items() if v}, streaming=False))
 
 
-def _call(addr: str, request: RemotingCommand) -> RemotingCommand:
-    host, _, port = addr.rpartition(":")
-
-    async def call() -> RemotingCommand:
-        connection = NamesrvConnection(host, int(port))
-        try:
-            return await connection.call(request, CALL_TIMEOUT_S)
-        finally:
-            await connection.close()
-
-    return asyncio.run(call())
-
-
-def _reason(err: BaseException) -> str:
-    return "no answer in time" if isinstance(err, TimeoutError) else str(err) or type(err).__name__
-
-
-def _brokers(namesrv: str, cluster: str) -> dict[str, str]:
-    """Broker name -> master address, from the first name server that answers."""
-    failures: list[str] = []
-    request = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO, language="PYTHON")
-    for addr in namesrv.split(";"):
-        try:
-            response = _call(addr, request)
-            if response.code != 0:
-                raise SourceError(f"answered code {response.code}: {response.remark}")
-            table = parse_fastjson(response.body.decode("utf-8"))
-        except (OSError, TimeoutError, RemotingFrameError, SourceError, ValueError) as err:
-            failures.append(f"{addr}: {_reason(err)}")
-            continue
-        return _masters(table, cluster, addr)
-    raise SourceError(f"option namesrv: no name server answered ({'; '.join(failures)})")
-
-
-def _masters(table: object, cluster: str, addr: str) -> dict[str, str]:
-    if not isinstance(table, dict) or not isinstance(table.get("brokerAddrTable"), dict):
-        raise SourceError(f"name server {addr} answered no broker table: {str(table)[:200]!r}")
-    clusters = table.get("clusterAddrTable") or {}
-    names = set(table["brokerAddrTable"])
-    if cluster:
-        if cluster not in clusters:
-            known = ", ".join(sorted(map(str, clusters))) or "none"
-            raise SourceError(f"option cluster={cluster!r}: name server {addr} lists {known}")
-        names &= set(clusters[cluster] or ())
-    masters: dict[str, str] = {}
-    for name in sorted(map(str, names)):
-        data = table["brokerAddrTable"][name]
-        addrs = {str(k): str(v) for k, v in (data or {}).get("brokerAddrs", {}).items()}
-        if not _NAME.fullmatch(name) or not addrs:
-            raise SourceError(f"name server {addr} lists broker {name!r} without an address")
-        masters[name] = addrs.get(_MASTER_ID) or addrs[min(addrs, key=_as_int)]
-    if not masters:
-        where = f" in cluster {cluster}" if cluster else ""
-        raise SourceError(f"option namesrv: name server {addr} lists no broker{where}")
-    return masters
-
-
-def _as_int(text: str) -> int:
-    return int(text) if text.isdigit() else 1 << 62
-
-
 def _grpc_endpoint(config: dict[str, str]) -> str:
     """An rmq-spark broker's gRPC endpoint from its ``listen`` and ``advertised_host``."""
     host, _, port = config.get("listen", "").rpartition(":")
@@ -169,9 +117,10 @@ def _grpc_endpoint(config: dict[str, str]) -> str:
 def _broker_config(name: str, addr: str) -> dict[str, str]:
     request = RemotingCommand(code=RequestCode.GET_BROKER_CONFIG, language="PYTHON")
     try:
-        response = _call(addr, request)
+        response = asyncio.run(ask(addr, request, CALL_TIMEOUT_S))
     except (OSError, TimeoutError, RemotingFrameError, ValueError) as err:
-        raise SourceError(f"broker {name} ({addr}): no configuration: {_reason(err)}") from None
+        reason = no_answer_reason(err, CALL_TIMEOUT_S)
+        raise SourceError(f"broker {name} ({addr}): no configuration: {reason}") from None
     if response.code != 0:
         raise SourceError(
             f"broker {name} ({addr}) refused its configuration (code {response.code}: "

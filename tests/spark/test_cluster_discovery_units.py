@@ -3,13 +3,15 @@ a name server is unauthenticated, so whoever registers a broker names a path."""
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
 import pytest
 
+from rmq_spark.broker.cluster.broker_table import BrokerTableError, brokers_of, master_or_lowest
 from rmq_spark.errors import SourceError
-from rmq_spark.spark.cluster_discovery import _masters, check_readable_here, check_store
+from rmq_spark.spark.cluster_discovery import check_readable_here, check_store
 from rmq_spark.spark.options import parse_options
 
 
@@ -65,12 +67,26 @@ def test_the_cluster_table_gives_each_brokers_master() -> None:
         },
         "clusterAddrTable": {"C1": ["b1", "b2"], "C2": ["b3"]},
     }
-    assert _masters(table, "", "ns") == {"b1": "h:1", "b2": "h:3", "b3": "h:5"}
-    assert _masters(table, "C2", "ns") == {"b3": "h:5"}
-    with pytest.raises(SourceError, match="option cluster='C9': name server ns lists C1, C2"):
-        _masters(table, "C9", "ns")
-    with pytest.raises(SourceError, match="lists no broker"):
-        _masters({"brokerAddrTable": {}, "clusterAddrTable": {}}, "", "ns")
+
+    def masters(cluster: str) -> dict[str, str]:
+        return {n: master_or_lowest(ids) for n, ids in brokers_of(table, cluster, "ns").items()}
+
+    assert masters("") == {"b1": "h:1", "b2": "h:3", "b3": "h:5"}
+    assert masters("C2") == {"b3": "h:5"}
+    with pytest.raises(BrokerTableError, match="cluster 'C9': name server ns lists C1, C2"):
+        masters("C9")
+    assert brokers_of({"brokerAddrTable": {}, "clusterAddrTable": {}}, "", "ns") == {}
+
+
+def test_a_rogue_registration_is_refused_by_name() -> None:
+    for entry, why in (
+        ({"../x": {"brokerAddrs": {"0": "h:1"}}}, "lists broker '../x' without an address"),
+        ({"b": {"brokerAddrs": {}}}, "lists broker 'b' without an address"),
+        ({"b": {"brokerAddrs": {"zero": "h:1"}}}, "lists broker 'b' with id 'zero'"),
+        ({"b": {"brokerAddrs": {"0": "h:1/x"}}}, "lists broker 'b' at 'h:1/x'"),
+    ):
+        with pytest.raises(BrokerTableError, match=re.escape(why)):
+            brokers_of({"brokerAddrTable": entry}, "", "ns")
 
 
 def test_cluster_options_go_with_namesrv_only() -> None:

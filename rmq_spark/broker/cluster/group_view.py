@@ -15,12 +15,16 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 
+from rmq_spark.broker.cluster.broker_table import (
+    MASTER_ID,
+    ask,
+    broker_table,
+    no_answer_reason,
+)
 from rmq_spark.broker.config import parse_namesrv_addr
-from rmq_spark.broker.fastjson import parse_fastjson  # FastjsonError is a ValueError
 from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode
 from rmq_spark.broker.remoting.gate import ACCESS_KEY, SIGNATURE, sign_request
-from rmq_spark.broker.remoting.namesrv_client import NamesrvConnection
 from rmq_spark.errors import BrokerError, ConfigError, RemotingFrameError
 
 __all__ = [
@@ -35,7 +39,6 @@ __all__ = [
 ]
 
 CALL_TIMEOUT_S = 3.0  # RocketMQ's admin tools' timeout per call
-_MASTER_ID = "0"
 
 
 class ClusterViewError(BrokerError):
@@ -108,40 +111,17 @@ def cluster_masters(namesrv: str, timeout_s: float = CALL_TIMEOUT_S) -> dict[str
         raise ConfigError("--namesrv", str(err)) from None
     if not addresses:
         raise ConfigError("--namesrv", "no name server address given")
-    request = RemotingCommand(code=RequestCode.GET_BROKER_CLUSTER_INFO, language="PYTHON")
-    failures = []
-    for host, port in addresses:
-        addr = f"{host}:{port}"
-        try:
-            response = asyncio.run(_call(addr, request, timeout_s))
-            if response.code != 0:
-                raise ClusterViewError(f"answered code {response.code}: {response.remark}")
-            table = parse_fastjson((response.body or b"").decode("utf-8"))
-            return _masters(table, addr)
-        except (OSError, TimeoutError, RemotingFrameError, ClusterViewError, ValueError) as err:
-            failures.append(f"{addr}: {_reason(err, timeout_s)}")
-    raise ClusterViewError(f"no name server answered ({'; '.join(failures)})")
-
-
-def _masters(table: object, addr: str) -> dict[str, str]:
-    brokers = table.get("brokerAddrTable") if isinstance(table, dict) else None
-    if not isinstance(brokers, dict):
-        raise ClusterViewError(f"name server {addr} answered no broker table")
-    masters = {}
-    for name, data in brokers.items():
-        addrs = data.get("brokerAddrs") if isinstance(data, dict) else None
-        if isinstance(addrs, dict) and _MASTER_ID in {str(key) for key in addrs}:
-            masters[str(name)] = str({str(k): v for k, v in addrs.items()}[_MASTER_ID])
-    return masters
+    table = broker_table([f"{host}:{port}" for host, port in addresses], "", timeout_s)
+    return {name: ids[MASTER_ID] for name, ids in table.items() if MASTER_ID in ids}
 
 
 async def _stats(
     name: str, addr: str, request: RemotingCommand, timeout_s: float
 ) -> list[GroupQueue] | BrokerProblem:
     try:
-        response = await _call(addr, request, timeout_s)
+        response = await ask(addr, request, timeout_s)
     except (OSError, TimeoutError, RemotingFrameError, ValueError) as err:
-        return BrokerProblem(name, addr, f"unreachable: {_reason(err, timeout_s)}")
+        return BrokerProblem(name, addr, f"unreachable: {no_answer_reason(err, timeout_s)}")
     if response.code != 0:
         return BrokerProblem(name, addr, f"refused: code {response.code}: {response.remark}")
     try:
@@ -200,18 +180,3 @@ def _signed(
         ext[ACCESS_KEY] = credentials[0]
         ext[SIGNATURE] = sign_request(ext, b"", credentials[1])
     return RemotingCommand(code=code, ext_fields=ext, language="PYTHON")
-
-
-async def _call(addr: str, request: RemotingCommand, timeout_s: float) -> RemotingCommand:
-    host, _, port = addr.rpartition(":")
-    connection = NamesrvConnection(host.strip("[]"), int(port))
-    try:
-        return await connection.call(request, timeout_s)
-    finally:
-        await connection.close()
-
-
-def _reason(err: BaseException, timeout_s: float) -> str:
-    if isinstance(err, TimeoutError):
-        return f"no answer in {timeout_s:g} s"
-    return str(err) or type(err).__name__
