@@ -15,6 +15,10 @@ ROCKETMQ_JARS_STAMP := jars/rocketmq/manifest.txt
 ROCKETMQ4_JARS_STAMP := jars/rocketmq4/manifest.txt
 LINK_STAMP := $(VENV)/.delta-jars-linked
 PYTEST_ARGS ?=
+# Test processes: most slow tests wait on subprocesses (brokers, JVMs, name servers), so two
+# workers fill two cores; a module stays in one worker (its fixtures start one JVM each).
+# TEST_WORKERS=0 runs in this process.
+TEST_WORKERS ?= 2
 
 .PHONY: setup run cluster test test-fast lint format bench bench-peers package clean help
 
@@ -58,10 +62,10 @@ format: $(DEPS_STAMP)
 	$(BIN)/ruff format .
 
 test: setup lint
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 test-fast: setup
-	$(BIN)/python -m pytest -m "not spark and not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not spark and not slow" $(PYTEST_ARGS)
 
 bench: setup
 	$(BIN)/python bench/run_all.py $(BENCH_ARGS)
