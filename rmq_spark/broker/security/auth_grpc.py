@@ -144,7 +144,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[Any], Awaitable[Any]],
         handler_call_details: Any,
     ) -> Any:
-        handler = await continuation(handler_call_details)
+        return self.wrap(await continuation(handler_call_details), handler_call_details)
+
+    def per_caller(self, method: str) -> bool:
+        """Whether the gate of ``method`` (``/service/Method``) depends on the caller: with
+        auth on, and for StoreService always (its calls are the store identity's)."""
+        return self._auth.enabled or method.rpartition("/")[0].strip("/") == STORE_SERVICE.full_name
+
+    def wrap(self, handler: Any, handler_call_details: Any) -> Any:
+        """``handler`` behind the gate of its call (a handler of another service: as it is)."""
         service, _, method = str(handler_call_details.method).rpartition("/")
         store_call = service.strip("/") == STORE_SERVICE.full_name
         if (
