@@ -85,6 +85,7 @@ def test_judged_names_are_bounded_and_judged_alike() -> None:
     for n in range(resources._JUDGED_MAX + 10):
         resolve("AckMessage", _ack_request(f"g{n}"))
     assert len(resources._JUDGED) <= resources._JUDGED_MAX
+    assert len(resources._CONSUMER_CALLS) <= resources._JUDGED_MAX
     again = resolve("AckMessage", _ack_request("g1"))
     assert again.group is not None and again.group.full == "ns%g1"
     assert resolve("AckMessage", _ack_request("bad/name")).code == pb.ILLEGAL_CONSUMER_GROUP

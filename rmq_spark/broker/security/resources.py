@@ -129,8 +129,21 @@ def _of(rights: str, group: Name | Refused | None, *topics: Name | Refused) -> R
     return Resolved(rights, group, topics)  # type: ignore[arg-type]
 
 
+_CONSUMER_CALLS: dict[tuple[str, str, str, str, str], Resolved | Refused] = {}
+
+
 def _consumer(rights: str, request: Any, topic: Any, *, system_ok: bool = False) -> Any:
-    return _of(rights, _group(request.group, system_ok=system_ok), _topic(topic))
+    """A consumer RPC's group and topic, resolved once per combination (bounded as
+    ``_JUDGED``): a consumer repeats the same ones on every call."""
+    group = request.group
+    key = (rights, group.name, group.resource_namespace, topic.name, topic.resource_namespace)
+    resolved = _CONSUMER_CALLS.get(key)
+    if resolved is None:
+        resolved = _of(rights, _group(group, system_ok=system_ok), _topic(topic))
+        if len(_CONSUMER_CALLS) >= _JUDGED_MAX:
+            _CONSUMER_CALLS.clear()
+        _CONSUMER_CALLS[key] = resolved
+    return resolved
 
 
 def _heartbeat(r: Any) -> Resolved | Refused:
