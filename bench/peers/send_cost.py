@@ -11,6 +11,7 @@ Usage::
 
     flock /tmp/bench.lock .venv/bin/python bench/peers/send_cost.py --baseline REV
         [--rounds 2] [--seconds 10] [--java 32,256] [--set KEY=VALUE ...]
+        [--set-this KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -30,9 +31,11 @@ from peer_common import progress  # noqa: E402
 from rmq_spark_broker import REPO, RmqSparkBroker  # noqa: E402
 
 
-def measure(checkout: Path, args: argparse.Namespace) -> dict[int, tuple[float, float]]:
+def measure(
+    checkout: Path, args: argparse.Namespace, extra: tuple[str, ...] = ()
+) -> dict[int, tuple[float, float]]:
     row = {}
-    settings = ("store.flush_policy=SYNC", *args.set)
+    settings = ("store.flush_policy=SYNC", *args.set, *extra)
     with RmqSparkBroker(checkout=checkout, settings=settings) as broker:
         for inflight in args.java:
             case = java_case(
@@ -56,13 +59,21 @@ def main(argv: list[str] | None = None) -> int:
         help="sends in flight per producer, one case each (32,256)",
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--set-this",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting for this checkout's broker only (e.g. broker.event_loop=uvloop)",
+    )
     args = parser.parse_args(argv)
     rows: dict[str, list[dict[int, tuple[float, float]]]] = {"baseline": [], "this": []}
     progress(f"send_cost: baseline {args.baseline}, load average {os.getloadavg()[0]:.2f}")
     with exported(args.baseline) as baseline:
         for round_no in range(1, args.rounds + 1):
             for name, checkout in (("baseline", baseline), ("this", REPO)):
-                rows[name].append(measure(checkout, args))
+                extra = tuple(args.set_this) if name == "this" else ()
+                rows[name].append(measure(checkout, args, extra))
                 progress(f"send_cost: round {round_no} {name}: {rows[name][-1]}")
     print(f"\n{'in flight':<12} {'figure':<15} {'baseline':>10} {'this':>10} {'this/base':>10}")
     for inflight in args.java:
