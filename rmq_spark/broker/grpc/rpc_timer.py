@@ -1,7 +1,7 @@
 """``RpcTimer``: times every unary gRPC call of the broker, for RocketMQ's
 ``rocketmq_rpc_latency`` (``metrics_rocketmq.py``).
 
-A server interceptor placed first, so the time covers authentication and the handler. Each
+Placed first (outermost) by ``edge.py``, so the time covers authentication and the handler. Each
 call is counted into ``TrafficStats.rpc_done`` with its method (``SendMessage``), the
 ``status.code`` of its answer (``OK``, ``UNAUTHORIZED``... as RocketMQ's messaging protocol
 puts the outcome there, not in the gRPC status) and a result: ``success`` when an answer was

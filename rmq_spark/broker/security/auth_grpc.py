@@ -1,6 +1,7 @@
-"""The one place every RPC is authenticated, resolved and authorised: a ``grpc.aio`` interceptor.
+"""The one place every RPC is authenticated, resolved and authorised: the gate around handlers.
 
-Owns ``AuthInterceptor``: for each MessagingService call it reads the signature headers once
+Owns ``AuthInterceptor`` (applied per method by ``grpc/edge.py``, or as a ``grpc.aio``
+interceptor): for each MessagingService call it reads the signature headers once
 (``auth.Authenticator``), then, before the handler sees a request, resolves the resources it
 names (``resources.resolve``: once per call, per command of a Telemetry stream) and checks the
 rights it needs on exactly those names (``acl.needs_of``): unary calls, server streams
