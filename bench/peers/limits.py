@@ -23,6 +23,7 @@ Usage::
 
     flock /tmp/bench.lock .venv/bin/python bench/peers/limits.py [--baseline REV]
         [--rounds 2] [--seconds 10] [--backlog 20000] [--cases send,receive,sql]
+        [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ def measure(
     rocketmq: ModuleType, checkout: Path, args: argparse.Namespace
 ) -> dict[str, dict[str, float]]:
     row: dict[str, dict[str, float]] = {}
-    with RmqSparkBroker(checkout=checkout) as broker:
+    settings = ("store.flush_policy=SYNC", *args.set)
+    with RmqSparkBroker(checkout=checkout, settings=settings) as broker:
         if "send" in args.cases:
             row["send"] = send_case(rocketmq, broker, args.seconds)
         if "receive" in args.cases:
@@ -202,6 +204,13 @@ def main(argv: list[str] | None = None) -> int:
         type=_cases,
         default=CASES,
         help=f"comma-separated cases to run (default: {','.join(CASES)})",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker setting for both brokers (e.g. broker.tls_mode=disabled: no front)",
     )
     args = parser.parse_args(argv)
     rocketmq = import_client()

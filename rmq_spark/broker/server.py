@@ -194,7 +194,6 @@ class GrpcEndpoint:
                 self._service.max_message_size_bytes + 1024 * 1024,
             )
             server = grpc.aio.server(
-                interceptors=[RpcTimer(self._service.traffic), AuthInterceptor(authenticator)],
                 options=grpc_server_options(receive_limit) + connection_options(self._config),
             )
             if self._config.tls_mode == "disabled":  # grpc on the public port, no front
@@ -218,7 +217,9 @@ class GrpcEndpoint:
                 consumers=consumers,
             )
             inflight = InflightBytes(self._config.inflight_request_bytes_max)
-            add_servicer_to_server(servicer, server, inflight)
+            # Timing first, so it covers authentication; applied per method, not per call.
+            edge = (RpcTimer(self._service.traffic), AuthInterceptor(authenticator))
+            add_servicer_to_server(servicer, server, inflight, edge)
             await server.start()
             if self._front is not None:
                 await self._front.serve()

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import Executor
 from typing import Any
 
@@ -27,6 +27,7 @@ from google.protobuf import message_factory
 
 from rmq_spark.broker.cluster.routes import cluster_routes
 from rmq_spark.broker.grpc.consume_grpc import ConsumerRpcs
+from rmq_spark.broker.grpc.edge import EdgeHandlers, Wrapper
 from rmq_spark.broker.grpc.grpc_producer import ProducerRpcs
 from rmq_spark.broker.grpc.grpc_telemetry import TelemetryRpc
 from rmq_spark.broker.grpc.grpc_wire import (
@@ -85,13 +86,17 @@ _HANDLER_FACTORIES = {
 
 
 def add_servicer_to_server(
-    servicer: MessagingServicer, server: Any, inflight: InflightBytes | None = None
+    servicer: MessagingServicer,
+    server: Any,
+    inflight: InflightBytes | None = None,
+    wrappers: Sequence[Wrapper] = (),
 ) -> None:
     """Register ``servicer`` for every MessagingService method, with lenient deserializers.
 
     The same as the generated ``add_MessagingServiceServicer_to_server`` except that
-    undecodable request bytes reach the handler as ``Malformed`` (answered BAD_REQUEST), and
-    SendMessage requests book their bytes in ``inflight`` (over it: TOO_MANY_REQUESTS).
+    undecodable request bytes reach the handler as ``Malformed`` (answered BAD_REQUEST),
+    SendMessage requests book their bytes in ``inflight`` (over it: TOO_MANY_REQUESTS), and
+    every handler runs inside ``wrappers`` (``edge.EdgeHandlers``, the first outermost).
     """
     service = spb.DESCRIPTOR.services_by_name["MessagingService"]
     handlers = {}
@@ -109,14 +114,13 @@ def add_servicer_to_server(
             request_deserializer=deserialize,
             response_serializer=response_cls.SerializeToString,
         )
-    server.add_generic_rpc_handlers(
-        (
-            grpc.method_handlers_generic_handler(service.full_name, handlers),
-            grpc.method_handlers_generic_handler(
-                STORE_SERVICE.full_name, servicer.store_service_handlers()
-            ),
-        )
+    generics = (
+        grpc.method_handlers_generic_handler(service.full_name, handlers),
+        grpc.method_handlers_generic_handler(
+            STORE_SERVICE.full_name, servicer.store_service_handlers()
+        ),
     )
+    server.add_generic_rpc_handlers((EdgeHandlers(generics, wrappers),) if wrappers else generics)
 
 
 class MessagingServicer(spb_grpc.MessagingServiceServicer):

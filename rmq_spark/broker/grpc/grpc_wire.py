@@ -9,6 +9,7 @@ parsing, body digests), route ``Endpoints``, our server's channel options and ``
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ipaddress
 import zlib
@@ -120,6 +121,7 @@ def timestamp_problem(props: Any) -> tuple[int, str] | None:
     return None
 
 
+@functools.lru_cache(maxsize=4096)  # a connection's calls all name its peer; parsing is slow
 def peer_address(peer: str) -> HostAddress | None:
     """``ipv4:127.0.0.1:5000`` / ``ipv6:[::1]:5000`` (grpc's ``context.peer()``) as an address."""
     kind, _, rest = peer.partition(":")

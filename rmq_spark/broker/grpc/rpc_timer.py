@@ -1,7 +1,7 @@
 """``RpcTimer``: times every unary gRPC call of the broker, for RocketMQ's
 ``rocketmq_rpc_latency`` (``metrics_rocketmq.py``).
 
-A server interceptor placed first, so the time covers authentication and the handler. Each
+Placed first (outermost) by ``edge.py``, so the time covers authentication and the handler. Each
 call is counted into ``TrafficStats.rpc_done`` with its method (``SendMessage``), the
 ``status.code`` of its answer (``OK``, ``UNAUTHORIZED``... as RocketMQ's messaging protocol
 puts the outcome there, not in the gRPC status) and a result: ``success`` when an answer was
@@ -24,14 +24,23 @@ from rmq_spark.broker.traffic import TrafficStats
 __all__ = ["RpcTimer", "status_code_name"]
 
 
+_CODE_NAMES: dict[tuple[Any, int], str] = {}  # (status type, code) -> name: few of each
+
+
 def status_code_name(response: Any) -> str:
     """The name of ``response.status.code`` (``OK``); ``NONE`` for an answer without one."""
     status = getattr(response, "status", None)
     if status is None or not hasattr(status, "DESCRIPTOR"):
         return "NONE"
-    enum = status.DESCRIPTOR.fields_by_name["code"].enum_type
-    value = enum.values_by_number.get(status.code)
-    return value.name if value is not None else str(status.code)
+    key = (status.DESCRIPTOR, status.code)
+    name = _CODE_NAMES.get(key)
+    if name is None:
+        enum = status.DESCRIPTOR.fields_by_name["code"].enum_type
+        value = enum.values_by_number.get(status.code)
+        name = value.name if value is not None else str(status.code)
+        if len(_CODE_NAMES) < 4096:
+            _CODE_NAMES[key] = name
+    return name
 
 
 class RpcTimer(grpc.aio.ServerInterceptor):
@@ -45,15 +54,22 @@ class RpcTimer(grpc.aio.ServerInterceptor):
         continuation: Callable[[Any], Awaitable[Any]],
         handler_call_details: Any,
     ) -> Any:
-        handler = await continuation(handler_call_details)
+        return self.wrap(await continuation(handler_call_details), handler_call_details)
+
+    def per_caller(self, method: str) -> bool:
+        return False
+
+    def wrap(self, handler: Any, handler_call_details: Any) -> Any:
+        """``handler`` timed (a unary one; others as they are)."""
         if handler is None or handler.request_streaming or handler.response_streaming:
             return handler
         method = str(handler_call_details.method).rpartition("/")[2]
         inner = handler.unary_unary
-        stats = self._stats
+        rpc_done = self._stats.rpc_done
+        clock = time.perf_counter
 
         async def timed(request: Any, context: Any) -> Any:
-            started = time.perf_counter()
+            started = clock()
             code, result = "NONE", "process_request_failed"
             try:
                 response = await inner(request, context)
@@ -63,7 +79,7 @@ class RpcTimer(grpc.aio.ServerInterceptor):
                 result = "cancelled"
                 raise
             finally:
-                stats.rpc_done("grpc", method, code, result, time.perf_counter() - started)
+                rpc_done("grpc", method, code, result, clock() - started)
 
         return grpc.unary_unary_rpc_method_handler(
             timed,

@@ -1,6 +1,7 @@
-"""The one place every RPC is authenticated, resolved and authorised: a ``grpc.aio`` interceptor.
+"""The one place every RPC is authenticated, resolved and authorised: the gate around handlers.
 
-Owns ``AuthInterceptor``: for each MessagingService call it reads the signature headers once
+Owns ``AuthInterceptor`` (applied per method by ``grpc/edge.py``, or as a ``grpc.aio``
+interceptor): for each MessagingService call it reads the signature headers once
 (``auth.Authenticator``), then, before the handler sees a request, resolves the resources it
 names (``resources.resolve``: once per call, per command of a Telemetry stream) and checks the
 rights it needs on exactly those names (``acl.needs_of``): unary calls, server streams
@@ -144,7 +145,15 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[Any], Awaitable[Any]],
         handler_call_details: Any,
     ) -> Any:
-        handler = await continuation(handler_call_details)
+        return self.wrap(await continuation(handler_call_details), handler_call_details)
+
+    def per_caller(self, method: str) -> bool:
+        """Whether the gate of ``method`` (``/service/Method``) depends on the caller: with
+        auth on, and for StoreService always (its calls are the store identity's)."""
+        return self._auth.enabled or method.rpartition("/")[0].strip("/") == STORE_SERVICE.full_name
+
+    def wrap(self, handler: Any, handler_call_details: Any) -> Any:
+        """``handler`` behind the gate of its call (a handler of another service: as it is)."""
         service, _, method = str(handler_call_details.method).rpartition("/")
         store_call = service.strip("/") == STORE_SERVICE.full_name
         if (

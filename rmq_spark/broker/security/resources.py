@@ -79,28 +79,71 @@ def _name(resource: Any) -> Name:
     return Name(name, namespace, full_topic_name(name, namespace))
 
 
+# Judged names, kept: a client names the same few groups and topics on every call. Bounded:
+# emptied when full, so names made up per call cost memory no longer than the next clear.
+_JUDGED: dict[tuple[str, str, int], Name | Refused] = {}
+_JUDGED_MAX = 4096
+_GROUP, _SYSTEM_GROUP, _TOPIC = 0, 1, 2
+
+
+def _judged(resource: Any, kind: int) -> Name | Refused:
+    key = (resource.name, resource.resource_namespace, kind)
+    judged = _JUDGED.get(key)
+    if judged is None:
+        if kind == _TOPIC:
+            judged = _topic_of(resource)
+        else:
+            judged = _group_of(resource, system_ok=kind == _SYSTEM_GROUP)
+        if len(_JUDGED) >= _JUDGED_MAX:
+            _JUDGED.clear()
+        _JUDGED[key] = judged
+    return judged
+
+
 def _group(resource: Any, *, system_ok: bool = False) -> Name | Refused:
+    return _judged(resource, _SYSTEM_GROUP if system_ok else _GROUP)
+
+
+def _topic(resource: Any) -> Name | Refused:
+    return _judged(resource, _TOPIC)
+
+
+def _group_of(resource: Any, *, system_ok: bool) -> Name | Refused:
     group = _name(resource)
     problem = group_name_problem(group.name, group.namespace, system_ok=system_ok)
     return group if problem is None else Refused(pb.ILLEGAL_CONSUMER_GROUP, problem)
 
 
-def _topic(resource: Any) -> Name | Refused:
+def _topic_of(resource: Any) -> Name | Refused:
     topic = _name(resource)
     problem = stored_topic_problem(topic.name) or stored_topic_problem(topic.full)
     return topic if problem is None else Refused(pb.ILLEGAL_TOPIC, problem)
 
 
 def _of(rights: str, group: Name | Refused | None, *topics: Name | Refused) -> Resolved | Refused:
-    for part in (group, *topics):
-        if isinstance(part, Refused):
-            return part
-    named = tuple(t for t in topics if isinstance(t, Name))
-    return Resolved(rights, group if isinstance(group, Name) else None, named)
+    if type(group) is Refused:
+        return group
+    for topic in topics:
+        if type(topic) is Refused:
+            return topic
+    return Resolved(rights, group, topics)  # type: ignore[arg-type]
+
+
+_CONSUMER_CALLS: dict[tuple[str, str, str, str, str], Resolved | Refused] = {}
 
 
 def _consumer(rights: str, request: Any, topic: Any, *, system_ok: bool = False) -> Any:
-    return _of(rights, _group(request.group, system_ok=system_ok), _topic(topic))
+    """A consumer RPC's group and topic, resolved once per combination (bounded as
+    ``_JUDGED``): a consumer repeats the same ones on every call."""
+    group = request.group
+    key = (rights, group.name, group.resource_namespace, topic.name, topic.resource_namespace)
+    resolved = _CONSUMER_CALLS.get(key)
+    if resolved is None:
+        resolved = _of(rights, _group(group, system_ok=system_ok), _topic(topic))
+        if len(_CONSUMER_CALLS) >= _JUDGED_MAX:
+            _CONSUMER_CALLS.clear()
+        _CONSUMER_CALLS[key] = resolved
+    return resolved
 
 
 def _heartbeat(r: Any) -> Resolved | Refused:
