@@ -25,6 +25,7 @@ from pathlib import Path
 
 from rmq_spark.broker.cluster.broker_table import (
     BrokerTableError,
+    UnknownClusterError,
     ask,
     broker_table,
     master_or_lowest,
@@ -73,6 +74,8 @@ def discover(options: SourceOptions) -> dict[str, BrokerStore]:
         return dict(cached[1])
     try:
         table = broker_table(options.namesrv.split(";"), options.cluster, CALL_TIMEOUT_S)
+    except UnknownClusterError as err:
+        raise SourceError(f"option {err}") from None
     except BrokerTableError as err:
         raise SourceError(f"option namesrv: {err}") from None
     if not table:

@@ -73,7 +73,7 @@ def test_the_cluster_table_gives_each_brokers_master() -> None:
 
     assert masters("") == {"b1": "h:1", "b2": "h:3", "b3": "h:5"}
     assert masters("C2") == {"b3": "h:5"}
-    with pytest.raises(BrokerTableError, match="cluster 'C9': name server ns lists C1, C2"):
+    with pytest.raises(BrokerTableError, match="cluster='C9': name server ns lists C1, C2"):
         masters("C9")
     assert brokers_of({"brokerAddrTable": {}, "clusterAddrTable": {}}, "", "ns") == {}
 

@@ -21,6 +21,7 @@ from rmq_spark.errors import BrokerError, RemotingFrameError
 __all__ = [
     "BrokerTableError",
     "MASTER_ID",
+    "UnknownClusterError",
     "ask",
     "broker_table",
     "brokers_of",
@@ -37,6 +38,10 @@ BrokerAddresses = dict[str, dict[int, str]]
 
 class BrokerTableError(BrokerError):
     """No name server answered, or its answer names no usable broker."""
+
+
+class UnknownClusterError(BrokerTableError):
+    """The name server lists no cluster of the asked name."""
 
 
 def broker_table(addresses: list[str], cluster: str, timeout_s: float) -> BrokerAddresses:
@@ -88,7 +93,7 @@ def brokers_of(table: object, cluster: str, addr: str) -> BrokerAddresses:
         clusters = table.get("clusterAddrTable") or {}
         if not isinstance(clusters, dict) or cluster not in clusters:
             known = ", ".join(sorted(map(str, clusters or ()))) or "none"
-            raise BrokerTableError(f"cluster {cluster!r}: name server {addr} lists {known}")
+            raise UnknownClusterError(f"cluster={cluster!r}: name server {addr} lists {known}")
         names &= {str(name) for name in clusters[cluster] or ()}
     brokers: BrokerAddresses = {}
     for name in sorted(names):
