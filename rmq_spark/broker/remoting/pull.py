@@ -24,6 +24,7 @@ from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.broker.remoting.consume import RemoteConsumers, remote_consumers
 from rmq_spark.broker.remoting.offsets_remote import commit
+from rmq_spark.broker.replication.slave_read import in_memory_bytes, suggest_broker_id
 from rmq_spark.broker.topics import group_name_problem
 from rmq_spark.errors import FilterExpressionError, RmqError
 from rmq_spark.store.codec import DecodedRecord, decode_record
@@ -59,6 +60,7 @@ class PullHandler:
         self.deps = deps
         self.consume = consume
         self.consumers = consumers
+        self._memory = in_memory_bytes()
 
     async def __call__(self, call: Call) -> RemotingCommand:
         group = call.required("consumerGroup")
@@ -171,10 +173,16 @@ class PullHandler:
 
         return load
 
+    def _suggest(self, found: Read) -> int:
+        """RocketMQ's slaveReadEnable: a puller far behind the log's end reads the slave."""
+        records = found.records if isinstance(found, rules.Selected) else []
+        end = self.deps.store.flushed_offset
+        return suggest_broker_id(self.deps.config.slave_read_enable, records, end, self._memory)
+
     def _response(self, pull: _Pull, found: Read) -> RemotingCommand:
         low, high = self.consume.queue_bounds(pull.topic, pull.queue_id)
         header = {
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": str(self._suggest(found)),
             "nextBeginOffset": str(found.next_offset),
             "minOffset": str(low),
             "maxOffset": str(high),

@@ -20,6 +20,7 @@ from rmq_spark.broker.remoting import (
     produce,
     pull,
     send_back_remote,
+    sync_admin,
 )
 from rmq_spark.broker.remoting.calls import Deps, Handler
 
@@ -35,6 +36,7 @@ _MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (
     locks.handlers,
     consume_stats.handlers,
     groups_admin.handlers,
+    sync_admin.handlers,
 )
 
 
