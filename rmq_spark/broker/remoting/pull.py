@@ -8,7 +8,8 @@ selected records as stored. With the SUSPEND flag a pull that finds nothing new 
 most ``suspendTimeoutMillis``, capped at ``HOLD_MS_MAX``) on the consume path's ``Waiters``,
 woken by the ConsumeQueue dispatch; a waiting pull is a coroutine, not a thread. The
 COMMIT_OFFSET flag commits ``commitOffset`` for the group through the consume service (the
-same offsets the gRPC groups use).
+same offsets the gRPC groups use), except on a SLAVE (as RocketMQ: a slave's offsets are its
+master's, docs/REPLICATION.md).
 """
 
 from __future__ import annotations
@@ -84,7 +85,7 @@ class PullHandler:
         message_filter = self._filter(pull)
         if isinstance(message_filter, RemotingCommand):
             return message_filter
-        if pull.flags & rules.FLAG_COMMIT_OFFSET:
+        if pull.flags & rules.FLAG_COMMIT_OFFSET and self.deps.config.role != "SLAVE":
             self._commit(pull, call.int_field("commitOffset", default=-1))
         found = await self._read_held(pull, message_filter)
         return self._response(pull, found)
