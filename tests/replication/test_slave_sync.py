@@ -142,6 +142,11 @@ def test_the_master_answers_offsets_to_super_users_only_and_a_slave_signs_as_one
                     ("reader", "reader-secret-0123456789")):  # fmt: skip
             refused = remoting_call(remoting, code, user=who)
             assert refused.code == ResponseCode.NO_PERMISSION, (who, refused.remark)
+    ha = remoting_call(remoting, RequestCode.EXCHANGE_BROKER_HA_INFO, user=ROOT)  # a 5.x slave's
+    assert ha.code == ResponseCode.SUCCESS and ha.ext_fields["masterHaAddress"] in master.log_text()
+    wildcard = ("everything", "wildcard-secret-0123456789")
+    denied = remoting_call(remoting, RequestCode.EXCHANGE_BROKER_HA_INFO, user=wildcard)
+    assert denied.code == ResponseCode.NO_PERMISSION
     wait_for(lambda: "config sync from" in slave.log_text(), 20, "the signed sync")
     assert "failed" not in slave.log_text()
 
