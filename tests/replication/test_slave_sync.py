@@ -160,3 +160,14 @@ def test_a_puller_far_behind_is_told_to_read_the_slave_only_with_slave_read() ->
     assert suggest_broker_id(True, [bytes(record)], 1000 + 499, 500) == 0
     assert suggest_broker_id(False, [bytes(record)], 10**12, 500) == 0
     assert suggest_broker_id(True, [], 10**12, 500) == 0
+
+
+def test_a_slave_signing_as_a_non_super_user_does_not_start(
+    tmp_path: Path, brokers: Callable[..., BrokerProcess]
+) -> None:
+    users = tmp_path / "users.toml"
+    users.write_text(USERS, encoding="utf-8")
+    users.chmod(0o600)
+    with pytest.raises(AssertionError, match="not a super user"):
+        brokers("slave", "broker.role=SLAVE", f"broker.ha_master=127.0.0.1:{free_port()}",
+                f"broker.auth_users_file={users}", "broker.ha_sync_user=everything")  # fmt: skip

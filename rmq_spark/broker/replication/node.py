@@ -74,8 +74,9 @@ def sync_credentials(config: BrokerConfig) -> tuple[str, str] | None:
     user = load_users(Path(config.auth_users_file)).get(config.ha_sync_user)
     if user is None or not user.super_user:
         raise ConfigError(
-            f"broker.ha_sync_user: {config.ha_sync_user!r} is not a super user of "
-            f"{config.auth_users_file} (the master answers the config sync to super users only)"
+            "broker.ha_sync_user",
+            f"{config.ha_sync_user!r} is not a super user of {config.auth_users_file} (the "
+            f"master answers the config sync to super users only)",
         )
     return user.name, user.secret_key
 
@@ -110,8 +111,8 @@ class Replication:
     def start(self, grpc_port: int) -> Replication:
         """Open the HA port (master) or start replicating (slave)."""
         if self.is_slave:
+            self.config_sync = self._start_config_sync()  # a bad ha_sync_user stops here
             self.client = HaClient(self._store, self.config.ha_master).start()
-            self.config_sync = self._start_config_sync()
         else:
             where = ha_bind(self.config, grpc_port)
             if where is not None:
