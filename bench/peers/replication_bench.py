@@ -4,8 +4,10 @@ against the disk, in one run.
 * **sends**: ``rocketmq-python-client`` producers (``bench/bench_grpc.py``'s case: 1 and 8
   threads, ``--body-bytes`` bodies, ``--messages`` per case) against (a) a lone broker,
   ``store.flush_policy=SYNC``, no replication, and (b) a ``SYNC_MASTER`` (SYNC flush) whose
-  ``SLAVE`` (SYNC flush) runs beside it: each acknowledgement waits for the master's fsync and
-  for the slave's report past the record. msgs/s and p50/p99 of each, and (b)/(a).
+  ``SLAVE`` runs beside it, once with SYNC flush (it fsyncs before it reports) and once with
+  ASYNC flush (it reports what it wrote, as a RocketMQ slave does): each acknowledgement waits
+  for the master's fsync and for the slave's report past the record. msgs/s and p50/p99 of
+  each, and (b)/(a).
 * **catch-up**: ``--gib`` GiB of 4 KiB messages written into a master's store in-process, then
   a master (``ASYNC_MASTER``, HA port) over it and an empty slave (``ASYNC`` flush, fsyncing
   as it goes, as the master's store did): the time from the slave's start until its metrics
@@ -68,6 +70,12 @@ def sends(rocketmq: object, work: Path, messages: int, body: int) -> list[dict]:
             rows.append(grpc_case(rocketmq, address, threads, body, messages, label="lone SYNC"))
     finally:
         stop(lone)
+    for slave_flush in ("SYNC", "ASYNC"):
+        rows += sync_master(rocketmq, work / slave_flush, slave_flush, messages, body)
+    return rows
+
+
+def sync_master(rocketmq: object, work: Path, slave_flush: str, messages: int, body: int) -> list:
     ha = free_port()
     master, address = start_broker(
         work / "master",
@@ -76,16 +84,23 @@ def sends(rocketmq: object, work: Path, messages: int, body: int) -> list[dict]:
         "broker.role=SYNC_MASTER",
         f"broker.ha_listen=127.0.0.1:{ha}",
     )
-    slave, _ = start_broker(work / "slave", "SYNC", work / "w-slave", "broker.role=SLAVE",
-                            f"broker.ha_master=127.0.0.1:{ha}")  # fmt: skip
+    slave, _ = start_broker(
+        work / "slave",
+        slave_flush,
+        work / "w-slave",
+        "broker.role=SLAVE",
+        f"broker.ha_master=127.0.0.1:{ha}",
+    )
+    rows = []
     try:
         deadline = time.monotonic() + 30
         while "slave 127.0.0.1" not in (work / "w-master" / "broker.log").read_text():
             if time.monotonic() > deadline:
                 raise SystemExit("the slave did not connect")
             time.sleep(0.1)
+        label = f"SYNC_MASTER, slave {slave_flush} flush"
         for threads in (1, 8):
-            rows.append(grpc_case(rocketmq, address, threads, body, messages, label="SYNC_MASTER"))
+            rows.append(grpc_case(rocketmq, address, threads, body, messages, label=label))
     finally:
         stop(slave)
         stop(master)
