@@ -105,11 +105,15 @@ def test_a_rocketmq_slave_copies_our_master_and_serves_a_consumer(
     from namesrv_harness import start_namesrv
     from rocketmq_peer import RocketMQBroker
 
-    with bench_lock():
-        namesrv = start_namesrv(tmp_path / "namesrv")
     classes = compile_check("ConsumeDriver", tmp_path / "classes")
     (tmp_path / "home").mkdir()
-    driver = Driver(classes, namesrv.addr, tmp_path / "home")  # holds the bench lock
+    with bench_lock():
+        namesrv = start_namesrv(tmp_path / "namesrv")
+    try:
+        driver = Driver(classes, namesrv.addr, tmp_path / "home")  # holds the bench lock
+    except BaseException:
+        namesrv.stop()
+        raise
     ha = free_port()
     master = start_broker(
         tmp_path / "master", tmp_path / "work", f"store.segment_size_bytes={SEGMENT}",
