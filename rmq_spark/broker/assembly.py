@@ -25,6 +25,7 @@ from rmq_spark.broker.consumer.ports import ConsumerWiring
 from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.remoting.calls import Deps
 from rmq_spark.broker.remoting.endpoint import RemotingEndpoint, remoting_bind
+from rmq_spark.broker.replication.config_sync import SyncTables
 from rmq_spark.broker.replication.node import Replication
 from rmq_spark.broker.security.tls import TlsFiles
 from rmq_spark.broker.service import BrokerService
@@ -127,7 +128,10 @@ def open_broker(
         core.callback(consume.close)  # saves the consumer offsets
         core.callback(service.topics.close)  # topics.json holds every topic
         service.serve_send_backs(consume)
-        service.replication = replication = Replication(broker_config, store)
+        tables = SyncTables(
+            service.topics, consume.groups, consume.group_settings, store_config.root_dir
+        )
+        service.replication = replication = Replication(broker_config, store, tables)
         core.callback(replication.stop)  # before the store closes (LIFO)
     except BaseException:
         core.close()

@@ -74,6 +74,10 @@ class BrokerConfig:
     ha_slave_timeout_ms: int = 3000  # SYNC_MASTER: longest wait for a slave (RocketMQ slaveTimeout)
     ha_transfer_batch_bytes: int = 32 * 1024  # largest chunk one transfer carries (RocketMQ 32 KiB)
     ha_lag_log_interval_ms: int = 30_000  # replication lag logged at INFO this often
+    ha_master_remoting: str = "auto"  # SLAVE: master's remoting host:port; auto: ha_master port-2
+    ha_config_sync_interval_ms: int = 5000  # SLAVE: copy the master's topics/offsets/groups
+    ha_sync_user: str = ""  # SLAVE: a super user of auth_users_file signing the config sync
+    slave_read_enable: bool = False  # master: suggest the slave to pullers far behind
 
     def __post_init__(self) -> None:
         from rmq_spark.eventloop import EVENT_LOOPS
@@ -223,9 +227,16 @@ def _check_replication(config: BrokerConfig) -> None:
                 f"anyone who connects (RocketMQ's protocol has no auth): set "
                 f"broker.ha_allow_remote = true to accept that"
             )
+    if config.ha_master_remoting.strip() not in ("", "auto"):
+        try:
+            parse_listen(config.ha_master_remoting)
+        except ValueError as err:
+            raise ValueError(f"ha_master_remoting: {err}") from None
+    if config.ha_sync_user and not config.auth_users_file:
+        raise ValueError("ha_sync_user: names a user of auth_users_file, which is not set")
     if config.broker_id < 0 or (config.broker_id and not slave):
         raise ValueError(f"broker_id: masters are 0, slaves > 0; got {config.broker_id}")
-    for name in ("ha_slave_timeout_ms", "ha_lag_log_interval_ms"):
+    for name in ("ha_slave_timeout_ms", "ha_lag_log_interval_ms", "ha_config_sync_interval_ms"):
         if getattr(config, name) < 1:
             raise ValueError(f"{name}: must be >= 1, got {getattr(config, name)}")
     if not 1024 <= config.ha_transfer_batch_bytes <= 64 * _MIB:

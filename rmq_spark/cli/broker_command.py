@@ -1,11 +1,13 @@
 """``rmq-spark broker``: run the RocketMQ 5 gRPC broker over a store directory.
 
-Owns the subcommand's arguments only; the process lifecycle is ``broker/server.py``.
+Owns the subcommand's arguments only; the process lifecycle is ``broker/server.py``, the
+promotion of a slave's store ``broker/replication/promote.py``.
 """
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 __all__ = ["register"]
@@ -30,6 +32,29 @@ def register(subparsers: Any) -> None:
     add_broker_arguments(parser)
     add_config_arguments(parser)
     parser.set_defaults(handler=_run)
+    actions = parser.add_subparsers(dest="action", metavar="{promote}", required=False)
+    promote = actions.add_parser(
+        "promote",
+        help="turn a stopped slave's store into a master's (manual failover)",
+        description=(
+            "Check that the stopped slave's store verifies (and, with --old-master-store, that "
+            "its log is a prefix of the old master's), mark it promoted and say how many bytes "
+            "the failover loses. Then start `rmq-spark broker` over it with "
+            "--set broker.role=SYNC_MASTER. See docs/REPLICATION.md."
+        ),
+    )
+    promote.add_argument("--store", required=True, type=Path, metavar="DIR",
+                         help="the slave's store (no broker running over it)")  # fmt: skip
+    promote.add_argument("--old-master-store", type=Path, metavar="DIR",
+                         help="the old master's store (its disk survived): exact loss")  # fmt: skip
+    promote.set_defaults(handler=_promote)
+
+
+def _promote(args: argparse.Namespace) -> int:
+    from rmq_spark.broker.replication.promote import promote
+
+    print(promote(args.store, args.old_master_store).report())
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:

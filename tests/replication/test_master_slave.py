@@ -157,3 +157,30 @@ def test_replication_lag_is_logged_and_exposed_on_both_sides(
     assert b'rmq_replication_lag_bytes{role="SYNC_MASTER"} 0.0' in text
     assert b'rmq_replication_peers{role="SYNC_MASTER"} 1.0' in text
     wait_for(lambda: "1 peer(s) connected" in master.log_text(), 10, "the lag log line")
+
+
+def test_a_slave_killed_mid_stream_resumes_without_gaps(
+    brokers: Callable[..., BrokerProcess], producer_for: Callable[..., Any], rocketmq: ModuleType
+) -> None:
+    port = free_port()
+    master = brokers("master", f"broker.ha_listen=127.0.0.1:{port}")  # ASYNC: sends go on
+    slave_args = ("broker.role=SLAVE", f"broker.ha_master=127.0.0.1:{port}")
+    slave = brokers("slave", *slave_args)
+    producer = producer_for(master.address, ("orders",))
+    acked: list[str] = []
+    stop = threading.Event()
+    sender = threading.Thread(target=_send_until, args=(rocketmq, producer, acked, stop, 0))
+    sender.start()
+    try:
+        for _ in range(3):
+            seen = len(acked)
+            wait_for(lambda seen=seen: len(acked) > seen + 30, 30, "more sends")
+            slave.kill()  # -9, while the master streams
+            slave = brokers("slave", *slave_args)
+    finally:
+        stop.set()
+        sender.join(timeout=60)
+    wait_for(lambda: set(acked) <= set(by_uniq_key(read_records(slave.store_dir))), 30,
+             "every message on the restarted slave")  # fmt: skip
+    assert slave.stop() == 0 and master.stop() == 0
+    assert segments(slave.store_dir) == segments(master.store_dir)

@@ -81,6 +81,7 @@ class ConsumeCode(enum.Enum):
     INVALID_RECEIPT_HANDLE = "INVALID_RECEIPT_HANDLE"
     SHUTTING_DOWN = "SHUTTING_DOWN"
     STORE_ERROR = "STORE_ERROR"
+    FORBIDDEN = "FORBIDDEN"  # a SLAVE: pops write to the log
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +166,11 @@ class ConsumeService:
         # Retry and DLQ copies are stored by threads of their own: a SYNC put waiting for
         # its fsync never holds a pop thread (nor a group's lock) that other groups need.
         self._copy_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="consume-copy")
-        self.reviver.start()
+        # A SLAVE's log is its master's bytes: nothing here may write to it (revive, pops'
+        # retry and DLQ copies); it serves offset-based reads only (docs/REPLICATION.md).
+        self._slave = getattr(broker.config, "role", "") == "SLAVE"
+        if not self._slave:
+            self.reviver.start()
 
     # --- clients -----------------------------------------------------------------------------
 
@@ -224,6 +229,9 @@ class ConsumeService:
         group's full name (``topics.full_topic_name``); ``namespace`` is the topic's."""
         if self._stopping or self._broker.shutting_down:
             return Rejected(ConsumeCode.SHUTTING_DOWN, "broker is shutting down")
+        if self._slave:
+            return Rejected(ConsumeCode.FORBIDDEN, "this broker is a SLAVE: receive (pop) from "
+                            "its master; a slave serves offset-based pulls only")  # fmt: skip
         problem = group_name_problem(group)
         if problem is not None:
             return Rejected(ConsumeCode.ILLEGAL_CONSUMER_GROUP, problem)

@@ -44,6 +44,7 @@ _CODES = {
     ConsumeCode.INVALID_RECEIPT_HANDLE: pb.INVALID_RECEIPT_HANDLE,
     ConsumeCode.SHUTTING_DOWN: pb.INTERNAL_SERVER_ERROR,
     ConsumeCode.STORE_ERROR: pb.INTERNAL_SERVER_ERROR,
+    ConsumeCode.FORBIDDEN: pb.FORBIDDEN,
 }
 _FILTER_KINDS = {pb.TAG: "TAG", pb.SQL: "SQL92", pb.FILTER_TYPE_UNSPECIFIED: "TAG"}
 _DEADLINE_RESERVE_S = 0.2  # answer this long before the client's deadline

@@ -94,6 +94,7 @@ PERMISSIONS: dict[int, Permission] = {
     RequestCode.DELETE_SUBSCRIPTIONGROUP: _ADMIN,
     RequestCode.GET_ALL_CONSUMER_OFFSET: _ADMIN,
     RequestCode.GET_ALL_DELAY_OFFSET: _ADMIN,
+    RequestCode.EXCHANGE_BROKER_HA_INFO: _ADMIN,  # 5.x: Cluster UPDATE
 }
 
 

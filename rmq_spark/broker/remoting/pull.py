@@ -8,7 +8,8 @@ selected records as stored. With the SUSPEND flag a pull that finds nothing new 
 most ``suspendTimeoutMillis``, capped at ``HOLD_MS_MAX``) on the consume path's ``Waiters``,
 woken by the ConsumeQueue dispatch; a waiting pull is a coroutine, not a thread. The
 COMMIT_OFFSET flag commits ``commitOffset`` for the group through the consume service (the
-same offsets the gRPC groups use).
+same offsets the gRPC groups use), except on a SLAVE (as RocketMQ: a slave's offsets are its
+master's, docs/REPLICATION.md).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.broker.remoting.consume import RemoteConsumers, remote_consumers
 from rmq_spark.broker.remoting.offsets_remote import commit
+from rmq_spark.broker.replication.slave_read import in_memory_bytes, suggest_broker_id
 from rmq_spark.broker.topics import group_name_problem
 from rmq_spark.errors import FilterExpressionError, RmqError
 from rmq_spark.store.codec import DecodedRecord, decode_record
@@ -59,6 +61,7 @@ class PullHandler:
         self.deps = deps
         self.consume = consume
         self.consumers = consumers
+        self._memory = in_memory_bytes()
 
     async def __call__(self, call: Call) -> RemotingCommand:
         group = call.required("consumerGroup")
@@ -82,7 +85,7 @@ class PullHandler:
         message_filter = self._filter(pull)
         if isinstance(message_filter, RemotingCommand):
             return message_filter
-        if pull.flags & rules.FLAG_COMMIT_OFFSET:
+        if pull.flags & rules.FLAG_COMMIT_OFFSET and self.deps.config.role != "SLAVE":
             self._commit(pull, call.int_field("commitOffset", default=-1))
         found = await self._read_held(pull, message_filter)
         return self._response(pull, found)
@@ -171,10 +174,16 @@ class PullHandler:
 
         return load
 
+    def _suggest(self, found: Read) -> int:
+        """RocketMQ's slaveReadEnable: a puller far behind the log's end reads the slave."""
+        records = found.records if isinstance(found, rules.Selected) else []
+        end = self.deps.store.flushed_offset
+        return suggest_broker_id(self.deps.config.slave_read_enable, records, end, self._memory)
+
     def _response(self, pull: _Pull, found: Read) -> RemotingCommand:
         low, high = self.consume.queue_bounds(pull.topic, pull.queue_id)
         header = {
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": str(self._suggest(found)),
             "nextBeginOffset": str(found.next_offset),
             "minOffset": str(low),
             "maxOffset": str(high),

@@ -20,6 +20,7 @@ from rmq_spark.broker.remoting import (
     produce,
     pull,
     send_back_remote,
+    sync_admin,
 )
 from rmq_spark.broker.remoting.calls import Deps, Handler
 from rmq_spark.broker.transactions import remoting_end
@@ -37,6 +38,7 @@ _MODULES: tuple[Callable[[Deps], Mapping[int, Handler]], ...] = (
     consume_stats.handlers,
     groups_admin.handlers,
     remoting_end.handlers,
+    sync_admin.handlers,
 )
 
 

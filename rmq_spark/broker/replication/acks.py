@@ -18,6 +18,7 @@ import bisect
 import itertools
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rmq_spark.broker.replication.wire import SLAVE_FALLBEHIND_MAX
@@ -56,6 +57,8 @@ class SlaveAcks:
         self._waiters: list[_Waiter] = []
         self._seq = itertools.count()
         self._behind_since: float | None = None  # when the slaves last were caught up
+        # The transfer loop's wake-up: a new waiter's bytes go out now, not at the next poll.
+        self.on_wait: Callable[[], None] | None = None
 
     @property
     def waiting(self) -> bool:
@@ -110,6 +113,7 @@ class SlaveAcks:
             decided = self._decide(end, event)
         if isinstance(decided, SendCode):
             return decided
+        self._notify()
         event.wait(self.timeout_s)
         return self._settle(decided)
 
@@ -121,11 +125,17 @@ class SlaveAcks:
             decided = self._decide(end, (loop, future))
         if isinstance(decided, SendCode):
             return decided
+        self._notify()
         try:
             await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
         except TimeoutError:
             pass
         return self._settle(decided)
+
+    def _notify(self) -> None:
+        hook = self.on_wait
+        if hook is not None:
+            hook()
 
     def _settle(self, waiter: _Waiter) -> SendCode:
         with self._lock:

@@ -18,7 +18,7 @@ import asyncio
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rmq_spark.broker.replication.acks import SlaveAcks
 from rmq_spark.broker.replication.wire import HEADER, HEARTBEAT_INTERVAL_S, HOUSEKEEPING_S, REPORT
@@ -36,6 +36,7 @@ class _Slave:
     start: int
     sent: int
     report: int
+    wake: asyncio.Event = field(default_factory=asyncio.Event)  # a send started waiting
 
 
 class HaServer:
@@ -55,6 +56,14 @@ class HaServer:
         self._thread = threading.Thread(target=self._run, name="ha-server", daemon=True)
         self._started = threading.Event()
         self._error: BaseException | None = None
+        acks.on_wait = self._wake_transfers
+
+    def _wake_transfers(self) -> None:
+        """From any thread: a send waits, every transfer loop looks for its bytes now."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            for slave in list(self.slaves):
+                loop.call_soon_threadsafe(slave.wake.set)
 
     @property
     def address(self) -> str:
@@ -164,6 +173,10 @@ class HaServer:
                 writer.write(HEADER.pack(sent, 0))
                 await writer.drain()
                 last_write = time.monotonic()
-            await asyncio.sleep(0.001 if acks.waiting else 0.01)
+            try:  # woken at once when a send starts waiting (acks.on_wait)
+                await asyncio.wait_for(slave.wake.wait(), 0.001 if acks.waiting else 0.01)
+            except TimeoutError:
+                pass
+            slave.wake.clear()
         if reading.done() and not reading.cancelled():
             reading.result()  # the reason the slave went away

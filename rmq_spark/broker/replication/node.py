@@ -14,15 +14,19 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+from pathlib import Path
 
 from rmq_spark.broker.config import BrokerConfig, parse_listen
 from rmq_spark.broker.replication.acks import Lag, SlaveAcks
+from rmq_spark.broker.replication.config_sync import ConfigSync, SyncTables
 from rmq_spark.broker.replication.master import HaServer
 from rmq_spark.broker.replication.slave import HaClient
+from rmq_spark.broker.security.acl import load_users
 from rmq_spark.broker.send_model import SendCode, SendOutcome, reject
+from rmq_spark.errors import ConfigError
 from rmq_spark.store.message_store import MessageStore
 
-__all__ = ["Replication", "ha_bind"]
+__all__ = ["Replication", "ha_bind", "master_remoting", "sync_credentials"]
 
 log = logging.getLogger("rmq_spark.broker.replication")
 _OK = SendCode.OK
@@ -44,17 +48,54 @@ def ha_bind(config: BrokerConfig, grpc_port: int) -> tuple[str, int, bool] | Non
     return host, port, False
 
 
+def master_remoting(config: BrokerConfig) -> tuple[str, int] | None:
+    """A SLAVE's master remoting address (its tables are copied from there); ``auto``: the
+    HA port - 2, where a master with the default ports (gRPC P, remoting P - 1, HA P + 1)
+    serves it; ``None`` for a master or ``""``."""
+    text = config.ha_master_remoting.strip()
+    if config.role != "SLAVE" or not text:
+        return None
+    if text == "auto":
+        host, port = parse_listen(config.ha_master)
+        return (host, port - 2) if port > 2 else None
+    return parse_listen(text)
+
+
+def sync_credentials(config: BrokerConfig) -> tuple[str, str] | None:
+    """(access key, secret key) of ``ha_sync_user`` in the users file; ``None`` when unset.
+
+    Raises
+    ------
+    ConfigError
+        The users file cannot be read, or names no such super user.
+    """
+    if not config.ha_sync_user:
+        return None
+    user = load_users(Path(config.auth_users_file)).get(config.ha_sync_user)
+    if user is None or not user.super_user:
+        raise ConfigError(
+            "broker.ha_sync_user",
+            f"{config.ha_sync_user!r} is not a super user of {config.auth_users_file} (the "
+            f"master answers the config sync to super users only)",
+        )
+    return user.name, user.secret_key
+
+
 class Replication:
     """The role of one broker over ``store`` (see the module docstring)."""
 
-    def __init__(self, config: BrokerConfig, store: MessageStore) -> None:
+    def __init__(
+        self, config: BrokerConfig, store: MessageStore, tables: SyncTables | None = None
+    ) -> None:
         self.config = config
+        self._tables = tables
         self.role = config.role
         self._store = store
         self._sync = config.role == "SYNC_MASTER"
         self.acks = SlaveAcks(config.ha_slave_timeout_ms / 1000)
         self.server: HaServer | None = None
         self.client: HaClient | None = None
+        self.config_sync: ConfigSync | None = None
         self._stop = threading.Event()
         self._logger: threading.Thread | None = None
 
@@ -70,6 +111,7 @@ class Replication:
     def start(self, grpc_port: int) -> Replication:
         """Open the HA port (master) or start replicating (slave)."""
         if self.is_slave:
+            self.config_sync = self._start_config_sync()  # a bad ha_sync_user stops here
             self.client = HaClient(self._store, self.config.ha_master).start()
         else:
             where = ha_bind(self.config, grpc_port)
@@ -81,8 +123,17 @@ class Replication:
         self._logger.start()
         return self
 
+    def _start_config_sync(self) -> ConfigSync | None:
+        master = master_remoting(self.config)
+        if master is None or self._tables is None:
+            return None
+        interval = self.config.ha_config_sync_interval_ms / 1000
+        return ConfigSync(master, self._tables, interval, sync_credentials(self.config)).start()
+
     def stop(self) -> None:
         self._stop.set()
+        if self.config_sync is not None:
+            self.config_sync.stop()
         if self.client is not None:
             self.client.stop()
         if self.server is not None:

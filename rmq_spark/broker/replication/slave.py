@@ -19,6 +19,7 @@ import time
 
 from rmq_spark.broker.config import parse_listen
 from rmq_spark.broker.replication.acks import Lag
+from rmq_spark.broker.replication.state import write_state
 from rmq_spark.broker.replication.wire import (
     HEADER,
     HEARTBEAT_INTERVAL_S,
@@ -33,6 +34,7 @@ __all__ = ["HaClient"]
 
 log = logging.getLogger("rmq_spark.broker.replication")
 _RECV_BYTES = 4 * 1024 * 1024  # RocketMQ's slave read buffer
+_STATE_INTERVAL_S = 1.0  # how often config/replication.json is rewritten while replicating
 
 
 class HaClient:
@@ -48,6 +50,8 @@ class HaClient:
         self.connected = False
         self.master_offset = 0  # the end of the master's log as far as its transfers showed
         self._behind_since: float | None = None
+        self._master_text = master
+        self._noted = 0.0
 
     def start(self) -> HaClient:
         self._thread.start()
@@ -113,6 +117,17 @@ class HaClient:
             if confirmed > reported or now - last_report > HEARTBEAT_INTERVAL_S:
                 sock.sendall(REPORT.pack(confirmed))
                 reported, last_report = confirmed, now
+            if now - self._noted > _STATE_INTERVAL_S:
+                self._note_state(now)
+
+    def _note_state(self, now: float) -> None:
+        """``config/replication.json`` (``promote`` reads it once this slave is stopped)."""
+        self._noted = now
+        try:
+            write_state(self._store.root_dir, self._master_text, self.master_offset,
+                        self._store.confirmed_offset)  # fmt: skip
+        except OSError as err:
+            log.warning("replication: cannot write the slave's state file: %s", err)
 
     def _apply(self, buffer: bytearray) -> None:
         """Apply every whole transfer at the front of ``buffer`` (and remove it)."""

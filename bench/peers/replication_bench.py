@@ -1,0 +1,204 @@
+"""Replication (issue 31): a SYNC_MASTER's sends against a lone broker, and a slave's catch-up
+against the disk, in one run.
+
+* **sends**: ``rocketmq-python-client`` producers (``bench/bench_grpc.py``'s case: 1 and 8
+  threads, ``--body-bytes`` bodies, ``--messages`` per case) against (a) a lone broker,
+  ``store.flush_policy=SYNC``, no replication, and (b) a ``SYNC_MASTER`` (SYNC flush) whose
+  ``SLAVE`` runs beside it, once with SYNC flush (it fsyncs before it reports) and once with
+  ASYNC flush (it reports what it wrote, as a RocketMQ slave does): each acknowledgement waits
+  for the master's fsync and for the slave's report past the record. msgs/s and p50/p99 of
+  each, and (b)/(a).
+* **catch-up**: ``--gib`` GiB of 4 KiB messages written into a master's store in-process, then
+  a master (``ASYNC_MASTER``, HA port) over it and an empty slave (``ASYNC`` flush, fsyncing
+  as it goes, as the master's store did): the time from the slave's start until its metrics
+  say it confirmed the master's end; MB/s against the disk's write rate measured in the same
+  run and directory (``--gib`` GiB in 1 MiB writes, one fsync at the end).
+
+Run alone, under the bench lock::
+
+    flock /tmp/bench.lock python bench/peers/replication_bench.py [--messages 2000] [--gib 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO_ROOT = HERE.parents[1]
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+
+from bench_grpc import grpc_case, start_broker  # noqa: E402
+
+from rmq_spark.store.config import FlushPolicy, StoreConfig  # noqa: E402
+from rmq_spark.store.message_store import MessageStore  # noqa: E402
+
+SEGMENT = 128 << 20
+_MIB = 1 << 20
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def sends(rocketmq: object, work: Path, messages: int, body: int) -> list[dict]:
+    rows = []
+    lone, address = start_broker(work / "lone", "SYNC", work / "w-lone")
+    try:
+        for threads in (1, 8):
+            rows.append(grpc_case(rocketmq, address, threads, body, messages, label="lone SYNC"))
+    finally:
+        stop(lone)
+    for slave_flush in ("SYNC", "ASYNC"):
+        rows += sync_master(rocketmq, work / slave_flush, slave_flush, messages, body)
+    return rows
+
+
+def sync_master(rocketmq: object, work: Path, slave_flush: str, messages: int, body: int) -> list:
+    ha = free_port()
+    master, address = start_broker(
+        work / "master",
+        "SYNC",
+        work / "w-master",
+        "broker.role=SYNC_MASTER",
+        f"broker.ha_listen=127.0.0.1:{ha}",
+    )
+    slave, _ = start_broker(
+        work / "slave",
+        slave_flush,
+        work / "w-slave",
+        "broker.role=SLAVE",
+        f"broker.ha_master=127.0.0.1:{ha}",
+    )
+    rows = []
+    try:
+        deadline = time.monotonic() + 30
+        while "slave 127.0.0.1" not in (work / "w-master" / "broker.log").read_text():
+            if time.monotonic() > deadline:
+                raise SystemExit("the slave did not connect")
+            time.sleep(0.1)
+        label = f"SYNC_MASTER, slave {slave_flush} flush"
+        for threads in (1, 8):
+            rows.append(grpc_case(rocketmq, address, threads, body, messages, label=label))
+    finally:
+        stop(slave)
+        stop(master)
+    return rows
+
+
+def fill(store_dir: Path, gib: float) -> int:
+    """Write ``gib`` GiB of 4 KiB messages; the log's end."""
+    config = StoreConfig(root_dir=store_dir, segment_size_bytes=SEGMENT,
+                         flush_policy=FlushPolicy.ASYNC)  # fmt: skip
+    store = MessageStore.open(config)
+    body = os.urandom(4096)
+    try:
+        while store.max_offset < gib * (1 << 30):
+            store.put_columns("catchup", [body] * 256, list(range(8)) * 32)
+        return store.max_offset
+    finally:
+        store.close()
+
+
+def catch_up(work: Path, gib: float) -> dict:
+    end = fill(work / "cmaster", gib)
+    ha, metrics = free_port(), free_port()
+    seg = f"store.segment_size_bytes={SEGMENT}"
+    master, _ = start_broker(work / "cmaster", "ASYNC", work / "w-cmaster", seg,
+                             f"broker.ha_listen=127.0.0.1:{ha}")  # fmt: skip
+    try:
+        started = time.perf_counter()
+        slave, _ = start_broker(work / "cslave", "ASYNC", work / "w-cslave", seg,
+                                "broker.role=SLAVE", f"broker.ha_master=127.0.0.1:{ha}",
+                                f"broker.metrics_listen=127.0.0.1:{metrics}")  # fmt: skip
+        try:
+            while confirmed(metrics) < end:
+                time.sleep(0.1)
+            elapsed = time.perf_counter() - started
+        finally:
+            stop(slave)
+    finally:
+        stop(master)
+    return {"bytes": end, "seconds": elapsed, "mb_s": end / elapsed / 1e6}
+
+
+def confirmed(port: int) -> float:
+    try:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read()
+    except OSError:
+        return 0.0
+    found = re.search(rb"rmq_replication_confirmed_offset_bytes\{[^}]*\} (\S+)", text)
+    return float(found[1]) if found else 0.0
+
+
+def disk_rate(work: Path, gib: float) -> float:
+    """MB/s of writing ``gib`` GiB in 1 MiB writes and one fsync."""
+    chunk = os.urandom(_MIB)
+    path = work / "dd"
+    started = time.perf_counter()
+    with path.open("wb") as handle:
+        for _ in range(int(gib * 1024)):
+            handle.write(chunk)
+        handle.flush()
+        os.fsync(handle.fileno())
+    elapsed = time.perf_counter() - started
+    size = path.stat().st_size
+    path.unlink()
+    return size / elapsed / 1e6
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=2000, help="sends per case")
+    parser.add_argument("--body-bytes", type=int, default=1024)
+    parser.add_argument("--gib", type=float, default=1.0, help="catch-up size")
+    parser.add_argument("--skip-sends", action="store_true")
+    args = parser.parse_args(argv)
+    import rocketmq
+
+    work = Path(tempfile.mkdtemp(prefix="repl-bench-"))
+    try:
+        print(f"load average at start: {open('/proc/loadavg').read().split()[:3]}")
+        rows = [] if args.skip_sends else sends(rocketmq, work, args.messages, args.body_bytes)
+        print("| case | msgs/s | p50 ms | p99 ms | vs lone SYNC |")
+        print("|---|---|---|---|---|")
+        for row in rows:
+            base = next(r for r in rows if r["threads"] == row["threads"])
+            print(
+                f"| {row['case']} | {row['msgs_per_s']:,.0f} | {row['p50_ms']:.2f} | "
+                f"{row['p99_ms']:.2f} | {row['msgs_per_s'] / base['msgs_per_s']:.2f}x |"
+            )
+        disk = disk_rate(work, args.gib)
+        caught = catch_up(work, args.gib)
+        print(f"\ncatch-up: {caught['bytes'] / (1 << 30):.2f} GiB in {caught['seconds']:.1f} s "
+              f"= {caught['mb_s']:.0f} MB/s; disk write {disk:.0f} MB/s; "
+              f"ratio {caught['mb_s'] / disk:.2f}x")  # fmt: skip
+        print(f"load average at end: {open('/proc/loadavg').read().split()[:3]}")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
