@@ -33,7 +33,12 @@ from rmq_spark.broker.cluster.fault import (
 from rmq_spark.broker.cluster.publish_routes import ROUTE_REFRESH_S, PublishRoutes
 from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.message_id import MessageIdGenerator
-from rmq_spark.broker.producer_tx import Checker, CheckStreams, Transaction
+from rmq_spark.broker.producer_tx import (
+    TX_GROUP_PROPERTY,
+    Checker,
+    CheckStreams,
+    Transaction,
+)
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.security.auth import RequestSigner
@@ -106,6 +111,11 @@ class Producer:
         ``transaction_topics`` over a Telemetry stream to each broker of their routes.
     transaction_topics
         The topics this producer sends transactions to and answers checks for.
+    transaction_group
+        Stamped on each half (user property ``TX_GROUP_PROPERTY``); the checker is only asked
+        about halves with this producer's group. Default: this instance's own client id (it
+        answers only for what it sent); give producer instances that may take over each
+        other's transactions (a restart after a crash) the same stable name.
     """
 
     def __init__(
@@ -123,6 +133,7 @@ class Producer:
         credentials: tuple[str, str] | None = None,
         checker: Checker | None = None,
         transaction_topics: Sequence[str] = (),
+        transaction_group: str | None = None,
     ) -> None:
         if max_attempts is None:
             max_attempts = 1 + retry_times_when_send_failed
@@ -158,7 +169,7 @@ class Producer:
             )
         self._checks: CheckStreams | None = None
         if checker is not None:
-            self._open_checks(checker, transaction_topics)
+            self._open_checks(checker, transaction_topics, transaction_group or client_id)
 
     def send(
         self,
@@ -299,7 +310,8 @@ class Producer:
                 "transaction_topics"
             )
         message_id = message_id or self._ids.next_id()
-        request = self._request(topic, body, tag, keys, properties, None, None, message_id)
+        stamped = {**(properties or {}), TX_GROUP_PROPERTY: self._checks.group}
+        request = self._request(topic, body, tag, keys, stamped, None, None, message_id)
         request.messages[0].system_properties.message_type = pb.TRANSACTION
         receipt, stub = self._send_grpc_at(request, message_id, topic)
 
@@ -313,14 +325,17 @@ class Producer:
             transaction_id=receipt.transaction_id, broker=receipt.broker, call=call,
         )  # fmt: skip
 
-    def _open_checks(self, checker: Checker, topics: Sequence[str]) -> None:
+    def _open_checks(self, checker: Checker, topics: Sequence[str], group: str) -> None:
         """Telemetry streams declaring ``topics`` to each broker of their routes."""
         if self._embedded is not None:
             raise ValueError("checker: needs a broker's gRPC address")
         if not topics:
             raise ValueError("checker: transaction_topics must name at least one topic")
+        if not group.strip():
+            raise ValueError("transaction_group: must not be blank")
         self._checks = CheckStreams(
             topics=topics,
+            group=group,
             namespace=self._namespace,
             checker=checker,
             metadata=lambda: self._sign(self._unsigned_metadata),

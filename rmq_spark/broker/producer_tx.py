@@ -5,8 +5,10 @@ or ``rollback()`` sends EndTransaction to the broker that stored it) and ``Check
 (one Telemetry stream per broker of the transaction topics' routes, declaring those topics as
 a producer's settings, so the broker's check-back can ask; a ``RecoverOrphanedTransactionCommand``
 is answered with the checker's resolution as EndTransaction, ``SOURCE_SERVER_CHECK``). The
-checker is only asked about halves of the topics this producer declared; a command naming
-another topic is ignored (logged), whatever the broker sends.
+checker is only asked about halves this producer's transaction group sent (the user property
+``TX_GROUP_PROPERTY`` every half carries) to a topic it declared: the broker offers a half to
+every producer of its topic, and a checker that does not know another application's
+transaction must not roll it back; any other command is left unanswered (another producer's).
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ __all__ = [
     "CheckStreams",
     "CheckedMessage",
     "Resolution",
+    "TX_GROUP_PROPERTY",
     "Transaction",
     "TransactionEndedError",
 ]
 
 log = logging.getLogger("rmq_spark.broker.cluster")
 
+TX_GROUP_PROPERTY = "rmqSparkTxGroup"
 _WIRE = {Resolution.COMMIT: pb.COMMIT, Resolution.ROLLBACK: pb.ROLLBACK}
 _RECONNECT_S = 1.0
 
@@ -157,12 +161,14 @@ class CheckStreams:
         self,
         *,
         topics: Sequence[str],
+        group: str,
         namespace: str,
         checker: Checker,
         metadata: Callable[[], Any],
         timeout_s: float,
     ) -> None:
         self.topics = tuple(topics)
+        self.group = group
         self._namespace = namespace
         self._checker = checker
         self._metadata = metadata
@@ -216,6 +222,9 @@ class CheckStreams:
         message = checked_message(command)
         if message.topic not in self.topics:
             log.warning("transaction check of undeclared topic %r ignored", message.topic)
+            return
+        if message.properties.get(TX_GROUP_PROPERTY) != self.group:
+            log.debug("transaction %s is another producer's: not answered", message.message_id)
             return
         try:
             resolution = _resolution_of(self._checker(message))

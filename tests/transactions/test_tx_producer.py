@@ -12,6 +12,7 @@ from tx_helpers import HALF, OP, records_of
 
 from rmq_spark.broker.producer import Producer
 from rmq_spark.broker.producer_tx import (
+    TX_GROUP_PROPERTY,
     CheckedMessage,
     CheckStreams,
     Resolution,
@@ -26,8 +27,15 @@ FAST = ("broker.transaction_timeout_ms=300", "broker.transaction_check_interval_
 def producers() -> Iterator[Callable[..., Producer]]:
     made: list[Producer] = []
 
-    def make(address: str, checker: Callable[[CheckedMessage], object], *topics: str) -> Producer:
-        producer = Producer(address, checker=checker, transaction_topics=topics)
+    def make(
+        address: str,
+        checker: Callable[[CheckedMessage], object],
+        *topics: str,
+        group: str | None = None,
+    ) -> Producer:
+        producer = Producer(
+            address, checker=checker, transaction_topics=topics, transaction_group=group
+        )
         made.append(producer)
         return producer
 
@@ -61,7 +69,7 @@ def test_the_checker_decides_halves_a_crashed_producer_left(
     tx_broker: Callable[..., BrokerProcess], producers: Callable[..., Producer]
 ) -> None:
     broker = tx_broker(*FAST, "broker.transaction_check_max=50")
-    crashed = producers(broker.address, lambda m: "unknown", "orders")
+    crashed = producers(broker.address, lambda m: "unknown", "orders", group="billing")
     for body in (b"commit me", b"roll me back"):
         crashed.send_in_transaction("orders", body)
     crashed.close()  # before any commit or rollback
@@ -71,7 +79,7 @@ def test_the_checker_decides_halves_a_crashed_producer_left(
         asked.append(message)
         return Resolution.COMMIT if message.body == b"commit me" else Resolution.ROLLBACK
 
-    producers(broker.address, decide, "orders")
+    producers(broker.address, decide, "orders", group="billing")  # its restart
 
     def committed() -> list[bytes]:
         return [r.body for r in records_of(broker.store_dir, "orders")]
@@ -80,6 +88,21 @@ def test_the_checker_decides_halves_a_crashed_producer_left(
     assert committed() == [b"commit me"]
     assert {m.topic for m in asked} == {"orders"}
     assert all(len(m.transaction_id) == 32 for m in asked)
+    assert {m.properties[TX_GROUP_PROPERTY] for m in asked} == {"billing"}
+
+
+def test_a_checker_does_not_answer_for_another_producers_halves(
+    tx_broker: Callable[..., BrokerProcess], producers: Callable[..., Producer]
+) -> None:
+    broker = tx_broker(*FAST, "broker.transaction_check_max=3")
+    sender = producers(broker.address, lambda m: "unknown", "orders")  # its own client id
+    sender.send_in_transaction("orders", b"not yours")
+    sender.close()
+    asked: list[CheckedMessage] = []
+    producers(broker.address, lambda m: asked.append(m) or "rollback", "orders")
+    producers(broker.address, lambda m: asked.append(m) or "rollback", "orders", group="x")
+    wait_for(lambda: records_of(broker.store_dir, "TRANS_CHECK_MAX_TIME_TOPIC"), 60, "the discard")
+    assert asked == [] and records_of(broker.store_dir, OP) == []
 
 
 def test_a_checker_is_not_asked_about_another_topics_halves(
@@ -100,7 +123,12 @@ def test_a_checker_is_not_asked_about_another_topics_halves(
 def test_a_check_command_of_an_undeclared_topic_is_ignored() -> None:
     asked: list[CheckedMessage] = []
     streams = CheckStreams(
-        topics=("payments",), namespace="", checker=asked.append, metadata=tuple, timeout_s=1
+        topics=("payments",),
+        group="g",
+        namespace="",
+        checker=asked.append,
+        metadata=tuple,
+        timeout_s=1,
     )
     command = spb.RecoverOrphanedTransactionCommand(transaction_id="0" * 32)
     command.message.topic.name = "orders"
