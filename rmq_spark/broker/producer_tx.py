@@ -211,6 +211,12 @@ class CheckStreams:
                 for command in call:
                     if command.WhichOneof("command") == "recover_orphaned_transaction_command":
                         self._answer(stub, command.recover_orphaned_transaction_command)
+                    elif command.HasField("status") and command.status.code != pb.OK:
+                        # e.g. no Pub right on a declared topic: the broker will not ask
+                        log.warning(
+                            "transaction checks of %s refused by %s: %s",
+                            ",".join(self.topics), endpoint, command.status.message,
+                        )  # fmt: skip
             except grpc.RpcError as err:
                 if not self._closed.is_set():
                     log.info("transaction check stream to %s: %s", endpoint, err)
