@@ -8,7 +8,8 @@ producers do (seed 003). A failed attempt is retried on another broker with the 
 id (one broker stores a retried id once; a send retried elsewhere after a lost answer can be
 stored on two brokers: at least once, as RocketMQ). With ``send_latency_fault_enable`` slow and
 failing brokers are avoided for a while (``cluster/fault.py``). Raises ``SendRejectedError``
-with the RocketMQ status code when a broker refuses. No Telemetry, no heartbeats.
+with the RocketMQ status code when a broker refuses. No heartbeats. Transactions
+(``send_in_transaction`` and the ``checker``'s Telemetry streams) are ``producer_tx.py``'s.
 """
 
 from __future__ import annotations
@@ -32,6 +33,12 @@ from rmq_spark.broker.cluster.fault import (
 from rmq_spark.broker.cluster.publish_routes import ROUTE_REFRESH_S, PublishRoutes
 from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
 from rmq_spark.broker.message_id import MessageIdGenerator
+from rmq_spark.broker.producer_tx import (
+    TX_GROUP_PROPERTY,
+    Checker,
+    CheckStreams,
+    Transaction,
+)
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.security.auth import RequestSigner
@@ -41,6 +48,7 @@ from rmq_spark.errors import BrokerError, SendRejectedError
 __all__ = [
     "Producer",
     "SendReceipt",
+    "Transaction",
 ]
 
 log = logging.getLogger("rmq_spark.broker.cluster")
@@ -62,6 +70,7 @@ class SendReceipt:
     message_id: str
     queue_offset: int
     broker: str = ""
+    transaction_id: str = ""  # a half message's (``send_in_transaction``)
 
 
 def _rejected(code: int, reason: str, message_id: str) -> SendRejectedError:
@@ -96,6 +105,17 @@ class Producer:
         Source of born timestamps and message-id seconds.
     credentials
         ``(access key, secret key)``: every call is signed (a broker with auth on).
+    checker
+        ``checker(CheckedMessage) -> Resolution`` (or ``"commit"`` / ``"rollback"``; anything
+        else is UNKNOWN): answers the brokers' checks of pending transactions of
+        ``transaction_topics`` over a Telemetry stream to each broker of their routes.
+    transaction_topics
+        The topics this producer sends transactions to and answers checks for.
+    transaction_group
+        Stamped on each half (user property ``TX_GROUP_PROPERTY``); the checker is only asked
+        about halves with this producer's group. Default: this instance's own client id (it
+        answers only for what it sent); give producer instances that may take over each
+        other's transactions (a restart after a crash) the same stable name.
     """
 
     def __init__(
@@ -111,6 +131,9 @@ class Producer:
         route_refresh_s: float = ROUTE_REFRESH_S,
         clock: Clock | None = None,
         credentials: tuple[str, str] | None = None,
+        checker: Checker | None = None,
+        transaction_topics: Sequence[str] = (),
+        transaction_group: str | None = None,
     ) -> None:
         if max_attempts is None:
             max_attempts = 1 + retry_times_when_send_failed
@@ -144,6 +167,9 @@ class Producer:
                 refresh_s=route_refresh_s,
                 now_s=time.monotonic,
             )
+        self._checks: CheckStreams | None = None
+        if checker is not None:
+            self._open_checks(checker, transaction_topics, transaction_group or client_id)
 
     def send(
         self,
@@ -224,6 +250,10 @@ class Producer:
         return spb.SendMessageRequest(messages=[message])
 
     def _send_grpc(self, request: Any, message_id: str, topic: str) -> SendReceipt:
+        return self._send_grpc_at(request, message_id, topic)[0]
+
+    def _send_grpc_at(self, request: Any, message_id: str, topic: str) -> tuple[SendReceipt, Any]:
+        """The receipt and the stub of the broker that stored it."""
         assert self._routes is not None
         queues = self._routes.queues(topic)
         last_problem, last_broker = "", None
@@ -247,7 +277,8 @@ class Producer:
                 self._note(broker, started_ms, failed=False)
                 entry = response.entries[0] if response.entries else None
                 offset = entry.offset if entry is not None else -1
-                return SendReceipt(message_id, offset, broker)
+                tx_id = entry.transaction_id if entry is not None else ""
+                return SendReceipt(message_id, offset, broker, tx_id), stub
             if status.code in _RETRIED_STATUS:
                 last_problem = f"{pb.Code.Name(status.code)} from {broker}: {status.message}"
                 self._note(broker, started_ms, failed=True)
@@ -257,6 +288,65 @@ class Producer:
         raise BrokerError(
             f"send of {message_id} failed after {self._max_attempts} attempts: {last_problem}"
         )
+
+    def send_in_transaction(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tag: str | None = None,
+        keys: tuple[str, ...] | list[str] = (),
+        properties: Mapping[str, str] | None = None,
+        message_id: str | None = None,
+    ) -> Transaction:
+        """Send a half message (invisible until committed); end it with the handle's
+        ``commit()`` or ``rollback()``. Needs a gRPC target and a ``checker`` answering for
+        ``topic`` (in ``transaction_topics``), as the official clients do."""
+        if self._embedded is not None:
+            raise ValueError("send_in_transaction: needs a broker's gRPC address")
+        if self._checks is None or topic not in self._checks.topics:
+            raise ValueError(
+                f"send_in_transaction: topic {topic!r} needs a checker and must be in "
+                "transaction_topics"
+            )
+        message_id = message_id or self._ids.next_id()
+        stamped = {**(properties or {}), TX_GROUP_PROPERTY: self._checks.group}
+        request = self._request(topic, body, tag, keys, stamped, None, None, message_id)
+        request.messages[0].system_properties.message_type = pb.TRANSACTION
+        receipt, stub = self._send_grpc_at(request, message_id, topic)
+
+        def call(end: Any) -> Any:
+            return stub.EndTransaction(
+                end, timeout=self._timeout_s, metadata=self._sign(self._unsigned_metadata)
+            )
+
+        return Transaction(
+            topic=topic, namespace=self._namespace, message_id=message_id,
+            transaction_id=receipt.transaction_id, broker=receipt.broker, call=call,
+        )  # fmt: skip
+
+    def _open_checks(self, checker: Checker, topics: Sequence[str], group: str) -> None:
+        """Telemetry streams declaring ``topics`` to each broker of their routes."""
+        if self._embedded is not None:
+            raise ValueError("checker: needs a broker's gRPC address")
+        if not topics:
+            raise ValueError("checker: transaction_topics must name at least one topic")
+        if not group.strip():
+            raise ValueError("transaction_group: must not be blank")
+        self._checks = CheckStreams(
+            topics=topics,
+            group=group,
+            namespace=self._namespace,
+            checker=checker,
+            metadata=lambda: self._sign(self._unsigned_metadata),
+            timeout_s=self._timeout_s,
+        )
+        assert self._routes is not None
+        endpoints = {q.endpoint for t in topics for q in self._routes.queues(t)}
+        for endpoint in sorted(endpoints):
+            self._checks.open(endpoint, self._routes.stub(endpoint))
+        if not endpoints:
+            self._checks.open(self._target, self._stub)
 
     def _pick(self, queues: tuple[RoutedQueue, ...], last_broker: str | None) -> tuple[str, Any]:
         """The broker (its name) and stub of the next attempt: the access point without a
@@ -277,6 +367,8 @@ class Producer:
 
     def close(self) -> None:
         """Close the gRPC channel (an embedded broker stays open: its owner closes it)."""
+        if self._checks is not None:
+            self._checks.close()
         if self._routes is not None:
             self._routes.close()
         if self._channel is not None:

@@ -2,7 +2,8 @@
 ``rmq-spark groups reset`` (``mqadmin resetOffsetByTime``'s job).
 
 Owns reading a store's consumer progress without opening the store: ``config/
-consumerOffset.json``, ``config/consumerInflight.json`` and the ConsumeQueue files (through
+consumerOffset.json``, ``config/consumerInflight.json`` and the ConsumeQueue files (pending
+transactions per queue: ``broker/transactions/ledger.py``) (through
 ``store.cq_view.CqView``: read-only, never recovered or truncated), so it
 works while a broker runs (what it shows is as of the broker's last save, at most a second
 old). The reset rewrites consumerOffset.json and drops the group's in-flight state for the
@@ -16,7 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from rmq_spark.broker.config_files.rocketmq_config_files import (
 )
 from rmq_spark.broker.consumer.persist import INFLIGHT_FILE, offsets_file_lock
 from rmq_spark.broker.consumer.revive import REVIVE_GROUP
+from rmq_spark.broker.transactions.ledger import pending_counts
 from rmq_spark.cli.common import operator_credentials, require_store
 from rmq_spark.errors import ConfigError, StoreLockedError, StoreMetadataError
 from rmq_spark.store.consume_queue import PRE_BLANK_SIZE
@@ -75,12 +77,14 @@ class GroupQueueRow:
     in_flight: int
     retry_depth: int  # copies in %RETRY%<group> the group has not consumed yet
     dlq_depth: int  # messages in %DLQ%<group>
+    pending_tx: int = 0  # transactions of this topic and queue not committed nor rolled back
 
 
 def group_rows(root: Path) -> list[GroupQueueRow]:
     """Every (group, topic, queue) of consumerOffset.json, with its lag and depths."""
     offsets = read_consumer_offsets(root)
     inflight = _inflight(root)
+    pending = pending_counts(root)
     depth: dict[str, tuple[int, int]] = {}
     rows: list[GroupQueueRow] = []
     for (topic, group), queues in sorted(offsets.items(), key=lambda kv: (kv[0][1], kv[0][0])):
@@ -90,7 +94,8 @@ def group_rows(root: Path) -> list[GroupQueueRow]:
             depth[group] = (_retry_depth(root, group, offsets), _dlq_depth(root, group))
         files = _queues(root, topic)
         for queue_id in sorted(set(queues) | set(files)):
-            rows.append(_row(group, topic, queue_id, queues, files, inflight, depth[group]))
+            row = _row(group, topic, queue_id, queues, files, inflight, depth[group])
+            rows.append(replace(row, pending_tx=pending.get((topic, queue_id), 0)))
     return rows
 
 
@@ -237,7 +242,7 @@ def _parse_time(text: str) -> int:
 
 
 _COLUMNS = ("group", "topic", "queue_id", "offset", "max_offset", "lag", "lag_bytes")
-_COLUMNS += ("in_flight", "retry_depth", "dlq_depth")
+_COLUMNS += ("in_flight", "retry_depth", "dlq_depth", "pending_tx")
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -252,7 +257,17 @@ def _show(args: argparse.Namespace) -> int:
             print(json.dumps(asdict(row)))
         return 0
     _print_table(_COLUMNS, rows)
+    _print_pending(Path(args.store))
     return 0
+
+
+def _print_pending(root: Path) -> None:
+    """Pending transactions of every topic, also of topics no group consumes."""
+    pending = pending_counts(root)
+    if pending:
+        print("pending transactions (rmq-spark transactions --store DIR lists them):")
+    for (topic, queue_id), count in sorted(pending.items()):
+        print(f"  {topic} queue {queue_id}: {count}")
 
 
 def _print_table(columns: tuple[str, ...], rows: list[Any]) -> None:
@@ -351,9 +366,10 @@ def register(subparsers: Any) -> None:
         help="consumer groups: position, lag, in-flight, retry and DLQ depth; reset",
         description=(
             "Print each consumer group's committed offset, lag (messages and bytes), messages "
-            "in flight, retry and DLQ depth per queue, from config/consumerOffset.json, "
-            "config/consumerInflight.json and the ConsumeQueue, read-only (works while a "
-            "broker runs; as of its last save). `groups reset` moves a group's offsets."
+            "in flight, retry and DLQ depth and pending transactions per queue, from "
+            "config/consumerOffset.json, config/consumerInflight.json, the ConsumeQueue and "
+            "the half messages, read-only (works while a broker runs; as of its last save). "
+            "`groups reset` moves a group's offsets."
         ),
     )
     parser.add_argument("--store", metavar="DIR", help="store root directory")

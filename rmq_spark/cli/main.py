@@ -30,6 +30,7 @@ _COMMAND_MODULES = (
     "rmq_spark.cli.sql_command",
     "rmq_spark.cli.schedule_command",
     "rmq_spark.cli.groups_command",
+    "rmq_spark.cli.transactions_command",
     "rmq_spark.cli.dashboard_command",
 )
 

@@ -167,7 +167,7 @@ class TransactionCheck:
         result = await self._tx.store.put_async(discard_request(half))
         if not result.ok:
             raise StoreError(f"discard of {key[1]}: {result.status.name}: {result.detail}")
-        self._tx.mark_resolved(key)
+        self._tx.mark_resolved(key, discarded=True)
         log.warning(
             "transaction %s of topic %s discarded after %d checks (kept in %s)",
             key[1],

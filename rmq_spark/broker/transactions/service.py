@@ -96,6 +96,7 @@ class TransactionService:
         self._store = store
         self.askers: list[Asker] = []  # fronts that register producers (remoting)
         self._resolved: set[TxKey] = set()
+        self.discarded: set[TxKey] = set()  # of the resolved: those a check gave up on
         self._read = {RMQ_SYS_TRANS_OP_HALF_TOPIC: 0, DISCARD_TOPIC: 0}
         self._busy: dict[TxKey, asyncio.Lock] = {}
         self.written = 0  # committed copies and op markers stored (tests, metrics)
@@ -110,8 +111,10 @@ class TransactionService:
         self.refresh()
         return key in self._resolved
 
-    def mark_resolved(self, key: TxKey) -> None:
+    def mark_resolved(self, key: TxKey, *, discarded: bool = False) -> None:
         self._resolved.add(key)
+        if discarded:
+            self.discarded.add(key)
 
     def refresh(self) -> None:
         """Read the op and discard markers stored since the last call."""
@@ -135,6 +138,7 @@ class TransactionService:
             return  # deleted by retention meanwhile
         if topic == DISCARD_TOPIC:
             self._resolved.add(key_of(record))
+            self.discarded.add(key_of(record))
             return
         for half_offset in op_offsets(record.body):
             half = self.half_at_queue_offset(half_offset)
