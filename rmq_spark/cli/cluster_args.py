@@ -8,7 +8,7 @@ import argparse
 
 from rmq_spark.errors import ConfigError, SourceError
 
-__all__ = ["add_cluster_arguments", "cluster_brokers"]
+__all__ = ["add_cluster_arguments", "brokers_by_store", "cluster_brokers"]
 
 
 def add_cluster_arguments(parser: argparse.ArgumentParser, what: str) -> None:
@@ -53,3 +53,9 @@ def cluster_brokers(args: argparse.Namespace) -> dict:
         return discover_brokers(namesrv, args.cluster or "", args.store_roots or "")
     except SourceError as err:
         raise ConfigError("--namesrv", str(err)) from None
+
+
+def brokers_by_store(args: argparse.Namespace) -> dict[str, str]:
+    """Absolute store path -> broker name for ``--namesrv`` (empty without it); the jobs label
+    their metrics with it (discovery is cached, so this asks the name server no second time)."""
+    return {broker.path: name for name, broker in cluster_brokers(args).items()}

@@ -203,6 +203,7 @@ def store_dirs(args: argparse.Namespace, reput: Any) -> list[Path]:
 
 def run(args: argparse.Namespace) -> int:
     """Load the config, build the session, run the reput stream until it ends."""
+    from rmq_spark.cli.cluster_args import brokers_by_store
     from rmq_spark.cli.common import config_from_args, require_store
     from rmq_spark.spark.reput import run_reput
     from rmq_spark.spark.session import build_session
@@ -218,7 +219,8 @@ def run(args: argparse.Namespace) -> int:
     for store in stores:
         require_store(store)  # before Spark starts or any table is created
     levels = parse_message_delay_level(config.store.message_delay_level)
-    metrics = reput_metrics(reput, stores)  # binds before Spark starts: a busy port fails fast
+    # binds before Spark starts: a busy port fails fast
+    metrics = reput_metrics(reput, stores, brokers_by_store(args))
     try:
         # Naming the tables puts rmq.* in the metastore beside them (docs/TABLES.md, Catalog).
         spark = build_session(
@@ -244,12 +246,13 @@ def _layout(stores: list[Path]) -> Any:
     return StoreOfSeveral(str(stores[0].absolute())) if len(stores) > 1 else ONE_STORE
 
 
-def reput_metrics(reput: Any, stores: list[Path]) -> Any:
+def reput_metrics(reput: Any, stores: list[Path], brokers: dict[str, str] | None = None) -> Any:
     """The job's started ``ReputMetrics`` (``spark/job_metrics.py``); ``None`` when neither
-    ``metrics_listen`` nor ``metrics_push_url`` is set."""
+    ``metrics_listen`` nor ``metrics_push_url`` is set. ``brokers``: store path -> broker name
+    of a job over a cluster (``rmq_reput_store_info``)."""
     if not (reput.metrics_listen or reput.metrics_push_url):
         return None
-    from rmq_spark.spark.job_metrics import JobMetrics, ReputMetrics
+    from rmq_spark.spark.job_metrics import JobMetrics, ReputMetrics, publish_store_brokers
     from rmq_spark.spark.reput_start import store_list
 
     job = JobMetrics(
@@ -259,6 +262,7 @@ def reput_metrics(reput: Any, stores: list[Path]) -> Any:
         grouping={"tables": str(Path(reput.tables_dir).absolute())},
     )
     metrics = ReputMetrics(job, store_list(stores), reput)
+    publish_store_brokers(job.registry, "rmq_reput_store_info", brokers or {})
     job.start()
     return metrics
 

@@ -217,14 +217,16 @@ def schedule_metrics(args: argparse.Namespace, config: Any, specs: list[Any]) ->
         dataclasses.replace(delay, metrics_listen=listen, metrics_push_url=push_url)
     except ValueError as err:
         raise ConfigError(f"--{str(err).partition(':')[0].replace('_', '-')}", str(err)) from None
+    from rmq_spark.cli.cluster_args import brokers_by_store
     from rmq_spark.delay.metrics import ScheduleMetrics
-    from rmq_spark.spark.job_metrics import JobMetrics
+    from rmq_spark.spark.job_metrics import JobMetrics, publish_store_brokers
 
     stores = [str(spec.store_dir.absolute()) for spec in specs]
     job = JobMetrics(
         "rmq-schedule", listen=listen, push_url=push_url, grouping={"store": ",".join(stores)}
     )
     metrics = ScheduleMetrics(job, stores)
+    publish_store_brokers(job.registry, "rmq_schedule_store_info", brokers_by_store(args))
     job.start()
     return metrics
 

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.process_collector import ProcessCollector
 
@@ -36,7 +36,13 @@ if TYPE_CHECKING:
     from rmq_spark.spark.reput import BatchReport
     from rmq_spark.spark.reput_config import ReputConfig
 
-__all__ = ["BATCH_SECONDS_BUCKETS", "JobMetrics", "LAG_REUSE_MS", "ReputMetrics"]
+__all__ = [
+    "BATCH_SECONDS_BUCKETS",
+    "JobMetrics",
+    "LAG_REUSE_MS",
+    "ReputMetrics",
+    "publish_store_brokers",
+]
 
 log = logging.getLogger("rmq_spark.metrics")
 
@@ -95,6 +101,21 @@ class JobMetrics:
             push(self._push_url, self.job, self.registry, self._grouping)
         if self.server is not None:
             self.server.stop()
+
+
+def publish_store_brokers(
+    registry: CollectorRegistry, name: str, brokers: Mapping[str, str]
+) -> None:
+    """``name{store, broker} 1`` for each store a job reads from a cluster's broker (store
+    path -> broker name; nothing without ``--namesrv``). Prometheus's info-metric pattern: the
+    job's series stay labelled by ``store`` and a query names their brokers with
+    ``* on(store) group_left(broker) name``."""
+    if not brokers:
+        return
+    info = Gauge(name, "The broker whose store this is (1 per store)", ["store", "broker"],
+                 registry=registry)  # fmt: skip
+    for store, broker in sorted(brokers.items()):
+        info.labels(store, broker).set(1)
 
 
 def _listen_error(message: str) -> RmqError:

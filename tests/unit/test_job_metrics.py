@@ -116,3 +116,30 @@ def test_a_busy_reput_metrics_port_fails_before_spark(
     err = capsys.readouterr().err.strip()
     assert f"cannot serve metrics on {listen}" in err and "\n" not in err, err
     assert not (tmp_path / "t").exists()
+
+
+def test_a_job_over_a_cluster_names_each_stores_broker(tmp_path: Path) -> None:
+    from rmq_spark.cli.reput_command import reput_metrics
+
+    stores = [tmp_path / "a", tmp_path / "b"]
+    for root in stores:
+        _store(root, ManualClock(), 1)
+    brokers = {str(stores[0].absolute()): "bk-a", str(stores[1].absolute()): "bk-b"}
+    config = ReputConfig(tables_dir=tmp_path / "tables", metrics_push_url="http://127.0.0.1:9")
+    metrics = reput_metrics(config, stores, brokers)
+    value = metrics._metrics.registry.get_sample_value
+    for store, broker in brokers.items():
+        assert value("rmq_reput_store_info", {"store": store, "broker": broker}) == 1
+    assert (
+        value("rmq_reput_store_info", {"store": str(stores[0].absolute()), "broker": "bk-b"})
+        is None
+    )
+    one_store = reput_metrics(config, stores[:1])  # not from a cluster: no info series
+    assert (
+        one_store._metrics.registry.get_sample_value(
+            "rmq_reput_store_info", {"store": str(stores[0].absolute()), "broker": "bk-a"}
+        )
+        is None
+    )
+    metrics.stop()
+    one_store.stop()
