@@ -48,9 +48,10 @@ def _requests() -> list[list[PutRequest]]:
 
 
 def _batch(spark, store: Path, rows: list[dict]):  # noqa: ANN202
-    """The source's rows of these stored messages, as a micro-batch DataFrame."""
+    """The source's rows of these stored messages, as the reput job's micro-batch DataFrame
+    (which reads every record, prepared and rolled-back ones too)."""
     start, end = log_range(rows)
-    frame = spark.read.format("rocketmq").load(str(store))
+    frame = spark.read.format("rocketmq").option("isolation", "read_uncommitted").load(str(store))
     return frame.where(f"physical_offset >= {start} AND physical_offset < {end}")
 
 
