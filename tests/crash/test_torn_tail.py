@@ -9,12 +9,18 @@ import pytest
 from store_helpers import open_store, put_many, segment_paths, zero_from
 
 from rmq_spark.errors import OffsetOutOfRangeError
+from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.put import PutRequest
+
+
+def _open(root: Path, **overrides: object) -> MessageStore:
+    """A store with a small IndexFile: each cut copies the whole store (the default is 400 MB)."""
+    return open_store(root, index_hash_slots=64, index_entries=256, **overrides)
 
 
 def _crashed_store(root: Path, count: int, body_size: int) -> list:
     """``count`` records written in ASYNC mode, never flushed, then the process "dies"."""
-    store = open_store(root)
+    store = _open(root)
     results = put_many(store, count, body_size=body_size)
     store.abandon()
     return results
@@ -37,7 +43,7 @@ def test_recovery_truncates_torn_tail_at_every_byte_of_the_last_record(
         root = tmp_path / f"cut{cut}"
         shutil.copytree(pristine, root)
         zero_from(root / "commitlog" / segment.name, position + cut)
-        store = open_store(root)
+        store = _open(root)
         try:
             report = store.recovery_report
             expected_torn = len(original[:cut].rstrip(b"\0"))
@@ -68,11 +74,11 @@ def test_torn_tail_bytes_are_zeroed_so_a_shorter_record_leaves_no_garbage(tmp_pa
     last = results[-1]
     segment = segment_paths(tmp_path)[-1]
     zero_from(segment, last.physical_offset - int(segment.name) + 200)
-    store = open_store(tmp_path)
+    store = _open(tmp_path)
     assert store.recovery_report.truncated_bytes == 200
     store.put(PutRequest("TopicTest", b"short"))
     store.abandon()
-    store = open_store(tmp_path)
+    store = _open(tmp_path)
     assert store.recovery_report.truncated_bytes == 0
     assert store.recovery_report.reason == ""
     store.close()
@@ -84,7 +90,7 @@ def test_a_crash_between_creating_a_segment_and_writing_the_blank_recovers(
     results = _crashed_store(tmp_path, 3, 100)
     # A preallocated next segment with nothing in it, and no BLANK in the current one.
     (tmp_path / "commitlog" / "00000000000000004096").write_bytes(bytes(4096))
-    store = open_store(tmp_path)
+    store = _open(tmp_path)
     report = store.recovery_report
     assert report.end_offset == results[-1].physical_offset + results[-1].total_size
     assert report.deleted_segments == ("00000000000000004096",)
@@ -94,13 +100,13 @@ def test_a_crash_between_creating_a_segment_and_writing_the_blank_recovers(
 
 
 def test_recovery_after_a_crash_scans_only_the_tail_after_the_snapshot(tmp_path: Path) -> None:
-    store = open_store(tmp_path, idempotency_window_messages=0)
+    store = _open(tmp_path, idempotency_window_messages=0)
     put_many(store, 40)
     store.snapshot()
     snapshot_end = store.max_offset
     put_many(store, 5, start=40)
     store.abandon()
-    store = open_store(tmp_path, idempotency_window_messages=0)
+    store = _open(tmp_path, idempotency_window_messages=0)
     report = store.recovery_report
     assert report.used_snapshot and report.start_offset == snapshot_end
     assert report.record_count == 5
