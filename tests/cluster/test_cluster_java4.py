@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from cluster_harness import ClusterBroker, create_topic, wait_route
 from failover import (
+    PER_PHASE,
     Run,
     assert_the_survivor_took_the_sends,
     check_no_acknowledged_loss,
@@ -78,7 +79,7 @@ def test_java4_producer_keeps_sending_across_a_broker_kill_and_loses_nothing(
     reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
-        kill_and_restart(run, namesrv, brokers, per_phase=400, deadline_s=120)
+        kill_and_restart(run, namesrv, brokers, per_phase=PER_PHASE, deadline_s=120)
     finally:
         assert proc.stdin is not None
         proc.stdin.close()  # the program stops its threads and prints DONE
