@@ -27,11 +27,11 @@ import dataclasses
 import logging
 import zlib
 
+from rmq_spark.broker.cluster.broker_table import ask
 from rmq_spark.broker.cluster.fault import LatencyFaultTable, QueueChooser, RoutedQueue
 from rmq_spark.broker.cluster.route_data import RouteDataError, parse_route
 from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode
-from rmq_spark.broker.remoting.namesrv_client import NamesrvConnection
 from rmq_spark.clock import SystemClock
 from rmq_spark.errors import RemotingFrameError, SinkError, SinkRowError
 from rmq_spark.spark.sink_options import SinkOptions
@@ -48,19 +48,10 @@ _PERM_WRITE = 2
 
 
 def _route_body(addr: str, topic: str) -> bytes:
-    host, _, port = addr.rpartition(":")
     request = RemotingCommand(
         code=RequestCode.GET_ROUTEINFO_BY_TOPIC, language="PYTHON", ext_fields={"topic": topic}
     )
-
-    async def call() -> RemotingCommand:
-        connection = NamesrvConnection(host, int(port))
-        try:
-            return await connection.call(request, _CALL_TIMEOUT_S)
-        finally:
-            await connection.close()
-
-    response = asyncio.run(call())
+    response = asyncio.run(ask(addr, request, _CALL_TIMEOUT_S))
     if response.code != 0:
         raise SinkError(f"answered code {response.code}: {response.remark}")
     return response.body

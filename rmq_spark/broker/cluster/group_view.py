@@ -24,7 +24,7 @@ from rmq_spark.broker.cluster.broker_table import (
 from rmq_spark.broker.config import parse_namesrv_addr
 from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode
-from rmq_spark.broker.remoting.gate import ACCESS_KEY, SIGNATURE, sign_request
+from rmq_spark.broker.remoting.gate import signed_command
 from rmq_spark.errors import BrokerError, ConfigError, RemotingFrameError
 
 __all__ = [
@@ -87,7 +87,7 @@ def group_across(
     """``group`` on every broker listed by the name servers ``namesrv`` (``h:p;h:p``)."""
     masters = cluster_masters(namesrv, timeout_s)
     fields = {"consumerGroup": group, **({"topic": topic} if topic else {})}
-    request = _signed(RequestCode.GET_CONSUME_STATS, fields, credentials)
+    request = signed_command(RequestCode.GET_CONSUME_STATS, fields, credentials)
 
     async def ask_all() -> list[list[GroupQueue] | BrokerProblem]:
         asks = [_stats(name, addr, request, timeout_s) for name, addr in sorted(masters.items())]
@@ -169,14 +169,3 @@ def _expect(text: str, position: int, char: str) -> int:
     if position >= len(text) or text[position] != char:
         raise ValueError(f"expected {char!r} at character {position}")
     return position + 1
-
-
-def _signed(
-    code: int, fields: dict[str, str], credentials: tuple[str, str] | None
-) -> RemotingCommand:
-    """The request, signed as RocketMQ's ``AclClientRPCHook`` does when ``credentials``."""
-    ext = dict(fields)
-    if credentials is not None:
-        ext[ACCESS_KEY] = credentials[0]
-        ext[SIGNATURE] = sign_request(ext, b"", credentials[1])
-    return RemotingCommand(code=code, ext_fields=ext, language="PYTHON")

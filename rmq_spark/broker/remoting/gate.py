@@ -30,7 +30,7 @@ from rmq_spark.broker.remoting.permissions import needs_of_call
 from rmq_spark.broker.security.acl import User, load_users, missing_rights
 from rmq_spark.broker.security.auth import Identity, require_private
 
-__all__ = ["ACCESS_KEY", "RemotingGate", "SIGNATURE", "sign_request"]
+__all__ = ["ACCESS_KEY", "RemotingGate", "SIGNATURE", "sign_request", "signed_command"]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -44,6 +44,18 @@ def sign_request(ext_fields: Mapping[str, str], body: bytes, secret_key: str) ->
     content = "".join(value for key, value in sorted(ext_fields.items()) if key != SIGNATURE)
     digest = hmac.new(secret_key.encode(), content.encode() + body, hashlib.sha1).digest()
     return base64.b64encode(digest).decode("ascii")
+
+
+def signed_command(
+    code: int, fields: Mapping[str, str], credentials: tuple[str, str] | None
+) -> RemotingCommand:
+    """A request with ``fields``, signed as RocketMQ's ``AclClientRPCHook`` signs it when
+    ``credentials`` (access key, secret key) are given."""
+    ext = dict(fields)
+    if credentials is not None:
+        ext[ACCESS_KEY] = credentials[0]
+        ext[SIGNATURE] = sign_request(ext, b"", credentials[1])
+    return RemotingCommand(code=code, ext_fields=ext, language="PYTHON")
 
 
 class RemotingGate:

@@ -41,7 +41,7 @@ from rmq_spark.broker.config_files.rocketmq_config_files import (
 )
 from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
-from rmq_spark.broker.remoting.gate import ACCESS_KEY, SIGNATURE, sign_request
+from rmq_spark.broker.remoting.gate import signed_command
 from rmq_spark.broker.remoting.namesrv_client import NamesrvConnection
 from rmq_spark.errors import RemotingFrameError, RmqError
 
@@ -177,9 +177,4 @@ class ConfigSync:
         return ", ".join(changes)
 
     def _request(self, code: int) -> RemotingCommand:
-        fields: dict[str, str] = {}
-        if self._credentials is not None:
-            access, secret = self._credentials
-            fields[ACCESS_KEY] = access
-            fields[SIGNATURE] = sign_request(fields, b"", secret)
-        return RemotingCommand(code=code, ext_fields=fields)
+        return signed_command(code, {}, self._credentials)
