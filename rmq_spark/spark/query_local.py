@@ -4,14 +4,14 @@
 command-line lookup (``rmq-spark query --key``, RocketMQ's ``mqadmin queryMsgByKey``) should
 not pay a JVM's start for one message, so this module reads the same Delta tables with
 ``deltalake`` (delta-rs: the table's current files from its log, checkpoints included) and
-pyarrow's dataset scanner, whose filters skip Parquet row groups by their statistics (the
-tables are written in log order, so ``physical_offset`` and ``store_timestamp`` ranges are
-tight). The same filters as ``query.py``: the index is searched by ``key_hash`` and then the
-real topic and key, so a hash collision never leaks through. Only numeric columns go to the
-scanner: a Delta file whose strings are longer than the stats prefix has no min/max for them,
-which deltalake turns into a guarantee no string value meets (every file skipped); topics and
-keys are compared after the scan. Tables built from several stores (a ``store`` column) pair
-an index hit with the message of the same store: physical offsets repeat across stores.
+pyarrow's dataset scanner over those files, whose filters skip Parquet row groups by their
+statistics (the tables are written in log order, so ``physical_offset`` and
+``store_timestamp`` ranges are tight). The same filters as ``query.py``: the index is searched
+by ``key_hash`` and then the real topic and key, so a hash collision never leaks through.
+Only numeric columns go to the scanner (a string longer than a statistics prefix has no
+usable min/max); topics and keys are compared after the scan. Tables built from several
+stores (a ``store`` column) pair an index hit with the message of the same store: physical
+offsets repeat across stores.
 """
 
 from __future__ import annotations
@@ -31,14 +31,22 @@ __all__ = ["local_messages_by_key", "local_messages_by_time"]
 
 
 def _dataset(tables_dir: str | Path, name: str) -> ds.Dataset:
+    """The table's current Parquet files (from its Delta log) as a local-filesystem dataset.
+
+    Not ``DeltaTable.to_pyarrow_dataset()``: that one reads through a Python filesystem
+    handler, and pyarrow's I/O threads still calling into it while the interpreter exits
+    abort the process (``terminate called without an active exception``, exit 134) after
+    the answer was printed, about one run in eight on a busy machine."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
     path = table_path(tables_dir, name)
     try:
-        return DeltaTable(str(path)).to_pyarrow_dataset()
+        table = DeltaTable(str(path))
     except TableNotFoundError:
         raise TableError(f"{path} is not a Delta table: run `rmq-spark reput` first") from None
+    schema = pa.schema(table.schema().to_arrow())
+    return ds.dataset(table.file_uris(), schema=schema, format="parquet")
 
 
 def _ms(value: int) -> pa.Scalar:

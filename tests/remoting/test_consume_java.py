@@ -204,7 +204,9 @@ def test_a_push_consumer_with_an_sql92_selector_gets_only_matches(world) -> None
 def test_lite_pull_consumer_seeks(world) -> None:
     broker, _port, driver = world
     _send(broker, "Lite", [f"lite-{i}" for i in range(5)])
-    driver.do("lite gL Lite 0 2 3")
+    driver.do("lite gL Lite 0 5 2 3")
+    first = [r for r in driver.received("litefirst") if r[0] == "Lite"]
+    assert [r[4] for r in first] == [f"lite-{i}" for i in range(5)]
     got = [r for r in driver.received("lite") if r[0] == "Lite"]
     assert [(r[2], r[4]) for r in got] == [("2", "lite-2"), ("3", "lite-3"), ("4", "lite-4")]
 
