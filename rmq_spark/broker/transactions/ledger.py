@@ -2,7 +2,8 @@
 ``rmq-spark groups``, also while a broker runs (as of the files' last writes).
 
 Owns ``transaction_rows`` (one row per transaction, (real topic, UNIQ_KEY): its first half,
-born time, check count and state) and ``pending_counts``. Which transactions are resolved and
+born time, check count, producer group and state), ``pending_counts`` and
+``pending_by_group`` (the dashboard's pending view). Which transactions are resolved and
 which were discarded is ``TransactionService``'s rule, run here over read-only ConsumeQueue
 views and CommitLog reads (``ReadOnlyStore``); a resolved one is ``committed`` when its
 committed copy (tx bits COMMIT, ``prepared_transaction_offset`` = one of its halves) is in its
@@ -29,14 +30,16 @@ from rmq_spark.store.layout import (
     TRANSACTION_MASK,
 )
 from rmq_spark.store.message import MessageRecord
-from rmq_spark.store.properties import REAL_QID, parse_properties
+from rmq_spark.store.properties import PRODUCER_GROUP, REAL_QID, parse_properties
 from rmq_spark.store.reader import read_record_at
 from rmq_spark.store.view import StoreView
 
 __all__ = [
+    "PendingGroup",
     "ReadOnlyStore",
     "STATES",
     "TxRow",
+    "pending_by_group",
     "pending_counts",
     "transaction_rows",
     "tx_state",
@@ -133,6 +136,7 @@ class TxRow:
     check_count: int
     state: str = "pending"
     commit_offset: int = -1  # the committed copy's CommitLog offset
+    producer_group: str = ""  # the half's PGROUP (the topic, for gRPC producers)
     _halves: set[int] = field(default_factory=set, repr=False)
 
 
@@ -144,10 +148,12 @@ def _rows(store: ReadOnlyStore) -> tuple[dict[TxKey, TxRow], TransactionService]
         key = key_of(half)
         row = rows.get(key)
         if row is None:
-            queue_id = parse_properties(half.properties).get(REAL_QID, "0")
+            props = parse_properties(half.properties)
+            queue_id = props.get(REAL_QID, "0")
             row = rows[key] = TxRow(
                 key[0], key[1], int(queue_id) if queue_id.isdigit() else 0,
                 half.physical_offset, half.born_timestamp_ms, 0,
+                producer_group=props.get(PRODUCER_GROUP, ""),
             )  # fmt: skip
         row.check_count = max(row.check_count, check_times(half))
         row._halves.add(half.physical_offset)
@@ -188,17 +194,46 @@ def transaction_rows(root: Path) -> list[TxRow]:
     return sorted(rows.values(), key=lambda r: r.half_offset)
 
 
-def pending_counts(root: Path) -> dict[tuple[str, int], int]:
-    """Pending transactions per (real topic, queue id) of the store at ``root``."""
+def _pending_rows(root: Path) -> list[TxRow]:
     if not (root / CONSUME_QUEUE_DIR / RMQ_SYS_TRANS_HALF_TOPIC).is_dir():
-        return {}
+        return []
     store = ReadOnlyStore(root)
     try:
         rows, _ = _rows(store)
     finally:
         store.close()
+    return [row for row in rows.values() if row.state == "pending"]
+
+
+def pending_counts(root: Path) -> dict[tuple[str, int], int]:
+    """Pending transactions per (real topic, queue id) of the store at ``root``."""
     counts: dict[tuple[str, int], int] = {}
-    for row in rows.values():
-        if row.state == "pending":
-            counts[(row.topic, row.queue_id)] = counts.get((row.topic, row.queue_id), 0) + 1
+    for row in _pending_rows(root):
+        counts[(row.topic, row.queue_id)] = counts.get((row.topic, row.queue_id), 0) + 1
     return counts
+
+
+@dataclass
+class PendingGroup:
+    """The pending transactions of one (real topic, producer group)."""
+
+    topic: str
+    producer_group: str
+    count: int
+    oldest_born_timestamp: int  # ms: the born time of the oldest pending half
+    max_check_count: int  # checks of the most-checked pending one
+
+
+def pending_by_group(root: Path) -> list[PendingGroup]:
+    """Pending transactions per (real topic, producer group) of the store at ``root``, sorted."""
+    groups: dict[tuple[str, str], PendingGroup] = {}
+    for row in _pending_rows(root):
+        key = (row.topic, row.producer_group)
+        found = groups.get(key)
+        if found is None:
+            groups[key] = PendingGroup(*key, 1, row.born_timestamp, row.check_count)
+            continue
+        found.count += 1
+        found.oldest_born_timestamp = min(found.oldest_born_timestamp, row.born_timestamp)
+        found.max_check_count = max(found.max_check_count, row.check_count)
+    return [groups[key] for key in sorted(groups)]

@@ -26,6 +26,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 from rmq_spark.cli.dashboard import data, lookup, params
 from rmq_spark.cli.dashboard.chart import COLORS, traffic_svg
 from rmq_spark.cli.dashboard.dlq_pages import error_page, refresh_links, register_dlq_pages
+from rmq_spark.cli.dashboard.transactions_page import register_transactions_page
 from rmq_spark.errors import (
     ConfigError,
     InvalidMessageError,
@@ -165,6 +166,7 @@ def create_app(settings: DashboardSettings) -> Flask:
         )
 
     register_dlq_pages(app, settings, _refresh)
+    register_transactions_page(app, settings, _refresh)
 
     @app.errorhandler(RmqError)
     def _our_error(err: RmqError) -> tuple[str, int]:
