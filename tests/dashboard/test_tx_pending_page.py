@@ -77,6 +77,17 @@ def test_the_page_shows_pending_transactions_per_topic_and_producer_group(
     assert rows[1][3].endswith("Z")
 
 
+def test_a_producer_group_name_is_text_not_markup(tmp_path: Path) -> None:
+    """A 4.x producer names its own group: the page shows it escaped."""
+    with MessageStore.open(
+        StoreConfig(root_dir=tmp_path / "store", segment_size_bytes=1 << 20)
+    ) as s:
+        _half(s, "orders", "<script>alert(1)</script>", "x", int(time.time() * 1000))
+    client = create_app(DashboardSettings(store_dir=tmp_path / "store")).test_client()
+    page = client.get("/transactions").get_data(as_text=True)
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page
+
+
 def test_a_store_without_transactions_says_so(tmp_path: Path) -> None:
     with MessageStore.open(
         StoreConfig(root_dir=tmp_path / "store", segment_size_bytes=1 << 20)
