@@ -27,10 +27,16 @@ def _accepts(port: int) -> bool:
         return False
 
 
-def test_rocketmq_peer_takes_a_send_and_stops_cleanly(rocketmq: ModuleType) -> None:
+def test_rocketmq_peer_takes_a_send_and_stops_cleanly_when_the_block_raises(
+    rocketmq: ModuleType,
+) -> None:
+    """One start (two JVMs) for both: a block left by an exception is the harder exit."""
     from rocketmq_peer import RocketMQBroker  # bench/peers is on sys.path (conftest.py)
 
-    with RocketMQBroker(topics=(TOPIC,), heap="384m", namesrv_heap="128m") as broker:
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        RocketMQBroker(topics=(TOPIC,), heap="384m", namesrv_heap="128m") as broker,
+    ):
         processes, workdir, port = broker.processes, broker.workdir, broker.grpc_port
         assert len(processes) == 2 and all(p.poll() is None for p in processes)
         assert workdir is not None and (workdir / "store" / "commitlog").is_dir()
@@ -48,19 +54,10 @@ def test_rocketmq_peer_takes_a_send_and_stops_cleanly(rocketmq: ModuleType) -> N
             producer.shutdown()
         assert receipt.message_id
         assert receipt.offset == 0
+        raise RuntimeError("boom")
     assert all(p.poll() is not None for p in processes), "a RocketMQ JVM outlived stop()"
     assert not workdir.exists()
     assert not _accepts(port)
-
-
-def test_rocketmq_peer_stops_when_the_block_raises() -> None:
-    from rocketmq_peer import RocketMQBroker
-
-    with pytest.raises(RuntimeError, match="boom"), RocketMQBroker(heap="384m") as broker:
-        processes, workdir = broker.processes, broker.workdir
-        raise RuntimeError("boom")
-    assert all(p.poll() is not None for p in processes)
-    assert not workdir.exists()
 
 
 def test_bad_flush_is_a_typed_error() -> None:

@@ -72,10 +72,16 @@ def test_go_producer_and_push_consumer_through_the_name_server(
         for _tag, _msg_id, queue, offset, body in sent:  # the SendResult names the record
             assert at[(int(queue), int(offset))] == body
         ends = dict(Counter(r.queue_id for r in stored))
-        wait_for(
-            lambda: read_consumer_offsets(broker.store_dir).get((TOPIC, GROUP)) == ends,
-            30,
-            f"the group's offsets committed at the queues' ends {ends}",
-        )
+        try:
+            wait_for(
+                lambda: read_consumer_offsets(broker.store_dir).get((TOPIC, GROUP)) == ends, 30,
+                f"the group's offsets committed at the queues' ends {ends}",
+            )  # fmt: skip
+        except AssertionError as err:  # what was committed, and what both sides said
+            committed = read_consumer_offsets(broker.store_dir).get((TOPIC, GROUP))
+            raise AssertionError(
+                f"{err}; committed {committed}\nclient: {done.stderr[-3000:]}\n"
+                f"broker: {broker.log_text()[-3000:]}"
+            ) from None
     finally:
         assert broker.stop() == 0
