@@ -376,15 +376,16 @@ async def open_front(
 
 
 def _grpc_listener(server: Any) -> tuple[bytes | None, int]:
-    """grpc's plaintext listener for the front: (its abstract Unix address, 0) on Linux, else
-    (``None``, its port on 127.0.0.1)."""
+    """grpc's plaintext listener for the front: (its abstract Unix address, 0) on Linux where
+    grpc can bind one, else (``None``, its port on 127.0.0.1)."""
     if sys.platform == "linux":
         name = f"rmq-spark-grpc-{os.getpid()}-{secrets.token_hex(8)}"
-        where, path = f"unix-abstract:{name}", b"\0" + name.encode()
-    else:
-        where, path = f"{_LOOPBACK}:0", None
+        try:
+            server.add_insecure_port(f"unix-abstract:{name}")
+            return b"\0" + name.encode(), 0
+        except RuntimeError as err:  # e.g. a sandbox without abstract sockets
+            log.info("broker: grpc cannot listen on an abstract Unix socket (%s): loopback", err)
     try:
-        port = server.add_insecure_port(where)
+        return None, server.add_insecure_port(f"{_LOOPBACK}:0")
     except RuntimeError as err:
-        raise BrokerError(f"cannot listen on {where} for the front: {err}") from err
-    return path, 0 if path is not None else port
+        raise BrokerError(f"cannot listen on {_LOOPBACK} for the front: {err}") from err
