@@ -83,6 +83,51 @@ def test_first_byte_picks_tls_or_plaintext_and_peers_map_back(tmp_path: Path) ->
     asyncio.run(run())
 
 
+def test_relayed_over_an_abstract_unix_socket_peers_map_back() -> None:
+    """On Linux grpc listens on an abstract Unix address: each relayed connection has an
+    abstract name of its own, which grpc reports as its peer and ``client_peer`` maps."""
+
+    async def run() -> None:
+        path = f"\0rmq-spark-test-front-{id(run)}"
+        peers: list[bytes] = []
+
+        async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            peers.append(writer.get_extra_info("peername"))
+            while data := await reader.read(65536):
+                writer.write(b"U:" + data)
+            writer.close()
+
+        server = await asyncio.start_unix_server(serve, path)
+        front = Front(
+            FrontSettings(
+                host="127.0.0.1",
+                port=0,
+                plain_port=0,
+                plain_path=path.encode(),
+                tls=None,
+                plaintext=True,
+                max_connections=10,
+                handshake_timeout_s=5,
+            )
+        )
+        await front.bind()
+        await front.serve()
+        ports = set()
+        for _ in range(2):
+            reader, writer = await asyncio.open_connection("127.0.0.1", front.port)
+            writer.write(_PREFACE)
+            assert await reader.readexactly(2 + len(_PREFACE)) == b"U:" + _PREFACE
+            port = writer.get_extra_info("sockname")[1]
+            grpc_view = "unix-abstract:" + peers[-1][1:].decode()
+            assert front.client_peer(grpc_view) == f"ipv4:127.0.0.1:{port}"
+            ports.add(port)
+        assert len(set(peers)) == 2 and len(ports) == 2
+        front.close()
+        server.close()
+
+    asyncio.run(run())
+
+
 def test_enforcing_answers_plaintext_calls_with_a_grpc_status(tmp_path: Path) -> None:
     async def run() -> None:
         plain = _Echo(b"P:")

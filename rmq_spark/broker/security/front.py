@@ -5,8 +5,11 @@ RocketMQ's proxy serves TLS and plaintext gRPC on one port (``ProxyAndTlsProtoco
 plaintext handler. grpc's Python server cannot do that on one listener, so the front does it
 on asyncio: it accepts on the public port, looks at the first byte (a TLS ClientHello record
 starts with 0x16, HTTP/2's plaintext preface with ``P``), ends TLS itself when it is TLS, and
-relays the HTTP/2 to grpc's plaintext listener on 127.0.0.1 (``front_link.py``). Every byte
-passes through the front once per direction; ``bench/bench_grpc.py --tls-compare`` measures it.
+relays the HTTP/2 to grpc's plaintext listener (``front_link.py``): on Linux an abstract Unix
+socket (a relayed byte costs the kernel less than over TCP loopback; nothing left on disk),
+elsewhere 127.0.0.1; either is reachable by local processes, as grpc's loopback port always
+was. Every byte passes through the front once per direction; ``bench/bench_grpc.py
+--tls-compare`` measures it.
 
 Owns admission: at most ``max_connections`` connections, at most
 ``max_connections_per_address`` from one client address (loopback included); at either cap,
@@ -28,9 +31,13 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import itertools
 import logging
+import os
+import secrets
 import socket
 import ssl
+import sys
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -67,6 +74,7 @@ class FrontSettings:
     max_connections_per_address: int = 100
     inflight_bytes: int = 256 * _MIB
     message_bytes_max: int = 130 * _MIB  # grpc's receive limit: longer ones it refuses
+    plain_path: bytes | None = None  # grpc's listener, an abstract Unix address (not the port)
 
 
 class Front:
@@ -80,7 +88,10 @@ class Front:
         self._links: set[Link] = set()
         self._unproven: OrderedDict[Link, None] = OrderedDict()  # not answered yet, oldest first
         self._per_address: dict[str, int] = {}
-        self._peers: dict[int, str] = {}  # the front's local port towards grpc -> client peer
+        self._peers: dict[str, str] = {}  # grpc's peer of a relayed connection -> the client's
+        self._names = (
+            f"rmq-spark-front-{os.getpid()}-{secrets.token_hex(4)}-{n}" for n in itertools.count()
+        )
         self._waiting: OrderedDict[Link, None] = OrderedDict()  # streams held for the budget
         self._wake_scheduled = False
         self._booked_by: dict[str, int] = {}  # budget bytes booked per client address
@@ -127,10 +138,12 @@ class Front:
 
     def client_peer(self, peer: str) -> str:
         """grpc's ``context.peer()`` of a relayed connection -> the client's own address."""
-        prefix = f"ipv4:{_LOOPBACK}:"
-        if peer.startswith(prefix) and peer[len(prefix) :].isdigit():
-            return self._peers.get(int(peer[len(prefix) :]), peer)
-        return peer
+        return self._peers.get(peer, peer)
+
+    def backend_name(self) -> bytes:
+        """An abstract Unix address (Linux) for the front's end of a connection to grpc: grpc
+        names the connection by it (``unix-abstract:...``), which ``client_peer`` maps."""
+        return b"\0" + next(self._names).encode()
 
     # --- admission -----------------------------------------------------------------------
 
@@ -234,8 +247,8 @@ class Front:
         self._unproven.pop(link, None)
 
     def backend_opened(self, link: Link) -> None:
-        assert link.local_port is not None
-        self._peers[link.local_port] = link.peer
+        assert link.grpc_peer is not None
+        self._peers[link.grpc_peer] = link.peer
 
     def forget(self, link: Link) -> None:
         if link not in self._links:
@@ -248,8 +261,8 @@ class Front:
             self._per_address[link.host] = left
         else:
             del self._per_address[link.host]
-        if link.local_port is not None:
-            self._peers.pop(link.local_port, None)
+        if link.grpc_peer is not None:
+            self._peers.pop(link.grpc_peer, None)
 
     def wait_for_budget(self, link: Link) -> None:
         self._waiting[link] = None
@@ -322,8 +335,9 @@ async def open_front(
     tls: TlsFiles | None,
     receive_limit: int,
 ) -> Front:
-    """Add grpc's plaintext listener on 127.0.0.1 to ``server`` and bind a ``Front`` to
-    ``host:port`` (serving once ``serve()``); ``receive_limit``: grpc's, in bytes.
+    """Add grpc's plaintext listener (abstract Unix on Linux, else 127.0.0.1) to ``server``
+    and bind a ``Front`` to ``host:port`` (serving once ``serve()``); ``receive_limit``:
+    grpc's, in bytes.
 
     Raises
     ------
@@ -332,15 +346,13 @@ async def open_front(
     """
     if tls is None and config.tls_mode == "enforcing":
         raise BrokerError("broker.tls_mode=enforcing: no certificate given to this endpoint")
-    try:
-        plain_port = server.add_insecure_port(f"{_LOOPBACK}:0")
-    except RuntimeError as err:
-        raise BrokerError(f"cannot listen on {_LOOPBACK} for the front: {err}") from err
+    plain_path, plain_port = _grpc_listener(server)
     front = Front(
         FrontSettings(
             host=host,
             port=port,
             plain_port=plain_port,
+            plain_path=plain_path,
             tls=tls_context(tls) if tls is not None else None,
             plaintext=config.tls_mode != "enforcing",
             max_connections=config.max_connections,
@@ -361,3 +373,19 @@ async def open_front(
         mode += f" ({kind} {tls.cert_file})"
     log.info("broker: port %d serves %s", front.port, mode)
     return front
+
+
+def _grpc_listener(server: Any) -> tuple[bytes | None, int]:
+    """grpc's plaintext listener for the front: (its abstract Unix address, 0) on Linux where
+    grpc can bind one, else (``None``, its port on 127.0.0.1)."""
+    if sys.platform == "linux":
+        name = f"rmq-spark-grpc-{os.getpid()}-{secrets.token_hex(8)}"
+        try:
+            server.add_insecure_port(f"unix-abstract:{name}")
+            return b"\0" + name.encode(), 0
+        except RuntimeError as err:  # e.g. a sandbox without abstract sockets
+            log.info("broker: grpc cannot listen on an abstract Unix socket (%s): loopback", err)
+    try:
+        return None, server.add_insecure_port(f"{_LOOPBACK}:0")
+    except RuntimeError as err:
+        raise BrokerError(f"cannot listen on {_LOOPBACK} for the front: {err}") from err

@@ -23,7 +23,8 @@ import socket
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from rmq_spark.broker.security.h2watch import PlaintextRefusal, RequestGate, ResponseWatch
+from rmq_spark.broker.security.h2frames import PlaintextRefusal
+from rmq_spark.broker.security.h2watch import RequestGate, ResponseWatch
 
 if TYPE_CHECKING:
     from rmq_spark.broker.security.front import Front
@@ -41,7 +42,7 @@ class Link(asyncio.Protocol):
 
     def __init__(self, front: Front, sock: socket.socket, host: str, peer: str) -> None:
         self.front, self.host, self.peer = front, host, peer
-        self.local_port: int | None = None
+        self.grpc_peer: str | None = None  # grpc's name for our connection to it
         self.answered = False
         self._sock: socket.socket | None = sock  # until the loop owns it
         self._handed = False  # the socket is the loop's (connect_accepted_socket)
@@ -118,11 +119,23 @@ class Link(asyncio.Protocol):
 
     async def _connect(self) -> None:
         loop = asyncio.get_running_loop()
-        port = self.front.settings.plain_port
+        s = self.front.settings
         try:
-            await loop.create_connection(lambda: _Backend(self), _LOOPBACK, port)
+            if s.plain_path is None:
+                await loop.create_connection(lambda: _Backend(self), _LOOPBACK, s.plain_port)
+                return
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                sock.setblocking(False)
+                sock.bind(self.front.backend_name())
+                await loop.sock_connect(sock, s.plain_path)
+            except BaseException:
+                sock.close()
+                raise
+            await loop.create_unix_connection(lambda: _Backend(self), sock=sock)
         except OSError as err:
-            log.error("broker error: the front cannot reach grpc on port %d: %s", port, err)
+            where = repr(s.plain_path) if s.plain_path else f"port {s.plain_port}"
+            log.error("broker error: the front cannot reach grpc on %s: %s", where, err)
             self.close()
 
     def data_received(self, data: bytes) -> None:
@@ -183,7 +196,11 @@ class Link(asyncio.Protocol):
             transport.close()
             return
         self._backend = transport
-        self.local_port = transport.get_extra_info("sockname")[1]
+        name = transport.get_extra_info("sockname")
+        if isinstance(name, tuple):
+            self.grpc_peer = f"ipv4:{_LOOPBACK}:{name[1]}"
+        else:  # an abstract Unix address: a NUL, then the name
+            self.grpc_peer = f"unix-abstract:{name[1:].decode()}"
         self.front.backend_opened(self)
         pending, self._pending = bytes(self._pending), bytearray()
         if pending:
@@ -194,8 +211,8 @@ class Link(asyncio.Protocol):
     def backend_data(self, data: bytes) -> None:
         data, ended = self._watch.feed(data)
         self._client.write(data)
-        for stream_id in ended:
-            self.gate.stream_ended(stream_id)
+        if ended:
+            self.gate.streams_ended(ended)
         if not self.answered and self._watch.answered:
             self._proven()
 

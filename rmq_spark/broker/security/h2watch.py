@@ -6,8 +6,7 @@ prefix goes on; a stream whose message does not fit waits, its frames held, whil
 connection's other streams go on) and ``ResponseWatch`` (the broker's bytes, passed on as
 they come: a response HEADERS frame means the connection has been answered a call; the end
 of a stream, END_STREAM from the broker or RST_STREAM either way, gives its booking back).
-Also ``PlaintextRefusal``, the trailers-only answer to plaintext HTTP/2 under
-``tls_mode=enforcing``.
+The frames the front writes itself are built by ``h2frames.py``.
 
 Only frame headers, SETTINGS and gRPC length prefixes are read: no HPACK. The front tells
 clients grpc's SETTINGS with the largest frame lowered to ``FRAME_SIZE_MAX`` (grpc offers
@@ -26,16 +25,22 @@ import struct
 from collections import deque
 from collections.abc import Callable
 
+from rmq_spark.broker.security.h2frames import (
+    GRPC_RESOURCE_EXHAUSTED,
+    H2_PREFACE,
+    h2_frame,
+    trailers,
+    u32,
+)
+
 __all__ = [
     "FRAME_SIZE_MAX",
     "H2_PREFACE",
     "HELD_BYTES_MAX",
-    "PlaintextRefusal",
     "RequestGate",
     "ResponseWatch",
 ]
 
-H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 FRAME_SIZE_MAX = 16_384  # HTTP/2's default SETTINGS_MAX_FRAME_SIZE, told to every client
 HELD_BYTES_MAX = 256 * 1024  # frames one connection may have waiting for the budget
 _DATA, _HEADERS, _RST_STREAM, _SETTINGS, _WINDOW_UPDATE = 0x0, 0x1, 0x3, 0x4, 0x8
@@ -44,7 +49,6 @@ _SETTINGS_MAX_FRAME_SIZE = 0x5
 _REFUSED_STREAM, _CANCEL = 0x7, 0x8
 _REFUSED_REMEMBERED = 64
 _GRPC_PREFIX = 5  # compressed flag, 4-byte big-endian length
-_GRPC_UNAVAILABLE, _GRPC_RESOURCE_EXHAUSTED = 14, 8
 _END_HEADERS, _CONTINUATION, _PUSH_PROMISE = 0x4, 0x9, 0x5
 _FRAME_HEADER = struct.Struct(">BHBBI")  # length (high byte, low 16 bits), type, flags, stream
 _U32 = struct.Struct(">I")
@@ -111,8 +115,11 @@ class RequestGate:
                 self._preface = True
                 start = len(H2_PREFACE)
         # Frames that pass unchanged are not copied: runs of them are cut out of ``data``.
+        # A unary call's frames (HEADERS, the stream's WINDOW_UPDATE, one whole-message DATA)
+        # are judged in this loop; any other frame, or any frame while a refused stream may
+        # still send, takes ``_route``.
         size, first, out = len(data), 0, None
-        unpack, streams = _FRAME_HEADER.unpack_from, self._streams
+        unpack, streams, prefix_of = _FRAME_HEADER.unpack_from, self._streams, _U32.unpack_from
         while size - start >= 9:
             high, low, kind, flags, stream_id = unpack(data, start)
             length = high << 16 | low
@@ -125,19 +132,34 @@ class RequestGate:
             if not stream_id:
                 start = end
                 continue
-            # A unary call's two frames, in a line each; any other frame takes ``_route``.
             stream = streams.get(stream_id)
-            if kind == _HEADERS and stream is None and not self._refused:
-                streams[stream_id] = _Stream()
-                self.request_sent = self.request_sent or bool(flags & _END_STREAM)
+            if self._refused:
+                pass
+            elif stream is None:
+                if kind == _HEADERS:
+                    streams[stream_id] = _Stream()
+                    if flags & _END_STREAM:
+                        self.request_sent = True
+                start = end  # a closed or unknown stream's other frames: grpc answers them
+                continue
+            elif stream.held:
+                pass
+            elif kind == _WINDOW_UPDATE:
+                start = end
+                continue
             elif (
                 kind == _DATA
-                and stream is not None
-                and self._admit_whole(stream, data, start, length, flags)
+                and not (stream.remaining or stream.prefix or flags & _PADDED)
+                and length >= _GRPC_PREFIX
+                and prefix_of(data, start + 10)[0] == length - _GRPC_PREFIX
+                and self._book_whole(stream, length - _GRPC_PREFIX)
             ):
                 stream.passed = True
-                self.request_sent = self.request_sent or bool(flags & _END_STREAM)
-            elif not self._route(data, start, end, kind, flags, stream_id, emit := bytearray()):
+                if flags & _END_STREAM:
+                    self.request_sent = True
+                start = end
+                continue
+            if not self._route(data, start, end, kind, flags, stream_id, emit := bytearray()):
                 out = out if out is not None else bytearray()  # emit: frames put in its place
                 out += data[first:start]
                 out += emit
@@ -170,6 +192,19 @@ class RequestGate:
         if stream.booked:
             self._give(stream.booked)
 
+    def streams_ended(self, stream_ids: list[int]) -> None:
+        """``stream_ended`` for each of one read's ended streams."""
+        streams = self._streams
+        for stream_id in stream_ids:
+            stream = streams.pop(stream_id, None)
+            if stream is None:
+                continue
+            if stream.held:
+                streams[stream_id] = stream
+                self.stream_ended(stream_id)
+            elif stream.booked:
+                self._give(stream.booked)
+
     def close(self) -> None:
         """The connection is gone: give back every booking."""
         for stream_id in list(self._streams):
@@ -193,7 +228,7 @@ class RequestGate:
             return True
         if self._refused and stream_id in self._refused:  # it has not seen our RST_STREAM yet
             if kind == _DATA and end - start > 9:
-                self.to_client += _h2_frame(_WINDOW_UPDATE, 0, 0, _u32(end - start - 9))
+                self.to_client += h2_frame(_WINDOW_UPDATE, 0, 0, u32(end - start - 9))
             return False
         if kind == _RST_STREAM:
             self.stream_ended(stream_id)  # held frames dropped: the client gave up on them
@@ -223,14 +258,14 @@ class RequestGate:
         dropped = sum(len(frame) - 9 for frame in stream.held if frame[3] == _DATA)
         self.stream_ended(stream_id)
         self._refused.append(stream_id)
-        out += _h2_frame(_RST_STREAM, 0, stream_id, _u32(_CANCEL))
+        out += h2_frame(_RST_STREAM, 0, stream_id, u32(_CANCEL))
         if stream.passed:  # grpc may have answered on it: a reset, not a second response
-            self.to_client += _h2_frame(_RST_STREAM, 0, stream_id, _u32(_REFUSED_STREAM))
+            self.to_client += h2_frame(_RST_STREAM, 0, stream_id, u32(_REFUSED_STREAM))
         else:
-            trailers = _trailers(_GRPC_RESOURCE_EXHAUSTED, _OVER_BUDGET)
-            self.to_client += _h2_frame(_HEADERS, _END_STREAM | _END_HEADERS, stream_id, trailers)
+            block = trailers(GRPC_RESOURCE_EXHAUSTED, _OVER_BUDGET)
+            self.to_client += h2_frame(_HEADERS, _END_STREAM | _END_HEADERS, stream_id, block)
         if dropped:
-            self.to_client += _h2_frame(_WINDOW_UPDATE, 0, 0, _u32(dropped))
+            self.to_client += h2_frame(_WINDOW_UPDATE, 0, 0, u32(dropped))
 
     def _drain(self, stream_id: int, stream: _Stream, out: bytearray) -> None:
         while stream.held:
@@ -243,24 +278,17 @@ class RequestGate:
             stream.passed = stream.passed or frame[3] == _DATA
             self.request_sent = self.request_sent or bool(frame[4] & _END_STREAM)
 
-    def _admit_whole(
-        self, stream: _Stream, frame: bytes, start: int, length: int, flags: int
-    ) -> bool:
-        """``_admit`` for a DATA frame (``length`` bytes of payload) that is one whole gRPC
-        message, on a stream with nothing held, between messages; ``False``: not such a
-        frame, or its booking does not fit now (``_route`` then decides)."""
-        declared = length - _GRPC_PREFIX
-        if stream.held or stream.remaining or stream.prefix or flags & _PADDED or declared < 0:
-            return False
-        if _U32.unpack_from(frame, start + 10)[0] != declared:
-            return False
+    def _book_whole(self, stream: _Stream, declared: int) -> bool:
+        """Book a DATA frame that is one whole gRPC message of ``declared`` bytes (the
+        stream between messages, nothing held); ``False``: it does not fit now."""
         if declared > self._unbooked_over:
             declared = 0
-        if declared != stream.booked:
-            if declared > stream.booked and not self._book(declared - stream.booked):
+        booked = stream.booked
+        if declared != booked:
+            if declared > booked and not self._book(declared - booked):
                 return False
-            if declared < stream.booked:
-                self._give(stream.booked - declared)
+            if declared < booked:
+                self._give(booked - declared)
             stream.booked = declared
         return True
 
@@ -332,9 +360,37 @@ class ResponseWatch:
         ended: list[int] = []
         position, size = 0, len(data)
         if not (self._skip or self._header or self._injected or self._settings is not None):
-            position = self._whole_frames(data, ended)
+            # The frames that pass unchanged, from a frame boundary with nothing to put in,
+            # up to a frame header that is cut or a SETTINGS to rewrite (``_feed_rest``).
+            unpack = _FRAME_HEADER.unpack_from
+            while size - position >= 9:
+                high, low, kind, flags, stream_id = unpack(data, position)
+                if kind == _DATA:
+                    if flags & _END_STREAM:
+                        ended.append(stream_id & 0x7FFFFFFF)
+                elif kind == _HEADERS:
+                    self._in_block = not flags & _END_HEADERS
+                    if stream_id:
+                        self.answered = True
+                        if flags & _END_STREAM:
+                            ended.append(stream_id & 0x7FFFFFFF)
+                elif kind == _SETTINGS and not flags & _ACK and (high or low):
+                    break
+                elif kind == _RST_STREAM:
+                    ended.append(stream_id & 0x7FFFFFFF)
+                elif kind == _PUSH_PROMISE or kind == _CONTINUATION:
+                    self._in_block = not flags & _END_HEADERS
+                position += 9 + (high << 16 | low)
+                if position > size:  # the payload goes on in the next read
+                    self._skip = position - size
+                    return data, ended
             if position == size:
                 return data, ended
+        return self._feed_rest(data, position, ended)
+
+    def _feed_rest(self, data: bytes, position: int, ended: list[int]) -> tuple[bytes, list[int]]:
+        """``feed`` from ``position`` on, where frames are cut, rewritten or put in."""
+        size = len(data)
         pieces: list[bytes] = []
         mark = 0  # data[mark:] not yet in pieces
         unpack = _FRAME_HEADER.unpack_from
@@ -396,104 +452,9 @@ class ResponseWatch:
         pieces.append(data[mark:])
         return b"".join(pieces), ended
 
-    def _whole_frames(self, data: bytes, ended: list[int]) -> int:
-        """``feed``'s loop for the frames that pass unchanged, from a frame boundary with
-        nothing to put in; returns where ``feed`` goes on (``len(data)``: done), at a frame
-        header that is cut or starts a SETTINGS to rewrite."""
-        position, size = 0, len(data)
-        unpack = _FRAME_HEADER.unpack_from
-        while size - position >= 9:
-            high, low, kind, flags, stream_id = unpack(data, position)
-            stream_id &= 0x7FFFFFFF
-            if kind == _DATA:
-                if flags & _END_STREAM:
-                    ended.append(stream_id)
-            elif kind == _HEADERS:
-                self._in_block = not flags & _END_HEADERS
-                if stream_id:
-                    self.answered = True
-                    if flags & _END_STREAM:
-                        ended.append(stream_id)
-            elif kind == _SETTINGS and not flags & _ACK and (high or low):
-                return position
-            elif kind == _RST_STREAM:
-                ended.append(stream_id)
-            elif kind == _PUSH_PROMISE or kind == _CONTINUATION:
-                self._in_block = not flags & _END_HEADERS
-            position += 9 + (high << 16 | low)
-            if position > size:  # the payload goes on in the next read
-                self._skip = position - size
-                return size
-        return position
-
 
 def _lower_frame_size(payload: bytearray) -> bytes:
     for at in range(0, len(payload) - 5, 6):
         if int.from_bytes(payload[at : at + 2], "big") == _SETTINGS_MAX_FRAME_SIZE:
-            payload[at + 2 : at + 6] = _u32(FRAME_SIZE_MAX)
+            payload[at + 2 : at + 6] = u32(FRAME_SIZE_MAX)
     return bytes(payload)
-
-
-def _u32(value: int) -> bytes:
-    return struct.pack(">I", value)
-
-
-def _h2_frame(kind: int, flags: int, stream: int, payload: bytes) -> bytes:
-    return (
-        struct.pack(">I", len(payload))[1:]
-        + bytes([kind, flags])
-        + struct.pack(">I", stream)
-        + payload
-    )
-
-
-def _literal(name: bytes, value: bytes) -> bytes:
-    # HPACK literal header field without indexing, new name; both shorter than 127 bytes.
-    return b"\x00" + bytes([len(name)]) + name + bytes([len(value)]) + value
-
-
-def _trailers(status: int, message: str) -> bytes:
-    """A trailers-only response's header block: static and unindexed entries only, so the
-    client's HPACK table is left as grpc's encoder expects it."""
-    return (
-        b"\x88"  # :status 200 (HPACK static table entry 8)
-        + _literal(b"content-type", b"application/grpc")
-        + _literal(b"grpc-status", str(status).encode())
-        + _literal(b"grpc-message", message.encode())
-    )
-
-
-class PlaintextRefusal:
-    """Answers every call of a plaintext HTTP/2 client with a gRPC status saying why.
-
-    A bare close or GOAWAY reaches the user as "Failed parsing HTTP/2" or a deadline; a
-    trailers-only response (``grpc-status`` 14, ``grpc-message``) is shown as it is.
-    """
-
-    def __init__(self, reason: str) -> None:
-        self._buffer = bytearray()
-        self._preface_seen = False
-        self._trailers = _trailers(_GRPC_UNAVAILABLE, reason)
-
-    def feed(self, data: bytes) -> bytes:
-        """The client's bytes in, our answer out (settings, then one status per call)."""
-        self._buffer += data
-        out = bytearray()
-        if not self._preface_seen:
-            if len(self._buffer) < len(H2_PREFACE):
-                return b""
-            self._preface_seen = True
-            del self._buffer[: len(H2_PREFACE)]
-            out += _h2_frame(_SETTINGS, 0, 0, b"")
-        while len(self._buffer) >= 9:
-            length = int.from_bytes(self._buffer[:3], "big")
-            if len(self._buffer) < 9 + length:
-                break
-            kind, flags = self._buffer[3], self._buffer[4]
-            stream = int.from_bytes(self._buffer[5:9], "big") & 0x7FFFFFFF
-            del self._buffer[: 9 + length]
-            if kind == _SETTINGS and not flags & 0x1:
-                out += _h2_frame(_SETTINGS, 0x1, 0, b"")  # ACK
-            elif kind == _HEADERS:
-                out += _h2_frame(_HEADERS, 0x5, stream, self._trailers)  # END_STREAM|HEADERS
-        return bytes(out)
