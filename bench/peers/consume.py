@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
@@ -60,9 +60,9 @@ _STAMP = struct.Struct(">q")
 
 
 @contextmanager
-def _system(name: str) -> Iterator[str]:
+def _system(name: str, settings: Sequence[str] = ()) -> Iterator[str]:
     if name == "rmq-spark":
-        with RmqSparkBroker() as broker:
+        with RmqSparkBroker(settings=("store.flush_policy=SYNC", *settings)) as broker:
             yield broker.endpoint
     else:
         with RocketMQBroker(topics=(TOPIC, DRAIN_TOPIC, JAVA_TOPIC, JAVA_DRAIN_TOPIC)) as peer:
@@ -268,6 +268,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--client", choices=("python", "java", "both"), default="python", help="(python)"
     )
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a setting of the rmq-spark broker, as `rmq-spark broker --set` (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     rocketmq = import_client()
     print(f"load at start: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
@@ -279,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.systems.split(","):
             progress(f"consume: {name} ...")
-            with _system(name) as endpoint:
+            with _system(name, args.set) as endpoint:
                 rows[name] = _cases(rocketmq, endpoint, args)
     except PeerError as err:
         print(f"error: {err}", file=sys.stderr)
