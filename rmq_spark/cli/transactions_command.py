@@ -13,8 +13,9 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from rmq_spark.broker.transactions.ledger import STATES, TxRow, transaction_rows
+from rmq_spark.broker.transactions.ledger import TxRow, transaction_rows
 from rmq_spark.cli.common import local_path, require_store
+from rmq_spark.store.tx_states import STATES
 
 __all__ = ["register"]
 

@@ -4,9 +4,8 @@ messages (``uniq_key``).
 One row per transaction (real topic, UNIQ_KEY), from the store's records read with
 ``isolation=read_uncommitted``: its first half's CommitLog offset and born time, how often the
 check-back asked about it (the largest TRANSACTION_CHECK_TIMES of its halves and re-puts) and
-its ``state``: ``committed`` (a COMMIT record of it is in its topic), ``discarded`` (copied to
-TRANS_CHECK_MAX_TIME_TOPIC), ``rolled_back`` (an op marker names one of its halves, and no
-commit), else ``pending``.
+its ``state`` by ``store/tx_states.py``'s rule (a COMMIT record of it in its topic, then a copy
+in TRANS_CHECK_MAX_TIME_TOPIC, then an op marker naming one of its halves; else pending).
 """
 
 from __future__ import annotations
@@ -14,14 +13,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rmq_spark.spark.isolation import READ_UNCOMMITTED
-from rmq_spark.store.layout import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_TRANS_OP_HALF_TOPIC
+from rmq_spark.store.layout import (
+    RMQ_SYS_TRANS_HALF_TOPIC,
+    RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+)
+from rmq_spark.store.tx_states import PENDING, PRECEDENCE
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["register_transactions_view", "transactions_frame"]
-
-DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 
 
 def transactions_frame(spark: SparkSession, store_path: str) -> DataFrame:
@@ -50,7 +52,7 @@ def transactions_frame(spark: SparkSession, store_path: str) -> DataFrame:
     commits = raw.where(F.col("sys_flag").bitwiseAND(0xC) == 0x8).select(
         "topic", "uniq_key", F.col("physical_offset").alias("commit_offset")
     )
-    discards = raw.where(F.col("topic") == DISCARD_TOPIC).select(
+    discards = raw.where(F.col("topic") == TRANS_CHECK_MAX_TIME_TOPIC).select(
         real.alias("topic"), "uniq_key", F.lit(True).alias("discarded")
     )
     per_key = halves.groupBy("topic", "uniq_key").agg(
@@ -66,12 +68,16 @@ def transactions_frame(spark: SparkSession, store_path: str) -> DataFrame:
         )
         .join(discards.distinct(), keys, "left")
     )
-    state = (
-        F.when(F.col("commit_offset").isNotNull(), "committed")
-        .when(F.col("discarded"), "discarded")
-        .when(F.col("resolved"), "rolled_back")
-        .otherwise("pending")
-    )
+    evidence = {
+        "committed": F.col("commit_offset").isNotNull(),
+        "discarded": F.col("discarded"),
+        "resolved": F.col("resolved"),
+    }
+    state = None
+    for name, flag in PRECEDENCE:  # store/tx_states.py's rule, as Spark columns
+        state = F.when(evidence[flag], name) if state is None else state.when(evidence[flag], name)
+    assert state is not None
+    state = state.otherwise(PENDING)
     return joined.select(
         "topic", "uniq_key", "half_offset", "born_timestamp", "check_count",
         state.alias("state"), "commit_offset",

@@ -35,6 +35,7 @@ __all__ = [
     "TRANSACTION_NOT_TYPE",
     "TRANSACTION_PREPARED_TYPE",
     "TRANSACTION_ROLLBACK_TYPE",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
     "is_segment_name",
     "parse_segment_name",
     "segment_base_offset",
@@ -71,6 +72,7 @@ RMQ_SYS_SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RMQ_SYS_WHEEL_TIMER_TOPIC = "rmq_sys_wheel_timer"
 RMQ_SYS_TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 RMQ_SYS_TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"  # halves past transactionCheckMax
 
 # --- store directory layout (sections 0.1, 6.1, 8.1) ------------------------------------------
 COMMITLOG_DIR = "commitlog"

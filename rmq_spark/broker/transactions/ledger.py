@@ -7,8 +7,8 @@ born time, check count, producer group and state), ``pending_counts`` and
 which were discarded is ``TransactionService``'s rule, run here over read-only ConsumeQueue
 views and CommitLog reads (``ReadOnlyStore``); a resolved one is ``committed`` when its
 committed copy (tx bits COMMIT, ``prepared_transaction_offset`` = one of its halves) is in its
-real queue, else ``rolled_back``; the states and their precedence are the Spark
-``transactions`` view's (``STATES``).
+real queue; the states and their precedence are ``store/tx_states.py``'s, which the Spark
+``transactions`` view applies too.
 """
 
 from __future__ import annotations
@@ -32,30 +32,19 @@ from rmq_spark.store.layout import (
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.properties import PRODUCER_GROUP, REAL_QID, parse_properties
 from rmq_spark.store.reader import read_record_at
+from rmq_spark.store.tx_states import tx_state
 from rmq_spark.store.view import StoreView
 
 __all__ = [
     "PendingGroup",
     "ReadOnlyStore",
-    "STATES",
     "TxRow",
     "pending_by_group",
     "pending_counts",
     "transaction_rows",
-    "tx_state",
 ]
 
-STATES = ("pending", "committed", "rolled_back", "discarded")
 _BATCH = 1024
-
-
-def tx_state(*, committed: bool, discarded: bool, resolved: bool) -> str:
-    """A transaction's state: a committed copy wins, then a discard, then an op marker."""
-    if committed:
-        return "committed"
-    if discarded:
-        return "discarded"
-    return "rolled_back" if resolved else "pending"
 
 
 class _Queues:
@@ -164,12 +153,12 @@ def _rows(store: ReadOnlyStore) -> tuple[dict[TxKey, TxRow], TransactionService]
 
 
 def _find_commits(store: ReadOnlyStore, rows: dict[TxKey, TxRow]) -> None:
-    """Set ``commit_offset`` and ``committed`` of the resolved rows whose committed copy is
-    in their real queue (read from the queue's first unit at or after their first half)."""
+    """Set ``commit_offset`` and the state of the rows whose committed copy is in their real
+    queue (read from the queue's first unit at or after their first half): a committed copy
+    outranks every other piece of evidence, an op marker not yet written too."""
     asked: dict[tuple[str, int], list[TxRow]] = {}
     for row in rows.values():
-        if row.state == "rolled_back":
-            asked.setdefault((row.topic, row.queue_id), []).append(row)
+        asked.setdefault((row.topic, row.queue_id), []).append(row)
     for (topic, queue_id), wanted in asked.items():
         view = store.consume_queues.view(topic, queue_id)
         start = view.first_at_or_after(min(r.half_offset for r in wanted))
@@ -180,7 +169,7 @@ def _find_commits(store: ReadOnlyStore, rows: dict[TxKey, TxRow]) -> None:
             row = by_key.get(key_of(record)[1])
             if row is not None and record.prepared_transaction_offset in row._halves:
                 row.commit_offset = record.physical_offset
-                row.state = "committed"
+                row.state = tx_state(committed=True, discarded=False, resolved=True)
 
 
 def transaction_rows(root: Path) -> list[TxRow]:

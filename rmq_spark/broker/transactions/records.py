@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from rmq_spark.store.layout import (
     RMQ_SYS_TRANS_HALF_TOPIC,
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
 )
@@ -51,7 +52,7 @@ __all__ = [
     "transaction_id",
 ]
 
-DISCARD_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+DISCARD_TOPIC = TRANS_CHECK_MAX_TIME_TOPIC  # a half checked transactionCheckMax times
 HALF_QUEUE_ID = 0
 OP_TAG = "d"  # TransactionalMessageUtil.REMOVE_TAG
 _ID = re.compile(r"([0-9A-F]{16})([0-9A-F]{16})")
