@@ -109,12 +109,35 @@ class IndexDispatch:
             offsets += columns
             stamps += [stamp] * n if type(stamp) is int else cast("Sequence[int]", stamp)
             return
+        if props is not None and self._keyed_column(hashes, offsets, stamps, fact):
+            return
         for i in range(n):
             self.add_record(
                 hashes, offsets, stamps, columns[i], topics[i], sys_flags[i],
                 None if props is None else props[i], None if uniqs is None else uniqs[i],
                 stamp if type(stamp) is int else cast("Sequence[int]", stamp)[i],
             )  # fmt: skip
+
+    def _keyed_column(
+        self, hashes: list[int], offsets: list[int], stamps: list[int], fact: BatchFact
+    ) -> bool:
+        """A batch with properties (a slave's replicated records) whose records all have one
+        topic, are all indexed, past the index's end and have one key each: its keys hashed
+        as one column. ``False`` (nothing added): ``add_record`` takes each record."""
+        columns, topics, sys_flags, props, stamp = fact[0], fact[2], fact[5], fact[7], fact[8]
+        n = len(columns)
+        if columns[0] <= self._through or topics.count(topics[0]) != n:
+            return False
+        if not all(map(indexed, sys_flags)):
+            return False
+        parsed = list(map(parse_properties, cast("Sequence[str]", props)))
+        keys = [record_keys(p.get(UNIQ_KEY), p.get(KEYS)) for p in parsed]
+        if list(map(len, keys)).count(1) != n:
+            return False
+        hashes += self._hashes.of(topics[0] + "#", [key[0] for key in keys])
+        offsets += columns
+        stamps += [stamp] * n if type(stamp) is int else cast("Sequence[int]", stamp)
+        return True
 
     def add_record(
         self,

@@ -33,8 +33,11 @@ from rmq_spark.store.record_decode import (
     NeedMoreData,
     decode_record,
 )
+from rmq_spark.store.replica_batch import RecordColumns, check_run
 
 __all__ = ["ReplicaLog", "ReplicaRefusedError"]
+
+_COUNTED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)  # types that take a queue offset
 
 
 class ReplicaRefusedError(StoreError):
@@ -123,14 +126,18 @@ class ReplicaLog:
         return data[mine_end - offset :]
 
     def _append_whole(self) -> int:
-        """Write the whole records (and a BLANK) at the front of ``_pending``."""
+        """Write the whole records (and a BLANK) at the front of ``_pending``: runs of records
+        checked together (``replica_batch``), the decoder deciding wherever a run stops."""
         buf, base = self._pending, self._log.max_offset
         name, start = segment_name(base - base % self._size), base % self._size
-        records: list[DecodedRecord] = []
+        records = RecordColumns()
         used, blank = 0, None
         while used < len(buf):
+            used = check_run(buf, used, base, records)
+            if used >= len(buf):
+                break
             try:
-                outcome = decode_record(buf, used, path=name, reported_position=base + used)
+                outcome = decode_record(buf, used, path=name, with_body=False)
             except CorruptRecordError as err:
                 raise ReplicaRefusedError(
                     f"corrupt record in the master's stream: file {name}, position "
@@ -148,9 +155,9 @@ class ReplicaLog:
                     f"bad record in the master's stream: file {name}, position {start + used}: "
                     f"not a record written at offset {base + used}"
                 )
-            records.append(outcome)
-            used = outcome.next_position - base
-        self._write(buf[:used], records, blank is not None)
+            _add_decoded(records, outcome)
+            used = outcome.next_position
+        self._write(memoryview(buf)[:used], base, records, blank is not None)
         if blank is not None:
             rest = len(buf) - used
             self._skip = max(0, blank - rest)
@@ -160,44 +167,59 @@ class ReplicaLog:
             self._after_write()
         return used
 
-    def _write(self, data: bytes, records: list[DecodedRecord], blank: bool) -> None:
+    def _write(self, data: memoryview, base: int, records: RecordColumns, blank: bool) -> None:
         appender = self._appender
         with appender.lock:
             if appender.failure is not None or appender.closed:
                 raise ReplicaRefusedError("the store is closed or failed; not appending")
             if data:
                 segment = self._log.segment_for_append(len(data))
-                if segment.write_offset != records[0].position:
+                if segment.write_offset != base:
                     raise ReplicaRefusedError(
-                        f"record at offset {records[0].position} does not fit segment "
+                        f"record at offset {base} does not fit segment "
                         f"{segment_name(segment.base_offset)} as on the master (segment "
                         f"sizes differ?)"
                     )
                 segment.append(data)
-                self._account(records)
+                self._account(base, records)
             if blank:
                 segment = self._log.last
                 if segment is None:
                     raise ReplicaRefusedError("a BLANK record before any segment")
                 segment.append_blank()
 
-    def _account(self, records: list[DecodedRecord]) -> None:
-        """Lock held: queue offsets (as recovery), dispatch facts (as a put), last record."""
+    def _account(self, base: int, records: RecordColumns) -> None:
+        """Lock held: queue offsets (as recovery), dispatch facts (one batch, as a put's),
+        the last record."""
         appender = self._appender
         offsets = appender.queue_offsets
+        topics, queue_ids, sys_flags = records.topics, records.queue_ids, records.sys_flags
+        for topic, queue_id, queue_offset, sys_flag in zip(
+            topics, queue_ids, records.queue_offsets, sys_flags, strict=True
+        ):
+            if sys_flag & TRANSACTION_MASK in _COUNTED:
+                key = (topic, queue_id)
+                if queue_offset >= offsets.get(key, 0):
+                    offsets[key] = queue_offset + 1
+        physical = [base + position for position in records.positions]
         pending = appender.cq_pending
-        for decoded in records:
-            record = decoded.record
-            tx_type = record.sys_flag & TRANSACTION_MASK
-            key = (record.topic, record.queue_id)
-            if tx_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-                offsets[key] = max(offsets.get(key, 0), record.queue_offset + 1)
-            if pending is not None:
-                pending.add(
-                    (decoded.position, decoded.total_size, record.topic, record.queue_id,
-                     record.queue_offset, record.sys_flag, None, record.properties,
-                     record.store_timestamp_ms, None)
-                )  # fmt: skip
-        last = records[-1]
-        appender.last_record_offset = last.position
-        appender.last_store_ts = last.record.store_timestamp_ms
+        if pending is not None:
+            pending.add(
+                (physical, records.sizes, topics, queue_ids, records.queue_offsets, sys_flags,
+                 None, records.properties, records.store_timestamps, None)
+            )  # fmt: skip
+        appender.last_record_offset = physical[-1]
+        appender.last_store_ts = records.store_timestamps[-1]
+
+
+def _add_decoded(records: RecordColumns, decoded: DecodedRecord) -> None:
+    """One record the decoder passed, added to the run's columns."""
+    record = decoded.record
+    records.positions.append(decoded.position)
+    records.sizes.append(decoded.total_size)
+    records.topics.append(record.topic)
+    records.queue_ids.append(record.queue_id)
+    records.queue_offsets.append(record.queue_offset)
+    records.sys_flags.append(record.sys_flag)
+    records.properties.append(record.properties)
+    records.store_timestamps.append(record.store_timestamp_ms)

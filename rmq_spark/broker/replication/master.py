@@ -28,6 +28,7 @@ from rmq_spark.store.message_store import MessageStore
 __all__ = ["HaServer"]
 
 log = logging.getLogger("rmq_spark.broker.replication")
+_WRITE_BYTES = 4 << 20  # transfers queued before one drain (a slave far behind)
 
 
 @dataclass(slots=True)
@@ -125,6 +126,8 @@ class HaServer:
                 await writer.drain()
                 return
             slave = _Slave(peer, start, start, offset)
+            # One queued run of transfers may wait while the next is read from the log.
+            writer.transport.set_write_buffer_limits(high=2 * _WRITE_BYTES)
             log.info("replication: slave %s connected, transfer from offset %d", peer, start)
             self.acks.connected()
             self.slaves.append(slave)
@@ -151,6 +154,20 @@ class HaServer:
             if offset > slave.start:
                 acks.report(min(offset, slave.sent))
 
+    def _write_transfers(self, writer: asyncio.StreamWriter, sent: int, end: int, size: int) -> int:
+        """Queue transfers from ``sent`` (each at most the batch size, never across a segment
+        file) up to ``_WRITE_BYTES`` or ``end``; where they end. A slave far behind gets
+        them back to back, one drain for many."""
+        read, batch = self._store.commitlog.read, self._batch
+        stop = min(end, sent + max(batch, _WRITE_BYTES))
+        while sent < stop:
+            data = read(sent, min(batch, stop - sent, size - sent % size))
+            if not data:
+                break
+            writer.writelines((HEADER.pack(sent, len(data)), data))
+            sent += len(data)
+        return sent
+
     async def _transfer(
         self, writer: asyncio.StreamWriter, slave: _Slave, reading: asyncio.Task[None]
     ) -> None:
@@ -162,11 +179,8 @@ class HaServer:
             end = store.confirmed_offset
             sent = slave.sent
             if sent < end:
-                count = min(self._batch, end - sent, size - sent % size)
-                data = store.commitlog.read(sent, count)
-                writer.write(HEADER.pack(sent, len(data)) + data)
+                slave.sent = self._write_transfers(writer, sent, end, size)
                 await writer.drain()
-                slave.sent = sent + len(data)
                 last_write = time.monotonic()
                 continue
             if time.monotonic() - last_write > HEARTBEAT_INTERVAL_S:

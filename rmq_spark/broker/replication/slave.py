@@ -34,6 +34,7 @@ __all__ = ["HaClient"]
 
 log = logging.getLogger("rmq_spark.broker.replication")
 _RECV_BYTES = 4 * 1024 * 1024  # RocketMQ's slave read buffer
+_BATCH_BYTES = 8 * 1024 * 1024  # received bytes applied as one run at most (about)
 _STATE_INTERVAL_S = 1.0  # how often config/replication.json is rewritten while replicating
 
 
@@ -103,10 +104,7 @@ class HaClient:
         last_read = time.monotonic()
         while not self._stop.is_set():
             try:
-                chunk = sock.recv(_RECV_BYTES)
-                if not chunk:
-                    raise ConnectionError("the master closed the connection")
-                buffer += chunk
+                _receive(sock, buffer)
                 last_read = time.monotonic()
             except TimeoutError:
                 if time.monotonic() - last_read > HOUSEKEEPING_S:
@@ -130,22 +128,62 @@ class HaClient:
             log.warning("replication: cannot write the slave's state file: %s", err)
 
     def _apply(self, buffer: bytearray) -> None:
-        """Apply every whole transfer at the front of ``buffer`` (and remove it)."""
+        """Apply every whole transfer at the front of ``buffer`` (and remove it). Transfers
+        that continue one another inside one segment file are applied as one run: the store
+        checks and writes their records in bulk."""
         replica = self._replica
+        size = self._store.commitlog.segment_size_bytes
         used = 0
-        while len(buffer) - used >= HEADER.size:
-            offset, size = HEADER.unpack_from(buffer, used)
-            if size < 0 or len(buffer) - used - HEADER.size < size:
-                break
-            start = used + HEADER.size
-            used = start + size
-            if size == 0:  # a heartbeat: where the master's transfer stands
-                if offset < replica.next_offset:
-                    raise ReplicaRefusedError(
-                        f"the master's log ends at offset {offset}, before this slave's "
-                        f"{replica.next_offset}: the logs diverge; refusing to merge"
-                    )
-                continue
-            replica.feed(offset, bytes(buffer[start:used]))
-            self.master_offset = max(self.master_offset, offset + size)
+        run: list[memoryview] = []
+        run_start = run_end = -1
+        with memoryview(buffer) as view:
+            while len(buffer) - used >= HEADER.size:
+                offset, length = HEADER.unpack_from(buffer, used)
+                if length < 0 or len(buffer) - used - HEADER.size < length:
+                    break
+                start = used + HEADER.size
+                used = start + length
+                if run and (offset != run_end or offset // size != run_start // size):
+                    self._feed(run_start, run)
+                    run = []
+                if length == 0:  # a heartbeat: where the master's transfer stands
+                    if offset < replica.next_offset:
+                        raise ReplicaRefusedError(
+                            f"the master's log ends at offset {offset}, before this slave's "
+                            f"{replica.next_offset}: the logs diverge; refusing to merge"
+                        )
+                    continue
+                if not run:
+                    run_start = offset
+                run.append(view[start:used])
+                run_end = offset + length
+            if run:
+                self._feed(run_start, run)
+            run = []
         del buffer[:used]
+
+    def _feed(self, offset: int, pieces: list[memoryview]) -> None:
+        data = b"".join(pieces)
+        self._replica.feed(offset, data)
+        self.master_offset = max(self.master_offset, offset + len(data))
+
+
+def _receive(sock: socket.socket, buffer: bytearray) -> None:
+    """Wait for bytes, then take whatever else has arrived (up to ``_BATCH_BYTES``), so that
+    a catch-up is applied in large runs rather than one transfer at a time."""
+    chunk = sock.recv(_RECV_BYTES)
+    if not chunk:
+        raise ConnectionError("the master closed the connection")
+    buffer += chunk
+    timeout = sock.gettimeout()
+    sock.setblocking(False)  # a socket with a timeout would wait for more instead
+    try:
+        while len(buffer) < _BATCH_BYTES:
+            chunk = sock.recv(_RECV_BYTES)
+            if not chunk:
+                return  # closed: the next blocking recv says so
+            buffer += chunk
+    except (BlockingIOError, InterruptedError):
+        pass
+    finally:
+        sock.settimeout(timeout)
