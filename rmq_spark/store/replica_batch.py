@@ -52,6 +52,7 @@ _KEY = np.frombuffer(RECORD_CRC_KEY, dtype=np.uint8)
 _POWERS = 10 ** np.arange(10, dtype=np.int64)  # digits least significant first
 _CRC_SPAN = np.arange(RECORD_CRC_BYTES)
 _crc32 = zlib.crc32
+_MIN_RUN = 16  # fewer records (a live stream's transfer of a send or two): the decoder's
 _topics: dict[bytes, str] = {}
 
 
@@ -93,9 +94,10 @@ def _hop(buf: bytes | memoryview, position: int) -> array:
 def check_run(buf: bytes, position: int, base_offset: int, out: RecordColumns) -> int:
     """Append to ``out`` the records from ``position`` that pass (``buf[0]`` lies at physical
     offset ``base_offset``); returns where the run ended: the start of the first record not
-    vouched for, of a BLANK, of a partial record, or ``len(buf)``."""
+    vouched for, of a BLANK, of a partial record, or ``len(buf)``. Fewer than ``_MIN_RUN``
+    records ahead: none are taken (``position``), the decoder checks them one by one."""
     found = _hop(buf, position)
-    if not found:
+    if len(found) < _MIN_RUN:  # the decoder is cheaper than numpy's set-up for a few
         return position
     data = np.frombuffer(buf, dtype=np.uint8)
     starts = np.frombuffer(found, dtype=np.int64)
