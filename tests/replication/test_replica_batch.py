@@ -236,3 +236,36 @@ def test_a_replicated_batch_split_by_the_dispatcher_keeps_each_records_timestamp
     head = pending.take(400)  # the records below the acknowledged end
     tail = pending.take(1000)
     assert [fact[8] for fact in head + tail] == [[100, 101], [102, 103]]
+
+
+@pytest.mark.parametrize("keys", [(), ("k1 k2",)])
+def test_a_one_topic_run_is_indexed_as_on_the_master(tmp_path: Path, keys: tuple) -> None:
+    with (
+        open_store(tmp_path / "m", segment_size_bytes=SEGMENT) as master,
+        open_store(tmp_path / "s", segment_size_bytes=SEGMENT) as slave,
+    ):
+        uniqs = [
+            master.put(PutRequest("TopicA", b"x" * 50, index % 4, keys=keys)).uniq_key
+            for index in range(300)
+        ]
+        log = slave.replica_log()
+        log.start()
+        log.feed(0, _log_bytes(master))
+        everything = _keyed(master, uniqs, keys)
+        for key in [*uniqs, "k1", "k2"]:
+            want = _query(master, "TopicA", key) if key in everything else []
+            for _ in range(250):
+                if _query(slave, "TopicA", key) == want:
+                    break
+                time.sleep(0.02)
+            assert _query(slave, "TopicA", key) == want, key
+
+
+def _keyed(store: MessageStore, uniqs: list, keys: tuple) -> set[str]:
+    """The keys every record is indexed under, once the store's own index has them all."""
+    last = uniqs[-1]
+    for _ in range(250):
+        if _query(store, "TopicA", last):
+            break
+        time.sleep(0.02)
+    return {*uniqs, *(token for value in keys for token in value.split())}
