@@ -91,7 +91,7 @@ def _hop(buf: bytes | memoryview, position: int) -> array:
     return starts
 
 
-def check_run(buf: bytes, position: int, base_offset: int, out: RecordColumns) -> int:
+def check_run(buf: bytes | memoryview, position: int, base_offset: int, out: RecordColumns) -> int:
     """Append to ``out`` the records from ``position`` that pass (``buf[0]`` lies at physical
     offset ``base_offset``); returns where the run ended: the start of the first record not
     vouched for, of a BLANK, of a partial record, or ``len(buf)``. Fewer than ``_MIN_RUN``
@@ -242,7 +242,7 @@ def _texts(
                     text = str(raw, "utf-8")
                     if len(cache) >= CACHE_MAX:
                         cache.clear()
-                    cache[raw] = text
+                    cache[bytes(raw)] = text  # not a view: it would hold the whole buffer
                 out.append(text)
     except UnicodeDecodeError:
         out = []

@@ -22,6 +22,8 @@ from rmq_spark.errors import CorruptRecordError, StoreError
 from rmq_spark.store.appender import Appender
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.layout import (
+    MESSAGE_MAGIC_CODE_V1,
+    MESSAGE_MAGIC_CODE_V2,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
@@ -33,11 +35,14 @@ from rmq_spark.store.record_decode import (
     NeedMoreData,
     decode_record,
 )
+from rmq_spark.store.record_layout import HEADER8, MIN_RECORD_SIZE_BYTES
 from rmq_spark.store.replica_batch import RecordColumns, check_run
 
 __all__ = ["ReplicaLog", "ReplicaRefusedError"]
 
 _COUNTED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)  # types that take a queue offset
+_MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2)
+_SPLIT_BYTES = 1 << 16
 
 
 class ReplicaRefusedError(StoreError):
@@ -57,7 +62,7 @@ class ReplicaLog:
         self._log = commitlog
         self._after_write = after_write
         self._size = commitlog.segment_size_bytes
-        self._pending = b""  # bytes of a record not received whole yet
+        self._pending: bytes | memoryview = b""  # bytes of a record not received whole yet
         self._skip = 0  # bytes of a segment's tail after its BLANK still to come
         self._next = 0  # the stream offset the next chunk must start at
         self._verify_until = 0  # below here the stream must equal the slave's own bytes
@@ -76,7 +81,7 @@ class ReplicaLog:
         self._next, self._verify_until = resume, end
         return resume
 
-    def feed(self, offset: int, data: bytes) -> int:
+    def feed(self, offset: int, data: bytes | memoryview) -> int:
         """Append the master's ``data`` found at ``offset``; returns the bytes written.
 
         Raises
@@ -104,8 +109,26 @@ class ReplicaLog:
             data = data[cut:]
         if not data:
             return 0
-        self._pending += data
-        return self._append_whole()
+        written = 0
+        rest = self._rest_of_pending(len(data))
+        if rest:  # the record split across transfers first, alone: the rest is not copied
+            self._pending += data[:rest]
+            written = self._append_whole()
+            data = memoryview(data)[rest:]
+        self._pending = self._pending + data if self._pending else data
+        return written + self._append_whole()
+
+    def _rest_of_pending(self, coming: int) -> int:
+        """How many of ``coming`` bytes complete the message record begun in ``_pending``
+        when they are many more than that (0: append them all behind it)."""
+        pending = self._pending
+        if len(pending) < 8 or coming < _SPLIT_BYTES:
+            return 0
+        total, magic = HEADER8.unpack_from(pending)
+        if magic not in _MESSAGE_MAGICS or total < MIN_RECORD_SIZE_BYTES:
+            return 0  # the decoder says what it is
+        rest = total - len(pending)
+        return rest if 0 < rest < coming else 0
 
     def _verify(self, offset: int, data: bytes) -> bytes:
         """Compare the part of ``data`` below ``_verify_until`` with the slave's bytes."""
@@ -162,7 +185,7 @@ class ReplicaLog:
             rest = len(buf) - used
             self._skip = max(0, blank - rest)
             used = len(buf)
-        self._pending = buf[used:]
+        self._pending = bytes(buf[used:])
         if records or blank is not None:
             self._after_write()
         return used
