@@ -227,28 +227,31 @@ def _add(
 
 
 def _texts(
-    buf: bytes, starts: list[int], ends: list[int], cache: dict[bytes, str] | None
+    buf: bytes | memoryview, starts: list[int], ends: list[int], cache: dict[bytes, str] | None
 ) -> tuple[list[str], int]:
-    """UTF-8 text of each span, up to the first that is not UTF-8; and how many."""
-    raws = list(map(buf.__getitem__, map(slice, starts, ends)))
+    """UTF-8 text of each span, up to the first that is not UTF-8; and how many. No span
+    outlives its decoding (thousands of live views would wake the garbage collector)."""
     out: list[str] = []
+    spans = zip(starts, ends, strict=True)
     try:
         if cache is None:
-            out = [str(raw, "utf-8") for raw in raws]
+            out = [str(buf[a:b], "utf-8") for a, b in spans]
         else:
-            for raw in raws:
+            append = out.append
+            for a, b in spans:
+                raw = buf[a:b]
                 text = cache.get(raw)
                 if text is None:
                     text = str(raw, "utf-8")
                     if len(cache) >= CACHE_MAX:
                         cache.clear()
                     cache[bytes(raw)] = text  # not a view: it would hold the whole buffer
-                out.append(text)
+                append(text)
     except UnicodeDecodeError:
-        out = []
-        for raw in raws:
-            try:
-                out.append(str(raw, "utf-8"))
-            except UnicodeDecodeError:
-                break
+        if cache is None:  # the comprehension kept nothing: again, one at a time
+            for a, b in zip(starts, ends, strict=True):
+                try:
+                    out.append(str(buf[a:b], "utf-8"))
+                except UnicodeDecodeError:
+                    break
     return out, len(out)

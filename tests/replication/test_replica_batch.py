@@ -296,3 +296,20 @@ def test_large_transfers_cut_anywhere_give_the_masters_bytes(tmp_path: Path) -> 
         assert slave.commitlog.read(0, data_end) == m.commitlog.read(0, data_end)
         for queue_id in range(4):
             assert slave.queue_offset("TopicA", queue_id) == m.queue_offset("TopicA", queue_id)
+
+
+def test_text_that_is_not_utf8_ends_the_run_where_the_decoder_refuses(tmp_path: Path) -> None:
+    """Without the record CRC property, BODYCRC does not cover the properties: bad UTF-8
+    there passes every CRC, and the run stops at that record for the decoder to refuse."""
+    with open_store(tmp_path / "m", segment_size_bytes=SEGMENT, append_record_crc=False) as m:
+        request = PutRequest("TopicA", b"b" * 40, properties={"p": "vv"})
+        results = [m.put(request) for _ in range(60)]
+        data = bytearray(_log_bytes(m))
+    victim = results[40]
+    at = victim.physical_offset + victim.total_size - 3  # inside the value "vv"
+    data[at] = 0xFF
+    columns = RecordColumns()
+    assert check_run(bytes(data), 0, 0, columns) == victim.physical_offset
+    assert len(columns) == 40
+    with pytest.raises(CorruptRecordError, match="not UTF-8"):
+        decode_record(bytes(data), victim.physical_offset, path="f")
