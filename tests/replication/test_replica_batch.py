@@ -19,6 +19,8 @@ from rmq_spark.broker.replication.slave import HaClient
 from rmq_spark.broker.replication.wire import HEADER, REPORT
 from rmq_spark.errors import CorruptRecordError
 from rmq_spark.store.cq_facts import PendingUnits
+from rmq_spark.store.hashing import index_key_hash
+from rmq_spark.store.index_file import KeyHashes
 from rmq_spark.store.message import HostAddress
 from rmq_spark.store.message_store import MessageStore
 from rmq_spark.store.put import PutRequest
@@ -313,3 +315,15 @@ def test_text_that_is_not_utf8_ends_the_run_where_the_decoder_refuses(tmp_path: 
     assert len(columns) == 40
     with pytest.raises(CorruptRecordError, match="not UTF-8"):
         decode_record(bytes(data), victim.physical_offset, path="f")
+
+
+def test_keys_of_several_batches_hash_as_one_by_one() -> None:
+    """A replicated run's UNIQ_KEYs come from several put batches: a head per batch."""
+    rng = random.Random(29)
+    keys = []
+    for batch in range(6):
+        head = f"7F00000166282CC7FE2847B7{batch:04X}"
+        keys += [f"{head}{rng.randrange(1 << 16):04X}" for _ in range(rng.randint(16, 90))]
+    assert KeyHashes().of("TopicA#", keys) == [index_key_hash("TopicA#" + key) for key in keys]
+    keys += ["ab", "order-\u00e4", "\U0001f600\U0001f600"]  # short and odd keys too
+    assert KeyHashes().of("TopicA#", keys) == [index_key_hash("TopicA#" + key) for key in keys]
