@@ -8,9 +8,9 @@
   (``haServerAddr``, which our master registers);
 * an rmq-spark slave of a RocketMQ master: the same bytes, the master's topics copied by the
   config sync, and its records served to a remoting pull;
-* (expected to fail, strict) a RocketMQ 4.9.8 push consumer reading our master's messages from
-  the RocketMQ slave once our master is gone: the slave's ``SlaveSynchronize`` calls our
-  master on the VIP channel (remoting port - 2), where we have no listener.
+* (expected to fail, strict) a RocketMQ 4.9.8 push consumer reading our master's messages
+  from the RocketMQ slave once our master is gone: the slave copies our topics over our VIP
+  channel (remoting port - 2), but the name server then has no route for the topic.
 
 Every JVM starts inside the machine-wide bench lock (the client JVM holds it for the first
 test; the second takes it for its peer)."""
@@ -179,9 +179,9 @@ def test_our_slave_copies_a_rocketmq_master(tmp_path: Path, rocketmq: ModuleType
 
 @pytest.mark.xfail(
     strict=True,
-    reason="a RocketMQ slave calls its master's config sync on the VIP channel, the remoting "
-    "port - 2 (BrokerOuterAPI.getAllTopicConfig: MixAll.brokerVIPChannel(true, addr)), where "
-    "our broker has no listener: the slave never learns our topics",
+    reason="the RocketMQ slave now copies our topics (VIP channel), but once our master is "
+    "killed the name server answers 'No topic route info' for the topic and the 4.9.8 consumer "
+    "never pulls from the slave; not investigated further",
 )
 def test_a_consumer_reads_our_masters_messages_from_a_rocketmq_slave(
     tmp_path: Path, rocketmq: ModuleType
@@ -209,6 +209,7 @@ def test_a_consumer_reads_our_masters_messages_from_a_rocketmq_slave(
         tmp_path / "master", tmp_path / "work", f"store.segment_size_bytes={SEGMENT}",
         f"broker.ha_listen=127.0.0.1:{ha}", f"broker.namesrv_addr={namesrv.addr}",
         "broker.broker_name=broker-a", "broker.cluster_name=DefaultCluster",
+        "broker.register_interval_ms=10000",
     )  # fmt: skip
     slave_store = tmp_path / "slave"
     slave_store.mkdir()
@@ -229,6 +230,10 @@ def test_a_consumer_reads_our_masters_messages_from_a_rocketmq_slave(
                          "the RocketMQ slave's SlaveSynchronize to copy our topic")  # fmt: skip
             except AssertionError as err:
                 raise AssertionError(f"{err}; the slave's log: {_sync_lines(peer)}") from None
+            # The name server keeps a topic's route from its master's registration only.
+            namesrv_port = int(namesrv.addr.rsplit(":", 1)[1])
+            wait_for(lambda: remoting_call(namesrv_port, 105, {"topic": "orders"}).code == 0,
+                     60, "our master to register the topic")  # fmt: skip
             master.kill()
             driver.do("push s1 gSlaveRead orders CLUSTERING plain")
             wait_for(
