@@ -17,6 +17,7 @@ Does not own: what any part does; the process, its signals and ports (``server.p
 
 from __future__ import annotations
 
+import logging
 from contextlib import ExitStack
 from types import TracebackType
 
@@ -26,7 +27,7 @@ from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.remoting.calls import Deps
 from rmq_spark.broker.remoting.endpoint import RemotingEndpoint, remoting_bind
 from rmq_spark.broker.replication.config_sync import SyncTables
-from rmq_spark.broker.replication.node import Replication
+from rmq_spark.broker.replication.node import Replication, ha_bind
 from rmq_spark.broker.security.tls import TlsFiles
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.clock import Clock
@@ -35,6 +36,8 @@ from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.message_store import MessageStore
 
 __all__ = ["OpenBroker", "open_broker", "open_remoting", "open_store"]
+
+_log = logging.getLogger("rmq_spark.broker")
 
 
 def open_store(store_config: StoreConfig, clock: Clock) -> MessageStore:
@@ -151,4 +154,22 @@ def open_remoting(
     deps = Deps(broker.service, broker.store, config, broker.consume)
     endpoint = RemotingEndpoint(deps, tls, *where).start()
     broker.fronts.callback(endpoint.stop)
+    if ha_bind(config, grpc_port) is not None and endpoint.port > 2:
+        _open_vip_channel(broker, deps, tls, where[0], endpoint.port - 2)
     return endpoint
+
+
+def _open_vip_channel(
+    broker: OpenBroker, deps: Deps, tls: TlsFiles | None, host: str, port: int
+) -> None:
+    """A master with an HA port also serves remoting on RocketMQ's VIP channel, the remoting
+    port - 2: a RocketMQ slave's config sync (``SlaveSynchronize``: topics, offsets, groups)
+    calls its master there (``MixAll.brokerVIPChannel``). Same handlers and auth; a port
+    that cannot be bound is logged and skipped."""
+    try:
+        vip = RemotingEndpoint(deps, tls, host, port, False).start()
+    except (BrokerError, OSError) as err:
+        _log.warning("broker: no remoting on the VIP channel %s:%d (RocketMQ slaves sync their "
+                     "tables there): %s", host, port, err)  # fmt: skip
+        return
+    broker.fronts.callback(vip.stop)

@@ -11,7 +11,8 @@ A fact is one tuple per put call, never one object per record of a batch:
 * ``SingleFact``: ``(physical_offset, size, topic, queue_id, queue_offset, sys_flag, tags,
   properties, store_timestamp_ms, uniq_key)`` of one record;
 * ``BatchFact``: the same fields as columns (ascending physical offsets), one store
-  timestamp; ``tags`` ``None``: read TAGS from ``properties``; ``properties`` ``None``:
+  timestamp (or a column of them: a slave's replicated records); ``tags`` ``None``: read
+  TAGS from ``properties``; ``properties`` ``None``:
   every record's properties are only its TAGS and the ``uniq_key`` (``cq_rule.unit_tags_code``;
   the IndexFile reads that key, ``index_dispatch.py``); with ``properties``, the IndexFile
   reads UNIQ_KEY and KEYS there and ``uniq_key`` may be ``None``.
@@ -43,7 +44,7 @@ BatchFact = tuple[
     Sequence[int],
     Sequence[str | None] | None,
     Sequence[str | None] | None,
-    int,
+    int | Sequence[int],
     Sequence[str | None] | None,
 ]
 Fact = SingleFact | BatchFact
@@ -149,8 +150,12 @@ def _split(fact: BatchFact, cut: int) -> tuple[BatchFact, BatchFact]:
         return None if column is None else column[low:high]
 
     ts, keys = fact[8], fact[9]
-    head = (*(part(c, 0, cut) for c in fact[:8]), ts, part(keys, 0, cut))
-    tail = (*(part(c, cut, None) for c in fact[:8]), ts, part(keys, cut, None))
+    if type(ts) is int:  # one store timestamp for the batch
+        head = (*(part(c, 0, cut) for c in fact[:8]), ts, part(keys, 0, cut))
+        tail = (*(part(c, cut, None) for c in fact[:8]), ts, part(keys, cut, None))
+    else:  # a replica's batch: one per record
+        head = (*(part(c, 0, cut) for c in fact[:9]), part(keys, 0, cut))
+        tail = (*(part(c, cut, None) for c in fact[:9]), part(keys, cut, None))
     return cast("BatchFact", head), cast("BatchFact", tail)
 
 

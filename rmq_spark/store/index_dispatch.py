@@ -24,6 +24,7 @@ from rmq_spark.store.properties import KEYS, UNIQ_KEY, parse_properties
 __all__ = ["IndexDispatch"]
 
 _log = logging.getLogger(__name__)
+_KEYS_MARK = KEYS + "\x01"
 
 
 class IndexDispatch:
@@ -109,12 +110,38 @@ class IndexDispatch:
             offsets += columns
             stamps += [stamp] * n if type(stamp) is int else cast("Sequence[int]", stamp)
             return
+        if props is not None and self._keyed_column(hashes, offsets, stamps, fact):
+            return
         for i in range(n):
             self.add_record(
                 hashes, offsets, stamps, columns[i], topics[i], sys_flags[i],
                 None if props is None else props[i], None if uniqs is None else uniqs[i],
                 stamp if type(stamp) is int else cast("Sequence[int]", stamp)[i],
             )  # fmt: skip
+
+    def _keyed_column(
+        self, hashes: list[int], offsets: list[int], stamps: list[int], fact: BatchFact
+    ) -> bool:
+        """A batch with properties (a slave's replicated records) whose records all have one
+        topic, are all indexed, past the index's end and have a UNIQ_KEY and no KEYS (their
+        properties do not even contain ``KEYS``'s name): its keys hashed as one column.
+        ``False`` (nothing added): ``add_record`` takes each record."""
+        columns, topics, sys_flags, props, stamp = fact[0], fact[2], fact[5], fact[7], fact[8]
+        n = len(columns)
+        if columns[0] <= self._through or topics.count(topics[0]) != n:
+            return False
+        if not all(map(indexed, sys_flags)):
+            return False
+        texts = cast("Sequence[str]", props)
+        if _KEYS_MARK in "".join(texts):  # some record may have KEYS: add_record's
+            return False
+        uniqs = [parse_properties(text).get(UNIQ_KEY) for text in texts]
+        if None in uniqs:
+            return False
+        hashes += self._hashes.of(topics[0] + "#", cast("list[str]", uniqs))
+        offsets += columns
+        stamps += [stamp] * n if type(stamp) is int else cast("Sequence[int]", stamp)
+        return True
 
     def add_record(
         self,

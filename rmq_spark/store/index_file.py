@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
+from itertools import groupby
 
 from rmq_spark.store.hashing import java_string_hash
 from rmq_spark.store.layout import TRANSACTION_MASK, TRANSACTION_ROLLBACK_TYPE
@@ -101,6 +102,10 @@ class KeyHashes:
                 fast = self._same_head(prefix + heads_column[0], [key[-4:] for key in keys])
                 if fast is not None:
                     return fast
+            else:  # several batches' keys (a slave's replicated run): a head per batch
+                fast = self._runs_of_heads(prefix, keys, heads_column)
+                if fast is not None:
+                    return fast
         out = []
         for key in keys:
             text = prefix + key
@@ -127,6 +132,24 @@ class KeyHashes:
         if h is None:
             h = self._heads[head] = java_string_hash(head) & _MASK
         return list(map(_positive, [(h * m + t) & _MASK for t, m in pairs]))
+
+    def _runs_of_heads(
+        self, prefix: str, keys: Sequence[str], heads_column: list[str]
+    ) -> list[int] | None:
+        """``_same_head`` per run of keys sharing a head, when the runs are long (else, or
+        when a tail is not cached, ``None``)."""
+        runs = [(head, len(list(group))) for head, group in groupby(heads_column)]
+        if len(runs) * 16 > len(keys):
+            return None
+        out: list[int] = []
+        at = 0
+        for head, count in runs:
+            part = self._same_head(prefix + head, [key[-4:] for key in keys[at : at + count]])
+            if part is None:
+                return None
+            out += part
+            at += count
+        return out
 
 
 def _positive(h: int) -> int:

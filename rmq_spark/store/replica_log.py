@@ -22,6 +22,8 @@ from rmq_spark.errors import CorruptRecordError, StoreError
 from rmq_spark.store.appender import Appender
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.layout import (
+    MESSAGE_MAGIC_CODE_V1,
+    MESSAGE_MAGIC_CODE_V2,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_MASK,
     TRANSACTION_NOT_TYPE,
@@ -33,8 +35,14 @@ from rmq_spark.store.record_decode import (
     NeedMoreData,
     decode_record,
 )
+from rmq_spark.store.record_layout import HEADER8, MIN_RECORD_SIZE_BYTES
+from rmq_spark.store.replica_batch import RecordColumns, check_run
 
 __all__ = ["ReplicaLog", "ReplicaRefusedError"]
+
+_COUNTED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)  # types that take a queue offset
+_MESSAGE_MAGICS = (MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2)
+_SPLIT_BYTES = 1 << 16
 
 
 class ReplicaRefusedError(StoreError):
@@ -54,7 +62,7 @@ class ReplicaLog:
         self._log = commitlog
         self._after_write = after_write
         self._size = commitlog.segment_size_bytes
-        self._pending = b""  # bytes of a record not received whole yet
+        self._pending: bytes | memoryview = b""  # bytes of a record not received whole yet
         self._skip = 0  # bytes of a segment's tail after its BLANK still to come
         self._next = 0  # the stream offset the next chunk must start at
         self._verify_until = 0  # below here the stream must equal the slave's own bytes
@@ -73,7 +81,7 @@ class ReplicaLog:
         self._next, self._verify_until = resume, end
         return resume
 
-    def feed(self, offset: int, data: bytes) -> int:
+    def feed(self, offset: int, data: bytes | memoryview) -> int:
         """Append the master's ``data`` found at ``offset``; returns the bytes written.
 
         Raises
@@ -101,8 +109,26 @@ class ReplicaLog:
             data = data[cut:]
         if not data:
             return 0
-        self._pending += data
-        return self._append_whole()
+        written = 0
+        rest = self._rest_of_pending(len(data))
+        if rest:  # the record split across transfers first, alone: the rest is not copied
+            self._pending += data[:rest]
+            written = self._append_whole()
+            data = memoryview(data)[rest:]
+        self._pending = self._pending + data if self._pending else data
+        return written + self._append_whole()
+
+    def _rest_of_pending(self, coming: int) -> int:
+        """How many of ``coming`` bytes complete the message record begun in ``_pending``
+        when they are many more than that (0: append them all behind it)."""
+        pending = self._pending
+        if len(pending) < 8 or coming < _SPLIT_BYTES:
+            return 0
+        total, magic = HEADER8.unpack_from(pending)
+        if magic not in _MESSAGE_MAGICS or total < MIN_RECORD_SIZE_BYTES:
+            return 0  # the decoder says what it is
+        rest = total - len(pending)
+        return rest if 0 < rest < coming else 0
 
     def _verify(self, offset: int, data: bytes) -> bytes:
         """Compare the part of ``data`` below ``_verify_until`` with the slave's bytes."""
@@ -123,14 +149,18 @@ class ReplicaLog:
         return data[mine_end - offset :]
 
     def _append_whole(self) -> int:
-        """Write the whole records (and a BLANK) at the front of ``_pending``."""
+        """Write the whole records (and a BLANK) at the front of ``_pending``: runs of records
+        checked together (``replica_batch``), the decoder deciding wherever a run stops."""
         buf, base = self._pending, self._log.max_offset
         name, start = segment_name(base - base % self._size), base % self._size
-        records: list[DecodedRecord] = []
+        records = RecordColumns()
         used, blank = 0, None
         while used < len(buf):
+            used = check_run(buf, used, base, records)
+            if used >= len(buf):
+                break
             try:
-                outcome = decode_record(buf, used, path=name, reported_position=base + used)
+                outcome = decode_record(buf, used, path=name, with_body=False)
             except CorruptRecordError as err:
                 raise ReplicaRefusedError(
                     f"corrupt record in the master's stream: file {name}, position "
@@ -148,56 +178,71 @@ class ReplicaLog:
                     f"bad record in the master's stream: file {name}, position {start + used}: "
                     f"not a record written at offset {base + used}"
                 )
-            records.append(outcome)
-            used = outcome.next_position - base
-        self._write(buf[:used], records, blank is not None)
+            _add_decoded(records, outcome)
+            used = outcome.next_position
+        self._write(memoryview(buf)[:used], base, records, blank is not None)
         if blank is not None:
             rest = len(buf) - used
             self._skip = max(0, blank - rest)
             used = len(buf)
-        self._pending = buf[used:]
+        self._pending = bytes(buf[used:])
         if records or blank is not None:
             self._after_write()
         return used
 
-    def _write(self, data: bytes, records: list[DecodedRecord], blank: bool) -> None:
+    def _write(self, data: memoryview, base: int, records: RecordColumns, blank: bool) -> None:
         appender = self._appender
         with appender.lock:
             if appender.failure is not None or appender.closed:
                 raise ReplicaRefusedError("the store is closed or failed; not appending")
             if data:
                 segment = self._log.segment_for_append(len(data))
-                if segment.write_offset != records[0].position:
+                if segment.write_offset != base:
                     raise ReplicaRefusedError(
-                        f"record at offset {records[0].position} does not fit segment "
+                        f"record at offset {base} does not fit segment "
                         f"{segment_name(segment.base_offset)} as on the master (segment "
                         f"sizes differ?)"
                     )
                 segment.append(data)
-                self._account(records)
+                self._account(base, records)
             if blank:
                 segment = self._log.last
                 if segment is None:
                     raise ReplicaRefusedError("a BLANK record before any segment")
                 segment.append_blank()
 
-    def _account(self, records: list[DecodedRecord]) -> None:
-        """Lock held: queue offsets (as recovery), dispatch facts (as a put), last record."""
+    def _account(self, base: int, records: RecordColumns) -> None:
+        """Lock held: queue offsets (as recovery), dispatch facts (one batch, as a put's),
+        the last record."""
         appender = self._appender
         offsets = appender.queue_offsets
+        topics, queue_ids, sys_flags = records.topics, records.queue_ids, records.sys_flags
+        for topic, queue_id, queue_offset, sys_flag in zip(
+            topics, queue_ids, records.queue_offsets, sys_flags, strict=True
+        ):
+            if sys_flag & TRANSACTION_MASK in _COUNTED:
+                key = (topic, queue_id)
+                if queue_offset >= offsets.get(key, 0):
+                    offsets[key] = queue_offset + 1
+        physical = [base + position for position in records.positions]
         pending = appender.cq_pending
-        for decoded in records:
-            record = decoded.record
-            tx_type = record.sys_flag & TRANSACTION_MASK
-            key = (record.topic, record.queue_id)
-            if tx_type in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-                offsets[key] = max(offsets.get(key, 0), record.queue_offset + 1)
-            if pending is not None:
-                pending.add(
-                    (decoded.position, decoded.total_size, record.topic, record.queue_id,
-                     record.queue_offset, record.sys_flag, None, record.properties,
-                     record.store_timestamp_ms, None)
-                )  # fmt: skip
-        last = records[-1]
-        appender.last_record_offset = last.position
-        appender.last_store_ts = last.record.store_timestamp_ms
+        if pending is not None:
+            pending.add(
+                (physical, records.sizes, topics, queue_ids, records.queue_offsets, sys_flags,
+                 None, records.properties, records.store_timestamps, None)
+            )  # fmt: skip
+        appender.last_record_offset = physical[-1]
+        appender.last_store_ts = records.store_timestamps[-1]
+
+
+def _add_decoded(records: RecordColumns, decoded: DecodedRecord) -> None:
+    """One record the decoder passed, added to the run's columns."""
+    record = decoded.record
+    records.positions.append(decoded.position)
+    records.sizes.append(decoded.total_size)
+    records.topics.append(record.topic)
+    records.queue_ids.append(record.queue_id)
+    records.queue_offsets.append(record.queue_offset)
+    records.sys_flags.append(record.sys_flag)
+    records.properties.append(record.properties)
+    records.store_timestamps.append(record.store_timestamp_ms)

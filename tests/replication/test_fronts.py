@@ -10,11 +10,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from broker.broker_harness import BrokerProcess, wait_for
-from replication_harness import free_port
+from replication_harness import free_port, remoting_call
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.remoting.codec import RemotingCommand
-from rmq_spark.broker.remoting.codes import ResponseCode
+from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.broker.replication.wire import HEADER, REPORT
 from rmq_spark.store.properties import encode_properties
 
@@ -109,3 +109,34 @@ def test_the_ha_port_is_loopback_unless_allowed_auto_only_on_a_sync_master_witho
     assert ha_bind(BrokerConfig(ha_listen="127.0.0.1:9000"), 8081) == ("127.0.0.1", 9000, False)
     authed = BrokerConfig(role="SYNC_MASTER", auth_enabled=True, auth_users_file="users.toml")
     assert ha_bind(authed, 8081) is None
+
+
+def _port_pair() -> int:
+    """A free port P with P - 2 free too."""
+    for _ in range(200):
+        port = free_port()
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", port - 2))
+        except OSError:
+            continue
+        return port
+    raise AssertionError("no free port pair")
+
+
+def test_a_master_serves_remoting_on_rocketmqs_vip_channel_too(
+    brokers: Callable[..., BrokerProcess],
+) -> None:
+    """A RocketMQ slave syncs its master's tables on the VIP channel (remoting port - 2,
+    ``MixAll.brokerVIPChannel``): a master with an HA port answers there; a SLAVE does not
+    open one."""
+    port = _port_pair()
+    brokers("master", f"broker.remoting_listen=127.0.0.1:{port}", "broker.role=SYNC_MASTER",
+            f"broker.ha_listen=127.0.0.1:{free_port()}")  # fmt: skip
+    answer = remoting_call(port - 2, RequestCode.GET_ALL_TOPIC_CONFIG)
+    assert answer.code == ResponseCode.SUCCESS and b"topicConfigTable" in answer.body
+    slave_port = _port_pair()
+    brokers("slave", f"broker.remoting_listen=127.0.0.1:{slave_port}", "broker.role=SLAVE",
+            f"broker.ha_master=127.0.0.1:{free_port()}")  # fmt: skip
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", slave_port - 2))  # nobody listens there

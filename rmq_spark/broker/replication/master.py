@@ -28,6 +28,7 @@ from rmq_spark.store.message_store import MessageStore
 __all__ = ["HaServer"]
 
 log = logging.getLogger("rmq_spark.broker.replication")
+_WRITE_BYTES = 4 << 20  # transfers queued before one drain (a slave far behind)
 
 
 @dataclass(slots=True)
@@ -36,6 +37,8 @@ class _Slave:
     start: int
     sent: int
     report: int
+    writer: asyncio.StreamWriter
+    heard: float = field(default_factory=time.monotonic)  # the last report
     wake: asyncio.Event = field(default_factory=asyncio.Event)  # a send started waiting
 
 
@@ -59,11 +62,22 @@ class HaServer:
         acks.on_wait = self._wake_transfers
 
     def _wake_transfers(self) -> None:
-        """From any thread: a send waits, every transfer loop looks for its bytes now."""
+        """From any thread: a send waits; its bytes go out from the loop's next callback."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
-            for slave in list(self.slaves):
-                loop.call_soon_threadsafe(slave.wake.set)
+            loop.call_soon_threadsafe(self._push)
+
+    def _push(self) -> None:
+        """On the loop: queue each slave's confirmed bytes now (a waiting send's), unless a
+        catch-up fills its socket (its transfer loop paces that one), and wake its loop."""
+        end, size = self._store.confirmed_offset, self._store.commitlog.segment_size_bytes
+        for slave in self.slaves:
+            transport = slave.writer.transport
+            sent = slave.sent
+            if sent < end and not transport.is_closing():
+                if transport.get_write_buffer_size() < _WRITE_BYTES:
+                    slave.sent = self._write_transfers(slave.writer, sent, end, size)
+            slave.wake.set()
 
     @property
     def address(self) -> str:
@@ -124,7 +138,9 @@ class HaServer:
                 writer.write(HEADER.pack(store.max_offset, 0))
                 await writer.drain()
                 return
-            slave = _Slave(peer, start, start, offset)
+            slave = _Slave(peer, start, start, offset, writer)
+            # One queued run of transfers may wait while the next is read from the log.
+            writer.transport.set_write_buffer_limits(high=2 * _WRITE_BYTES)
             log.info("replication: slave %s connected, transfer from offset %d", peer, start)
             self.acks.connected()
             self.slaves.append(slave)
@@ -146,10 +162,24 @@ class HaServer:
     async def _read_reports(self, reader: asyncio.StreamReader, slave: _Slave) -> None:
         acks = self.acks
         while True:
-            (offset,) = REPORT.unpack(await asyncio.wait_for(reader.readexactly(8), HOUSEKEEPING_S))
-            slave.report = offset
+            (offset,) = REPORT.unpack(await reader.readexactly(8))  # silence: ``_transfer``
+            slave.report, slave.heard = offset, time.monotonic()
             if offset > slave.start:
                 acks.report(min(offset, slave.sent))
+
+    def _write_transfers(self, writer: asyncio.StreamWriter, sent: int, end: int, size: int) -> int:
+        """Queue transfers from ``sent`` (each at most the batch size, never across a segment
+        file) up to ``_WRITE_BYTES`` or ``end``; where they end. A slave far behind gets
+        them back to back, one drain for many."""
+        read, batch = self._store.commitlog.read, self._batch
+        stop = min(end, sent + max(batch, _WRITE_BYTES))
+        while sent < stop:
+            data = read(sent, min(batch, stop - sent, size - sent % size))
+            if not data:
+                break
+            writer.writelines((HEADER.pack(sent, len(data)), data))
+            sent += len(data)
+        return sent
 
     async def _transfer(
         self, writer: asyncio.StreamWriter, slave: _Slave, reading: asyncio.Task[None]
@@ -162,13 +192,12 @@ class HaServer:
             end = store.confirmed_offset
             sent = slave.sent
             if sent < end:
-                count = min(self._batch, end - sent, size - sent % size)
-                data = store.commitlog.read(sent, count)
-                writer.write(HEADER.pack(sent, len(data)) + data)
+                slave.sent = self._write_transfers(writer, sent, end, size)
                 await writer.drain()
-                slave.sent = sent + len(data)
                 last_write = time.monotonic()
                 continue
+            if time.monotonic() - slave.heard > HOUSEKEEPING_S:
+                raise ConnectionError("no report from the slave for 20 s")
             if time.monotonic() - last_write > HEARTBEAT_INTERVAL_S:
                 writer.write(HEADER.pack(sent, 0))
                 await writer.drain()

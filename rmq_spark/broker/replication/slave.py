@@ -13,6 +13,7 @@ Does not own: the append rules (``store/replica_log.py``), the wire format (``wi
 from __future__ import annotations
 
 import logging
+import select
 import socket
 import threading
 import time
@@ -34,6 +35,8 @@ __all__ = ["HaClient"]
 
 log = logging.getLogger("rmq_spark.broker.replication")
 _RECV_BYTES = 4 * 1024 * 1024  # RocketMQ's slave read buffer
+_BATCH_BYTES = 8 * 1024 * 1024  # received bytes applied as one run at most (about)
+_WAIT_MS = 500  # a wait for bytes; the stop flag and the silence check run in between
 _STATE_INTERVAL_S = 1.0  # how often config/replication.json is rewritten while replicating
 
 
@@ -97,25 +100,20 @@ class HaClient:
         sock.sendall(REPORT.pack(resume))
         log.info("replication: connected to %s:%d, resuming at offset %d",
                  *self._master, resume)  # fmt: skip
-        sock.settimeout(0.5)
+        link = _Link(sock)
         buffer = bytearray()
         reported, last_report = resume, time.monotonic()
         last_read = time.monotonic()
         while not self._stop.is_set():
-            try:
-                chunk = sock.recv(_RECV_BYTES)
-                if not chunk:
-                    raise ConnectionError("the master closed the connection")
-                buffer += chunk
+            if link.receive(buffer):
                 last_read = time.monotonic()
-            except TimeoutError:
-                if time.monotonic() - last_read > HOUSEKEEPING_S:
-                    raise ConnectionError("nothing from the master for 20 s") from None
+            elif time.monotonic() - last_read > HOUSEKEEPING_S:
+                raise ConnectionError("nothing from the master for 20 s")
             self._apply(buffer)
             confirmed = store.confirmed_offset
             now = time.monotonic()
             if confirmed > reported or now - last_report > HEARTBEAT_INTERVAL_S:
-                sock.sendall(REPORT.pack(confirmed))
+                link.send(REPORT.pack(confirmed))
                 reported, last_report = confirmed, now
             if now - self._noted > _STATE_INTERVAL_S:
                 self._note_state(now)
@@ -130,22 +128,85 @@ class HaClient:
             log.warning("replication: cannot write the slave's state file: %s", err)
 
     def _apply(self, buffer: bytearray) -> None:
-        """Apply every whole transfer at the front of ``buffer`` (and remove it)."""
+        """Apply every whole transfer at the front of ``buffer`` (and remove it). Transfers
+        that continue one another inside one segment file are applied as one run: the store
+        checks and writes their records in bulk."""
         replica = self._replica
+        size = self._store.commitlog.segment_size_bytes
         used = 0
-        while len(buffer) - used >= HEADER.size:
-            offset, size = HEADER.unpack_from(buffer, used)
-            if size < 0 or len(buffer) - used - HEADER.size < size:
-                break
-            start = used + HEADER.size
-            used = start + size
-            if size == 0:  # a heartbeat: where the master's transfer stands
-                if offset < replica.next_offset:
-                    raise ReplicaRefusedError(
-                        f"the master's log ends at offset {offset}, before this slave's "
-                        f"{replica.next_offset}: the logs diverge; refusing to merge"
-                    )
-                continue
-            replica.feed(offset, bytes(buffer[start:used]))
-            self.master_offset = max(self.master_offset, offset + size)
+        run: list[memoryview] = []
+        run_start = run_end = -1
+        with memoryview(buffer) as view:
+            while len(buffer) - used >= HEADER.size:
+                offset, length = HEADER.unpack_from(buffer, used)
+                if length < 0 or len(buffer) - used - HEADER.size < length:
+                    break
+                start = used + HEADER.size
+                used = start + length
+                if run and (offset != run_end or offset // size != run_start // size):
+                    self._feed(run_start, run)
+                    run = []
+                if length == 0:  # a heartbeat: where the master's transfer stands
+                    if offset < replica.next_offset:
+                        raise ReplicaRefusedError(
+                            f"the master's log ends at offset {offset}, before this slave's "
+                            f"{replica.next_offset}: the logs diverge; refusing to merge"
+                        )
+                    continue
+                if not run:
+                    run_start = offset
+                run.append(view[start:used])
+                run_end = offset + length
+            if run:
+                self._feed(run_start, run)
+            run = []
         del buffer[:used]
+
+    def _feed(self, offset: int, pieces: list[memoryview]) -> None:
+        data = b"".join(pieces)
+        self._replica.feed(offset, data)
+        self.master_offset = max(self.master_offset, offset + len(data))
+
+
+class _Link:
+    """The slave's socket, non-blocking: wait for bytes (``poll``), then take whatever else
+    has arrived (up to ``_BATCH_BYTES``) into one reused buffer, so that a catch-up is
+    applied in large runs and a live stream's small transfer costs no large allocation."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # reports go out at once
+        self._sock = sock
+        self._poll = select.poll()
+        self._poll.register(sock, select.POLLIN)
+        self._scratch = bytearray(_RECV_BYTES)
+        self._view = memoryview(self._scratch)
+
+    def receive(self, buffer: bytearray) -> bool:
+        """Append what arrives within ``_WAIT_MS`` to ``buffer``; ``False``: nothing did."""
+        if not self._poll.poll(_WAIT_MS):
+            return False
+        sock, view = self._sock, self._view
+        got = False
+        while len(buffer) < _BATCH_BYTES:
+            try:
+                count = sock.recv_into(view)
+            except (BlockingIOError, InterruptedError):
+                break
+            if not count:
+                if got:
+                    break  # closed: the next call says so
+                raise ConnectionError("the master closed the connection")
+            buffer += view[:count]
+            got = True
+        return got
+
+    def send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                view = view[self._sock.send(view) :]
+            except (BlockingIOError, InterruptedError):
+                ready = select.select([], [self._sock], [], HOUSEKEEPING_S)[1]
+                if not ready:
+                    raise ConnectionError("the master reads no reports for 20 s") from None
