@@ -7,10 +7,7 @@
   address as a default 5.x slave does, from the name server's register answer
   (``haServerAddr``, which our master registers);
 * an rmq-spark slave of a RocketMQ master: the same bytes, the master's topics copied by the
-  config sync, and its records served to a remoting pull;
-* (expected to fail, strict) a RocketMQ 4.9.8 push consumer reading our master's messages
-  from the RocketMQ slave once our master is gone: the slave copies our topics over our VIP
-  channel (remoting port - 2), but the name server then has no route for the topic.
+  config sync, and its records served to a remoting pull.
 
 Every JVM starts inside the machine-wide bench lock (the client JVM holds it for the first
 test; the second takes it for its peer)."""
@@ -175,85 +172,3 @@ def test_our_slave_copies_a_rocketmq_master(tmp_path: Path, rocketmq: ModuleType
             wait_for(pulled, 30, "a pull from our slave (the topic synced from the master)")
         finally:
             assert slave.stop() == 0
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the RocketMQ slave now copies our topics (VIP channel), but once our master is "
-    "killed the name server answers 'No topic route info' for the topic and the 4.9.8 consumer "
-    "never pulls from the slave; not investigated further",
-)
-def test_a_consumer_reads_our_masters_messages_from_a_rocketmq_slave(
-    tmp_path: Path, rocketmq: ModuleType
-) -> None:
-    """Our master's messages, replicated to a RocketMQ 5.3.3 slave, are consumed from that
-    slave by a RocketMQ 4.9.8 push consumer once our master is gone (the client reads from a
-    slave when the master is not in the route, as in a RocketMQ pair)."""
-    _imports()
-    from java4 import compile_check
-    from java_driver import Driver
-    from namesrv_harness import start_namesrv
-    from rocketmq_peer import RocketMQBroker
-
-    classes = compile_check("ConsumeDriver", tmp_path / "classes")
-    (tmp_path / "home").mkdir()
-    with bench_lock():
-        namesrv = start_namesrv(tmp_path / "namesrv")
-    try:
-        driver = Driver(classes, namesrv.addr, tmp_path / "home")  # holds the bench lock
-    except BaseException:
-        namesrv.stop()
-        raise
-    ha = free_port()
-    master = start_broker(
-        tmp_path / "master", tmp_path / "work", f"store.segment_size_bytes={SEGMENT}",
-        f"broker.ha_listen=127.0.0.1:{ha}", f"broker.namesrv_addr={namesrv.addr}",
-        "broker.broker_name=broker-a", "broker.cluster_name=DefaultCluster",
-        "broker.register_interval_ms=10000",
-    )  # fmt: skip
-    slave_store = tmp_path / "slave"
-    slave_store.mkdir()
-    peer = RocketMQBroker(
-        proxy=False, namesrv_addr=namesrv.addr, broker_name="broker-a", store_dir=slave_store,
-        broker_properties={"brokerRole": "SLAVE", "brokerId": 1,
-                           "mappedFileSizeCommitLog": SEGMENT},
-    )  # fmt: skip
-    try:
-        sent = send(rocketmq, master.address, 40)
-        with peer:
-            end = log_end(master.store_dir)
-            wait_for(lambda: same_prefix(master.store_dir, slave_store, end), 60,
-                     "the master's bytes on the RocketMQ slave")  # fmt: skip
-            topics = slave_store / "config" / "topics.json"
-            try:
-                wait_for(lambda: topics.exists() and '"orders"' in topics.read_text(), 90,
-                         "the RocketMQ slave's SlaveSynchronize to copy our topic")  # fmt: skip
-            except AssertionError as err:
-                raise AssertionError(f"{err}; the slave's log: {_sync_lines(peer)}") from None
-            # The name server keeps a topic's route from its master's registration only.
-            namesrv_port = int(namesrv.addr.rsplit(":", 1)[1])
-            wait_for(lambda: remoting_call(namesrv_port, 105, {"topic": "orders"}).code == 0,
-                     60, "our master to register the topic")  # fmt: skip
-            master.kill()
-            driver.do("push s1 gSlaveRead orders CLUSTERING plain")
-            wait_for(
-                lambda: set(sent) <= {r[4] for r in driver.received("s1") if r[0] == "orders"},
-                120, "the consumer to read every message from the RocketMQ slave",
-            )  # fmt: skip
-            driver.do("stop s1")
-    finally:
-        driver.stop()
-        if master.proc.poll() is None:
-            master.kill()
-        namesrv.stop()
-
-
-def _sync_lines(peer: object) -> list[str]:
-    """The RocketMQ broker's log lines about its master and its config sync."""
-    logs = getattr(peer, "workdir", None)
-    path = Path(logs) / "logs" / "rocketmqlogs" / "broker.log" if logs else None
-    if path is None or not path.exists():
-        return []
-    words = ("Sync", "sync", "masterAddr", "master", "Exception")
-    return [line for line in path.read_text(errors="replace").splitlines()
-            if any(word in line for word in words)][-30:]  # fmt: skip
