@@ -8,13 +8,15 @@ HOME pointed at a temp dir (it writes ``~/logs/rocketmq_python`` on import). The
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,21 @@ def wait_for(predicate: Callable[[], Any], deadline_s: float, what: str) -> Any:
         if time.monotonic() > end:
             raise AssertionError(f"timed out after {deadline_s} s waiting for {what}")
         time.sleep(0.02)
+
+
+BENCH_LOCK = "/tmp/bench.lock"
+
+
+@contextmanager
+def bench_lock() -> Iterator[None]:
+    """The machine-wide lock every JVM, Spark or benchmark run holds (``flock`` on the same
+    file); a JVM started inside it is started without ``flock``."""
+    with open(BENCH_LOCK, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 @dataclass

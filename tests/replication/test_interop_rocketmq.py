@@ -14,16 +14,13 @@ test; the second takes it for its peer)."""
 
 from __future__ import annotations
 
-import fcntl
 import shutil
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
 import pytest
-from broker.broker_harness import BrokerProcess, read_records, start_broker, wait_for
+from broker.broker_harness import BrokerProcess, bench_lock, read_records, start_broker, wait_for
 from replication_harness import free_port, remoting_call
 
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
@@ -37,23 +34,12 @@ pytestmark = [
 TESTS = Path(__file__).resolve().parents[1]
 PEERS = TESTS.parent / "bench" / "peers"
 SEGMENT = 1 << 20  # RocketMQ's mappedFileSizeCommitLog must equal ours
-LOCK = "/tmp/bench.lock"
 
 
 def _imports() -> None:
     for path in (TESTS / "remoting", PEERS):
         if str(path) not in sys.path:
             sys.path.insert(0, str(path))
-
-
-@contextmanager
-def bench_lock() -> Iterator[None]:
-    with open(LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def same_prefix(ours: Path, theirs: Path, end: int) -> bool:

@@ -3,15 +3,12 @@ EndTransaction calls, and what the store holds."""
 
 from __future__ import annotations
 
-import fcntl
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import grpc
-from broker_harness import props, read_records
+from broker_harness import bench_lock, props, read_records
 
 from rmq_spark.broker.proto import service_pb2 as spb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
@@ -19,19 +16,6 @@ from rmq_spark.store.message import MessageRecord
 
 HALF = "RMQ_SYS_TRANS_HALF_TOPIC"
 OP = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-BENCH_LOCK = "/tmp/bench.lock"
-
-
-@contextmanager
-def bench_lock() -> Iterator[None]:
-    """The machine-wide lock every JVM, Spark or benchmark run holds (``flock`` on the same
-    file); a JVM started inside it is started without ``flock``."""
-    with open(BENCH_LOCK, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def send_half(rocketmq: ModuleType, producer: Any, topic: str, body: bytes) -> tuple[Any, Any]:
@@ -81,7 +65,6 @@ def received_bodies(consumer: Any, rounds: int = 2) -> list[bytes]:
 
 
 __all__ = [
-    "BENCH_LOCK",
     "HALF",
     "OP",
     "bench_lock",
