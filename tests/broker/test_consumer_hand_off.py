@@ -72,3 +72,32 @@ def test_a_copy_the_store_refuses_keeps_its_message_and_the_offset_below_it(
         assert [c["RETRY_TOPIC"] for c in _copies(root)] == ["orders", "orders"]
         assert broker.consume.groups.committed_offset("billing", "orders", 0) == 1
         assert broker.consume.groups.positions()[("billing", "orders", 0)] == (1, 1)
+
+
+class _RoutesSeenAtPut:
+    """The store, noting at each put whether the topic table already routed its topic."""
+
+    def __init__(self, store: Any, topics: Any) -> None:
+        self._store, self._topics = store, topics
+        self.routed_at_put: list[bool] = []
+
+    def put(self, request: PutRequest) -> Any:
+        self.routed_at_put.append(self._topics.queue_count(request.topic) is not None)
+        return self._store.put(request)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+
+def test_a_copys_topic_is_routable_before_the_copy_is_stored(tmp_path: Path) -> None:
+    """As RocketMQ creates a retry or DLQ topic before its send-back's put: a consumer that
+    sees the copy (a dump, a pull) must be able to route ``%DLQ%<group>`` at once."""
+    clock, root = ManualClock(), tmp_path / "store"
+    with _broker(root, clock) as broker:
+        sent = broker.send("orders", b"m")
+        record = broker.store.read_decoded(sent.physical_offset)
+        copies = broker.consume.copies
+        seen = _RoutesSeenAtPut(broker.store, broker.service.topics)
+        copies._store = seen  # the one seam between the copy path and the store
+        assert copies.to_dlq("billing", record, dict(props(record.record)), 1)
+        assert seen.routed_at_put == [True]

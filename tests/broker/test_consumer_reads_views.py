@@ -62,6 +62,8 @@ def test_receive_filter_retry_and_offsets_read_queues_only_through_views(tmp_pat
         consumer.change_invisible_duration(got[0], 0)  # a nack: a retry copy, level 3
         assert consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=0) == []
         clock.advance(_LEVEL_3_MS)
+        store = broker.store  # the reviver reads the ConsumeQueue, dispatched behind puts
+        assert store.consume_queues.wait_dispatched(store.confirmed_offset, 30)
         broker.consume.reviver.revive_due()
         [again] = consumer.receive(invisible_ms=_INVISIBLE_MS, wait_ms=5_000)
         assert again.message_id == got[0].message_id and again.delivery_attempt == 2

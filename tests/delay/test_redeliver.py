@@ -135,6 +135,8 @@ def test_two_retries_of_one_message_are_both_delivered_by_the_broker(world: Dela
     redeliverer = world.redeliverer()
     world.clock.advance(2000)
     assert redeliverer.run_pass().discarded == 2
+    store = world.broker.store  # the reviver reads the ConsumeQueue, dispatched behind puts
+    assert store.consume_queues.wait_dispatched(store.confirmed_offset, 30)
     world.broker.consume.reviver.revive_due()
     assert bodies(world, "%RETRY%g") == [b"m", b"m"]
     redeliverer.close()

@@ -31,7 +31,7 @@ def dlq_topic(group: str) -> str:
 
 
 class CopyStore:
-    """Puts group copies into ``store``; ``add_topic`` registers a copy's topic once stored,
+    """Puts group copies into ``store``; ``add_topic`` registers a copy's topic before its put,
     ``settings`` give each group's retry limit (a copy's MAX_RECONSUME_TIMES)."""
 
     def __init__(
@@ -58,6 +58,8 @@ class CopyStore:
             return
         try:
             requests = [self._request(copy) for copy in copies]
+            for topic in {r.topic for r in requests}:  # routable before a copy is readable
+                self._add_topic(topic)
             results = self._store.put_batch(requests) if len(requests) > 1 else []
             if not any(result.status is _OK for result in results):
                 results = [self._store.put(request) for request in requests]
@@ -66,8 +68,6 @@ class CopyStore:
                 self._groups.settle(copy, False)
             raise
         stored = [result.status is _OK for result in results]
-        for topic in {r.topic for r, ok in zip(requests, stored, strict=True) if ok}:
-            self._add_topic(topic)
         for copy, ok in zip(copies, stored, strict=True):
             self._groups.settle(copy, ok)
 
@@ -100,8 +100,8 @@ class CopyStore:
         return group_copy_request(retry_topic(group), record, copy, reconsume, idempotent=False)
 
     def put(self, request: PutRequest) -> PutResult:
-        """Put a group copy (or a send-back's); its topic joins the topic table once stored."""
-        result = self._store.put(request)
-        if result.status is PutStatus.PUT_OK:
-            self._add_topic(request.topic)
-        return result
+        """Put a group copy (or a send-back's). Its topic joins the topic table first, as
+        RocketMQ creates a retry or DLQ topic before its send-back's put: a consumer that sees
+        the copy (a dump, a pull) can route its topic at once."""
+        self._add_topic(request.topic)
+        return self._store.put(request)
