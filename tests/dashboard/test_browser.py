@@ -94,15 +94,34 @@ def _wait_for(browser: object, css: str) -> list[object]:
     )
 
 
+def _replaced(page: object) -> object:
+    """A wait condition: ``page`` (an element) left the document. Chrome reports a node of a
+    page being replaced either as stale or as "Node with given id does not belong to the
+    document" (an unknown error, not ``StaleElementReferenceException``): both mean gone."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
+
+    def gone(_driver: object) -> bool:
+        try:
+            page.is_enabled()  # type: ignore[attr-defined]
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as err:
+            if "does not belong to the document" in str(err):
+                return True
+            raise
+        return False
+
+    return gone
+
+
 def _click_through(browser: object, element: object) -> None:
     """Click ``element`` and wait until the page it leads to replaced this one (bounded)."""
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = browser.find_element(By.TAG_NAME, "html")  # type: ignore[attr-defined]
     element.click()  # type: ignore[attr-defined]
-    WebDriverWait(browser, 60).until(expected_conditions.staleness_of(page))  # type: ignore[arg-type]
+    WebDriverWait(browser, 60).until(_replaced(page))  # type: ignore[arg-type]
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -163,7 +182,6 @@ def test_the_overview_window_picker_and_the_refresh_switch(
 ) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.remote.webdriver import WebDriver
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import Select, WebDriverWait
 
     assert isinstance(browser, WebDriver)
@@ -173,7 +191,7 @@ def test_the_overview_window_picker_and_the_refresh_switch(
     assert [m.get_attribute("content") for m in meta] == ["600"]
     page = browser.find_element(By.TAG_NAME, "html")
     Select(browser.find_element(By.NAME, "minutes")).select_by_value("60")  # submits itself
-    WebDriverWait(browser, 60).until(expected_conditions.staleness_of(page))
+    WebDriverWait(browser, 60).until(_replaced(page))
     assert "60 minute(s) from" in _wait_for(browser, "#window-text")[0].text
     _click_through(browser, browser.find_element(By.ID, "refresh-off"))
     _wait_for(browser, "#refresh-on")
