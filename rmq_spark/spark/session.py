@@ -62,6 +62,12 @@ LAUNCHER_SETTINGS = (
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+# On stop(), Spark matches a foreachBatch function's py4j error text (often a whole Java stack
+# trace) against a regex whose loop Java's engine runs by recursing once per character
+# (StreamExecution.PROXY_ERROR): on the JVM's default 1 MB thread stack about 8,000 characters
+# throw StackOverflowError there, and the stream thread dies without a recorded cause. 64 MB
+# covers about 500,000; a thread's stack is only reserved, not used, until it grows.
+DRIVER_THREAD_STACK = "-Xss64m"
 CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
@@ -99,10 +105,10 @@ def session_conf(config: SparkConfig, *, tables_dir: str | Path | None = None) -
         # are not there, the session started from Python still gets them this way.
         conf["spark.jars"] = ",".join(str(jar) for jar in jars)
     log4j = _log4j_file()
-    if log4j is not None:
-        option = f"-Dlog4j2.configurationFile=file:{log4j}"
-        conf["spark.driver.extraJavaOptions"] = option
-        conf["spark.executor.extraJavaOptions"] = option
+    logging_option = f"-Dlog4j2.configurationFile=file:{log4j}" if log4j is not None else ""
+    conf["spark.driver.extraJavaOptions"] = f"{DRIVER_THREAD_STACK} {logging_option}".strip()
+    if logging_option:
+        conf["spark.executor.extraJavaOptions"] = logging_option
     if config.warehouse_dir is not None:
         conf["spark.sql.warehouse.dir"] = str(config.warehouse_dir)
     conf.update(catalog_conf(config, tables_dir))
@@ -189,9 +195,9 @@ def _new_session(
     # SparkContext takes the Python of its workers (UDFs, the rocketmq source) from
     # PYSPARK_PYTHON, else `python3` on PATH, which may lack our dependencies.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    _start_jvm(_launcher_conf(config, extra_conf))
-    given = dict(SparkConf().getAll())  # what spark-submit, pyspark and spark-defaults set
     ours = session_conf(config, tables_dir=tables_dir)
+    _start_jvm(_launcher_conf(config, extra_conf), _launcher_part(ours))
+    given = dict(SparkConf().getAll())  # what spark-submit, pyspark and spark-defaults set
     ours["spark.master"] = config.master
     ours["spark.app.name"] = config.app_name
     conf = merged_conf(given, ours)
@@ -218,14 +224,19 @@ def _launcher_conf(config: SparkConfig, extra_conf: Mapping[str, str] | None) ->
     }
 
 
-def _start_jvm(launcher: Mapping[str, str]) -> None:
-    """Start the JVM with ``launcher`` (PYSPARK_SUBMIT_ARGS still wins: it comes after), or
-    join the one spark-submit / pyspark started, which must already have them."""
+def _launcher_part(conf: Mapping[str, str]) -> dict[str, str]:
+    return {key: value for key, value in conf.items() if key in LAUNCHER_SETTINGS}
+
+
+def _start_jvm(launcher: Mapping[str, str], project: Mapping[str, str]) -> None:
+    """Start the JVM with ``launcher`` over the ``project``'s own launcher settings
+    (PYSPARK_SUBMIT_ARGS still wins: it comes after), or join the one spark-submit / pyspark
+    started, which must already have ``launcher`` (the project's are then theirs to give)."""
     from pyspark import SparkConf, SparkContext
 
     if SparkContext._gateway is None and "PYSPARK_GATEWAY_PORT" not in os.environ:
         conf = SparkConf(loadDefaults=False)
-        for key, value in launcher.items():
+        for key, value in {**project, **launcher}.items():
             conf.set(key, value)
         SparkContext._ensure_initialized(conf=conf)
         return

@@ -79,9 +79,9 @@ def test_go_producer_and_push_consumer_through_the_name_server(
             )  # fmt: skip
         except AssertionError as err:  # what was committed, and what both sides said
             committed = read_consumer_offsets(broker.store_dir).get((TOPIC, GROUP))
-            raise AssertionError(
-                f"{err}; committed {committed}\nclient: {done.stderr[-3000:]}\n"
-                f"broker: {broker.log_text()[-3000:]}"
+            raise AssertionError(  # the verdict last: a long report may be cut at its head
+                f"client: {done.stderr[-3000:]}\nbroker: {broker.log_text()[-3000:]}\n"
+                f"{err}; committed {committed}"
             ) from None
     finally:
         assert broker.stop() == 0
