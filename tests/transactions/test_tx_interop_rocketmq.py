@@ -25,10 +25,15 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import grpc
 import pytest
-from broker_harness import REPO_ROOT, BrokerProcess, props, read_records
+from broker_harness import REPO_ROOT, BrokerProcess, props, read_records, wait_for
 from tx_helpers import HALF, bench_lock
 
+from rmq_spark.broker.grpc.grpc_client import client_metadata
+from rmq_spark.broker.proto import definition_pb2 as pb
+from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.transactions.ledger import transaction_rows
 
 PEERS = REPO_ROOT / "bench" / "peers"
@@ -59,6 +64,25 @@ def _retry_route(call: Callable[[], Any]) -> Any:
             time.sleep(1.0)
 
 
+def _wait_route(endpoint: str) -> None:
+    """Until RocketMQ at ``endpoint`` routes the topic: a producer started before that starts
+    without a route, so it never opens the stream a check-back comes down (the client logs the
+    failed route query and goes on)."""
+
+    host, port = endpoint.rsplit(":", 1)
+    endpoints = pb.Endpoints(scheme=pb.IPv4, addresses=[pb.Address(host=host, port=int(port))])
+
+    def queues() -> int:  # RocketMQ's proxy wants a client id and the endpoints asked
+        with grpc.insecure_channel(endpoint) as channel:
+            request = spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC), endpoints=endpoints)
+            stub = spb_grpc.MessagingServiceStub(channel)
+            metadata = client_metadata("tx-interop-route-probe")
+            reply = stub.QueryRoute(request, timeout=10, metadata=metadata)
+            return len(reply.message_queues)
+
+    wait_for(queues, WAIT_S, f"{endpoint} to route {TOPIC}")
+
+
 def _producer(rocketmq: ModuleType, endpoint: str, decide: Callable[[Any], int]) -> Any:
     config = rocketmq.ClientConfiguration(endpoint, rocketmq.Credentials(), request_timeout=10)
 
@@ -67,7 +91,7 @@ def _producer(rocketmq: ModuleType, endpoint: str, decide: Callable[[Any], int])
             return decide(message)
 
     producer = rocketmq.Producer(config, (TOPIC,), checker=Checker())
-    _retry_route(producer.startup)  # the name server may not route the topic yet
+    producer.startup()
     return producer
 
 
@@ -144,11 +168,19 @@ def test_transactions_cross_a_real_rocketmq_broker_both_ways(
         asked.append(bytes(message.body).decode())
         return COMMIT
 
-    properties = {"mappedFileSizeCommitLog": SEGMENT, "transactionCheckInterval": 5000}
+    # RocketMQ checks (and counts a check) every 5 s from its start, also while no producer
+    # is registered yet ("channel is null"); its default of 15 checks could run out before
+    # the checker's registration on a slow machine, and p1 would be discarded unasked.
+    properties = {
+        "mappedFileSizeCommitLog": SEGMENT,
+        "transactionCheckInterval": 5000,
+        "transactionCheckMax": 100,
+    }
     with bench_lock():
         with RocketMQBroker(
             store_dir=copy, heap="384m", namesrv_heap="128m", broker_properties=properties
         ) as peer:
+            _wait_route(peer.endpoint)
             checker = _producer(rocketmq, peer.endpoint, decide)
             try:
                 received = _receive_all(rocketmq, peer.endpoint, 3)
