@@ -26,7 +26,7 @@ SCRIPT = REPO / "bench" / "peers" / "remoting_bench.py"
 @pytest.mark.timeout(1800)  # it may wait for the bench lock first
 def test_remoting_bench_runs_every_case_on_both_systems() -> None:
     done = subprocess.run(
-        ["flock", "/tmp/bench.lock", sys.executable, str(SCRIPT), "--seconds", "1",
+        ["flock", "-o", "/tmp/bench.lock", sys.executable, str(SCRIPT), "--seconds", "1",
          "--warm-up-seconds", "1", "--e2e-seconds", "1", "--rate", "100", "--inflight", "16",
          "--batch", "4", "--batch-inflight", "2"],
         capture_output=True, text=True, timeout=1800, cwd=REPO, check=False,

@@ -4,6 +4,7 @@ line by line: one JVM for every scenario of a test module, under the machine-wid
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -26,20 +27,26 @@ class Driver:
         home: Path,
         main: str = "ConsumeDriver",
         lock: str | None = LOCK,  # None: the caller already holds the bench lock
+        start_timeout_s: float = 600,  # the bench lock may be another suite's for a while
     ) -> None:
         options = (f"-Duser.home={home}", "-Drocketmq.client.rebalance.waitInterval=1000")
-        command = [*(["flock", lock] if lock else []), *java_command("256m", class_path, *options)]
-        command += [main, namesrv]
+        # flock -o: the lock is flock's own, not inherited by the JVM, so a JVM left behind
+        # cannot hold it; the process group lets a failed start kill both
+        locked = ["flock", "-o", lock] if lock else []
+        command = [*locked, *java_command("256m", class_path, *options), main, namesrv]
         env = {"HOME": str(home), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            text=True, env=env, cwd=home,
+            text=True, env=env, cwd=home, start_new_session=True,
         )  # fmt: skip
         self.lines: list[str] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._read, daemon=True).start()
-        # the bench lock may be held by another suite's JVM for a while
-        self.wait(lambda lines: "READY" in lines, 600, "the JVM to start")
+        try:
+            self.wait(lambda lines: "READY" in lines, start_timeout_s, "the JVM to start")
+        except BaseException:
+            self.kill()
+            raise
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -96,5 +103,12 @@ class Driver:
             try:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
+                self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL flock and the JVM (one process group)."""
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)

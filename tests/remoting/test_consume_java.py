@@ -57,10 +57,14 @@ def world(
     broker, port = start_remoting_broker(
         root / "store", root / "work", TOPICS, f"broker.namesrv_addr={namesrv.addr}"
     )
-    class_path = compile_check("ConsumeDriver", root / "classes")
-    home = root / "home"
-    home.mkdir()
-    driver = Driver(class_path, namesrv.addr, home)
+    try:  # a driver that never starts (the bench lock busy) must not leave the broker running
+        class_path = compile_check("ConsumeDriver", root / "classes")
+        home = root / "home"
+        home.mkdir()
+        driver = Driver(class_path, namesrv.addr, home)
+    except BaseException:
+        broker.stop()
+        raise
     yield broker, port, driver
     driver.stop()
     assert broker.stop() == 0

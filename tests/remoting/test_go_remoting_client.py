@@ -36,7 +36,7 @@ def _build() -> Path:
     binary.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
     built = subprocess.run(
-        ["flock", LOCK, "go", "build", "-o", str(binary), "."],
+        ["flock", "-o", LOCK, "go", "build", "-o", str(binary), "."],
         cwd=PROGRAM, capture_output=True, text=True, timeout=1200, env=env, check=False,
     )  # fmt: skip
     assert built.returncode == 0, built.stderr[-3000:]
@@ -55,7 +55,7 @@ def test_go_producer_and_push_consumer_through_the_name_server(
     try:
         wait_for(lambda: "registered broker" in broker.log_text(), 60, "registration")
         done = subprocess.run(
-            ["flock", LOCK, str(binary), namesrv.addr, TOPIC, GROUP, str(COUNT)],
+            ["flock", "-o", LOCK, str(binary), namesrv.addr, TOPIC, GROUP, str(COUNT)],
             capture_output=True, text=True, timeout=1200, check=False,
             env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
         )  # fmt: skip

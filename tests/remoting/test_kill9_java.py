@@ -52,14 +52,17 @@ def world(namesrv: Namesrv, tmp_path: Path) -> Iterator[tuple[list[BrokerProcess
         f"broker.topics={TOPIC}:{QUEUES}",
     )
     brokers = [start_broker(tmp_path / "store", tmp_path / "work", *settings)]
-    driver = Driver(
-        compile_check("CrashDriver", tmp_path / "classes"), namesrv.addr, tmp_path, "CrashDriver"
-    )
-    yield brokers, driver  # the test appends the restarted broker
-    driver.stop()
-    for broker in brokers:
-        if broker.proc.poll() is None:
-            broker.kill()
+    driver = None
+    try:
+        classes = compile_check("CrashDriver", tmp_path / "classes")
+        driver = Driver(classes, namesrv.addr, tmp_path, "CrashDriver")
+        yield brokers, driver  # the test appends the restarted broker
+    finally:
+        if driver is not None:
+            driver.stop()
+        for broker in brokers:
+            if broker.proc.poll() is None:
+                broker.kill()
 
 
 def test_kill9_loses_no_acknowledged_send_and_offsets_resume(world, tmp_path: Path) -> None:

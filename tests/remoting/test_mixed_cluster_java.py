@@ -45,13 +45,14 @@ def cluster(namesrv: Namesrv, tmp_path: Path) -> Iterator[tuple[BrokerProcess, o
     )  # fmt: skip
     home = tmp_path / "home"
     home.mkdir()
-    driver = Driver(compile_check("ConsumeDriver", tmp_path / "classes"), namesrv.addr, home)
-    peer = RocketMQBroker(proxy=False, namesrv_addr=namesrv.addr, broker_name=THEIRS)
+    driver = None
     try:
-        with peer:
+        driver = Driver(compile_check("ConsumeDriver", tmp_path / "classes"), namesrv.addr, home)
+        with RocketMQBroker(proxy=False, namesrv_addr=namesrv.addr, broker_name=THEIRS) as peer:
             yield ours, peer, driver
     finally:
-        driver.stop()
+        if driver is not None:
+            driver.stop()
         assert ours.stop() == 0
 
 
