@@ -75,12 +75,12 @@ class HalfIndex:
             units = queues.units(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID, start, end - start)
             if not units:
                 break
-            for unit in units:
+            for at, unit in enumerate(units, start):
                 try:
-                    self.saw(key_of(self._tx.store.read(unit.physical_offset)), unit.queue_offset)
+                    self.saw(key_of(self._tx.store.read(unit.physical_offset)), at)
                 except StoreError:
                     continue  # deleted by retention meanwhile
-            start = units[-1].queue_offset + 1
+            start += len(units)
         self._read = max(self._read, start)
 
     def saw(self, key: TxKey, queue_offset: int) -> None:
