@@ -33,7 +33,9 @@ def txcheck_once(broker: BrokerProcess, *settings: str) -> subprocess.CompletedP
     )  # fmt: skip
 
 
-def txcheck_process(broker: BrokerProcess, log: Path, *args: str, settings: tuple[str, ...] = ()) -> Any:
+def txcheck_process(
+    broker: BrokerProcess, log: Path, *args: str, settings: tuple[str, ...] = ()
+) -> Any:
     handle = log.open("ab")
     return subprocess.Popen(
         txcheck_command(broker, *args, settings=settings),
