@@ -21,7 +21,7 @@ from rmq_spark.broker.transactions.service import TransactionService
 from rmq_spark.store.cq_files import CONSUME_QUEUE_DIR
 from rmq_spark.store.layout import RMQ_SYS_TRANS_HALF_TOPIC
 
-__all__ = ["FileHalves", "Halves", "HalfSource", "SparkHalves"]
+__all__ = ["FileHalves", "HalfSource", "Halves", "SparkHalves"]
 
 
 @dataclass
