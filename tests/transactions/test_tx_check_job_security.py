@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -90,3 +91,37 @@ def test_a_half_named_again_after_it_was_checked_is_already_done(
     twice = [(renewed.physical_offset, renewed.queue_offset)] * 2
     assert _outcomes(broker, twice) == [CHECKED, NOTHING]  # named twice in one request: once
     assert len(records_of(broker.store_dir, HALF)) == 3
+
+
+USERS = """
+[users.alice]
+secret_key = "alice-secret-1"
+policies = [
+    { resource = "Topic:*", actions = ["All"] },
+    { resource = "Group:*", actions = ["All"] },
+]
+
+[users.scheduler]
+secret_key = "scheduler-secret-1"
+policies = [{ resource = "Topic:*", actions = ["Redeliver"] }]
+"""
+
+
+def test_with_auth_on_no_user_grant_reaches_the_check(
+    tx_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    users = tmp_path / "users.toml"
+    users.write_text(USERS, encoding="utf-8")
+    users.chmod(0o600)
+    broker = tx_broker(JOB, "broker.auth_enabled=true", f"broker.auth_users_file={users}")
+    named = [(0, 0)]
+    now_ms = int(time.time() * 1000)
+    for user, secret in (("alice", "alice-secret-1"), ("scheduler", "scheduler-secret-1")):
+        metadata = client_metadata(user) + signature_metadata(user, secret, now_ms)
+        answer = check_rpc(broker.address, named, metadata)
+        assert (answer.status.code, answer.status.message) == (
+            pb.FORBIDDEN,
+            "TRANSACTION_CHECK_REFUSED",
+        )
+        assert not answer.results
+    assert _outcomes(broker, named) == [NOTHING]  # the store identity, auth on
