@@ -117,6 +117,7 @@ class CheckJobDesk:
     async def act(self, named: list[tuple[int, int]]) -> list[JobOutcome]:
         """One outcome per ``(physical offset, queue offset)`` named, in order."""
         async with self._lock:
+            await self._wait_dispatched(named)
             self._tx.refresh()
             index = self._index_now()
             index.catch_up()
@@ -144,6 +145,15 @@ class CheckJobDesk:
                     acted.add(key)
             await self._renew(renews, outcomes, index)
         return outcomes
+
+    async def _wait_dispatched(self, named: list[tuple[int, int]]) -> None:
+        """Until the half queue holds the named records that are stored (Spark reads the
+        CommitLog, so the job may see a half before its unit is there)."""
+        end = int(getattr(self._tx.store, "max_offset", 0))
+        stored = [physical_offset for physical_offset, _ in named if 0 <= physical_offset < end]
+        if stored:
+            queues = self._tx.store.consume_queues
+            await asyncio.to_thread(queues.wait_dispatched, max(stored) + 1, _DISPATCH_WAIT_S)
 
     def _index_now(self) -> HalfIndex:
         if self._index is None:  # every half below both checkers' progress was handled
