@@ -47,6 +47,7 @@ log = logging.getLogger("rmq_spark.broker")
 
 JOB_PROGRESS_FILE = Path("config") / "transactionCheckJob.json"
 _DISPATCH_WAIT_S = 10.0
+_PRUNE_MIN = 4096
 CHECK_REFUSED = "TRANSACTION_CHECK_REFUSED"  # the one answer a caller without the right gets
 CHECKED, DISCARDED, NOTHING_TO_DO, NOT_DUE = "CHECKED", "DISCARDED", "NOTHING_TO_DO", "NOT_DUE"
 
@@ -59,13 +60,15 @@ class JobOutcome:
 
 class HalfIndex:
     """The latest half-queue offset of each unresolved transaction, read incrementally from
-    ``start`` (below it nothing can be judged latest: such a half was handled already)."""
+    ``start`` (below it nothing can be judged latest: such a half was handled already).
+    Resolved transactions are dropped when the index has doubled since the last sweep."""
 
     def __init__(self, transactions: TransactionService, start: int) -> None:
         self._tx = transactions
         self.start = start
         self._read = start
         self._latest: dict[TxKey, int] = {}
+        self._prune_at = _PRUNE_MIN
 
     def catch_up(self) -> None:
         queues = self._tx.store.consume_queues
@@ -82,6 +85,10 @@ class HalfIndex:
                     continue  # deleted by retention meanwhile
             start += len(units)
         self._read = max(self._read, start)
+        if len(self._latest) >= self._prune_at:  # amortised: resolved ones are never named
+            for key in [k for k in self._latest if self._tx.is_resolved(k)]:
+                del self._latest[key]
+            self._prune_at = max(_PRUNE_MIN, 2 * len(self._latest))
 
     def saw(self, key: TxKey, queue_offset: int) -> None:
         self._latest[key] = max(queue_offset, self._latest.get(key, -1))
