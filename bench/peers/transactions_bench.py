@@ -8,7 +8,11 @@ One ``rmq-spark broker`` (SYNC flush, ``rmq_spark_broker.RmqSparkBroker``), raw 
 2. ``--orphans`` half messages sent (100 per request) and left unresolved; once they are older
    than the transaction timeout the broker's check asks the producer (a Telemetry stream that
    declared the topic), which commits each (EndTransaction SOURCE_SERVER_CHECK, 64 in flight):
-   the check-back's throughput is orphans / (last commit answered - first check received).
+   the check-back's throughput is orphans / (last commit answered - first check received);
+3. the same with the check run as a job: a second broker with
+   ``broker.transaction_check=job`` and ``rmq-spark txcheck --interval 1s`` beside it (the
+   job reads the half queue from the store files and has the broker act, 256 halves per
+   request), measured the same way (``--no-job`` leaves it out).
 
 Run: ``flock /tmp/bench.lock python bench/peers/transactions_bench.py``.
 """
@@ -18,10 +22,13 @@ from __future__ import annotations
 import argparse
 import queue
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -90,13 +97,15 @@ def _settings() -> Iterator[Any]:
     threading.Event().wait()  # keep the stream open until the channel closes
 
 
-def check_back(stub: Any, orphans: int) -> float:
+def check_back(stub: Any, orphans: int, after_send: Callable[[], None] | None = None) -> float:
     """Check-back throughput (transactions/s) for ``orphans`` unresolved halves."""
     for start in range(0, orphans, 100):
         batch = [_message(pb.TRANSACTION, b"orphan") for _ in range(min(100, orphans - start))]
         sent = stub.SendMessage(spb.SendMessageRequest(messages=batch), metadata=METADATA)
         assert sent.status.code == pb.OK, sent.status
     print(f"  {orphans} halves sent; waiting for the check", flush=True)
+    if after_send is not None:
+        after_send()
     done: set[str] = set()
     window = threading.Semaphore(64)
     lock = threading.Lock()
@@ -141,10 +150,37 @@ def check_back(stub: Any, orphans: int) -> float:
     return orphans / (last[0] - first[0])
 
 
+def job_check_back(settings: tuple[str, ...], orphans: int) -> float:
+    """``check_back`` with the check run by ``rmq-spark txcheck`` beside a broker."""
+    jobs: list[subprocess.Popen[bytes]] = []
+    with RmqSparkBroker(settings=(*settings, "broker.transaction_check=job")) as broker:
+        assert broker.workdir is not None
+        store, log = broker.workdir / "store", broker.workdir / "txcheck.log"
+
+        def start_job() -> None:
+            command = [sys.executable, "-m", "rmq_spark.cli.main", "txcheck", "--store",
+                       str(store), "--broker", broker.endpoint, "--interval", "1s"]  # fmt: skip
+            for setting in settings:
+                command += ["--set", setting]
+            with log.open("wb") as out:
+                jobs.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT))
+
+        channel = grpc.insecure_channel(broker.endpoint)
+        try:
+            return check_back(spb_grpc.MessagingServiceStub(channel), orphans, start_job)
+        finally:
+            channel.close()
+            for job in jobs:
+                job.terminate()
+                job.wait(60)
+            print(Path(log).read_text().strip().splitlines()[-1][:300], flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sends", type=int, default=2000)
     parser.add_argument("--orphans", type=int, default=10_000)
+    parser.add_argument("--no-job", action="store_true", help="leave out the txcheck job run")
     args = parser.parse_args()
     settings = (
         "store.flush_policy=SYNC",
@@ -160,11 +196,14 @@ def main() -> None:
         tx = latency(stub, args.sends, transactional=True)
         rate = check_back(stub, args.orphans)
         channel.close()
+    job_rate = None if args.no_job else job_check_back(settings, args.orphans)
     print(f"| workload ({args.sends} each, 100 B, SYNC) | calls/s | p50 ms | p99 ms |")
     print("|---|---|---|---|")
     print(f"| normal send | {normal[0]:,.0f} | {normal[1]:.2f} | {normal[2]:.2f} |")
     print(f"| transactional send + commit | {tx[0]:,.0f} | {tx[1]:.2f} | {tx[2]:.2f} |")
     print(f"check-back: {args.orphans} orphaned halves committed at {rate:,.0f} transactions/s")
+    if job_rate is not None:
+        print(f"check-back by the txcheck job: {job_rate:,.0f} transactions/s")
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ class BrokerConfig:
     transaction_timeout_ms: int = 6000  # a half this old without commit/rollback is checked
     transaction_check_interval_ms: int = 30_000  # how often pending halves are scanned
     transaction_check_max: int = 15  # checks of one half before it is discarded
+    transaction_check: str = "broker"  # who checks: broker (in process) or job (rmq-spark txcheck)
     auth_enabled: bool = False  # every RPC signed by a user of auth_users_file, ACL applies
     auth_users_file: str = ""  # TOML users and ACL policies (docs/BROKER.md); needed with auth
     auth_skew_ms: int = 900_000  # largest x-mq-date-time distance from the broker's clock
@@ -122,6 +123,10 @@ class BrokerConfig:
                 parse_topic_spec(spec, self.default_queue_count)
             except ValueError as err:
                 raise ValueError(f"topics: {err}") from None
+        if self.transaction_check not in ("broker", "job"):
+            raise ValueError(
+                f"transaction_check: must be broker or job, got {self.transaction_check!r}"
+            )
         if self.auth_enabled and not self.auth_users_file:
             raise ValueError("auth_users_file: must name the users file when auth_enabled")
         if self.auth_skew_ms < 1000:

@@ -31,6 +31,7 @@ _COMMAND_MODULES = (
     "rmq_spark.cli.schedule_command",
     "rmq_spark.cli.groups_command",
     "rmq_spark.cli.transactions_command",
+    "rmq_spark.cli.txcheck_command",
     "rmq_spark.cli.dashboard_command",
 )
 

@@ -55,8 +55,7 @@ def register(subparsers: Any) -> None:
             "half message's CommitLog offset, born time, how often the broker's check-back "
             "asked about it and its state (pending, committed, rolled_back, discarded), from "
             "the ConsumeQueue and CommitLog files, read-only (works while a broker runs). The "
-            "check-back itself runs inside the broker: it asks the producers over their "
-            "connections, which only the broker holds."
+            "check-back runs inside the broker, or as rmq-spark txcheck."
         ),
     )
     parser.add_argument("--store", metavar="DIR", type=local_path, required=True)

@@ -201,7 +201,7 @@ def _requests(group: Any, topic: Any) -> dict[str, Any]:
 
 _NO_GROUP = {"QueryRoute", "SendMessage", "QueryOffset", "EndTransaction", "RecallMessage"}
 _UNSERVED = {"PullMessage", "SyncLiteSubscription"}  # their answer: NOT_IMPLEMENTED
-_NO_TOPIC = {"Heartbeat", "NotifyClientTermination"}
+_NO_TOPIC = {"Heartbeat", "NotifyClientTermination", "CheckTransaction"}
 NAMESPACES = [("", ""), ("nsA", ""), ("", "nsA"), ("nsA", "nsA"), ("nsA", "nsB")]
 
 
@@ -210,7 +210,9 @@ def _store_requests(group: Any, topic: Any) -> dict[str, Any]:
     send_back = ssb.SendBackRequest(group=group)
     send_back.entries.add(topic=topic, receipt_handle="bogus", message_id="M1")
     redeliver = spb.SendMessageRequest(messages=[pb.Message(topic=topic)])
-    return {"SendBack": send_back, "Redeliver": redeliver}
+    check = ssb.CheckTransactionRequest()
+    check.entries.add(physical_offset=0, queue_offset=0)
+    return {"SendBack": send_back, "Redeliver": redeliver, "CheckTransaction": check}
 
 
 def test_every_rpc_of_both_services_has_a_resolver_and_rights() -> None:
@@ -232,7 +234,10 @@ def test_every_rpc_of_both_services_has_a_resolver_and_rights() -> None:
         assert needs_of(resolved) is not None, method
         topics = set() if method in _NO_TOPIC else {"nsB%tA"}
         assert {t.full for t in resolved.topics} == topics, method
-        named = method not in _NO_GROUP | {"Redeliver"} and request is not publishing
+        named = (
+            method not in _NO_GROUP | {"Redeliver", "CheckTransaction"}
+            and request is not publishing
+        )
         assert (resolved.group and resolved.group.full) == ("nsA%gA" if named else None), method
         rights.add(resolved.rights)
     assert rights == rights_names()

@@ -49,6 +49,7 @@ from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 from rmq_spark.broker.security.limits import InflightBytes
 from rmq_spark.broker.service import BrokerService
 from rmq_spark.broker.transactions.check import TransactionCheck
+from rmq_spark.broker.transactions.check_job import CheckJobDesk
 from rmq_spark.broker.transactions.grpc_end import end_transaction
 from rmq_spark.broker.transactions.streams import ProducerStreams
 
@@ -166,8 +167,16 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             cluster=cluster,
         )
         self._service = service
-        self._store_rpcs = StoreRpcs(service, executor, shutdown)
         producers = ProducerStreams()
+        check = TransactionCheck(
+            service.transactions, producers, service.config, service.clock, service.store_root
+        )
+        desk = None
+        if service.config.role != "SLAVE":  # its master checks; a slave refuses writes
+            desk = CheckJobDesk(
+                check, service.transactions, service.config, service.clock, service.store_root
+            )
+        self._store_rpcs = StoreRpcs(service, executor, shutdown, desk)
         self._telemetry = TelemetryRpc(
             shutdown=shutdown,
             max_body_size=min(service.max_message_size_bytes, 2**31 - 1),
@@ -175,17 +184,13 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
             consumers=consumers,
             producer_streams=producers,
         )
-        self._tx_check = self._start_tx_check(producers, shutdown)
+        self._tx_check = self._start_tx_check(check, shutdown)
 
-    def _start_tx_check(self, producers: ProducerStreams, shutdown: asyncio.Event) -> Any:
+    def _start_tx_check(self, check: TransactionCheck, shutdown: asyncio.Event) -> Any:
         """The check-back job (``transactions/check.py``), on the server's loop; none without
         a running loop (a servicer built outside the server)."""
-        service = self._service
-        if service.config.role == "SLAVE":  # its master checks; a slave refuses writes
+        if self._service.config.role == "SLAVE":  # its master checks; a slave refuses writes
             return None
-        check = TransactionCheck(
-            service.transactions, producers, service.config, service.clock, service.store_root
-        )
         try:
             return asyncio.get_running_loop().create_task(check.run(shutdown))
         except RuntimeError:
@@ -193,7 +198,11 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
 
     def store_service_handlers(self) -> dict[str, Any]:
         """``rmq_spark.v1.StoreService``'s handlers: lenient and guarded as ours are."""
-        rpcs = {"SendBack": self._store_rpcs.send_back, "Redeliver": self._store_rpcs.redeliver}
+        rpcs = {
+            "SendBack": self._store_rpcs.send_back,
+            "Redeliver": self._store_rpcs.redeliver,
+            "CheckTransaction": self._store_rpcs.check_transaction,
+        }
         handlers = {}
         for method in STORE_SERVICE.methods:
             request_cls = message_factory.GetMessageClass(method.input_type)

@@ -11,6 +11,9 @@ as any other send (the system topics refuse it).
 - Redeliver: the schedule job's ``SendMessageRequest`` of redelivery requests
   (``redelivery.ref_to_message``); ``BrokerService`` restores each named schedule record.
   Every refusal reads ``REDELIVERY_REFUSED``.
+- CheckTransaction: the txcheck job's due halves (``transactions/check_job.py`` acts on them);
+  the gate's refusal reads ``TRANSACTION_CHECK_REFUSED``; the store identity is told when
+  the broker checks itself (``broker.transaction_check = "broker"``).
 
 Does not own the rules (``send_back.py``, ``redelivery.py``) nor the registration
 (``grpc_api.add_servicer_to_server``).
@@ -22,7 +25,7 @@ import asyncio
 import logging
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.broker.consumer import send_back
 from rmq_spark.broker.grpc.grpc_client import client_metadata
@@ -39,6 +42,9 @@ from rmq_spark.broker.security.auth import (
 from rmq_spark.broker.security.resources import resolved_of
 from rmq_spark.broker.send_model import SendCode, SendOutcome
 from rmq_spark.broker.service import BrokerService
+
+if TYPE_CHECKING:
+    from rmq_spark.broker.transactions.check_job import CheckJobDesk
 
 __all__ = [
     "STORE_SERVICE",
@@ -83,10 +89,17 @@ def send_back_result(result: Any, message_id: str) -> Any:
 class StoreRpcs:
     """SendBack and Redeliver over one broker: ``BrokerService.send_back`` / ``redeliver``."""
 
-    def __init__(self, service: BrokerService, executor: Executor, shutdown: asyncio.Event) -> None:
+    def __init__(
+        self,
+        service: BrokerService,
+        executor: Executor,
+        shutdown: asyncio.Event,
+        tx_desk: CheckJobDesk | None = None,
+    ) -> None:
         self._service = service
         self._executor = executor
         self._shutdown = shutdown
+        self._tx_desk = tx_desk  # None: a slave (its master checks)
 
     def _stopping(self) -> Any | None:
         if not self._shutdown.is_set():
@@ -131,6 +144,32 @@ class StoreRpcs:
         # the redelivery journal is durable before the reply says OK
         await loop.run_in_executor(self._executor, self._service.sync_redeliveries)
         return _response(entries)
+
+    async def check_transaction(self, request: Any, context: Any) -> Any:
+        """The txcheck job's request (only the store identity gets here: ``store_gate.py``)."""
+        if self._shutdown.is_set():
+            return ssb.CheckTransactionResponse(
+                status=status(status_code(SendCode.SHUTTING_DOWN), "broker is shutting down")
+            )
+        desk = self._tx_desk
+        if desk is None or not desk.serving:
+            why = (
+                "this broker runs the transaction check itself (broker.transaction_check = "
+                "broker); set it to job to let rmq-spark txcheck check"
+                if desk is not None
+                else "a slave does not check transactions: its master does"
+            )
+            return ssb.CheckTransactionResponse(status=pb.Status(code=pb.FORBIDDEN, message=why))
+        named = [(entry.physical_offset, entry.queue_offset) for entry in request.entries]
+        outcomes = await desk.act(named)
+        response = ssb.CheckTransactionResponse(status=status(pb.OK))
+        for (physical_offset, _), outcome in zip(named, outcomes, strict=True):
+            response.results.add(
+                physical_offset=physical_offset,
+                outcome=ssb.CheckOutcome.Value(outcome.outcome),
+                asked=outcome.asked,
+            )
+        return response
 
 
 def _entry(outcome: SendOutcome) -> Any:

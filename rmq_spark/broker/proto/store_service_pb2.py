@@ -26,17 +26,27 @@ from . import definition_pb2 as definition__pb2
 from . import service_pb2 as service__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13store_service.proto\x12\x0crmq_spark.v1\x1a\x10\x64\x65\x66inition.proto\x1a\rservice.proto\"\x8f\x01\n\rSendBackEntry\x12+\n\x05topic\x18\x01 \x01(\x0b\x32\x1c.apache.rocketmq.v2.Resource\x12\x18\n\x0ereceipt_handle\x18\x02 \x01(\tH\x00\x12\x19\n\x0fphysical_offset\x18\x03 \x01(\x03H\x00\x12\x12\n\nmessage_id\x18\x04 \x01(\tB\x08\n\x06record\"l\n\x0fSendBackRequest\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.apache.rocketmq.v2.Resource\x12,\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1b.rmq_spark.v1.SendBackEntry2\xc0\x01\n\x0cStoreService\x12R\n\x08SendBack\x12\x1d.rmq_spark.v1.SendBackRequest\x1a\'.apache.rocketmq.v2.SendMessageResponse\x12\\\n\tRedeliver\x12&.apache.rocketmq.v2.SendMessageRequest\x1a\'.apache.rocketmq.v2.SendMessageResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13store_service.proto\x12\x0crmq_spark.v1\x1a\x10\x64\x65\x66inition.proto\x1a\rservice.proto\"\x8f\x01\n\rSendBackEntry\x12+\n\x05topic\x18\x01 \x01(\x0b\x32\x1c.apache.rocketmq.v2.Resource\x12\x18\n\x0ereceipt_handle\x18\x02 \x01(\tH\x00\x12\x19\n\x0fphysical_offset\x18\x03 \x01(\x03H\x00\x12\x12\n\nmessage_id\x18\x04 \x01(\tB\x08\n\x06record\"l\n\x0fSendBackRequest\x12+\n\x05group\x18\x01 \x01(\x0b\x32\x1c.apache.rocketmq.v2.Resource\x12,\n\x07\x65ntries\x18\x02 \x03(\x0b\x32\x1b.rmq_spark.v1.SendBackEntry\"F\n\x15\x43heckTransactionEntry\x12\x17\n\x0fphysical_offset\x18\x01 \x01(\x03\x12\x14\n\x0cqueue_offset\x18\x02 \x01(\x03\"O\n\x17\x43heckTransactionRequest\x12\x34\n\x07\x65ntries\x18\x01 \x03(\x0b\x32#.rmq_spark.v1.CheckTransactionEntry\"m\n\x16\x43heckTransactionResult\x12\x17\n\x0fphysical_offset\x18\x01 \x01(\x03\x12+\n\x07outcome\x18\x02 \x01(\x0e\x32\x1a.rmq_spark.v1.CheckOutcome\x12\r\n\x05\x61sked\x18\x03 \x01(\x05\"}\n\x18\x43heckTransactionResponse\x12*\n\x06status\x18\x01 \x01(\x0b\x32\x1a.apache.rocketmq.v2.Status\x12\x35\n\x07results\x18\x02 \x03(\x0b\x32$.rmq_spark.v1.CheckTransactionResult*i\n\x0c\x43heckOutcome\x12\x1d\n\x19\x43HECK_OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x43HECKED\x10\x01\x12\r\n\tDISCARDED\x10\x02\x12\x11\n\rNOTHING_TO_DO\x10\x03\x12\x0b\n\x07NOT_DUE\x10\x04\x32\xa3\x02\n\x0cStoreService\x12R\n\x08SendBack\x12\x1d.rmq_spark.v1.SendBackRequest\x1a\'.apache.rocketmq.v2.SendMessageResponse\x12\\\n\tRedeliver\x12&.apache.rocketmq.v2.SendMessageRequest\x1a\'.apache.rocketmq.v2.SendMessageResponse\x12\x61\n\x10\x43heckTransaction\x12%.rmq_spark.v1.CheckTransactionRequest\x1a&.rmq_spark.v1.CheckTransactionResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'store_service_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_CHECKOUTCOME']._serialized_start=717
+  _globals['_CHECKOUTCOME']._serialized_end=822
   _globals['_SENDBACKENTRY']._serialized_start=71
   _globals['_SENDBACKENTRY']._serialized_end=214
   _globals['_SENDBACKREQUEST']._serialized_start=216
   _globals['_SENDBACKREQUEST']._serialized_end=324
-  _globals['_STORESERVICE']._serialized_start=327
-  _globals['_STORESERVICE']._serialized_end=519
+  _globals['_CHECKTRANSACTIONENTRY']._serialized_start=326
+  _globals['_CHECKTRANSACTIONENTRY']._serialized_end=396
+  _globals['_CHECKTRANSACTIONREQUEST']._serialized_start=398
+  _globals['_CHECKTRANSACTIONREQUEST']._serialized_end=477
+  _globals['_CHECKTRANSACTIONRESULT']._serialized_start=479
+  _globals['_CHECKTRANSACTIONRESULT']._serialized_end=588
+  _globals['_CHECKTRANSACTIONRESPONSE']._serialized_start=590
+  _globals['_CHECKTRANSACTIONRESPONSE']._serialized_end=715
+  _globals['_STORESERVICE']._serialized_start=825
+  _globals['_STORESERVICE']._serialized_end=1116
 # @@protoc_insertion_point(module_scope)

@@ -45,6 +45,11 @@ class StoreServiceStub:
                 request_serializer=service__pb2.SendMessageRequest.SerializeToString,
                 response_deserializer=service__pb2.SendMessageResponse.FromString,
                 _registered_method=True)
+        self.CheckTransaction = channel.unary_unary(
+                '/rmq_spark.v1.StoreService/CheckTransaction',
+                request_serializer=store__service__pb2.CheckTransactionRequest.SerializeToString,
+                response_deserializer=store__service__pb2.CheckTransactionResponse.FromString,
+                _registered_method=True)
 
 
 class StoreServiceServicer:
@@ -66,6 +71,14 @@ class StoreServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CheckTransaction(self, request, context):
+        """The txcheck job's check of due half messages (the store's identity only; refused while
+        the broker runs the check itself, broker.transaction_check = "broker").
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_StoreServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -78,6 +91,11 @@ def add_StoreServiceServicer_to_server(servicer, server):
                     servicer.Redeliver,
                     request_deserializer=service__pb2.SendMessageRequest.FromString,
                     response_serializer=service__pb2.SendMessageResponse.SerializeToString,
+            ),
+            'CheckTransaction': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckTransaction,
+                    request_deserializer=store__service__pb2.CheckTransactionRequest.FromString,
+                    response_serializer=store__service__pb2.CheckTransactionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -134,6 +152,33 @@ class StoreService:
             '/rmq_spark.v1.StoreService/Redeliver',
             service__pb2.SendMessageRequest.SerializeToString,
             service__pb2.SendMessageResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CheckTransaction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/rmq_spark.v1.StoreService/CheckTransaction',
+            store__service__pb2.CheckTransactionRequest.SerializeToString,
+            store__service__pb2.CheckTransactionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -260,6 +260,7 @@ _RIGHTS: dict[str, tuple[tuple[Action, ...], tuple[Action, ...]]] = {
     # StoreService: a send-back needs what an Ack of the delivery needs (store_gate.py)
     "SendBack": (_SUB, _SUB),
     "Redeliver": ((), (Action.REDELIVER,)),
+    "CheckTransaction": ((), ()),  # no user right: the store identity only (store_gate.py)
 }
 
 

@@ -195,6 +195,8 @@ _RESOLVERS: dict[str, Callable[[Any], Resolved | Refused]] = {
     # rmq_spark.v1.StoreService: an entry by CommitLog offset names no topic ("")
     "SendBack": lambda r: _of("SendBack", _group(r.group), *(_name(e.topic) for e in r.entries)),
     "Redeliver": lambda r: _of("Redeliver", None, *(_name(m.topic) for m in r.messages)),
+    # names halves by offset only: the store identity's alone (store_gate.py)
+    "CheckTransaction": lambda r: _of("CheckTransaction", None),
 }
 
 

@@ -8,6 +8,8 @@ and checks the rights on those names; the handler acts on the same ``Resolved``:
   ``<store>/config/redelivery.secret``) or, with auth on, a user with ``Redeliver`` on each
   message's schedule topic (``acl.needs_of``). Refused: every entry ``BAD_REQUEST``
   ``REDELIVERY_REFUSED``.
+- CheckTransaction: only the store's identity, with auth on or off (no user right grants
+  it, a wildcard grant neither). Refused: status ``FORBIDDEN`` ``TRANSACTION_CHECK_REFUSED``.
 - SendBack: the store's identity may name records by CommitLog offset or by receipt; anyone
   else only by receipt (the handler checks the receipt is current and the group's,
   ``consumer/send_back.py``), and with auth on only a user with ``Sub`` on the group and on
@@ -25,10 +27,12 @@ from typing import Any
 from rmq_spark.broker.consumer.send_back import SEND_BACK_REFUSED
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
+from rmq_spark.broker.proto import store_service_pb2 as ssb
 from rmq_spark.broker.redelivery import REDELIVERY_REFUSED
 from rmq_spark.broker.security.acl import missing_rights, needs_of
 from rmq_spark.broker.security.auth import Identity, Refusal
 from rmq_spark.broker.security.resources import Refused, Resolved, resolve
+from rmq_spark.broker.transactions.check_job import CHECK_REFUSED
 
 __all__ = ["StoreGate"]
 
@@ -52,6 +56,8 @@ class StoreGate:
         if not hasattr(request, "DESCRIPTOR"):  # Malformed: the handler answers BAD_REQUEST
             return None, None
         resolved = resolve(self.method, request)
+        if self.method == "CheckTransaction":
+            return self._check_transaction(resolved)
         if self.method == "Redeliver":
             reason = self._redeliver_problem(resolved)
             messages = request.messages
@@ -71,6 +77,14 @@ class StoreGate:
             mid = props.message_id
             entries.append(spb.SendResultEntry(status=status, message_id=mid))
         return spb.SendMessageResponse(status=status, entries=entries), None
+
+    def _check_transaction(self, resolved: Resolved | Refused) -> tuple[Any | None, Any]:
+        if self._is_store and isinstance(resolved, Resolved):
+            return None, resolved
+        name = self.identity.name if isinstance(self.identity, Identity) else "unauthenticated"
+        log.info("broker: CheckTransaction from %s refused: not the store identity", name)
+        refused = pb.Status(code=pb.FORBIDDEN, message=CHECK_REFUSED)
+        return ssb.CheckTransactionResponse(status=refused), None
 
     def _user_problem(self, resolved: Resolved) -> str | None:
         """Why the authenticated user lacks a right ``resolved`` needs (auth on)."""

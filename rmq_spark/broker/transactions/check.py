@@ -1,16 +1,16 @@
 """The check-back of pending transactions (RocketMQ's ``TransactionalMessageCheckService``).
 
-Owns the scan of the half queue: every ``transaction_check_interval_ms`` the halves from the
-saved progress on are walked in order; one that is resolved (an op marker or a discard names
-its transaction) or superseded (a later re-put of the same transaction follows it) is passed;
-the first younger than ``transaction_timeout_ms`` (by its born time) ends the scan; one checked
-``transaction_check_max`` times is copied to ``TRANS_CHECK_MAX_TIME_TOPIC`` and logged
-(discarded); any other is re-put with TRANSACTION_CHECK_TIMES + 1 and the re-put is offered to
-every producer stream that declared its topic (``RecoverOrphanedTransactionCommand``, whose
-answer is an EndTransaction with the re-put's transaction id). The progress (the first half
+Owns running the scan inside the broker (``broker.transaction_check = "broker"``, the
+default): every ``transaction_check_interval_ms`` the halves from the saved progress on are
+read and ``check_plan.plan_check`` (the rule, shared with the ``rmq-spark txcheck`` job) says
+which are passed, discarded (copied to ``TRANS_CHECK_MAX_TIME_TOPIC`` and logged) or renewed
+(re-put with TRANSACTION_CHECK_TIMES + 1 and offered to every producer stream that declared
+its topic: ``RecoverOrphanedTransactionCommand``, whose answer is an EndTransaction with the
+re-put's transaction id, and to the 4.x producers of its group). The progress (the first half
 offset not passed) is saved in ``<store>/config/transactionCheck.json`` after the re-puts are
 stored, so a restart neither loses a check nor counts one twice (a re-put that outlived a
-crash supersedes its original).
+crash supersedes its original). With ``transaction_check = "job"`` the scan does not run here;
+the job's requests reach ``discard`` / ``renew`` through ``check_job.py``.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.transactions.check_plan import DISCARD, RENEW, half_info, plan_check
 from rmq_spark.broker.transactions.check_wire import recover_command
 from rmq_spark.broker.transactions.records import (
     HALF_QUEUE_ID,
@@ -32,7 +33,7 @@ from rmq_spark.broker.transactions.records import (
     renew_request,
     transaction_id,
 )
-from rmq_spark.broker.transactions.service import TransactionService, TxKey, key_of
+from rmq_spark.broker.transactions.service import TransactionService, key_of
 from rmq_spark.broker.transactions.streams import ProducerStreams
 from rmq_spark.clock import Clock
 from rmq_spark.errors import StoreError
@@ -40,7 +41,13 @@ from rmq_spark.store.layout import RMQ_SYS_TRANS_HALF_TOPIC
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.put import PutRequest
 
-__all__ = ["CheckReport", "TransactionCheck", "load_progress"]
+__all__ = [
+    "CheckReport",
+    "PROGRESS_FILE",
+    "TransactionCheck",
+    "load_progress",
+    "save_progress",
+]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -58,15 +65,17 @@ class CheckReport:
     asked: int = 0  # check commands written to producer streams
 
 
-def load_progress(root: Path) -> int:
+def load_progress(root: Path, name: Path = PROGRESS_FILE) -> int:
+    """The first half queue offset a check has not handled (0: none saved)."""
     try:
-        return int(json.loads((root / PROGRESS_FILE).read_text())["halfOffset"])
+        return int(json.loads((root / name).read_text())["halfOffset"])
     except (OSError, ValueError, KeyError, TypeError):
         return 0
 
 
-def _save_progress(root: Path, offset: int) -> None:
-    path = root / PROGRESS_FILE
+def save_progress(root: Path, offset: int, name: Path = PROGRESS_FILE) -> None:
+    """Write the progress durably: temp file, fsync, rename."""
+    path = root / name
     path.parent.mkdir(parents=True, exist_ok=True)
     temp = path.with_suffix(".tmp")
     with temp.open("w", encoding="utf-8") as handle:
@@ -94,6 +103,9 @@ class TransactionCheck:
         self._root = root
 
     async def run(self, shutdown: asyncio.Event) -> None:
+        if self._config.transaction_check != "broker":
+            log.info("transaction check: run by the txcheck job (broker.transaction_check)")
+            return
         interval_s = self._config.transaction_check_interval_ms / 1000
         try:
             self._tx.store.consume_queues  # noqa: B018 (the check reads the half queue)
@@ -118,34 +130,31 @@ class TransactionCheck:
         """One scan of the half queue (see the module docstring)."""
         report = CheckReport()
         self._tx.refresh()
-        halves = self._pending_range()
-        latest: dict[TxKey, int] = {key_of(h): h.queue_offset for h in halves}
-        now_ms = self._clock.now_ms()
-        timeout_ms, check_max = (
+        halves = {h.physical_offset: h for h in self._pending_range()}
+        plan = plan_check(
+            [half_info(h) for h in halves.values()],
+            self._tx.is_resolved,
+            self._clock.now_ms(),
             self._config.transaction_timeout_ms,
             self._config.transaction_check_max,
         )
-        progress = halves[0].queue_offset if halves else None
-        renews: list[tuple[MessageRecord, PutRequest]] = []
-        for half in halves:
-            key = key_of(half)
-            if self._tx.is_resolved(key) or latest[key] != half.queue_offset:
-                report.passed += 1
-            elif now_ms - half.born_timestamp_ms < timeout_ms:
-                break
-            elif check_times(half) >= check_max:
-                await self._discard(half, key)
+        renews: list[MessageRecord] = []
+        for step in plan.steps:
+            half = halves[step.half.physical_offset]
+            if step.action == DISCARD:
+                await self.discard(half)
                 report.discarded += 1
+            elif step.action == RENEW:
+                renews.append(half)
             else:
-                renews.append((half, renew_request(half, check_times(half) + 1)))
-            progress = half.queue_offset + 1
+                report.passed += 1
             if len(renews) >= _BATCH:
-                await self._renew(renews, report)
+                await self.renew(renews, report)
                 renews = []
-                await asyncio.to_thread(_save_progress, self._root, progress)
-        await self._renew(renews, report)
-        if progress is not None:
-            await asyncio.to_thread(_save_progress, self._root, progress)
+                await asyncio.to_thread(save_progress, self._root, step.half.queue_offset + 1)
+        await self.renew(renews, report)
+        if plan.progress is not None:
+            await asyncio.to_thread(save_progress, self._root, plan.progress)
         return report
 
     def _pending_range(self) -> list[MessageRecord]:
@@ -163,7 +172,9 @@ class TransactionCheck:
             start += len(units)
         return halves
 
-    async def _discard(self, half: MessageRecord, key: TxKey) -> None:
+    async def discard(self, half: MessageRecord) -> None:
+        """Copy ``half`` to the discard topic and count its transaction resolved."""
+        key = key_of(half)
         result = await self._tx.store.put_async(discard_request(half))
         if not result.ok:
             raise StoreError(f"discard of {key[1]}: {result.status.name}: {result.detail}")
@@ -176,19 +187,25 @@ class TransactionCheck:
             result.topic,
         )
 
-    async def _renew(
-        self, renews: list[tuple[MessageRecord, PutRequest]], report: CheckReport
-    ) -> None:
-        if not renews:
-            return
-        store = self._tx.store
-        results = await asyncio.to_thread(store.put_batch, [request for _, request in renews])
-        for (half, request), result in zip(renews, results, strict=True):
+    async def renew(
+        self, halves: list[MessageRecord], report: CheckReport
+    ) -> list[tuple[HalfRef, int]]:
+        """Re-put ``halves`` with TRANSACTION_CHECK_TIMES + 1 (one write) and offer each
+        re-put to its producers; where each re-put is and how many producers were asked."""
+        if not halves:
+            return []
+        requests = [renew_request(half, check_times(half) + 1) for half in halves]
+        results = await asyncio.to_thread(self._tx.store.put_batch, requests)
+        renewed = []
+        for half, request, result in zip(halves, requests, results, strict=True):
             if not result.ok:
                 raise StoreError(f"check re-put: {result.status.name}: {result.detail}")
             report.checked += 1
-            renewed = HalfRef(result.physical_offset, result.queue_offset)
-            report.asked += await self._ask(half, request, renewed)
+            ref = HalfRef(result.physical_offset, result.queue_offset)
+            asked = await self._ask(half, request, ref)
+            report.asked += asked
+            renewed.append((ref, asked))
+        return renewed
 
     async def _ask(self, half: MessageRecord, request: PutRequest, renewed: HalfRef) -> int:
         """Offer the re-put half to every producer of its topic; how many were asked."""
