@@ -233,16 +233,24 @@ def control_band(control: list[float], base: list[float]) -> tuple[float, float]
     return min(min(ratios), 1 / max(ratios)), max(max(ratios), 1 / min(ratios))
 
 
-def verdict(interval: tuple[float, float], band: tuple[float, float], rounds: int) -> str:
+def verdict(
+    interval: tuple[float, float],
+    control: tuple[float, float],
+    band: tuple[float, float],
+    rounds: int,
+) -> str:
     """``nothing measurable``: this / base's 90 % interval holds 1.0 and lies within the A/A
     control's band; ``measurably higher/lower``: it excludes 1.0 and lies wholly past the band;
-    otherwise this run cannot tell (the reason given)."""
+    otherwise this run cannot tell (the reason given: when the control's own interval
+    excludes 1.0, the baseline's rounds themselves were off by as much)."""
     if rounds < MIN_VERDICT_ROUNDS:
         return f"cannot tell: fewer than {MIN_VERDICT_ROUNDS} rounds"
     lo, hi = interval
     holds_one = lo <= 1.0 <= hi
     if holds_one and band[0] <= lo and hi <= band[1]:
         return "nothing measurable"
+    if not control[0] <= 1.0 <= control[1]:
+        return "cannot tell: the A/A control's own interval excludes 1.0"
     if lo > 1.0 and lo > band[1]:
         return "measurably higher"
     if hi < 1.0 and hi < band[0]:
@@ -277,7 +285,7 @@ def report(results: dict[str, Rows]) -> None:
             print(
                 f"{case:<15} {figure:<15} {_interval(ab):>24} "
                 f"{min(rounds):>6.3f}-{max(rounds):<6.3f} {_interval(aa):>24} "
-                f"{band[0]:>6.3f}-{band[1]:<6.3f}  {verdict(ab[1:], band, len(base))}"
+                f"{band[0]:>6.3f}-{band[1]:<6.3f}  {verdict(ab[1:], aa[1:], band, len(base))}"
             )
     for name, rows in results.items():
         for case in cases:
