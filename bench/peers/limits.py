@@ -34,11 +34,13 @@ Usage::
     flock /tmp/bench.lock .venv/bin/python bench/peers/limits.py [--baseline REV]
         [--rounds 2] [--send-rounds N] [--no-control] [--seconds 10] [--backlog 20000]
         [--cases send,receive,sql] [--set KEY=VALUE ...]
+    .venv/bin/python bench/peers/limits.py --from-log RUN.log [RUN2.log ...]  # pooled report
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
 import random
 import shutil
@@ -297,6 +299,21 @@ def _interval(ratio: tuple[float, float, float]) -> str:
     return f"{ratio[0]:.3f} [{ratio[1]:.3f}-{ratio[2]:.3f}]"
 
 
+def rounds_from_logs(paths: list[Path]) -> dict[str, Rows]:
+    """The rounds that earlier runs printed (``limits: round N NAME: {...}``), pooled."""
+    results: dict[str, Rows] = {"baseline": [], "this": [], "control": []}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            head, sep, row = line.partition(": {")
+            if sep and " limits: round " in f" {head}":
+                results[head.split()[-1]].append(ast.literal_eval("{" + row))
+    if not results["control"]:
+        del results["control"]
+    if not results["baseline"] or len(results["baseline"]) != len(results["this"]):
+        raise SystemExit(f"limits: no paired rounds in {', '.join(map(str, paths))}")
+    return results
+
+
 def round_order(round_no: int, control: bool) -> list[str]:
     """The brokers of round ``round_no`` (from 1) in the order they run: rotated per round,
     so each runs first, second and last equally often over three rounds."""
@@ -336,7 +353,17 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a broker setting for both brokers (e.g. broker.tls_mode=disabled: no front)",
     )
+    parser.add_argument(
+        "--from-log",
+        nargs="+",
+        type=Path,
+        metavar="LOG",
+        help="measure nothing: the report over the rounds in these earlier runs' output",
+    )
     args = parser.parse_args(argv)
+    if args.from_log:
+        report(rounds_from_logs(args.from_log))
+        return 0
     if args.rounds < 1 or (args.send_rounds is not None and args.send_rounds < 1):
         parser.error("--rounds and --send-rounds: at least 1")
     rocketmq = import_client()
