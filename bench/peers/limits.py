@@ -19,17 +19,30 @@ user gets them. For each broker, alternating ``--rounds`` times (baseline first)
 Each line prints as it is measured; the table at the end gives the medians and this checkout /
 baseline as a ratio (msgs/s: above 1 is faster; CPU: below 1 is cheaper).
 
+**The A/A control** (on unless ``--no-control``): each round also runs the baseline a second
+time (``base'``, its own process and store), and the three run in an order that rotates from
+round to round (base this base', this base' base, base' base this, ...), so the machine's drift
+hits all three alike. A second table gives, per case and figure, this / base and base' / base as
+a ratio of medians with a 90 % bootstrap interval (rounds resampled together, the three brokers
+of a round kept paired) and the range of the per-round ratios, then a verdict (rule
+``verdict``): a difference is *nothing measurable* when this / base's interval holds 1.0 and
+lies within the control's per-round range (taken both ways, since base and base' are alike).
+``--send-rounds`` runs the send case in fewer rounds than the receive cases.
+
 Usage::
 
     flock /tmp/bench.lock .venv/bin/python bench/peers/limits.py [--baseline REV]
-        [--rounds 2] [--seconds 10] [--backlog 20000] [--cases send,receive,sql]
-        [--set KEY=VALUE ...]
+        [--rounds 2] [--send-rounds N] [--no-control] [--seconds 10] [--backlog 20000]
+        [--cases send,receive,sql] [--set KEY=VALUE ...]
+    .venv/bin/python bench/peers/limits.py --from-log RUN.log [RUN2.log ...]  # pooled report
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import os
+import random
 import shutil
 import statistics
 import subprocess
@@ -156,16 +169,16 @@ CASES = ("send", "receive", "sql")
 
 
 def measure(
-    rocketmq: ModuleType, checkout: Path, args: argparse.Namespace
+    rocketmq: ModuleType, checkout: Path, args: argparse.Namespace, cases: tuple[str, ...]
 ) -> dict[str, dict[str, float]]:
     row: dict[str, dict[str, float]] = {}
     settings = ("store.flush_policy=SYNC", *args.set)
     with RmqSparkBroker(checkout=checkout, settings=settings) as broker:
-        if "send" in args.cases:
+        if "send" in cases:
             row["send"] = send_case(rocketmq, broker, args.seconds)
-        if "receive" in args.cases:
+        if "receive" in cases:
             row["receive *"] = receive_case(rocketmq, broker, args.backlog, sql=False)
-        if "sql" in args.cases:
+        if "sql" in cases:
             row["receive SQL92"] = receive_case(rocketmq, broker, args.backlog, sql=True)
     return row
 
@@ -180,23 +193,151 @@ def _cases(text: str) -> tuple[str, ...]:
     return cases
 
 
-def _median(rows: list[dict[str, dict[str, float]]], case: str, figure: str) -> float:
-    return statistics.median(row[case][figure] for row in rows)
+Rows = list[dict[str, dict[str, float]]]
+"""One broker's rounds: per round, per case, per figure."""
+BOOTSTRAP_RESAMPLES = 4000
+MIN_VERDICT_ROUNDS = 3
+"""Fewer rounds give no interval worth the name (two rounds: two values to resample)."""
 
 
-def report(results: dict[str, list[dict[str, dict[str, float]]]]) -> None:
+def _series(rows: Rows, case: str, figure: str) -> list[float]:
+    return [row[case][figure] for row in rows if case in row]
+
+
+def _figures(rows: Rows, case: str) -> list[str]:
+    return list(next(row[case] for row in rows if case in row))
+
+
+def _median(rows: Rows, case: str, figure: str) -> float:
+    return statistics.median(_series(rows, case, figure))
+
+
+def ratio_interval(num: list[float], den: list[float]) -> tuple[float, float, float]:
+    """median(num) / median(den) with its 90 % bootstrap interval; rounds are resampled as
+    pairs (``num[i]`` was measured beside ``den[i]``), so drift between rounds cancels."""
+    ratio = statistics.median(num) / statistics.median(den)
+    rng = random.Random(25)  # the same figures give the same interval
+    n = len(num)
+    draws = []
+    for _ in range(BOOTSTRAP_RESAMPLES):
+        picks = [rng.randrange(n) for _ in range(n)]
+        draws.append(
+            statistics.median(num[i] for i in picks) / statistics.median(den[i] for i in picks)
+        )
+    draws.sort()
+    return ratio, draws[int(0.05 * len(draws))], draws[int(0.95 * len(draws)) - 1]
+
+
+def control_band(control: list[float], base: list[float]) -> tuple[float, float]:
+    """The range of the control's per-round ratios, taken both ways (base and base' are the
+    same broker, so r and 1/r are equally likely): what the same code shows against itself."""
+    ratios = [c / b for c, b in zip(control, base, strict=True)]
+    return min(min(ratios), 1 / max(ratios)), max(max(ratios), 1 / min(ratios))
+
+
+def verdict(
+    interval: tuple[float, float],
+    control: tuple[float, float],
+    band: tuple[float, float],
+    rounds: int,
+) -> str:
+    """``nothing measurable``: this / base's 90 % interval holds 1.0 and lies within the A/A
+    control's band; ``measurably higher/lower``: it excludes 1.0 and lies wholly past the band;
+    otherwise this run cannot tell (the reason given: when the control's own interval
+    excludes 1.0, the baseline's rounds themselves were off by as much)."""
+    if rounds < MIN_VERDICT_ROUNDS:
+        return f"cannot tell: fewer than {MIN_VERDICT_ROUNDS} rounds"
+    lo, hi = interval
+    holds_one = lo <= 1.0 <= hi
+    if holds_one and band[0] <= lo and hi <= band[1]:
+        return "nothing measurable"
+    if not control[0] <= 1.0 <= control[1]:
+        return "cannot tell: the A/A control's own interval excludes 1.0"
+    if lo > 1.0 and lo > band[1]:
+        return "measurably higher"
+    if hi < 1.0 and hi < band[0]:
+        return "measurably lower"
+    if holds_one:
+        return "cannot tell: the interval holds 1.0 but reaches past the A/A band"
+    return "cannot tell: the interval excludes 1.0 but overlaps the A/A band"
+
+
+def report(results: dict[str, Rows]) -> None:
+    cases = list(dict.fromkeys(case for row in results["baseline"] for case in row))
     print(f"\n{'case':<15} {'figure':<15} {'baseline':>10} {'this':>10} {'this/base':>10}")
-    for case in results["baseline"][0]:
-        for figure in results["baseline"][0][case]:
+    for case in cases:
+        for figure in _figures(results["baseline"], case):
             base = _median(results["baseline"], case, figure)
             this = _median(results["this"], case, figure)
             print(f"{case:<15} {figure:<15} {base:>10.2f} {this:>10.2f} {this / base:>9.2f}x")
+    if "control" not in results:
+        return
+    print(
+        f"\n{'case':<15} {'figure':<15} {'this/base [90 %]':>24} {'rounds':>13} "
+        f"{'base2/base [90 %]':>24} {'A/A band':>13}  verdict"
+    )
+    for case in cases:
+        for figure in _figures(results["baseline"], case):
+            base = _series(results["baseline"], case, figure)
+            this = _series(results["this"], case, figure)
+            control = _series(results["control"], case, figure)
+            ab, aa = ratio_interval(this, base), ratio_interval(control, base)
+            band = control_band(control, base)
+            rounds = [t / b for t, b in zip(this, base, strict=True)]
+            print(
+                f"{case:<15} {figure:<15} {_interval(ab):>24} "
+                f"{min(rounds):>6.3f}-{max(rounds):<6.3f} {_interval(aa):>24} "
+                f"{band[0]:>6.3f}-{band[1]:<6.3f}  {verdict(ab[1:], aa[1:], band, len(base))}"
+            )
+    for name, rows in results.items():
+        for case in cases:
+            cpu = ", ".join(f"{v:.0f}" for v in _series(rows, case, "cpu_us_per_msg"))
+            print(f"rounds {name:<8} {case:<15} cpu us/msg: {cpu}")
+
+
+def _interval(ratio: tuple[float, float, float]) -> str:
+    return f"{ratio[0]:.3f} [{ratio[1]:.3f}-{ratio[2]:.3f}]"
+
+
+def rounds_from_logs(paths: list[Path]) -> dict[str, Rows]:
+    """The rounds that earlier runs printed (``limits: round N NAME: {...}``), pooled."""
+    results: dict[str, Rows] = {"baseline": [], "this": [], "control": []}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            head, sep, row = line.partition(": {")
+            if sep and " limits: round " in f" {head}":
+                results[head.split()[-1]].append(ast.literal_eval("{" + row))
+    if not results["control"]:
+        del results["control"]
+    if not results["baseline"] or len(results["baseline"]) != len(results["this"]):
+        raise SystemExit(f"limits: no paired rounds in {', '.join(map(str, paths))}")
+    return results
+
+
+def round_order(round_no: int, control: bool) -> list[str]:
+    """The brokers of round ``round_no`` (from 1) in the order they run: rotated per round,
+    so each runs first, second and last equally often over three rounds."""
+    names = ["baseline", "this", "control"] if control else ["baseline", "this"]
+    shift = (round_no - 1) % len(names)
+    return names[shift:] + names[:shift]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=BASELINE_REVISION, help="git revision to compare")
     parser.add_argument("--rounds", type=int, default=2, help="measurements of each broker")
+    parser.add_argument(
+        "--send-rounds",
+        type=int,
+        default=None,
+        help="rounds that run the send case (default: all; the first N rounds)",
+    )
+    parser.add_argument(
+        "--no-control",
+        dest="control",
+        action="store_false",
+        help="skip the A/A control (the baseline's second broker in each round)",
+    )
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the send case")
     parser.add_argument("--backlog", type=int, default=20000, help="messages per receive case")
     parser.add_argument(
@@ -212,18 +353,44 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="a broker setting for both brokers (e.g. broker.tls_mode=disabled: no front)",
     )
+    parser.add_argument(
+        "--from-log",
+        nargs="+",
+        type=Path,
+        metavar="LOG",
+        help="measure nothing: the report over the rounds in these earlier runs' output",
+    )
     args = parser.parse_args(argv)
+    if args.from_log:
+        report(rounds_from_logs(args.from_log))
+        return 0
+    if args.rounds < 1 or (args.send_rounds is not None and args.send_rounds < 1):
+        parser.error("--rounds and --send-rounds: at least 1")
     rocketmq = import_client()
-    results: dict[str, list[dict[str, dict[str, float]]]] = {"baseline": [], "this": []}
-    progress(f"limits: baseline {args.baseline}, load average {os.getloadavg()[0]:.2f}")
+    results: dict[str, Rows] = {"baseline": [], "this": []}
+    if args.control:
+        results["control"] = []
+    progress(
+        f"limits: baseline {args.baseline}, {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} "
+        f"UTC, load average {os.getloadavg()[0]:.2f}"
+    )
     with exported(args.baseline) as baseline:
+        checkouts = {"baseline": baseline, "control": baseline, "this": REPO}
         for round_no in range(1, args.rounds + 1):
-            for name, checkout in (("baseline", baseline), ("this", REPO)):
-                row = measure(rocketmq, checkout, args)
+            cases = args.cases
+            if args.send_rounds is not None and round_no > args.send_rounds:
+                cases = tuple(case for case in cases if case != "send")
+            if not cases:
+                break
+            for name in round_order(round_no, args.control):
+                row = measure(rocketmq, checkouts[name], args, cases)
                 results[name].append(row)
                 progress(f"limits: round {round_no} {name}: {row}")
     report(results)
-    progress(f"limits: load average at the end {os.getloadavg()[0]:.2f}")
+    progress(
+        f"limits: {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime())} UTC, "
+        f"load average at the end {os.getloadavg()[0]:.2f}"
+    )
     return 0
 
 
