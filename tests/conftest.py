@@ -60,3 +60,28 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+# --- the order of a parallel run (make test: -n 2 --dist loadfile; tests/xdist_order.py) ------
+
+
+def _on_a_worker(config: pytest.Config) -> bool:
+    return hasattr(config, "workerinput")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _on_a_worker(config) and config.getoption("dist", "no") == "no":
+        from xdist_order import longest_first
+
+        order = longest_first([item.nodeid for item in items], config.rootpath)
+        rank = {nodeid: at for at, nodeid in enumerate(order)}
+        items.sort(key=lambda item: rank[item.nodeid])
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist_order import ModulesInOrder
+
+    return ModulesInOrder(config, log)

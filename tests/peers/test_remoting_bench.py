@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 pytestmark = [
+    pytest.mark.bench_lock,
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
 ]

@@ -27,6 +27,7 @@ from rmq_spark.broker.remoting.codes import RequestCode
 from rmq_spark.broker.remoting.pull_rules import FLAG_SUBSCRIPTION
 
 pytestmark = [
+    pytest.mark.bench_lock,
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
 ]

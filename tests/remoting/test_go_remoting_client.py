@@ -20,6 +20,7 @@ from remoting_harness import start_remoting_broker
 from rmq_spark.broker.config_files.rocketmq_config_files import read_consumer_offsets
 
 pytestmark = [
+    pytest.mark.bench_lock,
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("go") is None, reason="needs a Go toolchain (go)"),
 ]

@@ -22,6 +22,7 @@ from rmq_spark.broker.config_files.rocketmq_config_files import read_consumer_of
 from rmq_spark.broker.producer import Producer
 
 pytestmark = [
+    pytest.mark.bench_lock,
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
 ]

@@ -23,6 +23,7 @@ from namesrv_harness import REPO_ROOT, Namesrv, mqadmin
 from remoting_harness import start_remoting_broker
 
 pytestmark = [
+    pytest.mark.bench_lock,
     pytest.mark.slow,
     pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
 ]

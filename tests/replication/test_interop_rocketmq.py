@@ -26,6 +26,7 @@ from replication_harness import free_port, remoting_call
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 
 pytestmark = [
+    pytest.mark.bench_lock,
     pytest.mark.slow,
     pytest.mark.timeout(1800),  # the bench lock may be another suite's for minutes
     pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),

@@ -18,7 +18,7 @@ from test_tx_check_back import _decide
 from tx_helpers import HALF, received_bodies, records_of, send_half
 from txcheck_helpers import JOB
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow]
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.bench_lock]
 
 TIMEOUT = "broker.transaction_timeout_ms=300"
 

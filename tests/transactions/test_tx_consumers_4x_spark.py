@@ -34,6 +34,7 @@ from remoting_harness import start_remoting_broker  # noqa: E402
 from rmq_spark.envcheck import find_rocketmq_jars  # noqa: E402
 
 pytestmark = [
+    pytest.mark.bench_lock,
     pytest.mark.slow,
     pytest.mark.spark,
     pytest.mark.timeout(1800),  # the bench lock may be another suite's for minutes

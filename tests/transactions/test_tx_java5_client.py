@@ -24,6 +24,7 @@ if str(PEERS) not in sys.path:
     sys.path.insert(0, str(PEERS))
 
 pytestmark = [
+    pytest.mark.bench_lock,
     pytest.mark.slow,
     pytest.mark.timeout(1800),  # the bench lock may be another suite's for minutes
     pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)"),
