@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,20 +48,24 @@ def _known() -> dict[str, float]:
     return json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
 
 
-def _seconds(module: str, root: Path) -> float:
+def _seconds(module: str, root: Path, known: Mapping[str, float]) -> float:
     guess = UNKNOWN_SLOW_S if "pytest.mark.slow" in _source(root / module) else UNKNOWN_S
-    return float(_known().get(module, guess))
+    return float(known.get(module, guess))
 
 
-def longest_first(nodeids: Sequence[str], root: Path) -> list[str]:
-    """``nodeids`` with their units longest first (a unit's modules' seconds summed); stable
-    inside a unit and between units of equal length."""
+def longest_first(
+    nodeids: Sequence[str], root: Path, known: Mapping[str, float] | None = None
+) -> list[str]:
+    """``nodeids`` with their units longest first (a unit's modules' seconds summed, from
+    ``known``, by default ``module_durations.json``); stable inside a unit and between units
+    of equal length."""
+    known = _known() if known is None else known
     seconds: dict[str, float] = {}
     first: dict[str, int] = {}
     for at, nodeid in enumerate(nodeids):
         group, module = group_of(nodeid, root), module_of(nodeid)
         if module not in first:
-            seconds[group] = seconds.get(group, 0.0) + _seconds(module, root)
+            seconds[group] = seconds.get(group, 0.0) + _seconds(module, root, known)
         first.setdefault(module, at)
         first.setdefault(group, at)
     return sorted(nodeids, key=lambda n: (-seconds[group_of(n, root)], first[group_of(n, root)]))
