@@ -224,8 +224,13 @@ def _launcher_conf(config: SparkConfig, extra_conf: Mapping[str, str] | None) ->
     }
 
 
+# Given at launch too: the pyspark shell's launcher turns the console progress bar on, and
+# a setting given at launch is kept over ours (merged_conf).
+_AT_LAUNCH = (*LAUNCHER_SETTINGS, "spark.ui.showConsoleProgress")
+
+
 def _launcher_part(conf: Mapping[str, str]) -> dict[str, str]:
-    return {key: value for key, value in conf.items() if key in LAUNCHER_SETTINGS}
+    return {key: value for key, value in conf.items() if key in _AT_LAUNCH}
 
 
 def _start_jvm(launcher: Mapping[str, str], project: Mapping[str, str]) -> None:

@@ -59,3 +59,16 @@ def test_a_launcher_setting_for_a_running_jvm_is_refused_in_one_line(spark) -> N
     with pytest.raises(EnvironmentCheckError, match=r"^spark.jars.packages is read when the JVM"):
         build_session(extra_conf={"spark.jars.packages": "org.example:absent:1.0"})
     build_session(extra_conf={"spark.sql.shuffle.partitions": "2"})  # a runtime setting: fine
+
+
+def test_the_projects_own_launcher_settings_reach_the_jvm_it_starts(spark) -> None:
+    """The thread stack a stopped foreachBatch stream needs, the log4j config and no console
+    progress bar (which the pyspark launcher turns on) are given when the JVM starts: set
+    afterwards, they had no effect."""
+    from rmq_spark.spark.session import DRIVER_THREAD_STACK
+
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    arguments = list(runtime.getInputArguments())
+    assert DRIVER_THREAD_STACK in arguments
+    assert any(a.startswith("-Dlog4j2.configurationFile=") for a in arguments), arguments
+    assert spark.sparkContext.getConf().get("spark.ui.showConsoleProgress") == "false"
