@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
+from broker.broker_harness import wait_for
 from remoting_harness import FrameClient
 
 from rmq_spark.broker.remoting.codec import RemotingCommand
@@ -109,3 +111,18 @@ def records(body: bytes) -> list[MessageRecord]:
 def offset_of(answer: RemotingCommand, name: str = "offset") -> int:
     assert answer.ext_fields is not None, answer
     return int(answer.ext_fields[name])
+
+
+Ask = Callable[[int, dict[str, Any]], RemotingCommand]
+
+
+def wait_dispatched(ask: Ask, topic: str, count: int, queue_id: int = 0) -> None:
+    """Wait until ``count`` units of ``topic``'s queue are dispatched. A send is acknowledged
+    before its ConsumeQueue unit is written (dispatch runs behind the put, as RocketMQ's
+    reput does), so a pull right after a send may find nothing yet."""
+    fields = {"topic": topic, "queueId": queue_id}
+    wait_for(
+        lambda: offset_of(ask(RequestCode.GET_MAX_OFFSET, fields)) >= count,
+        10,
+        f"{count} dispatched units of {topic}:{queue_id}",
+    )

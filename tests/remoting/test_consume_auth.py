@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 from broker.broker_harness import BrokerProcess
-from consume_frames import call, heartbeat_body, offset_of, records
+from consume_frames import call, heartbeat_body, offset_of, records, wait_dispatched
 from remoting_harness import FrameClient, start_remoting_broker
 
 from rmq_spark.broker.producer import Producer
@@ -50,6 +50,12 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[BrokerPro
     producer = Producer(broker.address, credentials=ROOT)
     producer.send("Orders", b"order")
     producer.send("Payroll", b"salary")
+    conn = FrameClient(port)
+    try:
+        for topic in ("Orders", "Payroll"):
+            wait_dispatched(lambda code, fields: _signed(conn, ROOT, code, fields), topic, 1)
+    finally:
+        conn.close()
     yield broker, port
     assert broker.stop() == 0
 

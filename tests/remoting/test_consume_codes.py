@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 from broker.broker_harness import BrokerProcess, wait_for
-from consume_frames import call, heartbeat, offset_of, pull, records, request
+from consume_frames import call, heartbeat, offset_of, pull, records, request, wait_dispatched
 from remoting_harness import FrameClient, start_remoting_broker
 
 from rmq_spark.broker.config_files.rocketmq_config_files import read_consumer_offsets
@@ -36,6 +36,12 @@ def served(
     producer.send("Secret", b"top secret")
     for i in range(3):
         producer.send("Sql", f"sql-{i}".encode(), properties={"n": str(i)})
+    conn = FrameClient(port)
+    try:
+        for topic, count in (("Orders", 3), ("Secret", 1), ("Sql", 3)):
+            wait_dispatched(lambda code, fields: call(conn, request(code, fields)), topic, count)
+    finally:
+        conn.close()
     yield broker, port, producer
     assert broker.stop() == 0
 
