@@ -19,8 +19,10 @@ import asyncio
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rmq_spark.broker.config import BrokerConfig
 from rmq_spark.broker.transactions.check_plan import DISCARD, RENEW, half_info, plan_check
@@ -41,10 +43,14 @@ from rmq_spark.store.layout import RMQ_SYS_TRANS_HALF_TOPIC
 from rmq_spark.store.message import MessageRecord
 from rmq_spark.store.put import PutRequest
 
+if TYPE_CHECKING:
+    from rmq_spark.store.message_store import MessageStore
+
 __all__ = [
     "CheckReport",
     "PROGRESS_FILE",
     "TransactionCheck",
+    "half_records",
     "load_progress",
     "save_progress",
 ]
@@ -63,6 +69,24 @@ class CheckReport:
     discarded: int = 0
     passed: int = 0  # resolved or superseded
     asked: int = 0  # check commands written to producer streams
+
+
+def half_records(store: MessageStore, start: int) -> Iterator[tuple[int, MessageRecord | None]]:
+    """The half queue from queue offset ``start`` (or its first kept one) to its end as it is
+    now: (queue offset, record), the record ``None`` when retention deleted it meanwhile."""
+    queues = store.consume_queues
+    start = max(start, queues.min_offset(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID))
+    end = queues.max_offset(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID)
+    while start < end:
+        units = queues.units(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID, start, end - start)
+        if not units:
+            return
+        for at, unit in enumerate(units, start):
+            try:
+                yield at, store.read(unit.physical_offset)
+            except StoreError:
+                yield at, None
+        start += len(units)
 
 
 def load_progress(root: Path, name: Path = PROGRESS_FILE) -> int:
@@ -158,19 +182,8 @@ class TransactionCheck:
         return report
 
     def _pending_range(self) -> list[MessageRecord]:
-        store = self._tx.store
-        queues = store.consume_queues
-        start = max(load_progress(self._root), queues.min_offset(RMQ_SYS_TRANS_HALF_TOPIC, 0))
-        end = queues.max_offset(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID)
-        halves = []
-        while start < end:
-            units = queues.units(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID, start, end - start)
-            if not units:
-                break
-            for unit in units:
-                halves.append(store.read(unit.physical_offset))
-            start += len(units)
-        return halves
+        found = half_records(self._tx.store, load_progress(self._root))
+        return [half for _, half in found if half is not None]
 
     async def discard(self, half: MessageRecord) -> None:
         """Copy ``half`` to the discard topic and count its transaction resolved."""

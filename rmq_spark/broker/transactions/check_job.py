@@ -22,7 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmq_spark.broker.config import BrokerConfig
-from rmq_spark.broker.transactions.check import CheckReport, TransactionCheck, load_progress
+from rmq_spark.broker.transactions.check import (
+    CheckReport,
+    TransactionCheck,
+    half_records,
+    load_progress,
+)
 from rmq_spark.broker.transactions.check_plan import DISCARD, PASS, RENEW, decide, half_info
 from rmq_spark.broker.transactions.records import HALF_QUEUE_ID
 from rmq_spark.broker.transactions.service import TransactionService, TxKey, key_of
@@ -71,20 +76,10 @@ class HalfIndex:
         self._prune_at = _PRUNE_MIN
 
     def catch_up(self) -> None:
-        queues = self._tx.store.consume_queues
-        end = queues.max_offset(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID)
-        start = max(self._read, queues.min_offset(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID))
-        while start < end:
-            units = queues.units(RMQ_SYS_TRANS_HALF_TOPIC, HALF_QUEUE_ID, start, end - start)
-            if not units:
-                break
-            for at, unit in enumerate(units, start):
-                try:
-                    self.saw(key_of(self._tx.store.read(unit.physical_offset)), at)
-                except StoreError:
-                    continue  # deleted by retention meanwhile
-            start += len(units)
-        self._read = max(self._read, start)
+        for at, half in half_records(self._tx.store, self._read):
+            if half is not None:
+                self.saw(key_of(half), at)
+            self._read = at + 1
         if len(self._latest) >= self._prune_at:  # amortised: resolved ones are never named
             for key in [k for k in self._latest if self._tx.is_resolved(k)]:
                 del self._latest[key]
