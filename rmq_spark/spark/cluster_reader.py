@@ -4,7 +4,9 @@ The brokers and their stores come from ``cluster_discovery.discover``; reading t
 several-stores reader's (``multi_store.py``), keyed by broker name instead of path: rows get a
 ``broker_name`` column (not ``store``: a broker's name is what RocketMQ routes, offsets and
 tools call it, and it stays when its store moves), and the offset is
-``{"brokers": {name: {"physical_offset": N}}}``.
+``{"brokers": {name: {"physical_offset": N}}, "stores": {name: path}}``: each broker's store
+path is kept with its position, so a batch Spark runs again after a restart reads a broker
+that has left the cluster meanwhile from the files alone (checked as discovery checks them).
 
 A streaming query discovers again at every trigger (``CACHE_S`` apart at most). A broker that
 was not in the start offset (it joined, or the query restarted after it joined) is read from
@@ -33,6 +35,7 @@ from rmq_spark.errors import SourceError
 from rmq_spark.spark.cluster_discovery import (
     BROKER_COLUMN,
     check_readable_here,
+    check_store,
     discover,
 )
 from rmq_spark.spark.driver_read import stream_reader
@@ -63,6 +66,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 _BROKERS_KEY = "brokers"
+_STORES_KEY = "stores"
 
 
 def _checked(options: SourceOptions) -> SourceOptions:
@@ -189,9 +193,27 @@ class ClusterStreamReader(_ClusterReads, MultiStoreStreamReader):
             )
         return {str(name): dict(value) for name, value in brokers.items()}
 
-    @staticmethod
-    def _join(offsets: Mapping[str, dict]) -> dict:
-        return {_BROKERS_KEY: dict(sorted(offsets.items()))}
+    def _join(self, offsets: Mapping[str, dict]) -> dict:
+        names = sorted(offsets)
+        paths = {name: self._paths[name] for name in names if name in self._paths}
+        return {_BROKERS_KEY: {name: offsets[name] for name in names}, _STORES_KEY: paths}
+
+    def _reopen(self, name: str, end: Mapping[str, object], stop: dict) -> None:
+        """``name`` left the cluster but this batch reads its store up to ``stop``: read it
+        from the path the batch's offset keeps (a checkpoint written before paths were kept
+        has none: then the broker has to come back)."""
+        stores = end.get(_STORES_KEY)
+        path = stores.get(name) if isinstance(stores, Mapping) else None
+        if not isinstance(path, str):
+            raise SourceError(
+                f"broker {name} left the cluster, and this batch reads its store up to "
+                f"{stop}; bring it back (or its store) to finish the batch"
+            )
+        where = "this query's checkpoint"
+        checked = check_store(name, where, path, self._options.store_roots)
+        log.info("rocketmq source: broker %s left the cluster; this batch reads its store %s",
+                 name, checked)  # fmt: skip
+        self._add(name, checked)
 
     def _begin(self, name: str, begins: Mapping[str, dict]) -> dict:
         """Where ``name`` starts: its offset in ``begins``, else (it joined) its earliest."""
@@ -230,10 +252,7 @@ class ClusterStreamReader(_ClusterReads, MultiStoreStreamReader):
             if name not in self._readers:
                 if begins.get(name) == stop:
                     continue  # left the cluster; nothing of it in this batch
-                raise SourceError(
-                    f"broker {name} left the cluster, and this batch reads its store up to "
-                    f"{stop}; bring it back (or its store) to finish the batch"
-                )
+                self._reopen(name, end, stop)
             begin = self._begin(name, begins)
             if begin != stop:
                 planned += tag_partitions(name, self._readers[name].partitions(begin, stop))
