@@ -211,6 +211,12 @@ class ClusterStreamReader(_ClusterReads, MultiStoreStreamReader):
             )
         where = "this query's checkpoint"
         checked = check_store(name, where, path, self._options.store_roots)
+        owner = next((n for n, p in self._paths.items() if p == checked and n != name), None)
+        if owner is not None:
+            raise SourceError(
+                f"{where} names store {checked} for broker {name}, but it is broker {owner}'s;"
+                " two brokers never share a store"
+            )
         log.info("rocketmq source: broker %s left the cluster; this batch reads its store %s",
                  name, checked)  # fmt: skip
         self._add(name, checked)

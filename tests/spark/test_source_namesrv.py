@@ -16,6 +16,7 @@ from broker.broker_harness import BrokerProcess, read_records, start_broker, wai
 from remoting.namesrv_harness import Namesrv, free_port, start_namesrv
 
 from rmq_spark.broker.producer import Producer
+from rmq_spark.errors import SourceError
 from rmq_spark.spark.cluster_discovery import discover
 from rmq_spark.spark.options import parse_options
 
@@ -175,3 +176,38 @@ def test_stores_outside_store_roots_are_refused(spark, namesrv, brokers, tmp_pat
     roots = ",".join(str(b.store_dir.parent) for b in brokers.values())
     stored = sum(len(_stored(broker)) for broker in brokers.values())
     assert reader.option("storeRoots", roots).load().count() == stored
+
+
+def test_a_replay_reads_a_departed_broker_only_from_a_checked_path(namesrv, brokers, tmp_path):
+    """A batch run again after a restart reads a broker the name server no longer lists from
+    the store path its offset keeps; that path is checked as a discovered one (a checkpoint
+    can name any path): under ``storeRoots``, a store, and no other broker's."""
+    from rmq_spark.spark.cluster_reader import cluster_schema, cluster_stream_reader
+
+    gone = _broker(namesrv, tmp_path, "bk-gone", "TG")
+    _send(gone, "TG", ["g0"])
+    gone_store = str(gone.store_dir.resolve())
+    gone.stop()  # unregisters: the name server no longer lists it
+    roots = ",".join(str(p) for p in {b.store_dir.parent.resolve() for b in brokers.values()})
+    roots += f",{tmp_path.resolve()}"
+    options = parse_options({"namesrv": namesrv.addr, "storeRoots": roots}, streaming=True)
+    wait_for(lambda: "bk-gone" not in discover(options), 60, "bk-gone to leave")
+    reader = cluster_stream_reader(options, cluster_schema(options))
+    start = reader.initialOffset()
+    brokers_at = {**start["brokers"], "bk-gone": {"physical_offset": 0}}
+    end = {"brokers": {**brokers_at, "bk-gone": {"physical_offset": 1}}}
+    begin = {"brokers": brokers_at}
+
+    def planned(stores: dict[str, str] | None) -> list:
+        return reader.partitions(begin, end if stores is None else {**end, "stores": stores})
+
+    with pytest.raises(SourceError, match="broker bk-gone left the cluster, .* bring it back"):
+        planned(None)  # a checkpoint written before offsets kept paths
+    with pytest.raises(SourceError, match="reports store .* not under storeRoots"):
+        planned({"bk-gone": str(Path("/").resolve())})
+    with pytest.raises(SourceError, match="no readable commitlog/ directory"):
+        planned({"bk-gone": str(tmp_path.resolve())})
+    a_store = str(brokers["bk-a"].store_dir.resolve())
+    with pytest.raises(SourceError, match="but it is broker bk-a's"):
+        planned({"bk-gone": a_store})
+    assert {p.store for p in planned({"bk-gone": gone_store})} == {"bk-gone"}
