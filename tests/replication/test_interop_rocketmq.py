@@ -5,7 +5,10 @@
   ``haMasterAddress``: 5.3.3 drops a configured one (``BrokerController`` hands it to the HA
   service before the store's ``start`` creates the HA client), so it learns the master's HA
   address as a default 5.x slave does, from the name server's register answer
-  (``haServerAddr``, which our master registers);
+  (``haServerAddr``, which our master registers). Once our master is killed, a RocketMQ 4.9.8
+  push consumer reads every message from that slave (the name server keeps the topic's route
+  with the slave alone; a 5.x slave serves pulls only with ``slaveReadEnable=true``, else it
+  answers each ``[REJECTREQUEST]system busy``);
 * an rmq-spark slave of a RocketMQ master: the same bytes, the master's topics copied by the
   config sync, and its records served to a remoting pull.
 
@@ -18,6 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 from broker.broker_harness import BrokerProcess, bench_lock, read_records, start_broker, wait_for
@@ -82,7 +86,9 @@ def send(rocketmq: ModuleType, address: str, count: int) -> list[str]:
         producer.shutdown()
 
 
-def test_a_rocketmq_slave_copies_our_master(tmp_path: Path, rocketmq: ModuleType) -> None:
+def test_a_rocketmq_slave_copies_our_master_and_serves_a_consumer_once_it_is_gone(
+    tmp_path: Path, rocketmq: ModuleType
+) -> None:
     _imports()
     from java4 import compile_check
     from java_driver import Driver
@@ -108,21 +114,40 @@ def test_a_rocketmq_slave_copies_our_master(tmp_path: Path, rocketmq: ModuleType
     peer = RocketMQBroker(
         proxy=False, namesrv_addr=namesrv.addr, broker_name="broker-a",
         store_dir=tmp_path / "slave",
-        broker_properties={"brokerRole": "SLAVE", "brokerId": 1,
+        broker_properties={"brokerRole": "SLAVE", "brokerId": 1, "slaveReadEnable": "true",
                            "mappedFileSizeCommitLog": SEGMENT},
     )  # fmt: skip
     try:
-        send(rocketmq, master.address, 40)
+        sent = send(rocketmq, master.address, 40)
         with peer:
             end = log_end(master.store_dir)
             wait_for(lambda: "slave 127.0.0.1" in master.log_text(), 60, "the RocketMQ slave")
             wait_for(lambda: same_prefix(master.store_dir, tmp_path / "slave", end), 60,
                      "the master's bytes on the RocketMQ slave")  # fmt: skip
+            _read_from_the_slave_once_the_master_is_gone(master, namesrv, driver, sent, tmp_path)
     finally:
         driver.stop()
         if master.proc.poll() is None:
             master.kill()
         namesrv.stop()
+
+
+def _read_from_the_slave_once_the_master_is_gone(
+    master: BrokerProcess, namesrv: Any, driver: Any, sent: list[str], root: Path
+) -> None:
+    topics = root / "slave" / "config" / "topics.json"
+    wait_for(lambda: topics.exists() and '"orders"' in topics.read_text(), 90,
+             "the RocketMQ slave's SlaveSynchronize to copy our topic")  # fmt: skip
+    port = int(namesrv.addr.rsplit(":", 1)[1])
+    route = RequestCode.GET_ROUTEINFO_BY_TOPIC
+    wait_for(lambda: remoting_call(port, route, {"topic": "orders"}).code == 0, 60,
+             "our master to register the topic")  # fmt: skip
+    master.kill()
+    driver.do("push s1 gSlaveRead orders CLUSTERING plain")
+    received = driver.received
+    wait_for(lambda: set(sent) <= {r[4] for r in received("s1") if r[0] == "orders"}, 120,
+             "the consumer to read every message from the RocketMQ slave")  # fmt: skip
+    driver.do("stop s1")
 
 
 def test_our_slave_copies_a_rocketmq_master(tmp_path: Path, rocketmq: ModuleType) -> None:
