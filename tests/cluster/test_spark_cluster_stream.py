@@ -149,8 +149,8 @@ def _rewind_to_last_read_of(checkpoint: Path, broker: str) -> int:
 
 
 def _last_offset(checkpoint: Path) -> dict:
-    offsets = sorted((checkpoint / "offsets").glob("[0-9]*"), key=lambda p: int(p.name))
-    return json.loads(offsets[-1].read_text().splitlines()[-1])
+    offsets = _batch_offsets(checkpoint)
+    return offsets[max(offsets)]
 
 
 def test_stream_sees_every_message_once_across_a_broker_kill_and_a_query_restart(
