@@ -239,7 +239,7 @@ class Durability:
             if position > segment.flushed_position:
                 segment.flushed_position = position
         self._publish_flushed(covering, token.last_ts)
-        self.group.advance(covering)
+        self.group.advance(covering, fsynced=bool(token.targets))
 
 
 class _RingToken:

@@ -251,11 +251,12 @@ class GroupCommit:
             raise self.error
         return self._flushed_offset
 
-    def advance(self, flushed_offset: int) -> None:
-        """Count an fsync made outside this object (``ring_commit.py``) that made everything
-        below ``flushed_offset`` durable (and published)."""
+    def advance(self, flushed_offset: int, fsynced: bool = True) -> None:
+        """Everything below ``flushed_offset`` is durable and published, made so outside this
+        object (``ring_commit.py``): by an fsync of its own (``fsynced``, counted) or found
+        fsynced by another flush."""
         with self._lock:
-            self.fsync_count += 1
+            self.fsync_count += fsynced
             advanced = flushed_offset > self._flushed_offset
             if advanced:
                 self._flushed_offset = flushed_offset

@@ -55,7 +55,8 @@ _LOST_AFTER_S = 1.0
 
 Start = Callable[[], "tuple[list[int], int, object]"]
 """Commit what is staged; returns (descriptors to fdatasync, the offset they make durable,
-what ``finish`` needs). Raises ``OSError``."""
+what ``finish`` needs). No descriptors: another flush fsynced everything below that offset
+(``finish`` still publishes it). Raises ``OSError``."""
 Finish = Callable[[object, int], None]
 """After the fdatasyncs: record and publish the durable offset. Raises ``OSError``."""
 
@@ -179,10 +180,11 @@ class RingCommit:
         try:
             fds, covering, token = self._start()
             if not fds:
-                if self.in_flight:  # written, but not fsynced yet: ride on the next one
-                    self.pending = waves
-                else:
-                    self._resolve(waves, FlushWait.DURABLE)
+                # Every byte below ``covering`` was fsynced already, by a flush that may not
+                # have published it yet (a thread's group commit): publish it before the
+                # waves are acknowledged.
+                self._finish(token, covering)
+                self._resolve(waves, FlushWait.DURABLE)
                 return
             if self.without_ring:
                 for fd in fds:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -229,4 +230,58 @@ def test_an_fsync_whose_completion_never_comes_is_finished_without_the_ring(
     assert store.flushed_offset >= last.physical_offset + last.total_size
     ring = store._durability._async_commit._ring  # noqa: SLF001 - white-box: which path ran
     assert ring is not None and ring.without_ring
+    store.close()
+
+
+def test_a_wave_a_thread_fsynced_is_acknowledged_only_once_that_fsync_is_published(
+    tmp_path: Path,
+) -> None:
+    # A thread's SYNC put fsyncs the loop's record too, and is slow to publish what it
+    # fsynced. The loop then finds nothing left to fdatasync for its wave: the wave's put may
+    # return PUT_OK only when the flushed offset and the checkpoint cover its record.
+    store = _sync_store(tmp_path)
+    durability = store._durability  # noqa: SLF001 - white-box: hold the thread's publish
+    publish = durability._publish_flushed  # noqa: SLF001
+    publishing, release = threading.Event(), threading.Event()
+    slow_thread: list[threading.Thread] = []
+
+    def held_publish(flushed: int, last_ts: int) -> int:
+        if slow_thread and threading.current_thread() is slow_thread[0]:
+            publishing.set()
+            release.wait(10)
+        return publish(flushed, last_ts)
+
+    durability._publish_flushed = held_publish  # noqa: SLF001
+
+    def thread_put() -> None:
+        assert store.put(PutRequest("T", b"thread")).ok
+
+    async def main() -> PutResult:
+        async def fsync_by_a_thread() -> None:
+            # Runs after the loop's put appended and before its wave closes.
+            slow_thread.append(threading.Thread(target=thread_put))
+            slow_thread[0].start()
+            assert publishing.wait(10)  # fsynced, not yet published
+
+        put = asyncio.ensure_future(store.put_async(PutRequest("A", b"loop")))
+        thread_fsync = asyncio.ensure_future(fsync_by_a_thread())
+        result = await put
+        end = result.physical_offset + result.total_size
+        assert result.ok and store.flushed_offset >= end
+        values = read_checkpoint(tmp_path)
+        assert values is not None and values.confirm_phy_offset >= end
+        await thread_fsync
+        return result
+
+    try:
+        result = asyncio.run(main())
+    finally:
+        release.set()
+        if slow_thread:
+            slow_thread[0].join()
+    commit = durability._async_commit  # noqa: SLF001 - the loop's own fsync path ran
+    assert commit is not None and commit.groups == 0
+    store.close()
+    store = _sync_store(tmp_path)
+    assert store.read(result.physical_offset).body == b"loop"
     store.close()
