@@ -41,6 +41,7 @@ from rmq_spark.broker.grpc.grpc_api import (
     endpoints_of,
     grpc_server_options,
 )
+from rmq_spark.broker.grpc.native_front import NativeServer
 from rmq_spark.broker.grpc.rpc_timer import RpcTimer
 from rmq_spark.broker.metrics import MetricsEndpoint
 from rmq_spark.broker.remoting.endpoint import RemotingEndpoint, remoting_bind
@@ -193,10 +194,10 @@ class GrpcEndpoint:
                 self._config.grpc_receive_limit_bytes,
                 self._service.max_message_size_bytes + 1024 * 1024,
             )
-            server = grpc.aio.server(
-                options=grpc_server_options(receive_limit) + connection_options(self._config),
-            )
-            if self._config.tls_mode == "disabled":  # grpc on the public port, no front
+            server = self._open_server(receive_limit)
+            if isinstance(server, NativeServer):
+                self.port = server.port
+            elif self._config.tls_mode == "disabled":  # grpc on the public port, no front
                 self.port = self._bind_direct(server)
             else:
                 self.port = await self._bind_front(server, receive_limit)
@@ -238,6 +239,15 @@ class GrpcEndpoint:
         await server.stop(self._grace_s)
         if self._front is not None:
             self._front.close()
+
+    def _open_server(self, receive_limit: int) -> Any:
+        """grpc.aio's server, or the native front's (``broker.grpc_front``), not yet serving."""
+        config = self._config
+        if config.grpc_front == "native":
+            return NativeServer(config, self._host, self._requested_port, self._tls, receive_limit)
+        return grpc.aio.server(
+            options=grpc_server_options(receive_limit) + connection_options(config),
+        )
 
     def _bind_direct(self, server: Any) -> int:
         """``tls_mode=disabled``: grpc itself on the public port (no front: no byte copied;

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import mmap
+import os
 import signal
 import socket
 import subprocess
@@ -98,6 +99,7 @@ def closed_by_peer(sock: socket.socket, poll_s: float = 0.01) -> bool:
 
 
 SERVER = ("-m", "rmq_spark.broker.server")
+FRONT_ENV = "RMQ_SPARK_TEST_GRPC_FRONT"
 
 
 def broker_command(
@@ -127,6 +129,9 @@ def start_broker(
     ready = work_dir / f"ready-{time.monotonic_ns()}"
     log_path = work_dir / f"broker-{time.monotonic_ns()}.log"
     extra = ["--ready-file", str(ready)]
+    front = os.environ.get(FRONT_ENV)  # run a module's brokers on the other gRPC front
+    if front and not any(item.startswith("broker.grpc_front=") for item in settings):
+        settings = (*settings, f"broker.grpc_front={front}")
     for item in settings:
         extra += ["--set", item]
     args = broker_command(store_dir, listen, *extra, entry=entry)

@@ -1,0 +1,96 @@
+"""The relay's frames: gRPC calls multiplexed between the native front and the broker.
+
+One owner of the format ``native/front/relay.go`` speaks on the other side. A frame is a
+big-endian u32 length (of what follows), a u8 kind, a u32 call id, then the payload:
+
+* front -> broker: ``OPEN`` (method, peer, deadline, metadata), ``MSG`` (a request's bytes),
+  ``HALF_CLOSE`` (the client sent its last request), ``CANCEL`` (the client went away, or
+  its deadline passed);
+* broker -> front: ``MSG`` (a response's bytes), ``CLOSE`` (status code, details, trailing
+  metadata), ``REPLY`` (a unary call's answer: its one response, then status OK).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+__all__ = [
+    "CANCEL",
+    "CLOSE",
+    "HALF_CLOSE",
+    "HEADER",
+    "MAX_FRAME_BYTES",
+    "MSG",
+    "OPEN",
+    "REPLY",
+    "Open",
+    "RelayError",
+    "close_frame",
+    "frame",
+    "parse_open",
+]
+
+OPEN, MSG, HALF_CLOSE, CANCEL, CLOSE, REPLY = 1, 2, 3, 4, 5, 6
+HEADER = struct.Struct(">IBI")
+MAX_FRAME_BYTES = 1 << 30
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_I64 = struct.Struct(">q")
+
+
+class RelayError(Exception):
+    """The front sent a frame that does not parse."""
+
+
+@dataclass(frozen=True)
+class Open:
+    """A call the front opened: ``deadline_s`` is the time left when it was sent (``None``:
+    no deadline); ``metadata`` as grpc gives it (``-bin`` keys as bytes)."""
+
+    method: str
+    peer: str
+    deadline_s: float | None
+    metadata: tuple[tuple[str, str | bytes], ...]
+
+
+def frame(kind: int, call_id: int, payload: bytes = b"") -> bytes:
+    return HEADER.pack(5 + len(payload), kind, call_id) + payload
+
+
+def close_frame(call_id: int, code: int, details: str = "") -> bytes:
+    """``CLOSE``: u32 status code, u16 details, u16 trailer count (none sent)."""
+    text = details.encode("utf-8", "replace")[:65535]
+    return frame(CLOSE, call_id, _U32.pack(code) + _U16.pack(len(text)) + text + _U16.pack(0))
+
+
+def parse_open(payload: bytes) -> Open:
+    """``OPEN``: u16 method, u16 peer, i64 deadline in us (-1: none), u16 count, then per
+    value u16 key, u32 value."""
+    try:
+        method, at = _string16(payload, 0)
+        peer, at = _string16(payload, at)
+        (deadline_us,) = _I64.unpack_from(payload, at)
+        (count,) = _U16.unpack_from(payload, at + 8)
+        at += 10
+        metadata = []
+        for _ in range(count):
+            key, at = _string16(payload, at)
+            (size,) = _U32.unpack_from(payload, at)
+            raw = payload[at + 4 : at + 4 + size]
+            if len(raw) != size:
+                raise RelayError("OPEN: a metadata value runs past the frame")
+            at += 4 + size
+            metadata.append((key, raw if key.endswith("-bin") else raw.decode("utf-8", "replace")))
+    except struct.error as err:
+        raise RelayError(f"OPEN: too short: {err}") from err
+    deadline_s = None if deadline_us < 0 else deadline_us / 1e6
+    return Open(method, peer, deadline_s, tuple(metadata))
+
+
+def _string16(payload: bytes, at: int) -> tuple[str, int]:
+    (size,) = _U16.unpack_from(payload, at)
+    raw = payload[at + 2 : at + 2 + size]
+    if len(raw) != size:
+        raise RelayError("OPEN: a string runs past the frame")
+    return raw.decode("utf-8", "replace"), at + 2 + size
