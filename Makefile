@@ -14,6 +14,7 @@ JARS_STAMP := jars/manifest.txt
 ROCKETMQ_JARS_STAMP := jars/rocketmq/manifest.txt
 ROCKETMQ4_JARS_STAMP := jars/rocketmq4/manifest.txt
 LINK_STAMP := $(VENV)/.delta-jars-linked
+NATIVE_FRONT := build/native-front/rmq-front
 PYTEST_ARGS ?=
 # Test processes: most slow tests wait on subprocesses (brokers, JVMs, name servers), so two
 # workers fill two cores; a module stays in one worker (its fixtures start one JVM each).
@@ -25,7 +26,8 @@ TEST_WORKERS ?= 2
 help:
 	@sed -n '1,9p' Makefile
 
-setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP) $(ROCKETMQ_JARS_STAMP) $(ROCKETMQ4_JARS_STAMP)
+setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP) $(ROCKETMQ_JARS_STAMP) $(ROCKETMQ4_JARS_STAMP) \
+	$(NATIVE_FRONT)
 
 $(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
 	@scripts/bootstrap_venv.sh
@@ -42,6 +44,11 @@ $(ROCKETMQ_JARS_STAMP): scripts/rocketmq-jars.pom.xml scripts/fetch_rocketmq_jar
 # RocketMQ 4.9.8's Java client, for the tests of the broker's remoting port: its own folder too.
 $(ROCKETMQ4_JARS_STAMP): scripts/rocketmq4-jars.pom.xml scripts/fetch_rocketmq4_jars.sh | $(JARS_STAMP)
 	@scripts/fetch_rocketmq4_jars.sh
+
+# The broker's native gRPC front (broker.grpc_front = "native"), built with Go from the module
+# proxy; the broker's default front needs none of it.
+$(NATIVE_FRONT): $(DEPS_STAMP) $(wildcard native/front/*.go native/front/go.mod native/front/go.sum)
+	$(BIN)/python -m rmq_spark.broker.grpc.native_front
 
 $(LINK_STAMP): $(DEPS_STAMP) $(JARS_STAMP) scripts/link_jars.sh
 	@scripts/link_jars.sh

@@ -25,12 +25,29 @@ TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def broker_cpu_s(pids: Sequence[int]) -> float:
-    """CPU seconds (user + system) the processes ``pids`` have used so far."""
+    """CPU seconds (user + system) the processes ``pids`` and their live descendants (a
+    broker's native front) have used so far."""
     total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    for pid in _with_descendants(pids):
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except FileNotFoundError:
+            continue  # a descendant that ended meanwhile
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14, 15 of stat)
     return total / TICKS
+
+
+def _with_descendants(pids: Sequence[int]) -> list[int]:
+    found, queue = [], list(pids)
+    while queue:
+        pid = queue.pop()
+        found.append(pid)
+        for children in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                queue.extend(int(child) for child in children.read_text().split())
+            except FileNotFoundError:
+                continue
+    return found
 
 
 def client_cpu_s() -> float:

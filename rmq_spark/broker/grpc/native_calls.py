@@ -18,7 +18,7 @@ import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import grpc
 
@@ -32,11 +32,21 @@ _UNKNOWN, _CANCELLED, _INTERNAL, _UNIMPLEMENTED = 2, 1, 13, 12
 _EOF = grpc.aio.EOF
 
 
-class _Details(NamedTuple):
+class _Details:
     """grpc's ``HandlerCallDetails``: what a generic handler looks a call up by."""
 
-    method: str
-    invocation_metadata: tuple[tuple[str, str | bytes], ...]
+    __slots__ = ("_opened",)
+
+    def __init__(self, opened: wire.Open) -> None:
+        self._opened = opened
+
+    @property
+    def method(self) -> str:
+        return self._opened.method
+
+    @property
+    def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        return self._opened.metadata
 
 
 class CallContext:
@@ -181,7 +191,7 @@ class RelayCalls(asyncio.Protocol):
             raise wire.RelayError(f"frame kind {kind} from the front")
 
     def _open(self, call_id: int, opened: wire.Open) -> None:
-        handler = self._lookup(_Details(opened.method, opened.metadata))
+        handler = self._lookup(_Details(opened))
         if handler is None:
             self.send(wire.close_frame(call_id, _UNIMPLEMENTED, "Method not found!"))
             return

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import fcntl
 import logging
 import os
 import shutil
@@ -43,6 +44,7 @@ _REPO = Path(__file__).resolve().parents[3]
 _SOURCE = _REPO / "native" / "front"
 _BINARY = _REPO / "build" / "native-front" / "rmq-front"
 _BINARY_ENV = "RMQ_SPARK_NATIVE_FRONT"
+_GO_ELSEWHERE = (Path("/usr/local/go/bin/go"), Path.home() / "go" / "bin" / "go")
 _RESTARTS_MAX = 5  # quick deaths in a row before the broker stops starting it again
 _QUICK_DEATH_S = 2.0
 
@@ -58,14 +60,20 @@ def build(force: bool = False) -> Path:
     Raises ``BrokerError`` when Go is missing or the build fails (its output in the message).
     """
     target = _BINARY
-    sources = [path for path in _SOURCE.iterdir() if path.suffix in (".go", ".mod", ".sum")]
-    newest = max(path.stat().st_mtime for path in sources)
-    if not force and target.exists() and target.stat().st_mtime >= newest:
-        return target
-    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with (target.parent / ".build.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build at a time (parallel test workers)
+        sources = [path for path in _SOURCE.iterdir() if path.suffix in (".go", ".mod", ".sum")]
+        newest = max(path.stat().st_mtime for path in sources)
+        if force or not target.exists() or target.stat().st_mtime < newest:
+            _go_build(target)
+    return target
+
+
+def _go_build(target: Path) -> None:
+    go = shutil.which("go") or next((str(p) for p in _GO_ELSEWHERE if p.exists()), None)
     if go is None:
         raise BrokerError("building the native front needs Go (https://go.dev/dl/) on PATH")
-    target.parent.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
     done = subprocess.run(
         [go, "build", "-trimpath", "-o", str(target), "."],
@@ -73,7 +81,6 @@ def build(force: bool = False) -> Path:
     )  # fmt: skip
     if done.returncode != 0:
         raise BrokerError(f"building the native front failed: {done.stderr.strip()[-2000:]}")
-    return target
 
 
 class NativeServer:
@@ -111,8 +118,12 @@ class NativeServer:
         await self._spawn()
         self._watch = asyncio.ensure_future(self._supervise())
         modes = {"disabled": "plaintext only", "enforcing": "TLS only"}
-        log.info("broker: port %d serves %s through the native front (pid %d)", self.port,
-                 modes.get(self._tls_mode, "TLS and plaintext"), self._process.pid)
+        log.info(
+            "broker: port %d serves %s through the native front (pid %d)",
+            self.port,
+            modes.get(self._tls_mode, "TLS and plaintext"),
+            self._process.pid,
+        )
 
     async def _spawn(self) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -141,8 +152,13 @@ class NativeServer:
             code = await asyncio.to_thread(self._reap)
             quick_deaths = quick_deaths + 1 if time.monotonic() - started < _QUICK_DEATH_S else 0
             if quick_deaths >= _RESTARTS_MAX:
-                log.critical("broker error: the native front died %d times at start (last exit "
-                             "%s); port %d is not served", quick_deaths, code, self.port)
+                log.critical(
+                    "broker error: the native front died %d times at start (last exit "
+                    "%s); port %d is not served",
+                    quick_deaths,
+                    code,
+                    self.port,
+                )
                 return
             log.error("broker error: the native front exited (%s); starting it again", code)
             await self._spawn()
@@ -217,7 +233,7 @@ def _listen(host: str, port: int, listen: str) -> socket.socket:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m rmq_spark.broker.grpc.native_front",
-        description="Build the broker's native gRPC front (broker.grpc_front = \"native\").",
+        description='Build the broker\'s native gRPC front (broker.grpc_front = "native").',
     )
     parser.add_argument("--force", action="store_true", help="build even if up to date")
     args = parser.parse_args(argv)

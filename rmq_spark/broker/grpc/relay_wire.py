@@ -13,7 +13,6 @@ big-endian u32 length (of what follows), a u8 kind, a u32 call id, then the payl
 from __future__ import annotations
 
 import struct
-from dataclasses import dataclass
 
 __all__ = [
     "CANCEL",
@@ -23,8 +22,8 @@ __all__ = [
     "MAX_FRAME_BYTES",
     "MSG",
     "OPEN",
-    "REPLY",
     "Open",
+    "REPLY",
     "RelayError",
     "close_frame",
     "frame",
@@ -43,15 +42,26 @@ class RelayError(Exception):
     """The front sent a frame that does not parse."""
 
 
-@dataclass(frozen=True)
 class Open:
     """A call the front opened: ``deadline_s`` is the time left when it was sent (``None``:
-    no deadline); ``metadata`` as grpc gives it (``-bin`` keys as bytes)."""
+    no deadline); ``metadata`` as grpc gives it (``-bin`` keys as bytes), parsed on first use
+    (most calls never read it)."""
 
-    method: str
-    peer: str
-    deadline_s: float | None
-    metadata: tuple[tuple[str, str | bytes], ...]
+    __slots__ = ("method", "peer", "deadline_s", "_raw", "_at", "_metadata")
+
+    def __init__(self, method: str, peer: str, deadline_s: float | None, raw: bytes, at: int):
+        self.method = method
+        self.peer = peer
+        self.deadline_s = deadline_s
+        self._raw, self._at = raw, at
+        self._metadata: tuple[tuple[str, str | bytes], ...] | None = None
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str | bytes], ...]:
+        metadata = self._metadata
+        if metadata is None:
+            metadata = self._metadata = _parse_metadata(self._raw, self._at)
+        return metadata
 
 
 def frame(kind: int, call_id: int, payload: bytes = b"") -> bytes:
@@ -65,14 +75,24 @@ def close_frame(call_id: int, code: int, details: str = "") -> bytes:
 
 
 def parse_open(payload: bytes) -> Open:
-    """``OPEN``: u16 method, u16 peer, i64 deadline in us (-1: none), u16 count, then per
-    value u16 key, u32 value."""
+    """``OPEN``: u16 method, u16 peer, i64 deadline in us (-1: none), then the metadata
+    (``_parse_metadata``)."""
     try:
         method, at = _string16(payload, 0)
         peer, at = _string16(payload, at)
         (deadline_us,) = _I64.unpack_from(payload, at)
-        (count,) = _U16.unpack_from(payload, at + 8)
-        at += 10
+    except struct.error as err:
+        raise RelayError(f"OPEN: too short: {err}") from err
+    deadline_s = None if deadline_us < 0 else deadline_us / 1e6
+    return Open(method, peer, deadline_s, payload, at + 8)
+
+
+def _parse_metadata(payload: bytes, at: int) -> tuple[tuple[str, str | bytes], ...]:
+    """u16 count, then per value u16 key, u32 value. The front built it: a frame that does
+    not parse is an error of the relay, raised as ``RelayError``."""
+    try:
+        (count,) = _U16.unpack_from(payload, at)
+        at += 2
         metadata = []
         for _ in range(count):
             key, at = _string16(payload, at)
@@ -83,9 +103,8 @@ def parse_open(payload: bytes) -> Open:
             at += 4 + size
             metadata.append((key, raw if key.endswith("-bin") else raw.decode("utf-8", "replace")))
     except struct.error as err:
-        raise RelayError(f"OPEN: too short: {err}") from err
-    deadline_s = None if deadline_us < 0 else deadline_us / 1e6
-    return Open(method, peer, deadline_s, tuple(metadata))
+        raise RelayError(f"OPEN: metadata too short: {err}") from err
+    return tuple(metadata)
 
 
 def _string16(payload: bytes, at: int) -> tuple[str, int]:

@@ -75,13 +75,21 @@ class Refused:
 
 
 def _name(resource: Any) -> Name:
-    name, namespace = str(resource.name), str(resource.resource_namespace)
-    return Name(name, namespace, full_topic_name(name, namespace))
+    key = (resource.name, resource.resource_namespace)
+    named = _NAMED.get(key)
+    if named is None:
+        name, namespace = str(key[0]), str(key[1])
+        named = Name(name, namespace, full_topic_name(name, namespace))
+        if len(_NAMED) >= _JUDGED_MAX:
+            _NAMED.clear()
+        _NAMED[key] = named
+    return named
 
 
 # Judged names, kept: a client names the same few groups and topics on every call. Bounded:
 # emptied when full, so names made up per call cost memory no longer than the next clear.
 _JUDGED: dict[tuple[str, str, int], Name | Refused] = {}
+_NAMED: dict[tuple[str, str], Name] = {}  # named, not judged (the same bound)
 _JUDGED_MAX = 4096
 _GROUP, _SYSTEM_GROUP, _TOPIC = 0, 1, 2
 

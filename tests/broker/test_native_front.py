@@ -1,0 +1,221 @@
+"""``broker.grpc_front = native``: the Go front relays the official clients' calls to the
+broker's own handlers (``rmq_spark/broker/grpc/native_front.py``, ``native/front``).
+
+What the Python front guarantees must hold here too: acknowledged sends survive a kill -9,
+the auth gate refuses unsigned callers on every RPC, TLS and plaintext share the port (TLS
+only when enforcing), the connection caps hold, a dead front comes back and a dead broker
+leaves no front holding its port.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from broker_harness import (
+    REPO_ROOT,
+    BrokerProcess,
+    by_uniq_key,
+    closed_by_peer,
+    read_records,
+    wait_for,
+)
+from test_auth import USERS, _requests, call
+
+from rmq_spark.broker.grpc.native_front import build
+from rmq_spark.broker.proto import definition_pb2 as pb
+
+PEERS = REPO_ROOT / "bench" / "peers"
+if str(PEERS) not in sys.path:
+    sys.path.insert(0, str(PEERS))
+
+NATIVE = "broker.grpc_front=native"
+SMALL = "store.segment_size_bytes=16777216"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def front_binary() -> Path:
+    return build()  # up to date after `make setup`: a look at the sources' times
+
+
+def _front_pid(broker: BrokerProcess) -> int:
+    [pid] = _children(broker.proc.pid)
+    assert Path(f"/proc/{pid}/comm").read_text().strip() == "rmq-front"
+    return pid
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        found += [int(child) for child in children.read_text().split()]
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_the_official_client_sends_through_the_native_front(
+    broker_factory: Callable[..., BrokerProcess],
+    official_producer: Callable[..., Any],
+    rocketmq: ModuleType,
+) -> None:
+    broker = broker_factory(NATIVE, SMALL, "broker.default_queue_count=2")
+    assert "through the native front" in broker.log_text()
+    producer = official_producer(broker.address, ("orders",))
+    sent = {}
+    for i in range(10):
+        message = rocketmq.Message()
+        message.topic, message.body, message.tag = "orders", b"order %d" % i, "TagA"
+        sent[producer.send(message).message_id] = message.body
+    producer.shutdown()
+    assert broker.stop() == 0
+    stored = by_uniq_key(read_records(broker.store_dir))
+    assert {key: records[0].body for key, records in stored.items()} == sent
+    assert all(records[0].born_host.ip == "127.0.0.1" for records in stored.values())
+
+
+def test_every_rpc_refuses_an_unsigned_caller_through_the_native_front(
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    users = tmp_path / "users.toml"
+    users.write_text(USERS, encoding="utf-8")
+    users.chmod(0o600)
+    broker = broker_factory(
+        NATIVE, SMALL, "broker.auth_enabled=true", f"broker.auth_users_file={users}"
+    )
+    for method, request in _requests().items():
+        response = call(broker.address, method, request)
+        assert response.status.code == pb.UNAUTHORIZED, (method, response)
+    assert read_records(broker.store_dir) == []
+
+
+def test_tls_and_plaintext_share_the_port_and_enforcing_refuses_plaintext(
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    permissive = broker_factory(NATIVE, SMALL)
+    host, port = permissive.address.rsplit(":", 1)
+    assert _tls_alpn(host, int(port)) == "h2"
+    assert call(permissive.address, "QueryRoute", _requests()["QueryRoute"]).status.code == pb.OK
+    enforcing = broker_factory(NATIVE, SMALL, "broker.tls_mode=enforcing",
+                               store_dir=tmp_path / "enforcing")  # fmt: skip
+    host, port = enforcing.address.rsplit(":", 1)
+    assert _tls_alpn(host, int(port)) == "h2"
+    with socket.create_connection((host, int(port)), timeout=5) as plain:
+        plain.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+        assert wait_for(lambda: closed_by_peer(plain), 10, "plaintext to be refused")
+
+
+def _tls_alpn(host: str, port: int) -> str | None:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    context.set_alpn_protocols(["h2"])
+    with (
+        socket.create_connection((host, port), timeout=5) as raw,
+        context.wrap_socket(raw) as tls,
+    ):
+        return tls.selected_alpn_protocol()
+
+
+def test_connections_past_the_per_address_cap_are_closed(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker = broker_factory(NATIVE, SMALL, "broker.max_connections_per_address=2")
+    host, port = broker.address.rsplit(":", 1)
+    kept = [socket.create_connection((host, int(port)), timeout=5) for _ in range(2)]
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as third:
+            assert wait_for(lambda: closed_by_peer(third), 10, "the third to be closed")
+        assert not any(closed_by_peer(sock) for sock in kept)
+    finally:
+        for sock in kept:
+            sock.close()
+    # The caps count live connections only: a call goes through once the others closed.
+    assert call(broker.address, "QueryRoute", _requests()["QueryRoute"]).status.code == pb.OK
+
+
+def test_a_killed_front_is_started_again_and_a_killed_broker_leaves_no_front(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker = broker_factory(NATIVE, SMALL)
+    first = _front_pid(broker)
+    os.kill(first, signal.SIGKILL)
+    wait_for(lambda: _children(broker.proc.pid) not in ([], [first]), 20, "a new front")
+    assert "the native front exited" in broker.log_text()
+    route = _requests()["QueryRoute"]
+    wait_for(lambda: call(broker.address, "QueryRoute", route).status.code == pb.OK, 20,
+             "the new front to serve")  # fmt: skip
+    second = _front_pid(broker)
+    broker.proc.send_signal(signal.SIGKILL)
+    broker.proc.wait()
+    wait_for(lambda: not _alive(second), 20, "the front to end with its broker")
+    port = int(broker.address.rsplit(":", 1)[1])
+    # A process's descriptors close with its last thread, a moment after it shows as ended.
+    wait_for(lambda: port not in _listening_ports(), 20, "nobody to hold the port")
+
+
+def _listening_ports() -> set[int]:
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # TCP_LISTEN
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("javac") is None, reason="needs a JDK (javac)")
+def test_java_client_sends_acknowledged_before_a_kill_9_are_all_stored(
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    from java_client import POM, compile_program
+    from peer_common import fetch_jars, java_command
+
+    class_path = compile_program(
+        Path(__file__).parent / "java" / "SendUntilKilled.java", fetch_jars("java-client", POM)
+    )
+    broker = broker_factory(NATIVE, SMALL, "store.flush_policy=SYNC")
+    java = subprocess.Popen(
+        [*java_command("256m", class_path), "SendUntilKilled", broker.address, "jkill",
+         "20000", "64"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+    )  # fmt: skip
+    acked: list[str] = []
+    try:
+        assert java.stdout is not None
+        for line in java.stdout:
+            if line.startswith("ACK "):
+                acked.append(line.split()[1])
+            if len(acked) == 2000:  # sends in full flow: kill the broker under them
+                broker.proc.send_signal(signal.SIGKILL)
+                broker.proc.wait()
+                break
+        deadline = time.monotonic() + 60
+        for line in java.stdout:  # answers that were on their way when it died
+            if line.startswith("ACK "):
+                acked.append(line.split()[1])
+            if line.startswith("DONE") or time.monotonic() > deadline:
+                break
+    finally:
+        java.kill()
+        java.wait()
+    stored = by_uniq_key([r for r in read_records(broker.store_dir) if r.topic == "jkill"])
+    assert len(acked) >= 2000
+    assert [message_id for message_id in acked if message_id not in stored] == []

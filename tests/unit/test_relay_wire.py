@@ -1,0 +1,92 @@
+"""The native front's relay frames (``relay_wire.py``) and the broker's side of the relay
+(``native_calls.RelayCalls``) on a real socket pair, with no front: bad frames are typed
+errors that close the relay, never a crash or a hang."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import grpc
+import pytest
+
+from rmq_spark.broker.grpc import relay_wire as wire
+from rmq_spark.broker.grpc.native_calls import RelayCalls
+
+
+def _open_payload(
+    method: str, peer: str, deadline_us: int, metadata: list[tuple[str, bytes]]
+) -> bytes:
+    out = struct.pack(">H", len(method)) + method.encode()
+    out += struct.pack(">H", len(peer)) + peer.encode()
+    out += struct.pack(">qH", deadline_us, len(metadata))
+    for key, value in metadata:
+        out += struct.pack(">H", len(key)) + key.encode() + struct.pack(">I", len(value)) + value
+    return out
+
+
+def test_an_open_frame_parses_with_its_metadata_read_on_first_use() -> None:
+    payload = _open_payload(
+        "/apache.rocketmq.v2.MessagingService/SendMessage", "ipv4:127.0.0.1:5000", 2_500_000,
+        [("x-mq-client-id", b"c1"), ("trace-bin", b"\x00\x01")],
+    )  # fmt: skip
+    opened = wire.parse_open(payload)
+    assert (opened.method, opened.peer, opened.deadline_s) == (
+        "/apache.rocketmq.v2.MessagingService/SendMessage", "ipv4:127.0.0.1:5000", 2.5
+    )  # fmt: skip
+    assert opened.metadata == (("x-mq-client-id", "c1"), ("trace-bin", b"\x00\x01"))
+    assert wire.parse_open(_open_payload("/m", "", -1, [])).deadline_s is None
+
+
+@pytest.mark.parametrize("cut", [1, 5, 12, 20])
+def test_a_truncated_open_frame_is_a_relay_error(cut: int) -> None:
+    payload = _open_payload("/s/M", "ipv4:1.2.3.4:5", -1, [("k", b"value")])
+    with pytest.raises(wire.RelayError):
+        opened = wire.parse_open(payload[: len(payload) - cut])
+        opened.metadata  # noqa: B018 - parsed on first use
+
+
+def test_a_close_frame_carries_code_and_details() -> None:
+    data = wire.close_frame(7, 12, "Method not found!")
+    length, kind, call_id = wire.HEADER.unpack_from(data)
+    assert (length, kind, call_id) == (len(data) - 4, wire.CLOSE, 7)
+    assert data[9:] == struct.pack(">IH", 12, 17) + b"Method not found!" + struct.pack(">H", 0)
+
+
+async def _relay(frames: bytes, handlers: tuple = ()) -> tuple[RelayCalls, bytes]:
+    ours, theirs = socket.socketpair()
+    calls = RelayCalls()
+    calls.add_generic_rpc_handlers(handlers)
+    await asyncio.get_running_loop().connect_accepted_socket(lambda: calls, sock=ours)
+    theirs.sendall(frames)
+    theirs.setblocking(False)
+    answer = b""
+    for _ in range(50):
+        await asyncio.sleep(0.01)
+        try:
+            chunk = theirs.recv(65536)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        answer += chunk
+    theirs.close()
+    return calls, answer
+
+
+def test_a_frame_of_an_impossible_length_closes_the_relay(caplog: pytest.LogCaptureFixture) -> None:
+    bad = struct.pack(">IBI", 2, wire.MSG, 1)
+    calls, _ = asyncio.run(_relay(bad))
+    assert calls.lost.is_set()
+    assert "the native front's relay: a frame of 2 bytes" in caplog.text
+
+
+def test_an_unknown_method_is_answered_unimplemented_and_a_late_frame_ignored() -> None:
+    opened = wire.frame(wire.OPEN, 3, _open_payload("/no.Such/Method", "", -1, []))
+    late = wire.frame(wire.MSG, 3, b"\x0a\x00") + wire.frame(wire.CANCEL, 99)
+    calls, answer = asyncio.run(_relay(opened + late))
+    assert answer == wire.close_frame(
+        3, grpc.StatusCode.UNIMPLEMENTED.value[0], "Method not found!"
+    )
+    assert calls.calls == 0
