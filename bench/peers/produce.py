@@ -136,6 +136,7 @@ class ProduceOptions:
         self.burners: int = args.burners
         self.body: bytes = os.urandom(args.body_bytes)
         self.systems: tuple[str, ...] = tuple(args.systems.split(","))
+        self.settings: tuple[str, ...] = ("store.flush_policy=SYNC", *args.set)
         self.logs: Path | None = args.logs
         self.shared_session: bool = args.shared_session
         self.java_inflight: tuple[int, ...] = tuple(
@@ -144,11 +145,14 @@ class ProduceOptions:
 
 
 @contextmanager
-def _system(name: str, logs: Path | None, shared_session: bool) -> Iterator[tuple[str, list[int]]]:
+def _system(name: str, options: ProduceOptions) -> Iterator[tuple[str, list[int]]]:
     """Start one system; yield its gRPC endpoint and the pids whose CPU is the broker's."""
     if name == "rmq-spark":
-        keep = logs / "rmq-spark-broker.log" if logs else None
-        with RmqSparkBroker(keep_log=keep, own_session=not shared_session) as broker:
+        keep = options.logs / "rmq-spark-broker.log" if options.logs else None
+        own_session = not options.shared_session
+        with RmqSparkBroker(
+            settings=options.settings, keep_log=keep, own_session=own_session
+        ) as broker:
             assert broker.process is not None
             yield broker.endpoint, [broker.process.pid]
     else:
@@ -171,7 +175,7 @@ def run_produce(rocketmq: ModuleType, options: ProduceOptions) -> dict[str, list
     results: dict[str, list[CaseResult]] = {}
     for name in options.systems:
         started = time.perf_counter()
-        with _system(name, options.logs, options.shared_session) as (endpoint, pids):
+        with _system(name, options) as (endpoint, pids):
             progress(f"{name}: up on {endpoint} in {time.perf_counter() - started:.1f} s")
             producers = make_producers(rocketmq, endpoint, options.threads)
             try:
@@ -271,6 +275,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "their own sessions): shows what that does, not a fair comparison",
     )
     parser.add_argument("--logs", type=Path, help="keep the rmq-spark broker's log in this dir")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a setting of the rmq-spark broker (e.g. broker.grpc_front=native); repeatable",
+    )
     args = parser.parse_args(argv)
     for name in ("threads", "inflight", "rate", "body_bytes"):
         if getattr(args, name) < 1:

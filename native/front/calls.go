@@ -30,13 +30,19 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 
 func (rawCodec) Name() string { return "proto" }
 
-type front struct{ relay *relay }
+type front struct {
+	relay *relay
+	caps  *capListener
+}
 
 // handle serves every method (grpc.UnknownServiceHandler): it opens the call on the relay,
 // forwards the client's messages and hands back the broker's.
 func (f *front) handle(_ any, stream grpc.ServerStream) error {
 	ctx := stream.Context()
 	method, _ := grpc.MethodFromServerStream(stream)
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		f.caps.prove(p.Addr.String())
+	}
 	id, queue := f.relay.open()
 	defer f.relay.forget(id)
 	f.relay.send(openFrame(id, method, stream))

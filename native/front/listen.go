@@ -4,6 +4,7 @@ package main
 // TLS ClientHello record is 0x16, HTTP/2's plaintext preface starts with 'P').
 
 import (
+	"container/list"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -11,76 +12,149 @@ import (
 	"log"
 	"net"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc/credentials"
 )
 
 const tlsRecordHandshake = 0x16
 
-// capListener refuses a connection past max_connections or max_connections_per_address.
+// capListener holds the connection caps. At max_connections or max_connections_per_address
+// the oldest connection that has not opened a call yet ("unproven") is closed to make room,
+// else the new one; a connection still unproven after the handshake timeout is closed, so a
+// crowd of idle sockets cannot keep clients out.
 type capListener struct {
 	net.Listener
 	maxTotal, maxPerAddress int
+	handshake               time.Duration
 	mu                      sync.Mutex
-	total                   int
 	perAddress              map[string]int
+	live                    map[string]*countedConn // by remote address
+	unproven                *list.List              // of *countedConn, oldest first
 	warned                  bool
 }
 
-func newCapListener(l net.Listener, maxTotal, maxPerAddress int) *capListener {
+func newCapListener(l net.Listener, maxTotal, maxPerAddress int, handshake time.Duration) *capListener {
 	return &capListener{
-		Listener: l, maxTotal: maxTotal, maxPerAddress: maxPerAddress,
-		perAddress: make(map[string]int),
+		Listener: l, maxTotal: maxTotal, maxPerAddress: maxPerAddress, handshake: handshake,
+		perAddress: make(map[string]int), live: make(map[string]*countedConn),
+		unproven: list.New(),
 	}
 }
 
 func (l *capListener) Accept() (net.Conn, error) {
 	for {
-		conn, err := l.Listener.Accept()
+		raw, err := l.Listener.Accept()
 		if err != nil {
 			return nil, err
 		}
-		host := conn.RemoteAddr().String()
-		if tcp, ok := conn.RemoteAddr().(*net.TCPAddr); ok {
-			host = tcp.IP.String()
+		if conn := l.admit(raw); conn != nil {
+			return conn, nil
 		}
-		l.mu.Lock()
-		full := l.total >= l.maxTotal || l.perAddress[host] >= l.maxPerAddress
-		if !full {
-			l.total++
-			l.perAddress[host]++
-		} else if !l.warned {
-			l.warned = true
-			log.Printf("native front: a connection from %s refused: at broker.max_connections=%d "+
-				"or max_connections_per_address=%d (logged once)", host, l.maxTotal, l.maxPerAddress)
-		}
-		l.mu.Unlock()
-		if full {
-			conn.Close()
-			continue
-		}
-		return &countedConn{Conn: conn, owner: l, host: host}, nil
 	}
 }
 
-func (l *capListener) release(host string) {
-	l.mu.Lock()
-	l.total--
-	if l.perAddress[host]--; l.perAddress[host] <= 0 {
-		delete(l.perAddress, host)
+// admit counts raw in, making room if it must; nil: refused (closed).
+func (l *capListener) admit(raw net.Conn) net.Conn {
+	host := raw.RemoteAddr().String()
+	if tcp, ok := raw.RemoteAddr().(*net.TCPAddr); ok {
+		host = tcp.IP.String()
 	}
+	l.mu.Lock()
+	var victim *countedConn
+	if len(l.live) >= l.maxTotal || l.perAddress[host] >= l.maxPerAddress {
+		victim = l.oldestUnproven(host, len(l.live) >= l.maxTotal)
+		if victim == nil {
+			l.warnOnce(host)
+			l.mu.Unlock()
+			raw.Close()
+			return nil
+		}
+		l.forget(victim)
+	}
+	conn := &countedConn{Conn: raw, owner: l, host: host, key: raw.RemoteAddr().String()}
+	conn.element = l.unproven.PushBack(conn)
+	l.live[conn.key] = conn
+	l.perAddress[host]++
 	l.mu.Unlock()
+	if victim != nil {
+		victim.Conn.Close()
+	}
+	conn.timer = time.AfterFunc(l.handshake, func() {
+		if !conn.proven.Load() {
+			conn.Close()
+		}
+	})
+	return conn
+}
+
+// oldestUnproven: the connection to close for a new one from host (lock held); any
+// address's when the total cap is reached, else host's own.
+func (l *capListener) oldestUnproven(host string, anyAddress bool) *countedConn {
+	for e := l.unproven.Front(); e != nil; e = e.Next() {
+		conn := e.Value.(*countedConn)
+		if anyAddress || conn.host == host {
+			return conn
+		}
+	}
+	return nil
+}
+
+func (l *capListener) warnOnce(host string) {
+	if !l.warned {
+		l.warned = true
+		log.Printf("a connection from %s refused: at broker.max_connections=%d or "+
+			"max_connections_per_address=%d, none unproven to close (logged once)",
+			host, l.maxTotal, l.maxPerAddress)
+	}
+}
+
+// prove marks the connection from remote as having opened a call.
+func (l *capListener) prove(remote string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	conn := l.live[remote]
+	if conn != nil && conn.element != nil {
+		l.unproven.Remove(conn.element)
+		conn.element = nil
+		conn.proven.Store(true)
+	}
+}
+
+// forget uncounts conn (lock held); false: it was not counted any more.
+func (l *capListener) forget(conn *countedConn) bool {
+	if l.live[conn.key] != conn {
+		return false
+	}
+	delete(l.live, conn.key)
+	if conn.element != nil {
+		l.unproven.Remove(conn.element)
+		conn.element = nil
+	}
+	if l.perAddress[conn.host]--; l.perAddress[conn.host] <= 0 {
+		delete(l.perAddress, conn.host)
+	}
+	return true
 }
 
 type countedConn struct {
 	net.Conn
-	owner *capListener
-	host  string
-	once  sync.Once
+	owner   *capListener
+	host    string
+	key     string
+	element *list.Element // in owner.unproven while unproven (owner's lock)
+	proven  atomic.Bool
+	timer   *time.Timer
 }
 
 func (c *countedConn) Close() error {
-	c.once.Do(func() { c.owner.release(c.host) })
+	c.owner.mu.Lock()
+	c.owner.forget(c)
+	c.owner.mu.Unlock()
+	if c.timer != nil {
+		c.timer.Stop()
+	}
 	return c.Conn.Close()
 }
 

@@ -30,7 +30,8 @@ func main() {
 	keyFile := flag.String("key", "", "PEM private key of -cert")
 	maxConns := flag.Int("max-connections", 1000, "client connections at once")
 	maxPerAddress := flag.Int("max-connections-per-address", 100, "connections from one address")
-	handshake := flag.Duration("handshake-timeout", 10*time.Second, "TLS and HTTP/2 handshake bound")
+	handshake := flag.Duration("handshake-timeout", 10*time.Second,
+		"a connection that opened no call this long is closed")
 	keepaliveTime := flag.Duration("keepalive-time", 60*time.Second, "ping a quiet client this often")
 	keepaliveTimeout := flag.Duration("keepalive-timeout", 20*time.Second, "an unanswered ping closes")
 	idle := flag.Duration("idle-timeout", 10*time.Minute, "a connection without calls this long closes")
@@ -60,7 +61,8 @@ func main() {
 		}
 	}
 	r := newRelay(relayConn)
-	f := &front{relay: r}
+	caps := newCapListener(listener, *maxConns, *maxPerAddress, *handshake)
+	f := &front{relay: r, caps: caps}
 	server := grpc.NewServer(
 		grpc.Creds(creds),
 		grpc.UnknownServiceHandler(f.handle),
@@ -94,7 +96,7 @@ func main() {
 		}
 		os.Exit(0)
 	}()
-	if err := server.Serve(newCapListener(listener, *maxConns, *maxPerAddress)); err != nil {
+	if err := server.Serve(caps); err != nil {
 		log.Fatalf("serving: %v", err)
 	}
 }

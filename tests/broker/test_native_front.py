@@ -22,6 +22,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import grpc
 import pytest
 from broker_harness import (
     REPO_ROOT,
@@ -35,6 +36,7 @@ from test_auth import USERS, _requests, call
 
 from rmq_spark.broker.grpc.native_front import build
 from rmq_spark.broker.proto import definition_pb2 as pb
+from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 
 PEERS = REPO_ROOT / "bench" / "peers"
 if str(PEERS) not in sys.path:
@@ -132,21 +134,49 @@ def _tls_alpn(host: str, port: int) -> str | None:
         return tls.selected_alpn_protocol()
 
 
-def test_connections_past_the_per_address_cap_are_closed(
+def test_at_the_cap_the_oldest_idle_connection_gives_way_and_busy_ones_are_kept(
     broker_factory: Callable[..., BrokerProcess],
 ) -> None:
     broker = broker_factory(NATIVE, SMALL, "broker.max_connections_per_address=2")
     host, port = broker.address.rsplit(":", 1)
-    kept = [socket.create_connection((host, int(port)), timeout=5) for _ in range(2)]
+    route = _requests()["QueryRoute"]
+    idle = [socket.create_connection((host, int(port)), timeout=5) for _ in range(2)]
+    with socket.create_connection((host, int(port)), timeout=5) as third:
+        assert wait_for(lambda: closed_by_peer(idle[0]), 10, "the oldest idle one to give way")
+        assert not closed_by_peer(idle[1]) and not closed_by_peer(third)
+    busy = [_channel(broker.address) for _ in range(2)]  # each makes room, then is busy
     try:
-        with socket.create_connection((host, int(port)), timeout=5) as third:
-            assert wait_for(lambda: closed_by_peer(third), 10, "the third to be closed")
-        assert not any(closed_by_peer(sock) for sock in kept)
+        for channel in busy:
+            stub = spb_grpc.MessagingServiceStub(channel)
+            assert stub.QueryRoute(route, metadata=_CLIENT, timeout=10).status.code == pb.OK
+        with socket.create_connection((host, int(port)), timeout=5) as refused:
+            assert wait_for(lambda: closed_by_peer(refused), 10, "a fourth to be refused")
+        for channel in busy:  # the busy ones were kept
+            stub = spb_grpc.MessagingServiceStub(channel)
+            assert stub.QueryRoute(route, metadata=_CLIENT, timeout=10).status.code == pb.OK
     finally:
-        for sock in kept:
-            sock.close()
-    # The caps count live connections only: a call goes through once the others closed.
-    assert call(broker.address, "QueryRoute", _requests()["QueryRoute"]).status.code == pb.OK
+        for channel in busy:
+            channel.close()
+        idle[1].close()
+
+
+def test_a_connection_that_opens_no_call_is_closed_after_the_handshake_timeout(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    broker = broker_factory(NATIVE, SMALL, "broker.handshake_timeout_ms=300")
+    host, port = broker.address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=5) as silent:
+        # HTTP/2's preface and an empty SETTINGS frame: the handshake is done, no call follows.
+        silent.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+        assert wait_for(lambda: closed_by_peer(silent), 10, "a silent connection to be closed")
+
+
+_CLIENT = (("x-mq-client-id", "test-client"),)
+
+
+def _channel(address: str) -> grpc.Channel:
+    # A channel of its own: grpc would share one connection among a process's channels.
+    return grpc.insecure_channel(address, options=[("grpc.use_local_subchannel_pool", 1)])
 
 
 def test_a_killed_front_is_started_again_and_a_killed_broker_leaves_no_front(
