@@ -22,6 +22,10 @@ import (
 	"google.golang.org/grpc/keepalive"
 )
 
+// maxCallsPerConnection bounds one connection's calls at once (grpc's default is unbounded);
+// the official Java client keeps 256 sends in flight per producer on one connection.
+const maxCallsPerConnection = 1024
+
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("rmq-front: ")
@@ -68,6 +72,7 @@ func main() {
 		grpc.UnknownServiceHandler(f.handle),
 		grpc.ForceServerCodec(rawCodec{}),
 		grpc.MaxRecvMsgSize(*receiveLimit),
+		grpc.MaxConcurrentStreams(maxCallsPerConnection),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.ConnectionTimeout(*handshake),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
