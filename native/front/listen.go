@@ -32,7 +32,7 @@ type capListener struct {
 	perAddress              map[string]int
 	live                    map[string]*countedConn // by remote address
 	unproven                *list.List              // of *countedConn, oldest first
-	warned                  bool
+	warned                  time.Time               // the last cap warning
 }
 
 func newCapListener(l net.Listener, maxTotal, maxPerAddress int, handshake time.Duration) *capListener {
@@ -66,11 +66,14 @@ func (l *capListener) admit(raw net.Conn) net.Conn {
 	if len(l.live) >= l.maxTotal || l.perAddress[host] >= l.maxPerAddress {
 		victim = l.oldestUnproven(host, len(l.live) >= l.maxTotal)
 		if victim == nil {
-			l.warnOnce(host)
+			l.warn("a connection from %s refused: at broker.max_connections=%d or "+
+				"max_connections_per_address=%d, every connection busy", host)
 			l.mu.Unlock()
 			raw.Close()
 			return nil
 		}
+		l.warn("an idle connection closed to admit one from %s: at broker.max_connections=%d "+
+			"or max_connections_per_address=%d", host)
 		l.forget(victim)
 	}
 	conn := &countedConn{Conn: raw, owner: l, host: host, key: raw.RemoteAddr().String()}
@@ -101,12 +104,11 @@ func (l *capListener) oldestUnproven(host string, anyAddress bool) *countedConn 
 	return nil
 }
 
-func (l *capListener) warnOnce(host string) {
-	if !l.warned {
-		l.warned = true
-		log.Printf("a connection from %s refused: at broker.max_connections=%d or "+
-			"max_connections_per_address=%d, none unproven to close (logged once)",
-			host, l.maxTotal, l.maxPerAddress)
+// warn logs at most one line per 10 s (lock held): a flood must not flood the log.
+func (l *capListener) warn(format string, host string) {
+	if now := time.Now(); now.Sub(l.warned) >= 10*time.Second {
+		l.warned = now
+		log.Printf(format, host, l.maxTotal, l.maxPerAddress)
 	}
 }
 
