@@ -1,7 +1,7 @@
 """Kafka's side of visible.py, in a process of its own: Spark's Kafka source -> one Delta
 table, 1 s trigger, until SIGTERM. Prints "started" once the query runs.
 
-Usage: python kafka_to_delta.py BOOTSTRAP TOPIC TABLE_DIR
+Usage: python kafka_to_delta.py BOOTSTRAP TOPIC[,TOPIC...] TABLE_DIR (the rows carry their topic)
 """
 
 from __future__ import annotations

@@ -64,3 +64,39 @@ def test_every_message_sent_is_visible_and_timed(capsys: pytest.CaptureFixture[s
     assert result["failed"] == 0 and result["sent"] == 100
     assert result["rows"] == result["sent"], result
     assert 0 < result["visible_p50_ms"] <= result["visible_max_ms"]
+
+
+def test_the_slowest_batch_is_profiled_with_what_ran_beside_it() -> None:
+    """The job's timeline lines, joined with the table's batches: the slowest batch's wait,
+    Spark's phases, its files and commits, and the OPTIMIZE that overlapped it."""
+    from visible_profile import slowest_batches, slowest_trigger
+
+    from rmq_spark.spark.reput_timeline import parse_timeline
+
+    log_text = "\n".join([
+        "INFO rmq_spark.reput: reput batch 7: 10 messages",
+        'INFO reput timeline {"kind": "trigger", "batch_id": 7, "start_ms": 1000,'
+        ' "duration_ms": {"addBatch": 2400, "triggerExecution": 2500}, "rows": 0}',
+        'INFO reput timeline {"kind": "batch", "batch_id": 7, "start_ms": 1050, "files_ms": 60,'
+        ' "commits": {"messages": [61, 2390]}, "beside": ["OPTIMIZE"]}',
+        'INFO reput timeline {"kind": "trigger", "batch_id": 8, "start_ms": 4000,'
+        ' "duration_ms": {"addBatch": 200, "triggerExecution": 300}, "rows": 0}',
+        'INFO reput timeline {"kind": "maintenance", "chore": "OPTIMIZE", "start_ms": 500,'
+        ' "end_ms": 3000}',
+        'INFO reput timeline {"kind": "batch", "batch_id": 9, "start_ms"',  # cut by the job's end
+    ])  # fmt: skip
+    events = parse_timeline(log_text)
+    assert [event["kind"] for event in events] == ["trigger", "batch", "trigger", "maintenance"]
+    batches = [
+        {"batch_id": 7, "commit_ms": 3500, "rows": 10, "oldest_ms": 100, "max_ms": 3400},
+        {"batch_id": 8, "commit_ms": 4300, "rows": 10, "oldest_ms": 3200, "max_ms": 1100},
+    ]
+    slowest = slowest_batches(batches, events, count=1)
+    assert slowest == [{
+        **batches[0], "waited_ms": 900,
+        "spark_ms": {"addBatch": 2400, "triggerExecution": 2500},
+        "files_ms": 60, "commits_ms": {"messages": [61, 2390]}, "beside": ["OPTIMIZE"],
+    }]  # fmt: skip
+    assert slowest_trigger(events)["batch_id"] == 7
+    assert slowest_trigger(events)["beside"] == ["OPTIMIZE"]
+    assert slowest_trigger([]) == {}
