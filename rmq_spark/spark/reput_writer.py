@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import ReputError, StoreIOError
-from rmq_spark.spark.delta_append import commit_files_once
+from rmq_spark.spark.delta_append import commit_files_once, keep_file_lists_out_of_checksums
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.partitions import open_view, plan
 from rmq_spark.spark.reput_config import ReputConfig
@@ -130,6 +130,7 @@ class ReputBatchWriter:
         options = {"path": store_path, "isolation": "read_uncommitted"}
         self.source_options = parse_options(options, streaming=True)
         check_store_layout(spark, config.tables_dir, layout)
+        keep_file_lists_out_of_checksums(spark)
         ensure_tables(spark, config.tables_dir, layout)
         self.floors = committed_floors(spark, config.tables_dir, self.app_id, layout)
         self.batches_written = 0
