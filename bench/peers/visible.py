@@ -1,29 +1,35 @@
-"""Put -> visible in SQL through the broker: the official client at a steady rate, the reput
-job (1 s trigger) beside the broker, and how long each message took to reach its tables.
+"""Put -> visible in SQL through the broker: an official client at a steady rate, the reput
+job beside the broker, and how long each message took to reach its tables.
 
-One run: ``rmq-spark broker`` (SYNC flush, its own session), ``jobs/reput.py --trigger 1s``
-over the broker's store (its own session, as a ``spark-submit`` would be), then
-``--threads`` producers of the official Python client send ``--rate`` msgs/s in all on a
-fixed schedule (``send_async``) for ``--seconds``. When every send completed and the tables
-hold every message, the job stops and the latencies are read from the tables themselves:
-for every row of ``messages``, the Delta commit that made it visible (``commitInfo.timestamp``
-of the version that added its file) minus the message's ``store_timestamp`` (when the broker
-stored it, ms; one clock, one machine), for the messages of the paced phase (not the warm-up
-sends). The client's send latency (reported too, p50 a few ms) comes before that; its
-``born_timestamp`` cannot be used: the Python client sets it in whole seconds. Reported: p50/p99/max
-put -> visible, failed sends, send p50/p99, the longest gap between two commits of
-``consume_queue`` (a stall, e.g. OPTIMIZE in the stream's path) and the reput's OPTIMIZE runs.
+One run: ``rmq-spark broker`` (SYNC flush, its own session), ``jobs/reput.py`` with its
+defaults (500 ms trigger; ``--reput-arg`` passes more arguments, e.g.
+``--reput-arg=--trigger=1s``) over the broker's store (its own session, as a ``spark-submit``
+would be). First a warm-up (``--warm-up`` seconds at the rate, to a topic of its own, waited
+for until visible: neither side's first batch or first commit lands in the timed phase), then
+``--threads`` producers of the official Python client (``--client java``: the Java client)
+send ``--rate`` msgs/s in all on a fixed schedule for ``--seconds`` to the timed topic. When
+every send completed and the tables hold every message, the job stops and the latencies are
+read from the tables themselves: for every row of ``messages`` of the timed topic (selected by
+topic, never by time), the Delta commit that made it visible (``commitInfo.timestamp`` of the
+version that added its file) minus the message's ``store_timestamp`` (when the broker stored
+it, ms; one clock, one machine). The client's send latency (reported too, p50 a few ms) comes
+before that; its ``born_timestamp`` cannot be used: the Python client sets it in whole
+seconds. Reported: p50/p99/max put -> visible, failed sends, send p50/p99, the longest gap
+between two commits of ``consume_queue``, the reput's OPTIMIZE and checkpoint runs, and from
+the job's timeline lines (``rmq_spark/spark/reput_timeline.py``) its longest micro-batch and
+the three batches whose rows waited longest, each with where its time went and the
+maintenance chores that ran beside it (``visible_profile.py``).
 
 **Kafka** (``--systems``, both by default): Kafka 4.1.1 (``kafka_peer.py``), a Java producer
-(``java/KafkaPacedProducer.java``, kafka-clients, ``acks=all``) at the same rate, and Spark's
-Kafka source -> one Delta table with the same 1 s trigger in a process of its own
-(``kafka_to_delta.py``); latency = commit time minus the record's CreateTime (ms). One JSON
-line per system. The official Python client tops out near 1,500 msgs/s against the rmq-spark
-broker (``produce.py``), so 5,000 msgs/s through it needs the Java client.
+(``java/KafkaPacedProducer.java``, kafka-clients, ``acks=all``) at the same rate, the same
+warm-up, and Spark's Kafka source -> one Delta table with a 1 s trigger in a process of its
+own (``kafka_to_delta.py``); latency = commit time minus the record's CreateTime (ms). One
+JSON line per system. The official Python client tops out near 1,500 msgs/s against the
+rmq-spark broker (``produce.py``), so 2,000 msgs/s and more need the Java client.
 
 Usage::
 
-    flock /tmp/bench.lock python bench/peers/visible.py --rate 500 --seconds 300
+    flock /tmp/bench.lock python bench/peers/visible.py --rate 500 --seconds 300 --client java
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ tests put real messages, including transaction states and a delayed message.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from pathlib import Path
@@ -171,6 +172,23 @@ def test_each_batch_logs_its_timeline_and_the_chores_beside_it(
     chores = [event for event in events if event["kind"] == "maintenance"]
     assert chores and all(e["chore"] == "checkpoint" for e in chores)
     assert all(e["start_ms"] <= e["end_ms"] for e in chores)
+
+
+def test_commits_write_no_file_list_into_the_version_checksums(spark, tmp_path: Path) -> None:
+    """Delta keeps a small table's whole file list in each version checksum; rebuilding it
+    (after OPTIMIZE brings a table back under 50 files) held the table's lock for seconds
+    while the stream's next commit waited. The reput's checksums carry the counts and the
+    SetTransactions its replays rely on, and no file list."""
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    chunks = put_batches(store, [[PutRequest("TopicTest", b"x")] for _ in range(2)])
+    writer = _writer(spark, tmp_path)
+    writer(_batch(spark, store, chunks[0]), 0)
+    writer(_batch(spark, store, chunks[1]), 1)
+    for name in (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE):
+        log_dir = table_path(tables, name) / "_delta_log"
+        checksum = json.loads(sorted(log_dir.glob("*.crc"))[-1].read_text())
+        assert "allFiles" not in checksum, name
+        assert "numFiles" in checksum and checksum["setTransactions"], name
 
 
 @pytest.mark.slow
