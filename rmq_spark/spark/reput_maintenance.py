@@ -53,6 +53,10 @@ class TableMaintenance:
         self.tables_dir = tables_dir
         self.optimize_interval = optimize_interval
         self.checkpoint_interval = checkpoint_interval
+        # A checkpoint rebuilds the table state in a Spark job: in one task, the other core
+        # stays free for the batches (two tasks doubled the batches' time beside it and
+        # stalled rows up to 3.8 s, bench/peers/visible.py; one: 1.6 s).
+        spark.conf.set("spark.databricks.delta.snapshotPartitions", "1")
         self.runs = 0
         self.failures = 0
         self._thread: threading.Thread | None = None

@@ -169,6 +169,8 @@ def test_each_batch_logs_its_timeline_and_the_chores_beside_it(
         assert set(event["commits"]) == {MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE}
         for begin, end in event["commits"].values():
             assert event["files_ms"] <= begin <= end <= event["write_ms"] + event["range_ms"] + 1
+    # the checkpoints' state rebuild runs in one task, beside the batches
+    assert spark.conf.get("spark.databricks.delta.snapshotPartitions") == "1"
     chores = [event for event in events if event["kind"] == "maintenance"]
     assert chores and all(e["chore"] == "checkpoint" for e in chores)
     assert all(e["start_ms"] <= e["end_ms"] for e in chores)
