@@ -1,29 +1,35 @@
-"""Put -> visible in SQL through the broker: the official client at a steady rate, the reput
-job (1 s trigger) beside the broker, and how long each message took to reach its tables.
+"""Put -> visible in SQL through the broker: an official client at a steady rate, the reput
+job beside the broker, and how long each message took to reach its tables.
 
-One run: ``rmq-spark broker`` (SYNC flush, its own session), ``jobs/reput.py --trigger 1s``
-over the broker's store (its own session, as a ``spark-submit`` would be), then
-``--threads`` producers of the official Python client send ``--rate`` msgs/s in all on a
-fixed schedule (``send_async``) for ``--seconds``. When every send completed and the tables
-hold every message, the job stops and the latencies are read from the tables themselves:
-for every row of ``messages``, the Delta commit that made it visible (``commitInfo.timestamp``
-of the version that added its file) minus the message's ``store_timestamp`` (when the broker
-stored it, ms; one clock, one machine), for the messages of the paced phase (not the warm-up
-sends). The client's send latency (reported too, p50 a few ms) comes before that; its
-``born_timestamp`` cannot be used: the Python client sets it in whole seconds. Reported: p50/p99/max
-put -> visible, failed sends, send p50/p99, the longest gap between two commits of
-``consume_queue`` (a stall, e.g. OPTIMIZE in the stream's path) and the reput's OPTIMIZE runs.
+One run: ``rmq-spark broker`` (SYNC flush, its own session), ``jobs/reput.py`` with its
+defaults (500 ms trigger; ``--reput-arg`` passes more arguments, e.g.
+``--reput-arg=--trigger=1s``) over the broker's store (its own session, as a ``spark-submit``
+would be). First a warm-up (``--warm-up`` seconds at the rate, to a topic of its own, waited
+for until visible: neither side's first batch or first commit lands in the timed phase), then
+``--threads`` producers of the official Python client (``--client java``: the Java client)
+send ``--rate`` msgs/s in all on a fixed schedule for ``--seconds`` to the timed topic. When
+every send completed and the tables hold every message, the job stops and the latencies are
+read from the tables themselves: for every row of ``messages`` of the timed topic (selected by
+topic, never by time), the Delta commit that made it visible (``commitInfo.timestamp`` of the
+version that added its file) minus the message's ``store_timestamp`` (when the broker stored
+it, ms; one clock, one machine). The client's send latency (reported too, p50 a few ms) comes
+before that; its ``born_timestamp`` cannot be used: the Python client sets it in whole
+seconds. Reported: p50/p99/max put -> visible, failed sends, send p50/p99, the longest gap
+between two commits of ``consume_queue``, the reput's OPTIMIZE and checkpoint runs, and from
+the job's timeline lines (``rmq_spark/spark/reput_timeline.py``) its longest micro-batch and
+the three batches whose rows waited longest, each with where its time went and the
+maintenance chores that ran beside it (``visible_profile.py``).
 
 **Kafka** (``--systems``, both by default): Kafka 4.1.1 (``kafka_peer.py``), a Java producer
-(``java/KafkaPacedProducer.java``, kafka-clients, ``acks=all``) at the same rate, and Spark's
-Kafka source -> one Delta table with the same 1 s trigger in a process of its own
-(``kafka_to_delta.py``); latency = commit time minus the record's CreateTime (ms). One JSON
-line per system. The official Python client tops out near 1,500 msgs/s against the rmq-spark
-broker (``produce.py``), so 5,000 msgs/s through it needs the Java client.
+(``java/KafkaPacedProducer.java``, kafka-clients, ``acks=all``) at the same rate, the same
+warm-up, and Spark's Kafka source -> one Delta table with a 1 s trigger in a process of its
+own (``kafka_to_delta.py``); latency = commit time minus the record's CreateTime (ms). One
+JSON line per system. The official Python client tops out near 1,500 msgs/s against the
+rmq-spark broker (``produce.py``), so 2,000 msgs/s and more need the Java client.
 
 Usage::
 
-    flock /tmp/bench.lock python bench/peers/visible.py --rate 500 --seconds 300
+    flock /tmp/bench.lock python bench/peers/visible.py --rate 500 --seconds 300 --client java
 """
 
 from __future__ import annotations
@@ -53,8 +59,11 @@ from peer_common import (  # noqa: E402
     progress,
 )  # noqa: E402
 from produce import import_client, make_producers  # noqa: E402
-from produce_cases import paced, warm_up  # noqa: E402
+from produce_cases import paced  # noqa: E402
 from rmq_spark_broker import RmqSparkBroker  # noqa: E402
+from visible_profile import slowest_batches, slowest_trigger  # noqa: E402
+
+from rmq_spark.spark.reput_timeline import parse_timeline  # noqa: E402
 
 TOPIC = "BenchTopic"
 WARM_UP_TOPIC = "BenchWarmUp"  # not timed
@@ -67,12 +76,21 @@ CATCH_UP_TIMEOUT_S = 300.0
 
 def _delta_commits(table: Path) -> list[tuple[int, int, list[str]]]:
     """(version, commit time in ms, files added) of every commit of the Delta table."""
+    return [(version, stamp, files) for version, stamp, files, _ in _delta_log(table)]
+
+
+def _delta_log(table: Path) -> list[tuple[int, int, list[str], dict[str, Any]]]:
+    """(version, commit time in ms, files added, userMetadata as JSON or {}) of every commit."""
     commits = []
     for path in sorted((table / "_delta_log").glob("*.json")):
         actions = [json.loads(line) for line in path.read_text().splitlines() if line]
-        stamp = next(a["commitInfo"]["timestamp"] for a in actions if "commitInfo" in a)
+        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
         files = [a["add"]["path"] for a in actions if "add" in a and a["add"]["dataChange"]]
-        commits.append((int(path.stem), int(stamp), files))
+        try:
+            meta = json.loads(info.get("userMetadata") or "{}")
+        except ValueError:
+            meta = {}
+        commits.append((int(path.stem), int(info["timestamp"]), files, meta))
     return commits
 
 
@@ -86,12 +104,10 @@ def _rows_committed(table: Path) -> int:
     return total
 
 
-def visible_latencies_ms(
-    table: Path, column: str, since_ms: int, topic: str | None = None
-) -> list[int]:
-    """Per row of the Delta table whose timestamp ``column`` is ``since_ms`` or later (and
-    whose ``topic`` is ``topic``, if given): the commit time of its file minus that
-    timestamp."""
+def visible_latencies_ms(table: Path, column: str, topic: str | None = None) -> list[int]:
+    """Per row of the Delta table (whose ``topic`` is ``topic``, if given): the commit time
+    of its file minus the row's timestamp ``column``. Rows are selected by what the sender
+    set, never by time: a clock puts two phases in one millisecond."""
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -103,8 +119,37 @@ def visible_latencies_ms(
             if topic is not None:
                 rows = rows.filter(pc.equal(rows["topic"], topic))
             millis = rows[column].cast(pa.timestamp("ms")).cast(pa.int64()).to_pylist()
-            latencies.extend(stamp_ms - value for value in millis if value >= since_ms)
+            latencies.extend(stamp_ms - value for value in millis)
     return sorted(latencies)
+
+
+def batch_latencies(table: Path, column: str, topic: str) -> list[dict[str, Any]]:
+    """Per commit of the reput's table that added ``topic``'s rows: its ``batch_id``, commit
+    time, rows, the oldest row's timestamp ``column`` and the slowest row's put -> visible."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    batches = []
+    for _, stamp_ms, files, meta in _delta_log(table):
+        millis: list[int] = []
+        for name in files:
+            rows = pq.read_table(table / name, columns=[column, "topic"])
+            rows = rows.filter(pc.equal(rows["topic"], topic))
+            millis += rows[column].cast(pa.timestamp("ms")).cast(pa.int64()).to_pylist()
+        if millis and "batch_id" in meta:
+            batches.append({
+                "batch_id": int(meta["batch_id"]), "commit_ms": stamp_ms, "rows": len(millis),
+                "oldest_ms": min(millis), "max_ms": stamp_ms - min(millis),
+            })  # fmt: skip
+    return batches
+
+
+def paced_latencies_ms(tables: Path) -> list[int]:
+    """Put -> visible of the paced phase's messages in the reput's ``messages`` table: the rows
+    of the paced topic, which only the paced phase sends to (the warm-up has a topic of its
+    own), so the count is exact whatever millisecond the broker stores either phase in."""
+    return visible_latencies_ms(tables / "messages", "store_timestamp", TOPIC)
 
 
 def longest_commit_gap_ms(table: Path, since_ms: int) -> int:
@@ -121,16 +166,18 @@ def _wait(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
         time.sleep(0.5)
 
 
-def _start_reput(store: Path, tables: Path, log_path: Path) -> subprocess.Popen[bytes]:
+def _start_reput(
+    store: Path, tables: Path, log_path: Path, extra: list[str]
+) -> subprocess.Popen[bytes]:
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     with log_path.open("wb") as log:
         job = subprocess.Popen(
             [sys.executable, str(REPO / "jobs" / "reput.py"), "--store", str(store),
-             "--tables", str(tables), "--trigger", "1s"],
+             "--tables", str(tables), *extra],
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True,
         )  # fmt: skip
-    _wait(lambda: "every 1000 ms" in log_path.read_text(errors="replace"), START_TIMEOUT_S, "reput")
+    _wait(lambda: "(checkpoint " in log_path.read_text(errors="replace"), START_TIMEOUT_S, "reput")
     return job
 
 
@@ -138,45 +185,42 @@ def _pct(values: list[int], fraction: float) -> int:
     return values[min(len(values) - 1, int(len(values) * fraction))] if values else -1
 
 
-def _python_sends(args: argparse.Namespace, broker: RmqSparkBroker) -> dict[str, Any]:
-    """The official Python client, paced over ``--threads`` producers, after a warm-up."""
+def _python_sends(
+    args: argparse.Namespace, broker: RmqSparkBroker, topic: str, seconds: float
+) -> dict[str, Any]:
+    """The official Python client, ``--rate`` msgs/s to ``topic`` over ``--threads``
+    producers for ``seconds``."""
     rocketmq = import_client()
     assert broker.process is not None
     producers = make_producers(rocketmq, broker.endpoint, args.threads)
     body = os.urandom(args.body_bytes)
-    # The warm-up goes to a topic of its own: the timed rows are the paced topic's, exactly,
-    # whatever millisecond the clock puts either phase in.
-    warm_up(rocketmq, producers, WARM_UP_TOPIC, body, 10)
-    since_ms = int(time.time() * 1000)  # for the commit gaps only
-    sends = paced(
-        rocketmq, producers, TOPIC, body, args.rate, args.seconds, [broker.process.pid], 0
-    )
+    sends = paced(rocketmq, producers, topic, body, args.rate, seconds, [broker.process.pid], 0)
     for producer in producers:
         producer.shutdown()
     return {
-        "since_ms": since_ms, "sent": sends.sent, "failed": sends.failed,
-        "stored": sends.sent - sends.failed + 10 * args.threads,
+        "sent": sends.sent, "failed": sends.failed,
         "send_p50_ms": round(sends.p50_ms, 1), "send_p99_ms": round(sends.p99_ms, 1),
     }  # fmt: skip
 
 
-def _java_sends(args: argparse.Namespace, broker: RmqSparkBroker) -> dict[str, Any]:
+def _java_sends(
+    args: argparse.Namespace, broker: RmqSparkBroker, topic: str, seconds: float
+) -> dict[str, Any]:
     """The official Java client (``java/RmqPacedProducer.java``), paced over ``--threads``
     producers: the Python client cannot send much over 1,500 msgs/s."""
     from java_client import compile_program
 
     classpath = compile_program(RMQ_JAVA_PRODUCER, fetch_jars("java-client", JAVA_CLIENT_POM))
-    since_ms = int(time.time() * 1000)
     fields = _run_java(
-        [*java_command("512m", classpath), "RmqPacedProducer", broker.endpoint, TOPIC,
-         str(args.rate), str(args.seconds), str(args.body_bytes), str(args.threads)],
-        args.seconds,
+        [*java_command("512m", classpath), "RmqPacedProducer", broker.endpoint, topic,
+         str(args.rate), str(seconds), str(args.body_bytes), str(args.threads)],
+        seconds,
     )  # fmt: skip
     sent, failed = int(fields["sent"]), int(fields["failed"])
     if failed:
         progress(f"visible: {failed} sends failed, the first: {fields.get('first_error', '')}")
     return {
-        "since_ms": since_ms, "sent": sent, "failed": failed, "stored": sent - failed,
+        "sent": sent, "failed": failed,
         "send_p50_ms": float(fields["p50_ms"]), "send_p99_ms": float(fields["p99_ms"]),
         "behind_schedule_ms": int(fields["behind_ms"]), "send_seconds": float(fields["seconds"]),
     }  # fmt: skip
@@ -199,22 +243,26 @@ def _run_java(command: list[str], seconds: float) -> dict[str, str]:
 def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     tables, log_path = work / "tables", work / "reput.log"
+    send = _java_sends if args.client == "java" else _python_sends
+    messages = tables / "messages"
     with RmqSparkBroker() as broker:
         assert broker.workdir is not None
-        job = _start_reput(broker.workdir / "store", tables, log_path)
+        job = _start_reput(broker.workdir / "store", tables, log_path, args.reput_args)
         try:
+            stored = _warm_up(lambda: send(args, broker, WARM_UP_TOPIC, args.warm_up),
+                              lambda: _rows_committed(messages), args)  # fmt: skip
             progress(f"visible: {args.rate} msgs/s for {args.seconds} s ({args.client} client)")
-            sends = (_java_sends if args.client == "java" else _python_sends)(args, broker)
-            expected = int(sends["stored"])
-            messages = tables / "messages"
-            _wait(lambda: _rows_committed(messages) >= expected, CATCH_UP_TIMEOUT_S, "catch-up")
+            since_ms = int(time.time() * 1000)  # for the commit gaps only
+            sends = send(args, broker, TOPIC, args.seconds)
+            stored += sends["sent"] - sends["failed"]
+            _wait(lambda: _rows_committed(messages) >= stored, CATCH_UP_TIMEOUT_S, "catch-up")
         finally:
             os.killpg(job.pid, signal.SIGTERM)
             job.wait(120)
-    since_ms = int(sends.pop("since_ms"))
-    sends.pop("stored")
-    latencies = visible_latencies_ms(tables / "messages", "store_timestamp", 0, TOPIC)
+    latencies = paced_latencies_ms(tables)
     log_text = log_path.read_text(errors="replace")
+    events = parse_timeline(log_text)
+    batches = batch_latencies(messages, "store_timestamp", TOPIC)
     return {
         "system": "rmq-spark",
         "client": args.client,
@@ -222,7 +270,24 @@ def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         **_summary(latencies),
         "longest_commit_gap_ms": longest_commit_gap_ms(tables / "consume_queue", since_ms),
         "optimize_runs": log_text.count("OPTIMIZE took"),
+        "checkpoint_runs": log_text.count("checkpoint took"),
+        "slowest_trigger": slowest_trigger(events),
+        "slowest_batches": slowest_batches(batches, events),
     }
+
+
+def _warm_up(send, committed, args: argparse.Namespace) -> int:  # noqa: ANN001
+    """The warm-up phase: ``--warm-up`` seconds at ``--rate`` to a topic of its own (never
+    timed), until its rows are visible, so that neither side's first-use costs (the first
+    micro-batch, the first commit of each table) land in the timed phase. Returns the rows
+    it stored."""
+    if args.warm_up <= 0:
+        return 0
+    progress(f"visible: warm-up, {args.rate} msgs/s for {args.warm_up} s")
+    sends = send()
+    stored = int(sends["sent"]) - int(sends["failed"])
+    _wait(lambda: committed() >= stored, CATCH_UP_TIMEOUT_S, "the warm-up")
+    return stored
 
 
 def _summary(latencies: list[int]) -> dict[str, int]:
@@ -246,27 +311,35 @@ def run_kafka(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         servers = broker.bootstrap_servers
         with log_path.open("wb") as log:
             query = subprocess.Popen(
-                [sys.executable, str(HERE / "kafka_to_delta.py"), servers, TOPIC, str(table)],
+                [sys.executable, str(HERE / "kafka_to_delta.py"), servers,
+                 f"{TOPIC},{WARM_UP_TOPIC}", str(table)],
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True,
             )  # fmt: skip
         try:
             _wait(lambda: "started" in log_path.read_text(errors="replace"), START_TIMEOUT_S,
                   "the Kafka query")  # fmt: skip
+
+            def send(topic: str, seconds: float) -> dict[str, str]:
+                return _run_java(
+                    [*java_command("256m", classpath), "KafkaPacedProducer", servers, topic,
+                     str(args.rate), str(seconds), str(args.body_bytes)],
+                    seconds,
+                )  # fmt: skip
+
+            stored = _warm_up(lambda: send(WARM_UP_TOPIC, args.warm_up),
+                              lambda: _rows_committed(table), args)  # fmt: skip
             progress(f"visible: kafka, {args.rate} msgs/s for {args.seconds} s ...")
             since_ms = int(time.time() * 1000)
-            counts = _run_java(
-                [*java_command("256m", classpath), "KafkaPacedProducer", servers, TOPIC,
-                 str(args.rate), str(args.seconds), str(args.body_bytes)],
-                args.seconds,
-            )  # fmt: skip
+            counts = send(TOPIC, args.seconds)
             sent, failed = int(counts["sent"]), int(counts["failed"])
-            _wait(lambda: _rows_committed(table) >= sent - failed, CATCH_UP_TIMEOUT_S,
+            stored += sent - failed
+            _wait(lambda: _rows_committed(table) >= stored, CATCH_UP_TIMEOUT_S,
                   "Kafka catch-up")  # fmt: skip
         finally:
             os.killpg(query.pid, signal.SIGTERM)
             query.wait(120)
-    latencies = visible_latencies_ms(table, "timestamp", since_ms)
+    latencies = visible_latencies_ms(table, "timestamp", TOPIC)
     return {
         "system": "kafka",
         "sent": sent,
@@ -281,6 +354,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=int, default=500, help="msgs/s in all (500)")
     parser.add_argument("--seconds", type=float, default=60, help="how long to send (60)")
     parser.add_argument("--threads", type=int, default=2, help="producers (2)")
+    parser.add_argument(
+        "--warm-up", type=float, default=10,
+        help="seconds of sends to a topic of their own, waited for until visible, before the "
+        "timed phase (10; 0: none)",
+    )  # fmt: skip
     parser.add_argument("--body-bytes", type=int, default=100, help="body size (100)")
     parser.add_argument(
         "--systems", default="rmq-spark,kafka", help="comma-separated: rmq-spark, kafka (both)"
@@ -289,6 +367,12 @@ def main(argv: list[str] | None = None) -> int:
         "--client", choices=("python", "java"), default="python",
         help="the official client that sends to the rmq-spark broker (python; java for rates "
         "over ~1,500 msgs/s)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--reput-arg", dest="reput_args", action="append", default=[],
+        help="one more argument of the reput job, e.g. --reput-arg=--trigger=1s or "
+        "--reput-arg=--set=reput.optimize_interval_batches=10 (repeatable; default: the "
+        "job's own defaults)",
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     args = parser.parse_args(argv)

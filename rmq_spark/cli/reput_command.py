@@ -74,7 +74,9 @@ def add_reput_arguments(parser: argparse.ArgumentParser) -> None:
     )
     when = parser.add_mutually_exclusive_group()
     when.add_argument(
-        "--trigger", default=None, help="micro-batch interval, e.g. 1s or 500ms (default 1s)"
+        "--trigger",
+        default=None,
+        help="micro-batch interval, e.g. 1s or 250ms (default: reput.trigger_interval_ms, 500ms)",
     )
     when.add_argument(
         "--available-now",

@@ -44,6 +44,7 @@ from rmq_spark.spark.reput_start import (
     store_list,
     warm_python_workers,
 )
+from rmq_spark.spark.reput_timeline import watch_progress
 from rmq_spark.spark.reput_writer import BatchReport, ReputBatchWriter
 from rmq_spark.spark.tables import register_tables
 
@@ -174,6 +175,7 @@ def run_reput(
     query, writer = start_reput(
         spark, store_dir, config, delay_levels_ms, clock=clock, on_batch=on_batch
     )
+    listener = watch_progress(spark, query)
     log.info(
         "reput: %s -> %s (checkpoint %s, %s)",
         store_dir,
@@ -197,6 +199,7 @@ def run_reput(
         log.info("reput: stopping")
         query.stop()
     writer.maintenance.wait()
+    spark.streams.removeListener(listener)
     error = query.exception()
     if error is not None:
         raise ReputError(f"the reput stream failed: {error}")

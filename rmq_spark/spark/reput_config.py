@@ -25,11 +25,11 @@ class ReputConfig:
     stores: tuple[Path, ...] = ()  # stores to read without --store; several: a store column
     checkpoint_dir: Path | None = None  # stream checkpoint; None: <tables_dir>/_checkpoints/reput
     database: str = "rmq"  # catalog database the tables are registered in
-    trigger_interval_ms: int = 1000  # micro-batch interval of a continuous run
+    trigger_interval_ms: int = 500  # micro-batch interval of a continuous run
     available_now: bool = False  # process what the log holds now, then stop
     max_bytes_per_trigger: int = 512 * _MIB  # log bytes per micro-batch at most; 0: unlimited
-    optimize_interval_batches: int = 50  # OPTIMIZE (compact + cluster) every N batches; 0: never
-    checkpoint_interval_batches: int = 100  # Delta checkpoint of the tables every N batches
+    optimize_interval_batches: int = 1200  # OPTIMIZE (compact + cluster) every N batches; 0: never
+    checkpoint_interval_batches: int = 200  # Delta checkpoint of the tables every N batches
     small_batch_bytes: int = 4 * _MIB  # a batch with fewer log bytes is written by the driver
     txn_app_id: str = "rmq-reput"  # Delta txnAppId of the idempotent writes
     lag_scan_messages_max: int = 100_000  # progress counts at most this many unread messages

@@ -20,7 +20,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import TableError
+from rmq_spark.spark.reput_timeline import log_timeline
 from rmq_spark.spark.tables import checkpoint_tables, optimize_tables
 
 if TYPE_CHECKING:
@@ -43,11 +45,18 @@ class TableMaintenance:
         *,
         optimize_interval: int,
         checkpoint_interval: int,
+        clock: Clock | None = None,
     ) -> None:
         self.spark = spark
+        self.clock = clock or SystemClock()
+        self.chore = ""  # the chore running now ("": none), for the batches' timelines
         self.tables_dir = tables_dir
         self.optimize_interval = optimize_interval
         self.checkpoint_interval = checkpoint_interval
+        # A checkpoint rebuilds the table state in a Spark job: in one task, the other core
+        # stays free for the batches (two tasks doubled the batches' time beside it and
+        # stalled rows up to 3.8 s, bench/peers/visible.py; one: 1.6 s).
+        spark.conf.set("spark.databricks.delta.snapshotPartitions", "1")
         self.runs = 0
         self.failures = 0
         self._thread: threading.Thread | None = None
@@ -83,13 +92,19 @@ class TableMaintenance:
 
     def _run(self, chores: list[tuple[str, Callable[[], object]]]) -> None:
         for name, chore in chores:
-            started = time.monotonic()
+            started, start_ms = time.monotonic(), self.clock.now_ms()
+            self.chore = name
             try:
                 chore()
             except TableError as err:
                 self.failures += 1
                 log.warning("reput: %s failed (the next interval tries again): %s", name, err)
                 continue
+            finally:
+                self.chore = ""
+                log_timeline(
+                    "maintenance", chore=name, start_ms=start_ms, end_ms=self.clock.now_ms()
+                )
             self.runs += 1
             log.info("reput: %s took %.1f s (beside the stream)", name, time.monotonic() - started)
 

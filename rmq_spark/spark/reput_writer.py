@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import ReputError, StoreIOError
-from rmq_spark.spark.delta_append import commit_files_once
+from rmq_spark.spark.delta_append import commit_files_once, keep_file_lists_out_of_checksums
 from rmq_spark.spark.options import parse_options
 from rmq_spark.spark.partitions import open_view, plan
 from rmq_spark.spark.reput_config import ReputConfig
@@ -30,6 +30,7 @@ from rmq_spark.spark.reput_files import (
 from rmq_spark.spark.reput_maintenance import TableMaintenance
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag
 from rmq_spark.spark.reput_start import logged_batch_range
+from rmq_spark.spark.reput_timeline import log_timeline
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
@@ -129,6 +130,7 @@ class ReputBatchWriter:
         options = {"path": store_path, "isolation": "read_uncommitted"}
         self.source_options = parse_options(options, streaming=True)
         check_store_layout(spark, config.tables_dir, layout)
+        keep_file_lists_out_of_checksums(spark)
         ensure_tables(spark, config.tables_dir, layout)
         self.floors = committed_floors(spark, config.tables_dir, self.app_id, layout)
         self.batches_written = 0
@@ -142,7 +144,9 @@ class ReputBatchWriter:
             config.tables_dir,
             optimize_interval=config.optimize_interval_batches,
             checkpoint_interval=config.checkpoint_interval_batches,
+            clock=self.clock,
         )
+        self._timeline: dict[str, Any] = {}  # the batch being written (reput_timeline.py)
         self.publish_progress(min(self.floors.values()))
 
     def publish_progress(self, physical_offset: int) -> None:
@@ -183,6 +187,7 @@ class ReputBatchWriter:
     def _commit(
         self, name: str, adds: list[dict[str, Any]], version: int, metadata: dict[str, object]
     ) -> int:
+        begin = self._since_start_ms()
         written = commit_files_once(
             self.spark,
             str(table_path(self.config.tables_dir, name)),
@@ -195,7 +200,18 @@ class ReputBatchWriter:
         self.floors[name] = version
         if name == CONSUME_QUEUE:
             self.consume_queue_visible_ms = self.clock.now_ms()
+        self._timeline.setdefault("commits", {})[name] = [begin, self._since_start_ms()]
+        self._note_beside()
         return written or 0
+
+    def _since_start_ms(self) -> int:
+        return round(self.clock.monotonic_ms() - self._timeline.get("started", 0.0))
+
+    def _note_beside(self) -> None:
+        chore = self.maintenance.chore
+        beside = self._timeline.setdefault("beside", [])
+        if chore and chore not in beside:
+            beside.append(chore)
 
     def write_range(self, start: int, version: int, batch_id: int) -> dict[str, int]:
         """Write and commit ``[start, version)`` to every table that lacks it; rows per table."""
@@ -207,10 +223,14 @@ class ReputBatchWriter:
             self.delay_levels_ms,
             self.layout,
         )
+        files_began = self.clock.monotonic_ms()
+        self._note_beside()
         try:
             parts = self._write_files(start, version, task)
         except Exception as err:
             raise ReputError(f"batch {batch_id}: writing [{start}, {version}): {err}") from err
+        self._timeline["files_ms"] = round(self.clock.monotonic_ms() - files_began)
+        self._note_beside()
         metadata: dict[str, object] = {
             "batch_id": batch_id,
             "start_offset": start,
@@ -243,6 +263,7 @@ class ReputBatchWriter:
             self.publish_progress(version)
             return False
         stats_ms = self.clock.monotonic_ms() - started_ms
+        self._timeline = {"started": started_ms}
         written = self.write_range(start, version, batch_id)
         write_ms = self.clock.monotonic_ms() - started_ms - stats_ms
         self.publish_progress(version)
@@ -282,6 +303,7 @@ class ReputBatchWriter:
             store=self.layout.store,
         )
         self.last_report = report
+        self._log_timeline(report)
         log.info(
             "reput batch %d%s: %d messages, %d bytes, log [%d, %d) -> consume_queue %d rows, "
             "message_index %d rows (range %.0f ms, write %.0f ms); %s",
@@ -299,6 +321,20 @@ class ReputBatchWriter:
         )
         if self.on_batch is not None:
             self.on_batch(report)
+
+    def _log_timeline(self, report: BatchReport) -> None:
+        timeline = self._timeline
+        started = timeline.pop("started", self.clock.monotonic_ms())
+        log_timeline(
+            "batch",
+            batch_id=report.batch_id,
+            store=report.store,
+            start_ms=round(self.clock.now_ms() - (self.clock.monotonic_ms() - started)),
+            messages=report.message_count,
+            range_ms=round(report.stats_ms),
+            write_ms=round(report.write_ms),
+            **timeline,
+        )
 
 
 def _committed(name: str, future: Future[int]) -> int:

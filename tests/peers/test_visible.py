@@ -1,17 +1,62 @@
-"""Smoke test of bench/peers/visible.py: the broker, the reput job beside it and a paced
-producer; every message sent is read back from the tables with its put -> visible time."""
+"""bench/peers/visible.py: which rows it times, and a smoke run of the harness (the broker, the
+reput job beside it and a paced producer; every message sent is read back from the tables with
+its put -> visible time)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-pytestmark = [pytest.mark.slow, pytest.mark.spark]
+
+def _delta_table(table: Path, commits: list[tuple[int, list[tuple[str, int]]]]) -> None:
+    """A Delta table as the harness reads it: per commit (commit time in ms, rows of
+    (topic, store time in ms)), one Parquet file and one log entry."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    (table / "_delta_log").mkdir(parents=True)
+    for version, (stamp_ms, rows) in enumerate(commits):
+        name = f"part-{version}.parquet"
+        topics, stamps = zip(*rows, strict=True)
+        pq.write_table(
+            pa.table(
+                {"topic": list(topics), "store_timestamp": pa.array(stamps, pa.timestamp("ms"))}
+            ),
+            table / name,
+        )
+        stats = json.dumps({"numRecords": len(rows)})
+        actions = [
+            {"commitInfo": {"timestamp": stamp_ms}},
+            {"add": {"path": name, "dataChange": True, "stats": stats}},
+        ]
+        (table / "_delta_log" / f"{version:020d}.json").write_text(
+            "\n".join(json.dumps(action) for action in actions)
+        )
 
 
-def test_every_message_sent_is_visible_and_timed(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_warm_up_stored_in_the_paced_phase_millisecond_is_not_timed(tmp_path: Path) -> None:
+    """The warm-up's last message and the first paced one stored in the same millisecond (the
+    fresh clone's 101 rows for 100 sends): the timed rows are the paced ones, exactly."""
     import visible  # bench/peers is on sys.path (conftest.py)
+
+    first_paced_ms = 1_700_000_000_000
+    warm_up = [(visible.WARM_UP_TOPIC, first_paced_ms - 5 + i) for i in range(6)]  # last: same ms
+    paced = [(visible.TOPIC, first_paced_ms + i) for i in range(100)]
+    _delta_table(
+        tmp_path / "messages",
+        [(first_paced_ms + 400, warm_up + paced[:40]), (first_paced_ms + 1_300, paced[40:])],
+    )
+    latencies = visible.paced_latencies_ms(tmp_path)
+    assert len(latencies) == 100
+    assert latencies == sorted([400 - i for i in range(40)] + [1_300 - i for i in range(40, 100)])
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+def test_every_message_sent_is_visible_and_timed(capsys: pytest.CaptureFixture[str]) -> None:
+    import visible
 
     args = ["--systems", "rmq-spark", "--rate", "50", "--seconds", "2", "--threads", "1"]
     assert visible.main(args) == 0
@@ -19,3 +64,39 @@ def test_every_message_sent_is_visible_and_timed(capsys: pytest.CaptureFixture[s
     assert result["failed"] == 0 and result["sent"] == 100
     assert result["rows"] == result["sent"], result
     assert 0 < result["visible_p50_ms"] <= result["visible_max_ms"]
+
+
+def test_the_slowest_batch_is_profiled_with_what_ran_beside_it() -> None:
+    """The job's timeline lines, joined with the table's batches: the slowest batch's wait,
+    Spark's phases, its files and commits, and the OPTIMIZE that overlapped it."""
+    from visible_profile import slowest_batches, slowest_trigger
+
+    from rmq_spark.spark.reput_timeline import parse_timeline
+
+    log_text = "\n".join([
+        "INFO rmq_spark.reput: reput batch 7: 10 messages",
+        'INFO reput timeline {"kind": "trigger", "batch_id": 7, "start_ms": 1000,'
+        ' "duration_ms": {"addBatch": 2400, "triggerExecution": 2500}, "rows": 0}',
+        'INFO reput timeline {"kind": "batch", "batch_id": 7, "start_ms": 1050, "files_ms": 60,'
+        ' "commits": {"messages": [61, 2390]}, "beside": ["OPTIMIZE"]}',
+        'INFO reput timeline {"kind": "trigger", "batch_id": 8, "start_ms": 4000,'
+        ' "duration_ms": {"addBatch": 200, "triggerExecution": 300}, "rows": 0}',
+        'INFO reput timeline {"kind": "maintenance", "chore": "OPTIMIZE", "start_ms": 500,'
+        ' "end_ms": 3000}',
+        'INFO reput timeline {"kind": "batch", "batch_id": 9, "start_ms"',  # cut by the job's end
+    ])  # fmt: skip
+    events = parse_timeline(log_text)
+    assert [event["kind"] for event in events] == ["trigger", "batch", "trigger", "maintenance"]
+    batches = [
+        {"batch_id": 7, "commit_ms": 3500, "rows": 10, "oldest_ms": 100, "max_ms": 3400},
+        {"batch_id": 8, "commit_ms": 4300, "rows": 10, "oldest_ms": 3200, "max_ms": 1100},
+    ]
+    slowest = slowest_batches(batches, events, count=1)
+    assert slowest == [{
+        **batches[0], "waited_ms": 900,
+        "spark_ms": {"addBatch": 2400, "triggerExecution": 2500},
+        "files_ms": 60, "commits_ms": {"messages": [61, 2390]}, "beside": ["OPTIMIZE"],
+    }]  # fmt: skip
+    assert slowest_trigger(events)["batch_id"] == 7
+    assert slowest_trigger(events)["beside"] == ["OPTIMIZE"]
+    assert slowest_trigger([]) == {}

@@ -6,6 +6,8 @@ tests put real messages, including transaction states and a delayed message.
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from pathlib import Path
 
@@ -21,6 +23,7 @@ from reput_rows import (
 
 from rmq_spark.spark.reput import ReputBatchWriter
 from rmq_spark.spark.reput_config import ReputConfig
+from rmq_spark.spark.reput_timeline import parse_timeline
 from rmq_spark.spark.tables import (
     CONSUME_QUEUE,
     MESSAGE_INDEX,
@@ -141,6 +144,53 @@ def test_checkpoints_are_written_beside_the_stream_not_by_the_commits(
         assert (table_path(tables, name) / "_delta_log/_last_checkpoint").exists(), name
     writer(_batch(spark, store, chunks[2]), 2)
     _assert_tables_hold_exactly(spark, tables, [row for chunk in chunks for row in chunk])
+
+
+def test_each_batch_logs_its_timeline_and_the_chores_beside_it(
+    spark, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Where a batch's time went (files, each table's commit) and each maintenance chore's
+    span, as the lines bench/peers/visible.py profiles the slowest batches with."""
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    chunks = put_batches(store, [[PutRequest("TopicTest", b"x")] for _ in range(2)])
+    config = ReputConfig(
+        tables_dir=tables, optimize_interval_batches=0, checkpoint_interval_batches=1
+    )
+    writer = ReputBatchWriter(spark, store, config, LEVELS_MS)
+    with caplog.at_level(logging.INFO, logger="rmq_spark.reput"):
+        writer(_batch(spark, store, chunks[0]), 0)
+        writer(_batch(spark, store, chunks[1]), 1)
+        writer.maintenance.wait()
+    events = parse_timeline(caplog.text)
+    batches = [event for event in events if event["kind"] == "batch"]
+    assert [event["batch_id"] for event in batches] == [0, 1]
+    for event in batches:
+        assert event["messages"] == 1 and event["files_ms"] >= 0
+        assert set(event["commits"]) == {MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE}
+        for begin, end in event["commits"].values():
+            assert event["files_ms"] <= begin <= end <= event["write_ms"] + event["range_ms"] + 1
+    # the checkpoints' state rebuild runs in one task, beside the batches
+    assert spark.conf.get("spark.databricks.delta.snapshotPartitions") == "1"
+    chores = [event for event in events if event["kind"] == "maintenance"]
+    assert chores and all(e["chore"] == "checkpoint" for e in chores)
+    assert all(e["start_ms"] <= e["end_ms"] for e in chores)
+
+
+def test_commits_write_no_file_list_into_the_version_checksums(spark, tmp_path: Path) -> None:
+    """Delta keeps a small table's whole file list in each version checksum; rebuilding it
+    (after OPTIMIZE brings a table back under 50 files) held the table's lock for seconds
+    while the stream's next commit waited. The reput's checksums carry the counts and the
+    SetTransactions its replays rely on, and no file list."""
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    chunks = put_batches(store, [[PutRequest("TopicTest", b"x")] for _ in range(2)])
+    writer = _writer(spark, tmp_path)
+    writer(_batch(spark, store, chunks[0]), 0)
+    writer(_batch(spark, store, chunks[1]), 1)
+    for name in (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE):
+        log_dir = table_path(tables, name) / "_delta_log"
+        checksum = json.loads(sorted(log_dir.glob("*.crc"))[-1].read_text())
+        assert "allFiles" not in checksum, name
+        assert "numFiles" in checksum and checksum["setTransactions"], name
 
 
 @pytest.mark.slow
