@@ -13,6 +13,7 @@ import pytest
 
 from rmq_spark.broker.grpc import relay_wire as wire
 from rmq_spark.broker.grpc.native_calls import RelayCalls
+from rmq_spark.broker.security.limits import InflightBytes
 
 
 def _open_payload(
@@ -90,3 +91,31 @@ def test_an_unknown_method_is_answered_unimplemented_and_a_late_frame_ignored() 
         3, grpc.StatusCode.UNIMPLEMENTED.value[0], "Method not found!"
     )
     assert calls.calls == 0
+
+
+def test_a_call_cancelled_before_its_handler_runs_gives_its_booked_bytes_back() -> None:
+    # OPEN, the request and CANCEL in one read: the handler's Task is cancelled before it
+    # starts, so only the booking's own release (when the request is dropped) can give the
+    # bytes back; a caller repeating this must not fill the budget for everyone.
+    budget = InflightBytes(1 << 20)
+    started: list[bytes] = []
+
+    async def behaviour(request: bytes, context: object) -> bytes:
+        started.append(request)
+        return request
+
+    handler = grpc.unary_unary_rpc_method_handler(
+        InflightBytes.release_after(behaviour),
+        request_deserializer=budget.admit(bytes, lambda reason: reason),
+        response_serializer=bytes,
+    )
+    generic = grpc.method_handlers_generic_handler("t.S", {"M": handler})
+    frames = b"".join(
+        wire.frame(wire.OPEN, n, _open_payload("/t.S/M", "", -1, []))
+        + wire.frame(wire.MSG, n, b"x" * 1000)
+        + wire.frame(wire.CANCEL, n)
+        for n in range(1, 101)
+    )
+    calls, answer = asyncio.run(_relay(frames, (generic,)))
+    assert started == [] and answer == b"" and calls.calls == 0
+    assert budget.used_bytes == 0

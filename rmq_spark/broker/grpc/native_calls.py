@@ -88,12 +88,22 @@ class CallContext:
 
 
 class _Call:
-    __slots__ = ("handler", "context", "task")
+    __slots__ = ("handler", "context", "task", "request")
 
     def __init__(self, handler: Any, context: CallContext) -> None:
         self.handler = handler
         self.context = context
         self.task: asyncio.Task[None] | None = None
+        self.request: Any = None  # a unary call's, once it came
+
+    def cancel(self) -> None:
+        """The caller is gone: stop the handler, and give back what its request booked now
+        (a Task cancelled before it started would hold it until a garbage collection)."""
+        if self.task is not None:
+            self.task.cancel()
+        release = getattr(self.request, "release", None)  # limits.Admitted
+        if release is not None:
+            release()
 
 
 class RelayCalls(asyncio.Protocol):
@@ -131,8 +141,7 @@ class RelayCalls(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
         for call in list(self._calls.values()):
-            if call.task is not None:
-                call.task.cancel()
+            call.cancel()
         self._calls.clear()
         self.lost.set()
 
@@ -185,8 +194,7 @@ class RelayCalls(asyncio.Protocol):
             self._half_close(call_id, call)
         elif kind == wire.CANCEL:
             del self._calls[call_id]
-            if call.task is not None:
-                call.task.cancel()
+            call.cancel()
         else:
             raise wire.RelayError(f"frame kind {kind} from the front")
 
@@ -214,6 +222,7 @@ class RelayCalls(asyncio.Protocol):
         if requests is not None:
             requests.put_nowait(request)
         elif call.task is None:
+            call.request = request
             call.task = asyncio.ensure_future(self._run_unary(call_id, call, request))
         else:
             self._fail(call_id, _INTERNAL, "a second request on a unary call")
@@ -226,8 +235,8 @@ class RelayCalls(asyncio.Protocol):
 
     def _fail(self, call_id: int, code: int, details: str) -> None:
         call = self._calls.pop(call_id, None)
-        if call is not None and call.task is not None:
-            call.task.cancel()
+        if call is not None:
+            call.cancel()
         self.send(wire.close_frame(call_id, code, details))
 
     async def _run_unary(self, call_id: int, call: _Call, request: Any) -> None:
