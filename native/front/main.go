@@ -26,6 +26,10 @@ import (
 // the official Java client keeps 256 sends in flight per producer on one connection.
 const maxCallsPerConnection = 1024
 
+// maxHeaderListBytes bounds a call's metadata (grpc's own servers take 8-16 KiB); it also
+// keeps every key and value within the relay's 16-bit lengths and count.
+const maxHeaderListBytes = 16 << 10
+
 func main() {
 	log.SetFlags(0)
 	log.SetPrefix("rmq-front: ")
@@ -73,6 +77,7 @@ func main() {
 		grpc.ForceServerCodec(rawCodec{}),
 		grpc.MaxRecvMsgSize(*receiveLimit),
 		grpc.MaxConcurrentStreams(maxCallsPerConnection),
+		grpc.MaxHeaderListSize(maxHeaderListBytes),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.ConnectionTimeout(*handshake),
 		grpc.KeepaliveParams(keepalive.ServerParameters{

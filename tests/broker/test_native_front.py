@@ -249,3 +249,19 @@ def test_java_client_sends_acknowledged_before_a_kill_9_are_all_stored(
     stored = by_uniq_key([r for r in read_records(broker.store_dir) if r.topic == "jkill"])
     assert len(acked) >= 2000
     assert [message_id for message_id in acked if message_id not in stored] == []
+
+
+def test_oversized_metadata_is_refused_and_the_relay_keeps_serving(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    # A header of 70,000 bytes does not fit the relay's 16-bit key length: refused at the
+    # front, it must not reach the relay and tear down every other client's calls.
+    broker = broker_factory(NATIVE, SMALL)
+    route = _requests()["QueryRoute"]
+    with _channel(broker.address) as channel:
+        stub = spb_grpc.MessagingServiceStub(channel)
+        for metadata in ((("x" * 70_000, "v"),), (("x-big", "v" * 70_000),)):
+            with pytest.raises(grpc.RpcError):
+                stub.QueryRoute(route, metadata=_CLIENT + metadata, timeout=10)
+        assert stub.QueryRoute(route, metadata=_CLIENT, timeout=10).status.code == pb.OK
+    assert "relay" not in broker.log_text() and "front exited" not in broker.log_text()

@@ -55,7 +55,9 @@ def test_a_close_frame_carries_code_and_details() -> None:
     assert data[9:] == struct.pack(">IH", 12, 17) + b"Method not found!" + struct.pack(">H", 0)
 
 
-async def _relay(frames: bytes, handlers: tuple = ()) -> tuple[RelayCalls, bytes]:
+async def _relay(frames: bytes, handlers: tuple = ()) -> tuple[RelayCalls, bytes, bool]:
+    """Send ``frames`` to a ``RelayCalls``; what it answered, and whether it had closed the
+    relay itself before this end closed it."""
     ours, theirs = socket.socketpair()
     calls = RelayCalls()
     calls.add_generic_rpc_handlers(handlers)
@@ -72,21 +74,22 @@ async def _relay(frames: bytes, handlers: tuple = ()) -> tuple[RelayCalls, bytes
         if not chunk:
             break
         answer += chunk
+    closed_by_broker = calls.lost.is_set()
     theirs.close()
-    return calls, answer
+    return calls, answer, closed_by_broker
 
 
 def test_a_frame_of_an_impossible_length_closes_the_relay(caplog: pytest.LogCaptureFixture) -> None:
     bad = struct.pack(">IBI", 2, wire.MSG, 1)
-    calls, _ = asyncio.run(_relay(bad))
-    assert calls.lost.is_set()
+    _, _, closed_by_broker = asyncio.run(_relay(bad))
+    assert closed_by_broker
     assert "the native front's relay: a frame of 2 bytes" in caplog.text
 
 
 def test_an_unknown_method_is_answered_unimplemented_and_a_late_frame_ignored() -> None:
     opened = wire.frame(wire.OPEN, 3, _open_payload("/no.Such/Method", "", -1, []))
     late = wire.frame(wire.MSG, 3, b"\x0a\x00") + wire.frame(wire.CANCEL, 99)
-    calls, answer = asyncio.run(_relay(opened + late))
+    calls, answer, _ = asyncio.run(_relay(opened + late))
     assert answer == wire.close_frame(
         3, grpc.StatusCode.UNIMPLEMENTED.value[0], "Method not found!"
     )
@@ -116,6 +119,22 @@ def test_a_call_cancelled_before_its_handler_runs_gives_its_booked_bytes_back() 
         + wire.frame(wire.CANCEL, n)
         for n in range(1, 101)
     )
-    calls, answer = asyncio.run(_relay(frames, (generic,)))
+    calls, answer, _ = asyncio.run(_relay(frames, (generic,)))
     assert started == [] and answer == b"" and calls.calls == 0
     assert budget.used_bytes == 0
+
+
+def test_a_call_whose_metadata_does_not_parse_is_refused_alone() -> None:
+    class ReadsMetadata(grpc.GenericRpcHandler):  # as the auth gate does with auth on
+        def service(self, details: object) -> None:
+            tuple(details.invocation_metadata)  # type: ignore[attr-defined]
+
+    bad = _open_payload("/t.S/M", "", -1, [("k", b"v")])[:-2]  # the value runs past the frame
+    frames = wire.frame(wire.OPEN, 1, bad) + wire.frame(
+        wire.OPEN, 2, _open_payload("/x/Y", "", -1, [])
+    )
+    _, answer, closed_by_broker = asyncio.run(_relay(frames, (ReadsMetadata(),)))
+    assert answer == wire.close_frame(1, 13, "unreadable metadata") + wire.close_frame(
+        2, grpc.StatusCode.UNIMPLEMENTED.value[0], "Method not found!"
+    )
+    assert not closed_by_broker

@@ -199,7 +199,12 @@ class RelayCalls(asyncio.Protocol):
             raise wire.RelayError(f"frame kind {kind} from the front")
 
     def _open(self, call_id: int, opened: wire.Open) -> None:
-        handler = self._lookup(_Details(opened))
+        try:
+            handler = self._lookup(_Details(opened))
+        except wire.RelayError as err:  # this call's metadata: refuse it, keep the others
+            log.warning("broker error: a relayed call's %s", err)
+            self.send(wire.close_frame(call_id, _INTERNAL, "unreadable metadata"))
+            return
         if handler is None:
             self.send(wire.close_frame(call_id, _UNIMPLEMENTED, "Method not found!"))
             return
