@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from rmq_spark.broker.grpc import relay_wire as wire
-from rmq_spark.broker.grpc.native_calls import RelayCalls
+from rmq_spark.broker.grpc.native_calls import STREAM_UNREAD_MAX, RelayCalls
 from rmq_spark.broker.security.limits import InflightBytes
 
 
@@ -138,3 +138,21 @@ def test_a_call_whose_metadata_does_not_parse_is_refused_alone() -> None:
         2, grpc.StatusCode.UNIMPLEMENTED.value[0], "Method not found!"
     )
     assert not closed_by_broker
+
+
+def test_a_stream_flooding_requests_its_handler_has_not_read_is_ended_alone() -> None:
+    async def slow_stream(requests: object, context: object) -> None:
+        await asyncio.sleep(60)  # reads nothing: a client must not pile requests up for it
+
+    handler = grpc.stream_stream_rpc_method_handler(
+        slow_stream, request_deserializer=bytes, response_serializer=bytes
+    )
+    generic = grpc.method_handlers_generic_handler("t.S", {"Stream": handler})
+    flood = b"".join(wire.frame(wire.MSG, 5, b"c") for _ in range(STREAM_UNREAD_MAX + 50))
+    frames = wire.frame(wire.OPEN, 5, _open_payload("/t.S/Stream", "", -1, [])) + flood
+    frames += wire.frame(wire.OPEN, 6, _open_payload("/x/Y", "", -1, []))
+    calls, answer, closed_by_broker = asyncio.run(_relay(frames, (generic,)))
+    exhausted = wire.close_frame(5, grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
+                                 "too many requests unread on a stream")  # fmt: skip
+    unimplemented = wire.close_frame(6, 12, "Method not found!")
+    assert answer == exhausted + unimplemented and not closed_by_broker

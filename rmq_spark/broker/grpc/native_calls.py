@@ -24,11 +24,14 @@ import grpc
 
 from rmq_spark.broker.grpc import relay_wire as wire
 
-__all__ = ["CallContext", "RelayCalls"]
+__all__ = ["CallContext", "RelayCalls", "STREAM_UNREAD_MAX"]
 
 log = logging.getLogger("rmq_spark.broker")
 
-_UNKNOWN, _CANCELLED, _INTERNAL, _UNIMPLEMENTED = 2, 1, 13, 12
+_UNKNOWN, _CANCELLED, _INTERNAL, _UNIMPLEMENTED, _RESOURCE_EXHAUSTED = 2, 1, 13, 12, 8
+STREAM_UNREAD_MAX = 256
+"""Requests a stream may have waiting for its handler (grpc.aio's flow control stops a
+client; the front does not): past it the call ends ``RESOURCE_EXHAUSTED``."""
 _EOF = grpc.aio.EOF
 
 
@@ -225,6 +228,9 @@ class RelayCalls(asyncio.Protocol):
         request = call.handler.request_deserializer(payload)
         requests = call.context.requests
         if requests is not None:
+            if requests.qsize() >= STREAM_UNREAD_MAX:
+                self._fail(call_id, _RESOURCE_EXHAUSTED, "too many requests unread on a stream")
+                return
             requests.put_nowait(request)
         elif call.task is None:
             call.request = request
