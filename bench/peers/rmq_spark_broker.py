@@ -49,11 +49,13 @@ class RmqSparkBroker:
         own_session: bool = True,
         entry: Sequence[str] = ("-m", "rmq_spark.cli.main"),
         checkout: Path = REPO,
+        cpus: str = "",
     ) -> None:
         self.own_session = own_session
         self.checkout = checkout
         self.entry = tuple(entry)
         self.settings = tuple(settings)
+        self.cpus = cpus  # taskset's CPU list for the broker and its children; "": any
         self.keep_log = keep_log
         self.endpoint = ""
         self.workdir: Path | None = None
@@ -84,6 +86,8 @@ class RmqSparkBroker:
                    "--ready-file", str(ready)]  # fmt: skip
         for setting in self.settings:
             command += ["--set", setting]
+        if self.cpus:
+            command = ["taskset", "-c", self.cpus, *command]
         with self._log_path.open("wb") as log:
             self.process = subprocess.Popen(
                 command,

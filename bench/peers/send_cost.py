@@ -11,7 +11,7 @@ Usage::
 
     flock /tmp/bench.lock .venv/bin/python bench/peers/send_cost.py --baseline REV
         [--rounds 2] [--seconds 10] [--java 32,256] [--set KEY=VALUE ...]
-        [--set-this KEY=VALUE ...]
+        [--set-this KEY=VALUE ...] [--cpus 0]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def measure(
 ) -> dict[int, tuple[float, float]]:
     row = {}
     settings = ("store.flush_policy=SYNC", *args.set, *extra)
-    with RmqSparkBroker(checkout=checkout, settings=settings) as broker:
+    with RmqSparkBroker(checkout=checkout, settings=settings, cpus=args.cpus) as broker:
         for inflight in args.java:
             case = java_case(
                 broker.endpoint, "BenchTopic", 2, inflight, args.seconds, 3.0, 100, [broker.pid]
@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         help="sends in flight per producer, one case each (32,256)",
     )
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--cpus",
+        default="",
+        help="the CPUs both brokers may use (taskset -c: 0 is one core, 0-1 two); default any",
+    )
     parser.add_argument(
         "--set-this",
         action="append",
