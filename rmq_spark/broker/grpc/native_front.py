@@ -161,7 +161,11 @@ class NativeServer:
                 )
                 return
             log.error("broker error: the native front exited (%s); starting it again", code)
-            await self._spawn()
+            try:
+                await self._spawn()
+            except BrokerError as err:
+                log.critical("broker error: %s; port %d is not served", err, self.port)
+                return
 
     def _reap(self) -> int | None:
         process = self._process
