@@ -271,7 +271,8 @@ def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "longest_commit_gap_ms": longest_commit_gap_ms(tables / "consume_queue", since_ms),
         "optimize_runs": log_text.count("OPTIMIZE took"),
         "checkpoint_runs": log_text.count("checkpoint took"),
-        "slowest_trigger": slowest_trigger(events),
+        "slowest_trigger": slowest_trigger(events, since_ms),
+        "slowest_beside_maintenance": slowest_trigger(events, since_ms, beside=True),
         "slowest_batches": slowest_batches(batches, events),
     }
 

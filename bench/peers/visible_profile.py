@@ -43,6 +43,10 @@ def _beside(events: list[dict[str, Any]], start_ms: int, end_ms: int) -> list[st
     })  # fmt: skip
 
 
+def _end_ms(trigger: dict[str, Any]) -> int:
+    return int(trigger["start_ms"]) + int(trigger["duration_ms"].get("triggerExecution", 0))
+
+
 def _profile(batch: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, Any]:
     trigger = _by_kind(events, "trigger").get(batch["batch_id"], {})
     written = _by_kind(events, "batch").get(batch["batch_id"], {})
@@ -66,16 +70,23 @@ def slowest_batches(
     return [_profile(batch, events) for batch in ranked]
 
 
-def slowest_trigger(events: list[dict[str, Any]]) -> dict[str, Any]:
-    """The micro-batch that ran longest (Spark's ``triggerExecution``), with what it did and
-    the chores beside it; ``{}`` without timeline lines."""
-    triggers = [e for e in events if e.get("kind") == "trigger" and e.get("duration_ms")]
+def slowest_trigger(
+    events: list[dict[str, Any]], since_ms: int = 0, beside: bool = False
+) -> dict[str, Any]:
+    """The micro-batch that ran longest (Spark's ``triggerExecution``) of those that began at
+    ``since_ms`` or later (and, with ``beside``, ran next to a maintenance chore), with what
+    it did and the chores beside it; ``{}`` when there is none."""
+    triggers = [
+        e for e in events
+        if e.get("kind") == "trigger" and e.get("duration_ms") and e["start_ms"] >= since_ms
+        and (not beside or _beside(events, e["start_ms"], _end_ms(e)))
+    ]  # fmt: skip
     if not triggers:
         return {}
     slowest = max(triggers, key=lambda e: e["duration_ms"].get("triggerExecution", 0))
     durations = slowest["duration_ms"]
     written = _by_kind(events, "batch").get(int(slowest["batch_id"]), {})
-    end_ms = slowest["start_ms"] + durations.get("triggerExecution", 0)
+    end_ms = _end_ms(slowest)
     return {
         "batch_id": slowest["batch_id"],
         "spark_ms": {name: durations[name] for name in SPARK_PHASES if name in durations},

@@ -100,3 +100,7 @@ def test_the_slowest_batch_is_profiled_with_what_ran_beside_it() -> None:
     assert slowest_trigger(events)["batch_id"] == 7
     assert slowest_trigger(events)["beside"] == ["OPTIMIZE"]
     assert slowest_trigger([]) == {}
+    # the timed phase only (batch 0 of a run is the warm-up's), and beside a chore only
+    assert slowest_trigger(events, since_ms=2_000)["batch_id"] == 8
+    assert slowest_trigger(events, since_ms=2_000, beside=True) == {}
+    assert slowest_trigger(events, beside=True)["batch_id"] == 7
