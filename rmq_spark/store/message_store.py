@@ -11,9 +11,9 @@ stops them.
 
 Acknowledged means durable under the configured policy: SYNC returns ``PUT_OK`` only after an
 fsync covered the record (``put`` blocks the calling thread until then; ``put_async`` lets a
-coroutine await it, ``async_commit.py``); ASYNC after the record is in the page cache (it
-survives a crash of the process; the background flush makes it survive a crash of the machine
-within ``flush_interval_ms``).
+coroutine await it: ``async_puts.py``, ``async_commit.py``); ASYNC after the record is in the
+page cache (it survives a crash of the process; the background flush makes it survive a crash
+of the machine within ``flush_interval_ms``).
 
 Failing closed: when a write cannot be undone (a failed append whose bytes could not be
 zeroed) or an fsync failed, the store stops accepting puts (``SERVICE_NOT_AVAILABLE``) but
@@ -35,6 +35,7 @@ from rmq_spark.errors import (
     StoreIOError,
 )
 from rmq_spark.store.appender import Appender
+from rmq_spark.store.async_puts import BATCH_BYTES_MAX, AsyncPuts
 from rmq_spark.store.checkpoint import (
     Checkpoint,
     QueueOffsetSnapshot,
@@ -93,6 +94,11 @@ class MessageStore:
         self._retention = Retention(config, clock, lambda: self._commitlog, self._put_lock)
         self._cq: ConsumeQueueService | None = None
         self._after_write: Callable[[], None] | None = None  # ASYNC: wakes the CQ dispatcher
+        settle = (
+            (lambda results, end: self._durable.wait_async(results, end)) if self._sync else None
+        )
+        batch_bytes = min(BATCH_BYTES_MAX, config.segment_size_bytes // 4)
+        self._async_puts = AsyncPuts(self._appender, settle, lambda: self._after_write, batch_bytes)
 
     # --- opening ------------------------------------------------------------------------------
 
@@ -297,16 +303,10 @@ class MessageStore:
         return receipt
 
     async def put_async(self, request: PutRequest) -> PutResult:
-        """``put`` for a coroutine on an event loop: the record is written in the calling
-        thread (the put lock is held for microseconds); under SYNC the coroutine then
-        awaits the fsync that covers it, the loop staying free. Same statuses as ``put``."""
-        result = self._appender.append(request)
-        if self._sync and result.status is _PUT_OK:
-            end = result.physical_offset + result.total_size
-            await self._durable.wait_async([result], end)
-        elif self._after_write is not None:
-            self._after_write()
-        return result
+        """``put`` for a coroutine on an event loop: written with the other puts of the loop
+        pass as one batch (``async_puts.py``); under SYNC the coroutine then awaits the fsync
+        that covers it, the loop staying free. Same statuses as ``put``."""
+        return await self._async_puts.put(request)
 
     async def put_batch_async(self, requests: Sequence[PutRequest]) -> list[PutResult]:
         """``put_batch`` for a coroutine (see ``put_async``)."""

@@ -125,16 +125,17 @@ def test_a_wave_goes_to_the_flush_thread_once_it_has_wave_size_puts(tmp_path: Pa
         only a wave handed over before the pass ends can have its fsync started."""
         return opener.fsync_entered.wait(10)
 
-    async def main() -> tuple[list[PutResult], bool]:
-        tasks = [
-            asyncio.ensure_future(store.put_async(PutRequest("A", b"%d" % i))) for i in range(3)
+    async def main() -> tuple[list[list[PutResult]], bool]:
+        tasks = [  # put_async's of one pass are one batch: one wait; put_batch_async's are not
+            asyncio.ensure_future(store.put_batch_async([PutRequest("A", b"%d" % i)]))
+            for i in range(3)
         ]
         entered = await asyncio.ensure_future(blocking_probe())
         opener.release.set()
         return list(await asyncio.gather(*tasks)), entered
 
-    results, entered = asyncio.run(main())
-    assert entered and all(result.ok for result in results)
+    batches, entered = asyncio.run(main())
+    assert entered and all(batch[0].ok for batch in batches)
     store.close()
 
 
@@ -288,7 +289,8 @@ def test_close_answers_puts_still_waiting_and_later_waves_resolve_at_once(tmp_pa
 
     async def main() -> PutResult:
         pending = asyncio.ensure_future(store.put_async(PutRequest("A", b"x")))
-        await asyncio.sleep(0)  # written, its wave not closed yet
+        await asyncio.sleep(0)  # the put joined its pass's batch
+        await asyncio.sleep(0)  # the batch written, its wave not closed yet
         store.close()  # flushes everything written, then stops the flush thread
         return await pending
 
