@@ -17,7 +17,7 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from typing import Any
 
 import grpc
@@ -215,7 +215,7 @@ class RelayCalls(asyncio.Protocol):
         self._calls[call_id] = call
         if handler.request_streaming:
             call.context.requests = asyncio.Queue()
-            call.task = asyncio.ensure_future(self._run_stream(call_id, call))
+            call.task = self._start(self._run_stream(call_id, call))
 
     def _lookup(self, details: _Details) -> Any:
         for generic in self._handlers:
@@ -234,7 +234,7 @@ class RelayCalls(asyncio.Protocol):
             requests.put_nowait(request)
         elif call.task is None:
             call.request = request
-            call.task = asyncio.ensure_future(self._run_unary(call_id, call, request))
+            call.task = self._start(self._run_unary(call_id, call, request))
         else:
             self._fail(call_id, _INTERNAL, "a second request on a unary call")
 
@@ -243,6 +243,11 @@ class RelayCalls(asyncio.Protocol):
             call.context.requests.put_nowait(_EOF)
         elif call.task is None:
             self._fail(call_id, _INTERNAL, "a unary call ended without its request")
+
+    def _start(self, handling: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
+        loop = self._loop
+        assert loop is not None, "a frame before the relay connected"
+        return loop.create_task(handling)
 
     def _fail(self, call_id: int, code: int, details: str) -> None:
         call = self._calls.pop(call_id, None)
