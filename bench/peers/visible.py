@@ -1,24 +1,24 @@
 """Put -> visible in SQL through the broker: an official client at a steady rate, the reput
 job beside the broker, and how long each message took to reach its tables.
 
-One run: ``rmq-spark broker`` (SYNC flush, its own session), ``jobs/reput.py`` with its
-defaults (500 ms trigger; ``--reput-arg`` passes more arguments, e.g.
-``--reput-arg=--trigger=1s``) over the broker's store (its own session, as a ``spark-submit``
-would be). First a warm-up (``--warm-up`` seconds at the rate, to a topic of its own, waited
-for until visible: neither side's first batch or first commit lands in the timed phase), then
-``--threads`` producers of the official Python client (``--client java``: the Java client)
-send ``--rate`` msgs/s in all on a fixed schedule for ``--seconds`` to the timed topic. When
-every send completed and the tables hold every message, the job stops and the latencies are
-read from the tables themselves: for every row of ``messages`` of the timed topic (selected by
-topic, never by time), the Delta commit that made it visible (``commitInfo.timestamp`` of the
-version that added its file) minus the message's ``store_timestamp`` (when the broker stored
-it, ms; one clock, one machine). The client's send latency (reported too, p50 a few ms) comes
-before that; its ``born_timestamp`` cannot be used: the Python client sets it in whole
-seconds. Reported: p50/p99/max put -> visible, failed sends, send p50/p99, the longest gap
-between two commits of ``consume_queue``, the reput's OPTIMIZE and checkpoint runs, and from
-the job's timeline lines (``rmq_spark/spark/reput_timeline.py``) its longest micro-batch and
-the three batches whose rows waited longest, each with where its time went and the
-maintenance chores that ran beside it (``visible_profile.py``).
+One run: ``rmq-spark broker`` (SYNC flush, its own session; ``--broker-set`` adds settings, e.g.
+``--broker-set broker.grpc_front=native``), ``jobs/reput.py`` with its defaults (500 ms trigger;
+``--reput-arg`` passes more arguments, e.g. ``--reput-arg=--trigger=1s``) over the broker's
+store (its own session, as a ``spark-submit`` would be). First a warm-up (``--warm-up`` seconds
+at the rate, to a topic of its own, waited for until visible: neither side's first batch or
+first commit lands in the timed phase), then ``--threads`` producers of the official Python
+client (``--client java``: the Java client) send ``--rate`` msgs/s in all on a fixed schedule
+for ``--seconds`` to the timed topic. When every send completed and the tables hold every
+message, the job stops and the latencies are read from the tables themselves: for every row of
+``messages`` of the timed topic (selected by topic, never by time), the Delta commit that made
+it visible (``commitInfo.timestamp`` of the version that added its file) minus the message's
+``store_timestamp`` (when the broker stored it, ms; one clock, one machine). The client's send
+latency (reported too, p50 a few ms) comes before that; its ``born_timestamp`` cannot be used:
+the Python client sets it in whole seconds. Reported: p50/p99/max put -> visible, failed sends,
+send p50/p99, the longest gap between two commits of ``consume_queue``, the reput's OPTIMIZE and
+checkpoint runs, and from the job's timeline lines (``rmq_spark/spark/reput_timeline.py``) its
+longest micro-batch and the three batches whose rows waited longest, each with where its time
+went and the maintenance chores that ran beside it (``visible_profile.py``).
 
 **Kafka** (``--systems``, both by default): Kafka 4.1.1 (``kafka_peer.py``), a Java producer
 (``java/KafkaPacedProducer.java``, kafka-clients, ``acks=all``) at the same rate, the same
@@ -30,6 +30,7 @@ rmq-spark broker (``produce.py``), so 2,000 msgs/s and more need the Java client
 Usage::
 
     flock /tmp/bench.lock python bench/peers/visible.py --rate 500 --seconds 300 --client java
+        [--broker-set KEY=VALUE ...] [--reput-arg=ARG ...] [--systems rmq-spark,kafka]
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     tables, log_path = work / "tables", work / "reput.log"
     send = _java_sends if args.client == "java" else _python_sends
     messages = tables / "messages"
-    with RmqSparkBroker() as broker:
+    with RmqSparkBroker(settings=("store.flush_policy=SYNC", *args.broker_set)) as broker:
         assert broker.workdir is not None
         job = _start_reput(broker.workdir / "store", tables, log_path, args.reput_args)
         try:
@@ -266,6 +267,7 @@ def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     return {
         "system": "rmq-spark",
         "client": args.client,
+        "broker_set": args.broker_set,
         **sends,
         **_summary(latencies),
         "longest_commit_gap_ms": longest_commit_gap_ms(tables / "consume_queue", since_ms),
@@ -374,6 +376,11 @@ def main(argv: list[str] | None = None) -> int:
         help="one more argument of the reput job, e.g. --reput-arg=--trigger=1s or "
         "--reput-arg=--set=reput.optimize_interval_batches=10 (repeatable; default: the "
         "job's own defaults)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--broker-set", action="append", default=[], metavar="KEY=VALUE",
+        help="one more setting of the rmq-spark broker, after SYNC flush, e.g. "
+        "--broker-set broker.grpc_front=native (repeatable)",
     )  # fmt: skip
     parser.add_argument("--keep", action="store_true", help="keep the work dir")
     args = parser.parse_args(argv)
