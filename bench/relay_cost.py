@@ -17,6 +17,9 @@ Usage::
 
 ``--checkout``: another source tree (e.g. ``git archive REV | tar -x -C DIR``) whose broker
 runs instead, for a before -> after in one run (each round runs both, baseline first).
+``--py-spy PATH`` (e.g. ``.venv/bin/py-spy``): a sample of this checkout's broker in its last
+round (250 Hz, inside the timed part), each sample of the event loop's thread put in one
+layer by its innermost frame of ours, the layers' shares scaled to the CPU per send.
 """
 
 from __future__ import annotations
@@ -25,13 +28,17 @@ import argparse
 import json
 import os
 import selectors
+import shlex
 import socket
 import statistics
 import struct
+import subprocess
 import sys
 import tempfile
 import time
 import zlib
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -48,6 +55,7 @@ _METHOD = "/apache.rocketmq.v2.MessagingService/SendMessage"
 _TICKS = os.sysconf("SC_CLK_TCK")
 _RESULT_ENV = "RELAY_COST_RESULT"
 _PLAN_ENV = "RELAY_COST_PLAN"
+_FRONT_ENV = "RMQ_SPARK_NATIVE_FRONT"
 
 
 def _open_payload(peer: str) -> bytes:
@@ -143,6 +151,43 @@ class _Front:
         return answered, time.monotonic() - started
 
 
+# The layers of a send on the loop, by the innermost frame of ours (first match wins).
+LAYERS = (
+    ("store: the pass's batch append (encode, CRC, write)", ("store/",), ("async_commit",
+     "ring_commit", "durability", "uring.py", "flush.py", "checkpoint", "file_ops", "latency")),
+    ("store: group commit, fdatasync submit and finish", ("store/",), ()),
+    ("broker: validate, route, properties", ("broker/service.py", "broker/send_",
+     "broker/topics.py", "broker/traffic.py", "broker/replication/"), ()),
+    ("SendMessage RPC: prechecks, command, result entry", ("grpc/grpc_producer.py",
+     "grpc/grpc_wire.py"), ()),
+    ("auth gate, resource names, request-bytes booking", ("broker/security/",), ()),
+    ("handler wrappers: timer, guard", ("grpc/rpc_timer.py", "grpc/grpc_api.py",
+     "grpc/edge.py"), ()),
+    ("relay: frames in and out, one task per call", ("grpc/native_calls.py",
+     "grpc/relay_wire.py"), ()),
+)  # fmt: skip
+MACHINERY = "asyncio machinery (tasks, loop, sockets; no frame of ours)"
+
+
+def layer_of(frames: list[str]) -> str:
+    for frame in reversed(frames):
+        for name, paths, not_in in LAYERS:
+            if any(p in frame for p in paths) and not any(n in frame for n in not_in):
+                return name
+    return MACHINERY
+
+
+def loop_layers(raw: Path) -> dict[str, int]:
+    """Samples per layer of the event loop's thread (its stacks run ``GrpcEndpoint._run``)."""
+    counts: dict[str, int] = {}
+    for line in raw.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if "GrpcEndpoint._run" in stack:
+            name = layer_of(stack.split(";"))
+            counts[name] = counts.get(name, 0) + int(count)
+    return counts
+
+
 def _broker_cpu_s(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS
@@ -166,31 +211,64 @@ def front_main(argv: list[str]) -> int:
     return 0
 
 
-def measure(checkout: Path, args: argparse.Namespace, work: Path) -> tuple[float, float]:
-    """(sends/s, broker CPU us per send) of one broker run."""
+@contextmanager
+def _front_named(launcher: Path) -> Iterator[None]:
+    """The brokers started meanwhile run ``launcher`` as their front (their environment is
+    this process's)."""
+    before = os.environ.get(_FRONT_ENV)
+    os.environ[_FRONT_ENV] = str(launcher)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ[_FRONT_ENV]
+        else:
+            os.environ[_FRONT_ENV] = before
+
+
+def measure(
+    checkout: Path, args: argparse.Namespace, work: Path, sample: Path | None = None
+) -> tuple[float, float]:
+    """(sends/s, broker CPU us per send) of one broker run; ``sample``: py-spy's output."""
     result = work / "result.json"
     result.unlink(missing_ok=True)
     launcher = work / "front.sh"
-    launcher.write_text(
-        f'#!/bin/sh\nexec {sys.executable} {Path(__file__).resolve()} --front "$@"\n'
-    )
-    launcher.chmod(0o755)
     plan = {"inflight": args.inflight, "seconds": args.seconds, "warm_up_s": args.warm_up}
-    os.environ.update(
-        RMQ_SPARK_NATIVE_FRONT=str(launcher),
-        **{_RESULT_ENV: str(result), _PLAN_ENV: json.dumps(plan)},
-    )
+    variables = {_RESULT_ENV: str(result), _PLAN_ENV: json.dumps(plan)}
+    assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in variables.items())
+    command = f"{sys.executable} {Path(__file__).resolve()} --front"
+    launcher.write_text(f'#!/bin/sh\nexec env {assignments} {command} "$@"\n')
+    launcher.chmod(0o755)
     settings = ("store.flush_policy=SYNC", "broker.grpc_front=native", *args.set)
-    with RmqSparkBroker(checkout=checkout, settings=settings):
+    with _front_named(launcher), RmqSparkBroker(checkout=checkout, settings=settings) as broker:
+        spy = None
+        if sample is not None:
+            time.sleep(args.warm_up + 1)
+            spy = subprocess.Popen(
+                [str(args.py_spy), "record", "-r", "250", "--format", "raw", "-o", str(sample),
+                 "--pid", str(broker.pid), "-d", str(max(1, int(args.seconds) - 2))],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+            )  # fmt: skip
         deadline = time.monotonic() + args.warm_up + args.seconds + 60
         while not result.exists():
             if time.monotonic() > deadline:
                 raise SystemExit("relay_cost: no result from the front")
             time.sleep(0.2)
+        if spy is not None:
+            spy.wait()
     outcome = json.loads(result.read_text())
     if outcome["failed"]:
         raise SystemExit(f"relay_cost: {outcome['failed']} sends failed")
     return outcome["sent"] / outcome["seconds"], outcome["cpu_s"] / outcome["sent"] * 1e6
+
+
+def _print_layers(counts: dict[str, int], cpu_us: float) -> None:
+    total = sum(counts.values()) or 1
+    print(f"| event loop thread, by layer (py-spy, {total:,} samples) | share | us/send |")
+    print("|---|---|---|")
+    for name, count in sorted(counts.items(), key=lambda item: -item[1]):
+        print(f"| {name} | {count / total:.0%} | {count / total * cpu_us:.0f} |")
+    print()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="runs of each broker (3)")
     parser.add_argument("--checkout", type=Path, help="a baseline source tree, run beside")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--py-spy", type=Path, help="py-spy executable: a layer profile")
     args = parser.parse_args(argv)
     brokers = (
         [("this", REPO)] if args.checkout is None else [("baseline", args.checkout), ("this", REPO)]
@@ -215,12 +294,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="relay-cost-") as tmp:
         for round_no in range(1, args.rounds + 1):
             for name, checkout in brokers:
-                rate, cpu_us = measure(checkout, args, Path(tmp))
+                last = round_no == args.rounds and name == "this"
+                sample = Path(tmp) / "py-spy.txt" if args.py_spy and last else None
+                rate, cpu_us = measure(checkout, args, Path(tmp), sample)
                 rows[name].append((rate, cpu_us))
                 print(
                     f"round {round_no} {name}: {rate:,.0f} sends/s, {cpu_us:.1f} us/send",
                     file=sys.stderr,
                 )
+        if args.py_spy:
+            _print_layers(loop_layers(Path(tmp) / "py-spy.txt"), rows["this"][-1][1])
     print(f"load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}", file=sys.stderr)
     print(
         f"| broker ({args.inflight} in flight, median of {args.rounds}) "
