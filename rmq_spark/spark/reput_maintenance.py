@@ -78,11 +78,22 @@ class TableMaintenance:
         chores = self._due(batches_written)
         if not chores or self.running:
             return False
+        self._start(chores)
+        return True
+
+    def warm_up(self) -> None:
+        """Start a checkpoint of the tables now, as a stream starts. A JVM's first Delta
+        checkpoint costs several times a later one (measured: 3.2-4.1 s against 0.8-1.6 s,
+        the code's first run); at the first interval it would land in the middle of the
+        stream, beside batches of a full rate, and set the job's worst latency."""
+        if self.checkpoint_interval and not self.running:
+            self._start([("checkpoint", lambda: checkpoint_tables(self.spark, self.tables_dir))])
+
+    def _start(self, chores: list[tuple[str, Callable[[], object]]]) -> None:
         self._thread = threading.Thread(
             target=self._run, args=(chores,), name="reput-maintenance", daemon=True
         )
         self._thread.start()
-        return True
 
     def _optimize(self) -> None:
         # One rewrite task at a time: the other cores stay free for the batches.

@@ -146,6 +146,24 @@ def test_checkpoints_are_written_beside_the_stream_not_by_the_commits(
     _assert_tables_hold_exactly(spark, tables, [row for chunk in chunks for row in chunk])
 
 
+def test_a_warm_up_checkpoints_the_tables_before_the_first_interval(spark, tmp_path: Path) -> None:
+    """A running stream's first checkpoint is taken as it starts, not at batch N beside a
+    full rate (a JVM's first one costs several times a later one)."""
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    chunks = put_batches(store, [[PutRequest("TopicTest", b"x")]])
+    config = ReputConfig(
+        tables_dir=tables, optimize_interval_batches=0, checkpoint_interval_batches=200
+    )
+    writer = ReputBatchWriter(spark, store, config, LEVELS_MS)
+    writer.maintenance.warm_up()
+    writer(_batch(spark, store, chunks[0]), 0)  # beside it
+    writer.maintenance.wait()
+    assert writer.maintenance.runs == 1 and writer.maintenance.failures == 0
+    for name in (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE):
+        assert (table_path(tables, name) / "_delta_log/_last_checkpoint").exists(), name
+    _assert_tables_hold_exactly(spark, tables, chunks[0])
+
+
 def test_each_batch_logs_its_timeline_and_the_chores_beside_it(
     spark, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
