@@ -65,6 +65,7 @@ class AsyncPuts:
         self._after_write = after_write
         self._bytes_max = batch_bytes_max
         self._pending: dict[asyncio.AbstractEventLoop, _Batch] = {}
+        self._settling: set[asyncio.Task[None]] = set()
         self.batches = 0
         """How many batches were written (one ``append_batch`` each)."""
 
@@ -91,16 +92,16 @@ class AsyncPuts:
         self.batches += 1
         try:
             results, end = self._append(batch.requests)
-        except BaseException as err:  # noqa: BLE001 - each put raises what append raised
-            for future in batch.futures:
-                if not future.done():
-                    future.set_exception(err)
+        except Exception as err:  # noqa: BLE001 - each put raises what append raised
+            _fail(batch.futures, err)
             return
         wake = self._after_write()
         if wake is not None:
             wake()
         if end and self._settle is not None:
-            asyncio.ensure_future(self._acknowledge(results, end, batch.futures))
+            task = loop.create_task(self._acknowledge(results, end, batch.futures))
+            self._settling.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._settling.discard)
         else:
             _resolve(batch.futures, results)
 
@@ -120,7 +121,11 @@ class AsyncPuts:
         self, results: list[PutResult], end: int, futures: list[asyncio.Future[PutResult]]
     ) -> None:
         assert self._settle is not None
-        await self._settle(results, end)
+        try:
+            await self._settle(results, end)
+        except Exception as err:  # noqa: BLE001 - each put raises it, none is left waiting
+            _fail(futures, err)
+            return
         _resolve(futures, results)
 
 
@@ -135,3 +140,9 @@ def _resolve(futures: list[asyncio.Future[PutResult]], results: list[PutResult])
     for future, result in zip(futures, results, strict=True):
         if not future.done():  # a cancelled put: its record stays, unacknowledged
             future.set_result(result)
+
+
+def _fail(futures: list[asyncio.Future[PutResult]], err: Exception) -> None:
+    for future in futures:
+        if not future.done():
+            future.set_exception(err)

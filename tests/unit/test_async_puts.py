@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from store_helpers import open_store
 
+from rmq_spark.store.async_puts import AsyncPuts
 from rmq_spark.store.config import FlushPolicy
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
@@ -118,3 +119,20 @@ def test_puts_of_a_closed_store_are_refused_not_left_waiting(tmp_path: Path) -> 
 
     result = asyncio.run(main())
     assert result.status is PutStatus.SERVICE_NOT_AVAILABLE
+
+
+def test_a_failed_wait_for_durability_reaches_every_put_of_the_batch(tmp_path: Path) -> None:
+    store = open_store(tmp_path, flush_policy=FlushPolicy.SYNC)
+
+    async def broken(results: list[PutResult], end: int) -> None:
+        raise OSError("durability unreachable")
+
+    puts = AsyncPuts(store._appender, broken, lambda: None)  # noqa: SLF001 - the store's appender
+
+    async def main() -> list[BaseException | PutResult]:
+        futures = [puts.put(PutRequest("A", b"%d" % i)) for i in range(3)]
+        return await asyncio.wait_for(asyncio.gather(*futures, return_exceptions=True), 10)
+
+    outcomes = asyncio.run(main())
+    assert [str(o) for o in outcomes] == ["durability unreachable"] * 3  # none left waiting
+    store.close()
