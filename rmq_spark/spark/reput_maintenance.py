@@ -68,7 +68,7 @@ class TableMaintenance:
     def _due(self, batches: int) -> list[tuple[str, Callable[[], object]]]:
         chores: list[tuple[str, Callable[[], object]]] = []
         if self.checkpoint_interval and batches % self.checkpoint_interval == 0:
-            chores.append(("checkpoint", lambda: checkpoint_tables(self.spark, self.tables_dir)))
+            chores.append(("checkpoint", self._checkpoint))
         if self.optimize_interval and batches % self.optimize_interval == 0:
             chores.append(("OPTIMIZE", self._optimize))
         return chores
@@ -87,13 +87,16 @@ class TableMaintenance:
         the code's first run); at the first interval it would land in the middle of the
         stream, beside batches of a full rate, and set the job's worst latency."""
         if self.checkpoint_interval and not self.running:
-            self._start([("checkpoint", lambda: checkpoint_tables(self.spark, self.tables_dir))])
+            self._start([("checkpoint", self._checkpoint)])
 
     def _start(self, chores: list[tuple[str, Callable[[], object]]]) -> None:
         self._thread = threading.Thread(
             target=self._run, args=(chores,), name="reput-maintenance", daemon=True
         )
         self._thread.start()
+
+    def _checkpoint(self) -> None:
+        checkpoint_tables(self.spark, self.tables_dir)
 
     def _optimize(self) -> None:
         # One rewrite task at a time: the other cores stay free for the batches.

@@ -66,8 +66,6 @@ class AsyncPuts:
         self._bytes_max = batch_bytes_max
         self._pending: dict[asyncio.AbstractEventLoop, _Batch] = {}
         self._settling: set[asyncio.Task[None]] = set()
-        self.batches = 0
-        """How many batches were written (one ``append_batch`` each)."""
 
     def put(self, request: PutRequest) -> asyncio.Future[PutResult]:
         """The future of ``request``'s result, resolved once written (and, under SYNC, once
@@ -89,7 +87,6 @@ class AsyncPuts:
         if self._pending.get(loop) is not batch:
             return  # written already (it grew past the byte bound)
         del self._pending[loop]
-        self.batches += 1
         try:
             results, end = self._append(batch.requests)
         except Exception as err:  # noqa: BLE001 - each put raises what append raised
