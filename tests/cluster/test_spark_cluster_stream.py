@@ -91,6 +91,11 @@ class Batches:
         with self._lock:
             self.by_id = {k: v for k, v in self.by_id.items() if k <= batch_id}
 
+    def last_id(self) -> int:
+        """The highest batch id the sink got (-1 before any)."""
+        with self._lock:
+            return max(self.by_id, default=-1)
+
     def rows(self) -> list[tuple[str, int, str]]:
         with self._lock:
             return [row for _, rows in sorted(self.by_id.items()) for row in rows]
@@ -133,12 +138,17 @@ def _batch_offsets(checkpoint: Path) -> dict[int, dict]:
     return found
 
 
+def _last_read_of(checkpoint: Path, broker: str) -> int:
+    """The id of the last batch planned that moved ``broker``'s offset (-1 before any)."""
+    offsets = _batch_offsets(checkpoint)
+    ends = {n: o["brokers"].get(broker) for n, o in offsets.items()}
+    return max((n for n in offsets if ends[n] != ends.get(n - 1)), default=-1)  # 0: from start
+
+
 def _rewind_to_last_read_of(checkpoint: Path, broker: str) -> int:
     """Leave the checkpoint as a crash right after planning the last batch that read
     ``broker`` would: that batch planned, not committed, nothing after it. Its id."""
-    offsets = _batch_offsets(checkpoint)
-    ends = {n: o["brokers"].get(broker) for n, o in offsets.items()}
-    last = max(n for n in offsets if ends[n] != ends.get(n - 1))  # batch 0 reads from the start
+    last = _last_read_of(checkpoint, broker)
     for kind in ("offsets", "commits"):
         for path in (checkpoint / kind).iterdir():  # "N" and Hadoop's checksum ".N.crc"
             found = re.fullmatch(r"\.?(\d+)(\.crc)?", path.name)
@@ -168,6 +178,10 @@ def test_stream_sees_every_message_once_across_a_broker_kill_and_a_query_restart
         b.kill()  # mid-stream: its acknowledged messages are in its store's page cache
         at_kill = sender.count("broker-a")
         wait_for(lambda: sender.count("broker-a") >= at_kill + 200, 120, "sends to broker-a")
+        # The batch run again below must have reached the sink before this stop: a stop that
+        # interrupts it leaves nothing to compare its second run with.
+        wait_for(lambda: seen.last_id() > _last_read_of(checkpoint, "broker-b"), 120,
+                 "a batch after the last one that read broker-b")  # fmt: skip
         query.stop()
         assert query.exception() is None, query.exception()
         wait_route(a.address, TOPIC, {"broker-a"})  # the name server no longer lists broker-b
