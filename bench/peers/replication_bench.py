@@ -36,9 +36,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO_ROOT = HERE.parents[1]
-sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench")]
+sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench"), str(HERE)]
 
 from bench_grpc import grpc_case, start_broker  # noqa: E402
+from catchup_peer import CopyWatch, rocketmq_catch_up, seed_first_segment  # noqa: E402
 
 from rmq_spark.store.config import FlushPolicy, StoreConfig  # noqa: E402
 from rmq_spark.store.message_store import MessageStore  # noqa: E402
@@ -123,8 +124,9 @@ def fill(store_dir: Path, gib: float) -> int:
         store.close()
 
 
-def catch_up(work: Path, gib: float) -> dict:
-    end = fill(work / "cmaster", gib)
+def catch_up(work: Path, end: int) -> dict:
+    """Our master over ``work/cmaster`` (``end`` bytes) and an empty slave: the times from the
+    slave's start and from its connection until it confirms ``end``."""
     ha, metrics = free_port(), free_port()
     seg = f"store.segment_size_bytes={SEGMENT}"
     master, _ = start_broker(work / "cmaster", "ASYNC", work / "w-cmaster", seg,
@@ -145,11 +147,44 @@ def catch_up(work: Path, gib: float) -> dict:
             stop(slave)
     finally:
         stop(master)
-        shutil.rmtree(work / "cmaster", ignore_errors=True)
         shutil.rmtree(work / "cslave", ignore_errors=True)
     streamed = done - (connected or started)
     return {"bytes": end, "seconds": done - started, "mb_s": end / (done - started) / 1e6,
             "streamed_s": streamed, "streamed_mb_s": end / streamed / 1e6}  # fmt: skip
+
+
+def seeded_catch_up(work: Path, end: int) -> dict:
+    """Our master over ``work/cmaster`` and a slave holding its first segment: the copy of the
+    rest timed from the slave's files (``catchup_peer.CopyWatch``), as RocketMQ's pair is."""
+    slave_store = work / "sslave"
+    seed_first_segment(work / "cmaster" / "commitlog", slave_store)
+    ha, seg = free_port(), f"store.segment_size_bytes={SEGMENT}"
+    master, _ = start_broker(work / "cmaster", "ASYNC", work / "w-smaster", seg,
+                             f"broker.ha_listen=127.0.0.1:{ha}")  # fmt: skip
+    try:
+        watch = CopyWatch(work / "cmaster" / "commitlog", slave_store / "commitlog", (SEGMENT, end),
+                          SEGMENT, lambda: pid_running(str(slave_store)))  # fmt: skip
+        watch.start()
+        slave, _ = start_broker(slave_store, "ASYNC", work / "w-sslave", seg, "broker.role=SLAVE",
+                                f"broker.ha_master=127.0.0.1:{ha}")  # fmt: skip
+        try:
+            return watch.wait(600)
+        finally:
+            stop(slave)
+    finally:
+        stop(master)
+        shutil.rmtree(slave_store, ignore_errors=True)
+
+
+def pid_running(argument: str) -> int:
+    """The process whose command line has ``argument`` (our slave: its ``--store``)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and argument.encode() in (entry / "cmdline").read_bytes():
+                return int(entry.name)
+        except OSError:
+            continue  # ended meanwhile
+    raise SystemExit(f"no process runs with {argument}")
 
 
 def gauge(port: int, name: str) -> float:
@@ -178,6 +213,35 @@ def disk_rate(work: Path, gib: float) -> float:
     return size / elapsed / 1e6
 
 
+def catch_up_round(work: Path, gib: float, peer: bool) -> None:
+    disk = disk_rate(work, gib)
+    end = fill(work / "cmaster", gib)
+    try:
+        caught = catch_up(work, end)
+        print(f"\ncatch-up: {caught['bytes'] / (1 << 30):.2f} GiB in {caught['seconds']:.1f} s "
+              f"from the slave's start = {caught['mb_s']:.0f} MB/s, "
+              f"{caught['streamed_s']:.1f} s from its connection = "
+              f"{caught['streamed_mb_s']:.0f} MB/s; disk write {disk:.0f} MB/s; ratios "
+              f"{caught['mb_s'] / disk:.2f}x, {caught['streamed_mb_s'] / disk:.2f}x",
+              flush=True)  # fmt: skip
+        if peer:  # ours first: RocketMQ's master leaves its own files in the store
+            ours = seeded_catch_up(work, end)
+            theirs = rocketmq_catch_up(work, work / "cmaster", end, SEGMENT)
+            print("| slave seeded with the first segment, the rest copied | MB/s | "
+                  "vs disk | slave CPU s per GiB |\n|---|---|---|---|")  # fmt: skip
+            for name, row in (("rmq-spark pair", ours), ("RocketMQ 5.3.3 pair", theirs)):
+                print(f"| {name}: {row['bytes'] / (1 << 20):,.0f} MiB in {row['seconds']:.2f} s | "
+                      f"{row['mb_s']:.0f} | {row['mb_s'] / disk:.2f}x | "
+                      f"{row['cpu_s_per_gib']:.2f} |")  # fmt: skip
+            print(
+                f"ours / RocketMQ's: {ours['mb_s'] / theirs['mb_s']:.2f}x the rate, "
+                f"{ours['cpu_s_per_gib'] / theirs['cpu_s_per_gib']:.2f}x the CPU",
+                flush=True,
+            )
+    finally:
+        shutil.rmtree(work / "cmaster", ignore_errors=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=2000, help="sends per case")
@@ -186,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-sends", action="store_true")
     parser.add_argument("--skip-catchup", action="store_true")
     parser.add_argument("--rounds", type=int, default=1, help="catch-up rounds")
+    parser.add_argument(
+        "--peer", action="store_true",
+        help="also a seeded slave of ours and of a real RocketMQ 5.3.3 pair (Maven Central "
+             "jars), timed the same way from the slave's files")  # fmt: skip
     args = parser.parse_args(argv)
     import rocketmq
 
@@ -202,14 +270,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"{row['p99_ms']:.2f} | {row['msgs_per_s'] / base['msgs_per_s']:.2f}x |"
             )
         for _ in range(0 if args.skip_catchup else args.rounds):
-            disk = disk_rate(work, args.gib)
-            caught = catch_up(work, args.gib)
-            print(f"\ncatch-up: {caught['bytes'] / (1 << 30):.2f} GiB in {caught['seconds']:.1f} s "
-                  f"from the slave's start = {caught['mb_s']:.0f} MB/s, "
-                  f"{caught['streamed_s']:.1f} s from its connection = "
-                  f"{caught['streamed_mb_s']:.0f} MB/s; disk write {disk:.0f} MB/s; ratios "
-                  f"{caught['mb_s'] / disk:.2f}x, {caught['streamed_mb_s'] / disk:.2f}x",
-                  flush=True)  # fmt: skip
+            catch_up_round(work, args.gib, args.peer)
         print(f"load average at end: {open('/proc/loadavg').read().split()[:3]}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
