@@ -19,6 +19,7 @@ import contextlib
 import logging
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from rmq_spark.errors import (
@@ -68,6 +69,9 @@ class CommitLog:
         self.staging = False
         """Whether new segments stage their appends in memory (``Segment.start_staging``;
         set by SYNC stores, ``store.stage_writes``)."""
+        self.on_committed: Callable[[], None] | None = None
+        """Told after ``commit_since`` wrote appends to the files, before their fsync (a
+        master's HA transfer: the slave's copy overlaps the fsync)."""
         self.warm_lock: threading.Lock | None = None
         """Set while a ``SegmentWarmer`` zero-fills the active segment ahead of the writer:
         appends stay below ``Segment.limit`` (see ``warm.py``)."""
@@ -265,16 +269,37 @@ class CommitLog:
         Safe to call from several threads at once (SYNC group commit overlaps fsyncs): each
         call covers what was written before it read the write positions.
         """
-        segments = self._segments
-        if not segments:
+        if not self._segments:
             return 0
         flushed = from_offset
-        for segment in segments:
-            if segment.end_offset <= from_offset:
-                continue
+        for segment, _ in self.commit_since(from_offset):
             position = segment.flush()
             flushed = segment.base_offset + position
         return flushed
+
+    def commit_since(self, from_offset: int) -> list[tuple[Segment, int]]:
+        """Write what is staged in every segment written since ``from_offset`` to its file
+        (``Segment.commit``); each such segment with the write position now in its file.
+        ``on_committed`` is told before any fsync of them."""
+        done = [(s, s.commit()) for s in self._segments if s.end_offset > from_offset]
+        hook = self.on_committed
+        if hook is not None and done:
+            hook()
+        return done
+
+    @property
+    def committed_offset(self) -> int:
+        """End of the bytes in the segment files: the write end, less appends still staged
+        in memory. A killed process leaves these bytes to the next open; a lost machine keeps
+        only what an fsync covered."""
+        end = self.max_offset
+        for segment in reversed(self._segments):  # the staged ones are the last few
+            if segment.stage is None:
+                break
+            committed = segment.committed_position
+            if committed < segment.write_position:
+                end = segment.base_offset + committed
+        return end
 
     def mark_unflushed(self, physical_offset: int) -> None:
         """Forget that anything after ``physical_offset`` was fsynced (after recovery, the

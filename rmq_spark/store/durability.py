@@ -218,10 +218,7 @@ class Durability:
         targets: list[tuple[Segment, int]] = []
         fds: list[int] = []
         covering = start
-        for segment in self._commitlog.segments:
-            if segment.end_offset <= start:
-                continue
-            position = segment.commit()
+        for segment, position in self._commitlog.commit_since(start):
             covering = segment.base_offset + position
             if position > segment.flushed_position:
                 file = segment.file

@@ -3,8 +3,11 @@
 One asyncio loop on one thread serves every slave connection (no thread per connection).
 Per connection: the slave's first 8-byte report fixes where the transfer starts (0: the
 master's first offset; RocketMQ starts at its last file, docs/REPLICATION.md); then chunks of
-at most ``ha_transfer_batch_bytes``, never across a segment file, and only below the store's
-``confirmed_offset`` (fsynced under SYNC, fully written under ASYNC: never a torn tail).
+at most ``ha_transfer_batch_bytes``, never across a segment file, and only below the
+CommitLog's ``committed_offset``: whole records in the segment files (a killed master keeps
+them), not yet fsynced under SYNC. They go out as soon as they are committed, before the fsync
+(``CommitLog.on_committed``), as RocketMQ's transfer reads its committed position: the slave's
+copy overlaps the master's fsync, and a send is still acknowledged only once both are done.
 Each later report is the slave's confirmed end; it counts as an acknowledgement
 (``SlaveAcks``) only once the slave applied bytes sent on this connection, and never past
 them, so a diverged or lying slave cannot acknowledge sends it does not hold.
@@ -60,17 +63,20 @@ class HaServer:
         self._started = threading.Event()
         self._error: BaseException | None = None
         acks.on_wait = self._wake_transfers
+        store.commitlog.on_committed = self._wake_transfers
 
     def _wake_transfers(self) -> None:
-        """From any thread: a send waits; its bytes go out from the loop's next callback."""
+        """From any thread: bytes were committed or a send waits; they go out from the loop's
+        next callback."""
         loop = self._loop
-        if loop is not None and not loop.is_closed():
+        if self.slaves and loop is not None and not loop.is_closed():
             loop.call_soon_threadsafe(self._push)
 
     def _push(self) -> None:
-        """On the loop: queue each slave's confirmed bytes now (a waiting send's), unless a
+        """On the loop: queue each slave's committed bytes now (a waiting send's), unless a
         catch-up fills its socket (its transfer loop paces that one), and wake its loop."""
-        end, size = self._store.confirmed_offset, self._store.commitlog.segment_size_bytes
+        commitlog = self._store.commitlog
+        end, size = commitlog.committed_offset, commitlog.segment_size_bytes
         for slave in self.slaves:
             transport = slave.writer.transport
             sent = slave.sent
@@ -96,6 +102,7 @@ class HaServer:
         if loop is not None and stopping is not None and not loop.is_closed():
             loop.call_soon_threadsafe(stopping.set)
         self._thread.join(timeout=5)
+        self._store.commitlog.on_committed = None
         self.acks.release_all()
 
     def _run(self) -> None:
@@ -189,7 +196,7 @@ class HaServer:
         assert stopping is not None
         last_write = time.monotonic()
         while not reading.done() and not stopping.is_set():
-            end = store.confirmed_offset
+            end = store.commitlog.committed_offset
             sent = slave.sent
             if sent < end:
                 slave.sent = self._write_transfers(writer, sent, end, size)

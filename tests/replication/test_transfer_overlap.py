@@ -1,0 +1,116 @@
+"""A SYNC_MASTER sends a record's bytes to its slave as soon as they are in the CommitLog's
+files, before its own fsync ends (as RocketMQ's transfer reads its committed position): the
+slave's copy and the master's fsync overlap instead of adding up. Appends still staged in
+memory (a killed master would not have them) are never sent; the send is still acknowledged
+only after the fsync (``test_master_slave.py`` holds that across kill -9).
+
+In one process: a SYNC store whose fsyncs wait on a gate, its ``HaServer``, and a slave
+spoken byte by byte on the HA port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from broker.broker_harness import wait_for
+from store_helpers import open_store
+
+from rmq_spark.broker.replication.acks import SlaveAcks
+from rmq_spark.broker.replication.master import HaServer
+from rmq_spark.broker.replication.wire import HEADER, REPORT
+from rmq_spark.store.config import FlushPolicy
+from rmq_spark.store.fileio import FileKind, FileOpener, OsOpener
+from rmq_spark.store.put import PutRequest, PutStatus
+
+
+class _GatedFile:
+    """A file whose fsyncs wait until the gate opens (the rest goes to the real file)."""
+
+    def __init__(self, inner: Any, gate: threading.Event) -> None:
+        self._inner, self._gate = inner, gate
+
+    def fsync(self) -> None:
+        assert self._gate.wait(30), "the test never opened the fsync gate"
+        self._inner.fsync()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+class _GatedOpener:
+    def __init__(self, gate: threading.Event, inner: FileOpener) -> None:
+        self._gate, self._inner = gate, inner
+
+    def open(self, path: Path, kind: FileKind, *, read_only: bool = False) -> Any:
+        return self._wrap(self._inner.open(path, kind, read_only=read_only), kind)
+
+    def create(self, path: Path, size_bytes: int, kind: FileKind) -> Any:
+        return self._wrap(self._inner.create(path, size_bytes, kind), kind)
+
+    def _wrap(self, file: Any, kind: FileKind) -> Any:
+        return _GatedFile(file, self._gate) if kind is FileKind.SEGMENT else file
+
+
+def _transfer(slave: socket.socket) -> tuple[int, bytes]:
+    """The next transfer with bytes (heartbeats skipped): its offset and bytes."""
+    while True:
+        offset, size = HEADER.unpack(_exactly(slave, HEADER.size))
+        if size:
+            return offset, _exactly(slave, size)
+
+
+def _exactly(sock: socket.socket, count: int) -> bytes:
+    data = b""
+    while len(data) < count:
+        got = sock.recv(count - len(data))
+        assert got, "the master closed the HA connection"
+        data += got
+    return data
+
+
+def _put_in_thread(store: Any, body: bytes, results: list[Any]) -> threading.Thread:
+    thread = threading.Thread(target=lambda: results.append(store.put(PutRequest("A", body))))
+    thread.start()
+    return thread
+
+
+def test_a_sync_masters_record_reaches_the_slave_while_its_fsync_is_under_way_staged_ones_not(
+    tmp_path: Path,
+) -> None:
+    gate = threading.Event()
+    store = open_store(tmp_path / "master", opener=_GatedOpener(gate, OsOpener()),
+                       flush_policy=FlushPolicy.SYNC, stage_writes=True)  # fmt: skip
+    server = HaServer(store, SlaveAcks(5.0), 32 << 10, ("127.0.0.1", 0, False)).start()
+    results: list[Any] = []
+    puts: list[threading.Thread] = []
+    try:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as slave:
+            slave.sendall(REPORT.pack(0))  # an empty slave: from the log's start
+            puts.append(_put_in_thread(store, b"first", results))
+            offset, data = _transfer(slave)  # the gate is shut: no fsync has ended
+            assert not gate.is_set() and puts[0].is_alive() and not results
+            assert offset == 0 and b"first" in data
+            assert store.flushed_offset == 0 < store.commitlog.committed_offset == len(data)
+            # The one fsync in flight is stuck: the next put stays staged, in memory only.
+            puts.append(_put_in_thread(store, b"second", results))
+            wait_for(lambda: store.max_offset > len(data), 10, "the second put's append")
+            assert store.commitlog.committed_offset == len(data)
+            slave.settimeout(0.5)
+            with pytest.raises(TimeoutError):
+                _transfer(slave)  # ... and is not sent
+            slave.settimeout(10)
+            gate.set()
+            offset, rest = _transfer(slave)
+            assert offset == len(data) and b"second" in rest
+            for put in puts:
+                put.join(10)
+            assert [r.status for r in results] == [PutStatus.PUT_OK] * 2
+    finally:
+        gate.set()
+        for put in puts:
+            put.join(10)
+        server.stop()
+        store.close()
