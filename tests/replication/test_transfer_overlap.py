@@ -4,8 +4,8 @@ slave's copy and the master's fsync overlap instead of adding up. Appends still 
 memory (a killed master would not have them) are never sent; the send is still acknowledged
 only after the fsync (``test_master_slave.py`` holds that across kill -9).
 
-In one process: a SYNC store whose fsyncs wait on a gate, its ``HaServer``, and a slave
-spoken byte by byte on the HA port."""
+In one process: a SYNC store whose fsyncs wait on a gate (``GatedOpener``), its ``HaServer``,
+and a slave spoken byte by byte on the HA port."""
 
 from __future__ import annotations
 
@@ -16,42 +16,13 @@ from typing import Any
 
 import pytest
 from broker.broker_harness import wait_for
-from store_helpers import open_store
+from store_helpers import GatedOpener, open_store
 
 from rmq_spark.broker.replication.acks import SlaveAcks
 from rmq_spark.broker.replication.master import HaServer
 from rmq_spark.broker.replication.wire import HEADER, REPORT
 from rmq_spark.store.config import FlushPolicy
-from rmq_spark.store.fileio import FileKind, FileOpener, OsOpener
 from rmq_spark.store.put import PutRequest, PutStatus
-
-
-class _GatedFile:
-    """A file whose fsyncs wait until the gate opens (the rest goes to the real file)."""
-
-    def __init__(self, inner: Any, gate: threading.Event) -> None:
-        self._inner, self._gate = inner, gate
-
-    def fsync(self) -> None:
-        assert self._gate.wait(30), "the test never opened the fsync gate"
-        self._inner.fsync()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
-
-
-class _GatedOpener:
-    def __init__(self, gate: threading.Event, inner: FileOpener) -> None:
-        self._gate, self._inner = gate, inner
-
-    def open(self, path: Path, kind: FileKind, *, read_only: bool = False) -> Any:
-        return self._wrap(self._inner.open(path, kind, read_only=read_only), kind)
-
-    def create(self, path: Path, size_bytes: int, kind: FileKind) -> Any:
-        return self._wrap(self._inner.create(path, size_bytes, kind), kind)
-
-    def _wrap(self, file: Any, kind: FileKind) -> Any:
-        return _GatedFile(file, self._gate) if kind is FileKind.SEGMENT else file
 
 
 def _transfer(slave: socket.socket) -> tuple[int, bytes]:
@@ -80,9 +51,11 @@ def _put_in_thread(store: Any, body: bytes, results: list[Any]) -> threading.Thr
 def test_a_sync_masters_record_reaches_the_slave_while_its_fsync_is_under_way_staged_ones_not(
     tmp_path: Path,
 ) -> None:
-    gate = threading.Event()
-    store = open_store(tmp_path / "master", opener=_GatedOpener(gate, OsOpener()),
-                       flush_policy=FlushPolicy.SYNC, stage_writes=True)  # fmt: skip
+    opener = GatedOpener()
+    gate = opener.release
+    gate.clear()
+    store = open_store(tmp_path / "master", opener=opener, flush_policy=FlushPolicy.SYNC,
+                       stage_writes=True)  # fmt: skip
     server = HaServer(store, SlaveAcks(5.0), 32 << 10, ("127.0.0.1", 0, False)).start()
     results: list[Any] = []
     puts: list[threading.Thread] = []
