@@ -92,7 +92,6 @@ _crc_tail = record_crc_tail
 _hosts = RECORD_HOSTS.pack
 _TAGS = attrgetter("tags")
 _RAW_PROPERTIES = attrgetter("raw_properties")
-_THROUGH_BYTES = 4096  # a page: smaller writes mostly land in a page the map already has
 
 
 class Appender:
@@ -479,24 +478,12 @@ class Appender:
     ) -> list[PutResult] | None:
         """Lock held: write ``data`` at the segment's write position and advance it; failed
         results if the write failed (the segment is then restored by ``_undo_failed_write``).
-
-        A batch into a memory-mapped segment goes through the descriptor (``write_through``:
-        the same page cache) unless it is staged: copying into fresh pages of the map costs a
-        page fault per 4 KiB, which ``pwrite`` does not take (100 B put_batch(256): +25 %)."""
-        size = len(data)
-        mapping = segment.mapping
+        ``Segment.append`` chooses the way in (a batch of a page or more: the descriptor)."""
         try:
-            if mapping is None or position + size > segment.size_bytes:
-                segment.append(data)
-                return None
-            if size >= _THROUGH_BYTES and segment.stage is None:
-                segment.file.write_through(position, data)
-            else:
-                mapping[position : position + size] = data
+            segment.append(data)
         except OSError as err:
-            self._undo_failed_write(segment, segment.base_offset + position, size, err)
+            self._undo_failed_write(segment, segment.base_offset + position, len(data), err)
             return [_failed(PutStatus.UNKNOWN_ERROR, "writing the batch", err)] * count
-        segment.write_position = position + size
         return None
 
     def _write_prepared(self, messages: list[PreparedMessage]) -> tuple[list[PutResult], int]:

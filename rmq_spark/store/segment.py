@@ -31,6 +31,11 @@ from rmq_spark.store.layout import END_FILE_MIN_BLANK_LENGTH
 
 __all__ = ["Segment"]
 
+# An append of a page or more goes through the descriptor (``write_through``, the same page
+# cache the mapping shares): copying into fresh pages of a map takes a fault per 4 KiB,
+# which ``pwrite`` does not; a smaller one mostly lands in a page the map already has.
+_THROUGH_BYTES = 4096
+
 
 class Segment:
     """One segment file.
@@ -142,6 +147,8 @@ class Segment:
         stage = self.stage
         if stage is not None:
             stage[position : position + len(data)] = data
+        elif len(data) >= _THROUGH_BYTES:
+            self.file.write_through(position, data)
         else:
             self.file.write(position, data)  # the caller checked ``fits`` (CommitLog rolls)
         self.write_position = position + len(data)
