@@ -14,11 +14,15 @@ against the disk, in one run.
   included), and from its connection to the master (its metrics' peer gauge), until its
   metrics say it confirmed the master's end; MB/s against the disk's write rate measured in
   the same run and directory (``--gib`` GiB in 1 MiB writes, one fsync at the end).
+* **against RocketMQ** (``--peer``): the same master's log copied by a slave of ours and by a
+  real RocketMQ 5.3.3 master -> slave pair, each slave seeded with the first segment (a
+  RocketMQ master starts an empty slave at its last file), timed the same way from the
+  slave's files with its CPU per GiB (``catchup_peer.py``).
 
 Run alone, under the bench lock::
 
     flock /tmp/bench.lock python bench/peers/replication_bench.py [--messages 2000] [--gib 1]
-        [--rounds N] [--skip-sends] [--skip-catchup]
+        [--rounds N] [--skip-sends] [--skip-catchup] [--peer]
 """
 
 from __future__ import annotations
