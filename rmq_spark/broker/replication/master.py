@@ -191,12 +191,13 @@ class HaServer:
     async def _transfer(
         self, writer: asyncio.StreamWriter, slave: _Slave, reading: asyncio.Task[None]
     ) -> None:
-        store, acks, size = self._store, self.acks, self._store.commitlog.segment_size_bytes
+        commitlog, acks = self._store.commitlog, self.acks
+        size = commitlog.segment_size_bytes
         stopping = self._stopping
         assert stopping is not None
         last_write = time.monotonic()
         while not reading.done() and not stopping.is_set():
-            end = store.commitlog.committed_offset
+            end = commitlog.committed_offset
             sent = slave.sent
             if sent < end:
                 slave.sent = self._write_transfers(writer, sent, end, size)
