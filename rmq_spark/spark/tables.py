@@ -312,7 +312,10 @@ def register_tables(
         )
 
     try:
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
+        # Hive's metastore logs an ERROR with a stack trace for IF NOT EXISTS on a database
+        # that exists (Spark's own existence check does not catch it): ask first.
+        if not spark.catalog.databaseExists(database):
+            spark.sql(f"CREATE DATABASE IF NOT EXISTS {database}")
         _for_each_table(register)
     except TableError:
         raise
