@@ -72,7 +72,9 @@ def check_java() -> JavaInfo:
                 "Install OpenJDK 17 (Debian: apt-get install openjdk-17-jdk-headless) "
                 "or point JAVA_HOME at one."
             )
-        return JavaInfo(executable, major, text.splitlines()[0])
+        # The version's own line: a JVM prints "Picked up JAVA_TOOL_OPTIONS: ..." before it.
+        line = next(line for line in text.splitlines() if 'version "' in line)
+        return JavaInfo(executable, major, line.strip())
     raise EnvironmentCheckError(
         "Java was not found (JAVA_HOME unset or wrong, no `java` on PATH). Spark needs Java "
         f"{JAVA_MAJOR_MIN}+: install OpenJDK 17 (Debian: apt-get install openjdk-17-jdk-headless)."

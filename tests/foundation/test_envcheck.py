@@ -29,6 +29,14 @@ def test_installed_java_is_found() -> None:
     assert check_java().major_version >= 17
 
 
+def test_the_version_text_is_the_version_line_when_java_tool_options_are_set(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The JVM prints "Picked up JAVA_TOOL_OPTIONS: ..." first; `doctor` shows the version.
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Xss2m")
+    assert 'version "' in check_java().version_text
+
+
 def test_missing_jars_say_how_to_fetch_them(tmp_path: Path) -> None:
     with pytest.raises(EnvironmentCheckError, match="make setup"):
         find_delta_jars(tmp_path)
