@@ -73,10 +73,17 @@ def test_the_broker_server_leads_a_session_of_its_own(
 
 
 @pytest.fixture
-def burners() -> Iterator[None]:
-    """CPU-bound processes in this test's session, where the broker was started."""
-    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(BURNERS)]
-    yield
+def burners() -> Iterator[Callable[[], None]]:
+    """Starts CPU-bound processes in this test's session, where the broker was started; they
+    run from the call to the test's end (not through the reput's JVM start, which they would
+    only stretch, and the other test worker's tests with it)."""
+    procs: list[subprocess.Popen[bytes]] = []
+
+    def start() -> None:
+        code = "while True: pass"
+        procs.extend(subprocess.Popen([sys.executable, "-c", code]) for _ in range(BURNERS))
+
+    yield start
     for proc in procs:
         proc.kill()
         proc.wait()
@@ -85,7 +92,9 @@ def burners() -> Iterator[None]:
 @pytest.mark.slow
 @pytest.mark.spark
 def test_no_send_fails_while_the_reput_job_and_cpu_bound_work_run_beside_the_broker(
-    broker_factory: Callable[..., BrokerProcess], tmp_path: Path, burners: None
+    broker_factory: Callable[..., BrokerProcess],
+    tmp_path: Path,
+    burners: Callable[[], None],
 ) -> None:
     broker = broker_factory("store.flush_policy=SYNC")
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable, HOME=str(tmp_path))
@@ -98,6 +107,7 @@ def test_no_send_fails_while_the_reput_job_and_cpu_bound_work_run_beside_the_bro
         )  # fmt: skip
     try:
         wait_for(lambda: "every 1000 ms" in log_path.read_text(), START_DEADLINE_S, "the reput")
+        burners()
         produced = subprocess.run(
             [sys.executable, "-c", PRODUCER, broker.address, str(RATE_PER_S), str(SECONDS)],
             capture_output=True, text=True, env=env, timeout=START_DEADLINE_S,
