@@ -17,13 +17,12 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-# The suite's JVMs (Spark drivers, RocketMQ and Kafka brokers, the Java clients, Maven) live
-# for seconds to a minute: C2 compilation was up to half of their CPU on CI's two cores and
-# pays off in none of them, and G1's concurrent threads add to it in Spark's drivers. Tests
-# only: the product and the benchmarks run with the JVM's defaults. Set before any JVM starts
-# (test workers and everything they launch inherit it); a value already set is kept.
-os.environ.setdefault("JAVA_TOOL_OPTIONS", "-XX:TieredStopAtLevel=1")
-os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:+UseSerialGC")
+# The suite's Spark drivers (sessions, spark-submit, spark-sql) live for seconds to a minute:
+# C2 compilation was up to half of their CPU on CI's two cores and pays off in none of them,
+# and G1's concurrent threads add to it. Tests only: the product and the benchmarks run with
+# the JVM's defaults, as do the suite's RocketMQ, Kafka and Java-client JVMs (C1 code made
+# their longer runs slower). Set before any session starts; a value already set is kept.
+os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
 
 
 @pytest.fixture(scope="session")
