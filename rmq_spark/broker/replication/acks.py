@@ -126,10 +126,12 @@ class SlaveAcks:
         if isinstance(decided, SendCode):
             return decided
         self._notify()
+        # The report or the timer resolves the one future (no wait_for/shield pair per send).
+        timer = loop.call_later(self.timeout_s, _resolve, future)
         try:
-            await asyncio.wait_for(asyncio.shield(future), self.timeout_s)
-        except TimeoutError:
-            pass
+            await future
+        finally:
+            timer.cancel()
         return self._settle(decided)
 
     def _notify(self) -> None:
