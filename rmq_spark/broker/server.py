@@ -151,6 +151,12 @@ class GrpcEndpoint:
         return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     @property
+    def loop(self) -> asyncio.AbstractEventLoop:
+        """The serving event loop (its own thread), once started."""
+        assert self._loop is not None, "the endpoint is not started"
+        return self._loop
+
+    @property
     def loop_name(self) -> str:
         """The kind of event loop serving (``uvloop`` or ``asyncio``), once started."""
         loop = self._loop
@@ -180,6 +186,7 @@ class GrpcEndpoint:
         loop.set_exception_handler(handle_loop_exception)
         try:
             loop.run_until_complete(self._serve())
+            _end_left_tasks(loop)  # the HA port's, served on this loop
         finally:
             loop.close()
             self._stopped.set()
@@ -285,6 +292,16 @@ class GrpcEndpoint:
         self._executor.shutdown(wait=True)
 
 
+def _end_left_tasks(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel the tasks still on ``loop`` and let them end (their ``finally`` blocks), as
+    ``asyncio.run`` does before it closes its loop."""
+    tasks = asyncio.all_tasks(loop)
+    for task in tasks:
+        task.cancel()
+    if tasks:
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+
+
 def run_broker(
     store_config: StoreConfig,
     broker_config: BrokerConfig,
@@ -328,7 +345,7 @@ def run_broker(
         _log_started(endpoint, metrics, store_config, broker_config)
         # Name servers hand out the remoting address (4.x clients and tools dial it).
         registered = remoting.port if remoting is not None else endpoint.port
-        replication = broker.replication.start(endpoint.port)
+        replication = broker.replication.start(endpoint.port, endpoint.loop)
         ha_port = replication.server.port if replication.server is not None else None
         namesrv = start_registration(
             broker_config,

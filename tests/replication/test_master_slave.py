@@ -57,6 +57,8 @@ def test_sync_master_acks_only_what_the_slave_holds_byte_for_byte(
     producer.shutdown()
     assert master.stop() == 0
     assert slave.stop() == 0
+    # A clean stop with a slave connected says so without an ERROR or a traceback.
+    assert " ERROR " not in master.log_text() and "Traceback" not in master.log_text()
     mine, theirs = segments(master.store_dir), segments(slave.store_dir)
     assert len(mine) >= 3
     assert list(theirs) == list(mine)

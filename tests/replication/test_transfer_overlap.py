@@ -9,6 +9,7 @@ and a slave spoken byte by byte on the HA port."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 from pathlib import Path
@@ -56,7 +57,10 @@ def test_a_sync_masters_record_reaches_the_slave_while_its_fsync_is_under_way_st
     gate.clear()
     store = open_store(tmp_path / "master", opener=opener, flush_policy=FlushPolicy.SYNC,
                        stage_writes=True)  # fmt: skip
-    server = HaServer(store, SlaveAcks(5.0), 32 << 10, ("127.0.0.1", 0, False)).start()
+    loop = asyncio.new_event_loop()  # a broker's serving loop, in its own thread
+    serving = threading.Thread(target=loop.run_forever, daemon=True)
+    serving.start()
+    server = HaServer(store, SlaveAcks(5.0), 32 << 10, ("127.0.0.1", 0, False)).start(loop)
     results: list[Any] = []
     puts: list[threading.Thread] = []
     try:
@@ -86,4 +90,7 @@ def test_a_sync_masters_record_reaches_the_slave_while_its_fsync_is_under_way_st
         for put in puts:
             put.join(10)
         server.stop()
+        loop.call_soon_threadsafe(loop.stop)
+        serving.join(10)
+        loop.close()
         store.close()

@@ -163,7 +163,10 @@ def _release(waiter: _Waiter) -> None:
         wake.set()
         return
     loop, future = wake  # type: ignore[misc]
-    loop.call_soon_threadsafe(_resolve, future)
+    if asyncio._get_running_loop() is loop:  # a report read on the send's own loop
+        _resolve(future)
+    else:
+        loop.call_soon_threadsafe(_resolve, future)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

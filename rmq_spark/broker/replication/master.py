@@ -1,6 +1,9 @@
 """``HaServer``: a master's HA port (RocketMQ's ``HAConnection`` read + write services).
 
-One asyncio loop on one thread serves every slave connection (no thread per connection).
+It serves every slave connection on the loop it is given: a broker's serving loop, the one
+whose group commits end the transfers' wait and whose sends wait for the reports, so that
+neither a commit's wake-up nor a report's release crosses threads (each such hop was up to
+1-2 ms on a busy two-core machine, most of a SYNC_MASTER send's extra latency).
 Per connection: the slave's first 8-byte report fixes where the transfer starts (0: the
 master's first offset; RocketMQ starts at its last file, docs/REPLICATION.md); then chunks of
 at most ``ha_transfer_batch_bytes``, never across a segment file, and only below the
@@ -18,6 +21,7 @@ Does not own: the wire format (``wire.py``), waiting sends (``acks.py``), the st
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -58,8 +62,9 @@ class HaServer:
         self.port = 0
         self.slaves: list[_Slave] = []
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1  # the ident of the thread running ``_loop``
         self._stopping: asyncio.Event | None = None
-        self._thread = threading.Thread(target=self._run, name="ha-server", daemon=True)
+        self._serving: concurrent.futures.Future[None] | None = None
         self._started = threading.Event()
         self._error: BaseException | None = None
         acks.on_wait = self._wake_transfers
@@ -67,9 +72,13 @@ class HaServer:
 
     def _wake_transfers(self) -> None:
         """From any thread: bytes were committed or a send waits; they go out from the loop's
-        next callback."""
+        next callback (on its own thread: after the commit's fsync was submitted, no hop)."""
         loop = self._loop
-        if self.slaves and loop is not None and not loop.is_closed():
+        if not self.slaves or loop is None or loop.is_closed():
+            return
+        if threading.get_ident() == self._loop_thread:
+            loop.call_soon(self._push)
+        else:
             loop.call_soon_threadsafe(self._push)
 
     def _push(self) -> None:
@@ -89,31 +98,40 @@ class HaServer:
     def address(self) -> str:
         return f"{self._host}:{self.port}"
 
-    def start(self) -> HaServer:
-        """Bind and serve; raises ``BrokerError`` when the port cannot be bound."""
-        self._thread.start()
+    def start(self, loop: asyncio.AbstractEventLoop) -> HaServer:
+        """Bind and serve on ``loop`` (running in another thread); raises ``BrokerError`` when
+        the port cannot be bound. Its tasks end with ``stop`` or with the loop."""
+        self._serving = asyncio.run_coroutine_threadsafe(self._run(), loop)
         self._started.wait()
         if self._error is not None:
             raise BrokerError(f"HA port {self._host}:{self._port}: {self._error}")
         return self
 
     def stop(self) -> None:
-        loop, stopping = self._loop, self._stopping
+        """From any thread but the loop's."""
+        loop, stopping, serving = self._loop, self._stopping, self._serving
         if loop is not None and stopping is not None and not loop.is_closed():
-            loop.call_soon_threadsafe(stopping.set)
-        self._thread.join(timeout=5)
+            try:
+                loop.call_soon_threadsafe(stopping.set)
+            except RuntimeError:
+                pass  # the loop closed meanwhile: its tasks were cancelled with it
+        if serving is not None:
+            concurrent.futures.wait([serving], timeout=5)
         self._store.commitlog.on_committed = None
         self.acks.release_all()
 
-    def _run(self) -> None:
+    async def _run(self) -> None:
         try:
-            asyncio.run(self._main())
+            await self._main()
         except BaseException as err:  # reported by start() when binding failed
             self._error = self._error or err
             self._started.set()
+            if not isinstance(err, Exception):
+                raise
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         self._stopping = asyncio.Event()
         try:
             server = await asyncio.start_server(self._serve, self._host, self._port)
@@ -159,6 +177,10 @@ class HaServer:
                 self.acks.disconnected()
         except (asyncio.IncompleteReadError, ConnectionError, TimeoutError) as err:
             log.info("replication: slave %s disconnected: %s", peer, err or type(err).__name__)
+        except asyncio.CancelledError:  # the broker stops: its loop's tasks are cancelled
+            # Not re-raised: this connection's task ends here, and asyncio's streams (3.11)
+            # would log a cancelled connection task as an ERROR with a traceback.
+            log.info("replication: slave %s disconnected: this broker stops", peer)
         except Exception as err:  # a deleted segment, a closed store: this slave only
             log.warning("replication: slave %s dropped: %s", peer, err)
         finally:

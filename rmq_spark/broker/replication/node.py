@@ -11,6 +11,7 @@ path itself (``broker/service.py`` calls in here, in one place for every front).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import threading
@@ -108,8 +109,9 @@ class Replication:
         """The name-server brokerId: 0 for a master, > 0 for a slave."""
         return (self.config.broker_id or 1) if self.is_slave else 0
 
-    def start(self, grpc_port: int) -> Replication:
-        """Open the HA port (master) or start replicating (slave)."""
+    def start(self, grpc_port: int, loop: asyncio.AbstractEventLoop) -> Replication:
+        """Open the HA port on ``loop``, the broker's serving loop (master), or start
+        replicating (slave)."""
         if self.is_slave:
             self.config_sync = self._start_config_sync()  # a bad ha_sync_user stops here
             self.client = HaClient(self._store, self.config.ha_master).start()
@@ -117,7 +119,7 @@ class Replication:
             where = ha_bind(self.config, grpc_port)
             if where is not None:
                 batch = self.config.ha_transfer_batch_bytes
-                self.server = HaServer(self._store, self.acks, batch, where).start()
+                self.server = HaServer(self._store, self.acks, batch, where).start(loop)
                 log.info("replication: %s, HA port %s", self.role, self.server.address)
         self._logger = threading.Thread(target=self._log_lag, name="ha-lag", daemon=True)
         self._logger.start()
