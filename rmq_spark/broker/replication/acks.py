@@ -130,6 +130,9 @@ class SlaveAcks:
         timer = loop.call_later(self.timeout_s, _resolve, future)
         try:
             await future
+        except asyncio.CancelledError:
+            self._settle(decided)  # no longer waited for: out of the list
+            raise
         finally:
             timer.cancel()
         return self._settle(decided)
@@ -165,8 +168,11 @@ def _release(waiter: _Waiter) -> None:
     loop, future = wake  # type: ignore[misc]
     if asyncio._get_running_loop() is loop:  # a report read on the send's own loop
         _resolve(future)
-    else:
+        return
+    try:
         loop.call_soon_threadsafe(_resolve, future)
+    except RuntimeError:  # its loop is closed: the send that waited ended with it
+        pass
 
 
 def _resolve(future: asyncio.Future[None]) -> None:
