@@ -49,6 +49,8 @@ def _put_in_thread(store: Any, body: bytes, results: list[Any]) -> threading.Thr
     return thread
 
 
+# ``stop`` ends the slave connections: none is left pending on the loop it closes.
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
 def test_a_sync_masters_record_reaches_the_slave_while_its_fsync_is_under_way_staged_ones_not(
     tmp_path: Path,
 ) -> None:

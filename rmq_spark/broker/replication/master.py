@@ -65,6 +65,7 @@ class HaServer:
         self._loop_thread = -1  # the ident of the thread running ``_loop``
         self._stopping: asyncio.Event | None = None
         self._serving: concurrent.futures.Future[None] | None = None
+        self._connections: set[asyncio.Task[None]] = set()  # one task per slave connection
         self._started = threading.Event()
         self._error: BaseException | None = None
         acks.on_wait = self._wake_transfers
@@ -144,11 +145,19 @@ class HaServer:
         async with server:
             await self._stopping.wait()
             server.close()
+            # The connections end here too, so ``stop`` returns with none left on the loop.
+            connections = [task for task in self._connections if not task.done()]
+            for task in connections:
+                task.cancel()
+            await asyncio.gather(*connections, return_exceptions=True)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         host, port = writer.get_extra_info("peername")[:2]
         peer = f"{host}:{port}"
         reading: asyncio.Task[None] | None = None
+        me = asyncio.current_task()
+        assert me is not None  # asyncio runs each connection in a task of its own
+        self._connections.add(me)
         try:
             first = await asyncio.wait_for(reader.readexactly(8), HOUSEKEEPING_S)
             (offset,) = REPORT.unpack(first)
@@ -187,6 +196,7 @@ class HaServer:
             if reading is not None:
                 reading.cancel()
             writer.close()
+            self._connections.discard(me)
 
     async def _read_reports(self, reader: asyncio.StreamReader, slave: _Slave) -> None:
         acks = self.acks
