@@ -62,7 +62,6 @@ class HaServer:
         self.port = 0
         self.slaves: list[_Slave] = []
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._loop_thread = -1  # the ident of the thread running ``_loop``
         self._stopping: asyncio.Event | None = None
         self._serving: concurrent.futures.Future[None] | None = None
         self._connections: set[asyncio.Task[None]] = set()  # one task per slave connection
@@ -77,7 +76,7 @@ class HaServer:
         loop = self._loop
         if not self.slaves or loop is None or loop.is_closed():
             return
-        if threading.get_ident() == self._loop_thread:
+        if asyncio._get_running_loop() is loop:  # a commit on the serving loop itself
             loop.call_soon(self._push)
         else:
             loop.call_soon_threadsafe(self._push)
@@ -132,7 +131,6 @@ class HaServer:
 
     async def _main(self) -> None:
         self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         self._stopping = asyncio.Event()
         try:
             server = await asyncio.start_server(self._serve, self._host, self._port)
