@@ -7,7 +7,9 @@ because starting a JVM costs seconds [Delta's DeltaTestCase does the same].
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from collections.abc import Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -23,6 +25,35 @@ if TYPE_CHECKING:
 # the JVM's defaults, as do the suite's RocketMQ, Kafka and Java-client JVMs (C1 code made
 # their longer runs slower). Set before any session starts; a value already set is kept.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+
+class _MainThreadKeepsALoop(asyncio.DefaultEventLoopPolicy):
+    """asyncio's policy, except that the main thread always has a loop to be asked for.
+
+    The official Python client builds gRPC calls on the main thread at times (a route
+    answer's callback runs there when the answer came first), and grpc.aio then asks for the
+    main thread's loop. A fresh process has one; after any ``asyncio.run`` (unit tests and the
+    cluster-discovery code run it in the test worker) the main thread has none, and a client
+    started by a later test in that worker failed at random. This hands the main thread one
+    spare loop again, as a fresh process would."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._spare: asyncio.AbstractEventLoop | None = None
+
+    def get_event_loop(self) -> asyncio.AbstractEventLoop:
+        try:
+            return super().get_event_loop()
+        except RuntimeError:
+            if threading.current_thread() is not threading.main_thread():
+                raise
+        if self._spare is None or self._spare.is_closed():
+            self._spare = self.new_event_loop()
+        self.set_event_loop(self._spare)
+        return self._spare
+
+
+asyncio.set_event_loop_policy(_MainThreadKeepsALoop())
 
 
 @pytest.fixture(scope="session")
