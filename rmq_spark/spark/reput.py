@@ -153,6 +153,15 @@ def start_reput(
     return stream.start(), writer
 
 
+# Spark gives a Python worker started on its own (the streaming source's runner) a fixed
+# 10 s to connect back (PythonWorkerFactory; not configurable). On a starved machine the
+# stream then fails at start although nothing is wrong with it. A restart from the checkpoint
+# is exactly-once safe (each table commit is idempotent by txnVersion), so the job restarts on
+# this failure, up to this many times in a row without a batch written in between.
+_WORKER_START_FAILURE = "Python worker failed to connect back"
+WORKER_START_RESTARTS = 3
+
+
 def run_reput(
     spark: SparkSession,
     store_dir: StoreDirs,
@@ -163,31 +172,61 @@ def run_reput(
     on_batch: Callable[[BatchReport], None] | None = None,
 ) -> ReputBatchWriter | MultiStoreReputWriter:
     """Run the reput stream until it ends (``available_now``) or is interrupted (Ctrl-C/TERM).
-    ``store_dir``: one store or several (``start_reput``).
+    ``store_dir``: one store or several (``start_reput``). A stream that failed because a
+    Python worker did not start in Spark's 10 s is restarted from its checkpoint (a warning
+    says so), at most ``WORKER_START_RESTARTS`` times in a row.
 
     Returns the writer (``batches_written``, ``messages_written``, ``last_report``).
 
     Raises
     ------
     ReputError
-        The stream failed; carries Spark's message.
+        The stream failed; carries the first line of Spark's message.
     TableError
         The tables cannot be created or registered.
     """
-    query, writer = start_reput(
-        spark, store_dir, config, delay_levels_ms, clock=clock, on_batch=on_batch
-    )
-    listener = watch_progress(spark, query)
+    restarts_left = WORKER_START_RESTARTS
+    while True:
+        query, writer = start_reput(
+            spark, store_dir, config, delay_levels_ms, clock=clock, on_batch=on_batch
+        )
+        log.info(
+            "reput: %s -> %s (checkpoint %s, %s)",
+            store_dir,
+            config.tables_dir,
+            config.resolved_checkpoint_dir,
+            "available now" if config.available_now else f"every {config.trigger_interval_ms} ms",
+        )
+        error = _until_ended(spark, query, writer)
+        if error is None:
+            break
+        if writer.batches_written:
+            restarts_left = WORKER_START_RESTARTS
+        if _WORKER_START_FAILURE not in error or restarts_left == 0:
+            raise ReputError(f"the reput stream failed: {error}")
+        restarts_left -= 1
+        log.warning(
+            "reput: %s (Spark waits 10 s for it; the machine is busy?); restarting from the "
+            "checkpoint, %d restart(s) left",
+            _WORKER_START_FAILURE,
+            restarts_left,
+        )
     log.info(
-        "reput: %s -> %s (checkpoint %s, %s)",
-        store_dir,
-        config.tables_dir,
-        config.resolved_checkpoint_dir,
-        "available now" if config.available_now else f"every {config.trigger_interval_ms} ms",
+        "reput: done, %d batches, %d messages", writer.batches_written, writer.messages_written
     )
+    return writer
+
+
+def _until_ended(
+    spark: SparkSession, query: StreamingQuery, writer: ReputBatchWriter | MultiStoreReputWriter
+) -> str | None:
+    """Wait for ``query`` to end or for Ctrl-C/TERM (then stop it); the first line of its
+    failure, or None. Returns once the writer's maintenance is done."""
     from pyspark.errors import StreamingQueryException
 
+    listener = watch_progress(spark, query)
     stopped = False
+    error: Exception | None = None
     try:
         with stop_requested() as stop:  # Ctrl-C/TERM: a flag, so py4j is never interrupted
             while query.isActive and not stop.is_set():
@@ -196,16 +235,12 @@ def run_reput(
     except KeyboardInterrupt:  # arrived before the handlers were swapped in
         stopped = True
     except StreamingQueryException as err:
-        raise ReputError(f"the reput stream failed: {err}") from err
+        error = err
     if stopped:
         log.info("reput: stopping")
         query.stop()
     writer.maintenance.wait()
     spark.streams.removeListener(listener)
-    error = query.exception()
-    if error is not None:
-        raise ReputError(f"the reput stream failed: {error}")
-    log.info(
-        "reput: done, %d batches, %d messages", writer.batches_written, writer.messages_written
-    )
-    return writer
+    error = error or query.exception()
+    # Spark's message goes on with the query's state over several lines.
+    return None if error is None else (str(error).strip().splitlines() or ["?"])[0]
