@@ -138,8 +138,6 @@ def start_reput(
     if config.max_bytes_per_trigger:
         reader = reader.option("maxBytesPerTrigger", str(config.max_bytes_per_trigger))
     warm_python_workers(spark)
-    if not config.available_now:  # a stream that keeps running: its first checkpoint now
-        writer.maintenance.warm_up()
     stream = (
         reader.load(",".join(stores))
         .writeStream.foreachBatch(writer)

@@ -53,9 +53,9 @@ class TableMaintenance:
         self.tables_dir = tables_dir
         self.optimize_interval = optimize_interval
         self.checkpoint_interval = checkpoint_interval
-        # A checkpoint rebuilds the table state in a Spark job: in one task, the other core
-        # stays free for the batches (two tasks doubled the batches' time beside it and
-        # stalled rows up to 3.8 s, bench/peers/visible.py; one: 1.6 s).
+        # A table state rebuild beside the stream (OPTIMIZE's) runs in one task: the other
+        # core stays free for the batches (two tasks doubled the batches' time beside the
+        # JVM's checkpoints and stalled rows up to 3.8 s, bench/peers/visible.py; one: 1.6 s).
         spark.conf.set("spark.databricks.delta.snapshotPartitions", "1")
         self.runs = 0
         self.failures = 0
@@ -81,14 +81,6 @@ class TableMaintenance:
         self._start(chores)
         return True
 
-    def warm_up(self) -> None:
-        """Start a checkpoint of the tables now, as a stream starts. A JVM's first Delta
-        checkpoint costs several times a later one (measured: 3.2-4.1 s against 0.8-1.6 s,
-        the code's first run); at the first interval it would land in the middle of the
-        stream, beside batches of a full rate, and set the job's worst latency."""
-        if self.checkpoint_interval and not self.running:
-            self._start([("checkpoint", self._checkpoint)])
-
     def _start(self, chores: list[tuple[str, Callable[[], object]]]) -> None:
         self._thread = threading.Thread(
             target=self._run, args=(chores,), name="reput-maintenance", daemon=True
@@ -96,7 +88,7 @@ class TableMaintenance:
         self._thread.start()
 
     def _checkpoint(self) -> None:
-        checkpoint_tables(self.spark, self.tables_dir)
+        checkpoint_tables(self.tables_dir)
 
     def _optimize(self) -> None:
         # One rewrite task at a time: the other cores stay free for the batches.

@@ -395,25 +395,33 @@ def committed_floors(
     return floors
 
 
-def checkpoint_tables(spark: SparkSession, tables_dir: str | Path) -> None:
+def checkpoint_tables(tables_dir: str | Path) -> None:
     """Write a Delta checkpoint of each table (readers then replay few commit files).
+
+    delta-rs writes it (a classic checkpoint: every action of the table's state, the app
+    transaction versions and the clustering domain included), in tens of milliseconds and
+    without Spark. Delta's own ``DeltaLog.checkpoint`` rebuilt the table state in a Spark job
+    of 1-7 s of both cores per table, which set the reput's tail latency beside a full
+    stream (BENCHMARKS.md, "Put -> SQL latency").
 
     Raises
     ------
     TableError
-        Delta could not write a checkpoint (the message names the table).
+        A checkpoint could not be written (the message names the table).
     """
+    from deltalake import DeltaTable
+
     for name in TABLE_NAMES:
         path = table_path(tables_dir, name)
         if not _is_delta_table(path):
             continue
+        # Hadoop's local file system keeps a checksum beside each file it writes and checks
+        # it on read: a stale one beside the _last_checkpoint delta-rs replaces would fail
+        # every Spark read of it (Delta falls back to listing, with a stack trace logged).
+        (path / "_delta_log" / "._last_checkpoint.crc").unlink(missing_ok=True)
         try:
-            jvm = spark._jvm  # type: ignore[attr-defined]
-            jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
-                spark._jsparkSession,  # type: ignore[attr-defined]
-                str(path),
-            ).checkpoint()
-        except Exception as err:
+            DeltaTable(str(path)).create_checkpoint()
+        except Exception as err:  # deltalake's errors have no common base but Exception
             raise TableError(f"{name}: checkpoint of {path} failed: {err}") from err
 
 

@@ -25,9 +25,11 @@ from rmq_spark.spark.reput import ReputBatchWriter
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.spark.reput_timeline import parse_timeline
 from rmq_spark.spark.tables import (
+    CLUSTER_COLUMNS,
     CONSUME_QUEUE,
     MESSAGE_INDEX,
     MESSAGES,
+    checkpoint_tables,
     optimize_tables,
     register_tables,
     table_path,
@@ -146,22 +148,47 @@ def test_checkpoints_are_written_beside_the_stream_not_by_the_commits(
     _assert_tables_hold_exactly(spark, tables, [row for chunk in chunks for row in chunk])
 
 
-def test_a_warm_up_checkpoints_the_tables_before_the_first_interval(spark, tmp_path: Path) -> None:
-    """A running stream's first checkpoint is taken as it starts, not at batch N beside a
-    full rate (a JVM's first one costs several times a later one)."""
+def test_a_checkpoint_runs_no_spark_job_and_spark_reads_the_tables_from_it(
+    spark, tmp_path: Path
+) -> None:
+    """The reput's checkpoints are delta-rs's: no Spark job (Delta's own rebuilt the table
+    state in one of seconds, beside the stream), and Spark reads the tables from them as they
+    were: every row, the reput's app transaction version, the clustering columns. Tables
+    Spark checkpointed before (as the reput used to) keep passing Hadoop's checksum check
+    on ``_last_checkpoint``."""
     store, tables = tmp_path / "store", tmp_path / "tables"
-    chunks = put_batches(store, [[PutRequest("TopicTest", b"x")]])
-    config = ReputConfig(
-        tables_dir=tables, optimize_interval_batches=0, checkpoint_interval_batches=200
-    )
+    requests = [[PutRequest("TopicTest", b"x", keys=(f"k{i}",))] for i in range(3)]
+    chunks = put_batches(store, requests)
+    config = ReputConfig(tables_dir=tables, optimize_interval_batches=0)
     writer = ReputBatchWriter(spark, store, config, LEVELS_MS)
-    writer.maintenance.warm_up()
-    writer(_batch(spark, store, chunks[0]), 0)  # beside it
-    writer.maintenance.wait()
-    assert writer.maintenance.runs == 1 and writer.maintenance.failures == 0
-    for name in (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE):
-        assert (table_path(tables, name) / "_delta_log/_last_checkpoint").exists(), name
-    _assert_tables_hold_exactly(spark, tables, chunks[0])
+    jvm = spark._jvm
+    for batch_id, chunk in enumerate(chunks):
+        writer(_batch(spark, store, chunk), batch_id)
+        if batch_id == 0:  # a checkpoint of Spark's own first, with Hadoop's checksum beside
+            for name in (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE):
+                path = str(table_path(tables, name))
+                jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+                    spark._jsparkSession, path
+                ).checkpoint()
+    tracker = spark.sparkContext.statusTracker()
+    jobs_before = set(tracker.getJobIdsForGroup())
+    checkpoint_tables(tables)
+    assert set(tracker.getJobIdsForGroup()) == jobs_before
+    none = jvm.scala.Option.apply(None)
+    for name, columns in CLUSTER_COLUMNS.items():
+        path = table_path(tables, name)
+        last = jvm.org.apache.hadoop.fs.Path(str(path / "_delta_log" / "_last_checkpoint"))
+        with_checksums = last.getFileSystem(spark._jsc.hadoopConfiguration())
+        assert with_checksums.open(last).read() == ord("{")  # a stale checksum: an exception
+        delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
+            spark._jsparkSession, str(path)
+        )
+        snapshot = delta_log.update(False, none, none)
+        assert snapshot.logSegment().checkpointProvider().version() == snapshot.version() == 3
+        assert snapshot.transactions().get(config.txn_app_id).get() == log_range(chunks[2])[1]
+        detail = spark.sql(f"DESCRIBE DETAIL delta.`{path}`").first()
+        assert tuple(detail["clusteringColumns"]) == columns, name
+    _assert_tables_hold_exactly(spark, tables, [row for chunk in chunks for row in chunk])
 
 
 def test_each_batch_logs_its_timeline_and_the_chores_beside_it(
@@ -187,7 +214,7 @@ def test_each_batch_logs_its_timeline_and_the_chores_beside_it(
         assert set(event["commits"]) == {MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE}
         for begin, end in event["commits"].values():
             assert event["files_ms"] <= begin <= end <= event["write_ms"] + event["range_ms"] + 1
-    # the checkpoints' state rebuild runs in one task, beside the batches
+    # a state rebuild beside the batches (OPTIMIZE's) runs in one task
     assert spark.conf.get("spark.databricks.delta.snapshotPartitions") == "1"
     chores = [event for event in events if event["kind"] == "maintenance"]
     assert chores and all(e["chore"] == "checkpoint" for e in chores)
