@@ -179,7 +179,11 @@ def test_a_checkpoint_runs_no_spark_job_and_spark_reads_the_tables_from_it(
         path = table_path(tables, name)
         last = jvm.org.apache.hadoop.fs.Path(str(path / "_delta_log" / "_last_checkpoint"))
         with_checksums = last.getFileSystem(spark._jsc.hadoopConfiguration())
-        assert with_checksums.open(last).read() == ord("{")  # a stale checksum: an exception
+        stream = with_checksums.open(last)
+        try:
+            assert stream.read() == ord("{")  # with a stale checksum: ChecksumException
+        finally:
+            stream.close()
         delta_log = jvm.org.apache.spark.sql.delta.DeltaLog.forTable(
             spark._jsparkSession, str(path)
         )
