@@ -178,8 +178,20 @@ def _start_reput(
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
             start_new_session=True,
         )  # fmt: skip
-    _wait(lambda: "(checkpoint " in log_path.read_text(errors="replace"), START_TIMEOUT_S, "reput")
+    _wait(lambda: _job_started(job, log_path), START_TIMEOUT_S, "reput")
     return job
+
+
+def _job_started(job: subprocess.Popen[bytes], log_path: Path) -> bool:
+    """Whether the reput job logged its start; a job that exited first fails the run at once
+    with its last log line (not after ``START_TIMEOUT_S``)."""
+    text = log_path.read_text(errors="replace")
+    if "(checkpoint " in text:
+        return True
+    if job.poll() is not None:
+        last = (text.strip().splitlines() or ["(no output)"])[-1]
+        raise PeerError(f"the reput job exited with code {job.returncode}: {last}")
+    return False
 
 
 def _pct(values: list[int], fraction: float) -> int:

@@ -104,3 +104,18 @@ def test_the_slowest_batch_is_profiled_with_what_ran_beside_it() -> None:
     assert slowest_trigger(events, since_ms=2_000)["batch_id"] == 8
     assert slowest_trigger(events, since_ms=2_000, beside=True) == {}
     assert slowest_trigger(events, beside=True)["batch_id"] == 7
+
+
+def test_a_reput_job_that_exits_at_start_fails_the_run_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that cannot start (here: a bad setting) ends the run at once with its error; the
+    harness used to wait out its start timeout and report only that."""
+    import visible
+
+    monkeypatch.setattr(visible, "START_TIMEOUT_S", 60.0)
+    with pytest.raises(visible.PeerError, match=r"exited with code \d+: .*unknown key"):
+        visible._start_reput(
+            tmp_path / "store", tmp_path / "tables", tmp_path / "reput.log",
+            ["--set", "spark.no_such_key=1"],
+        )  # fmt: skip
