@@ -415,13 +415,13 @@ def checkpoint_tables(tables_dir: str | Path) -> None:
         path = table_path(tables_dir, name)
         if not _is_delta_table(path):
             continue
-        # Hadoop's local file system keeps a checksum beside each file it writes and checks
-        # it on read: a stale one beside the _last_checkpoint delta-rs replaces would fail
-        # every Spark read of it (Delta falls back to listing, with a stack trace logged).
-        (path / "_delta_log" / "._last_checkpoint.crc").unlink(missing_ok=True)
         try:
+            # Hadoop's local file system keeps a checksum beside each file it writes and checks
+            # it on read: a stale one beside the _last_checkpoint delta-rs replaces would fail
+            # every Spark read of it (Delta falls back to listing, with a stack trace logged).
+            (path / "_delta_log" / "._last_checkpoint.crc").unlink(missing_ok=True)
             DeltaTable(str(path)).create_checkpoint()
-        except Exception as err:  # deltalake's errors have no common base but Exception
+        except Exception as err:  # OSError, and deltalake's errors, which share no other base
             raise TableError(f"{name}: checkpoint of {path} failed: {err}") from err
 
 

@@ -21,6 +21,7 @@ from reput_rows import (
     put_batches,
 )
 
+from rmq_spark.errors import TableError
 from rmq_spark.spark.reput import ReputBatchWriter
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.spark.reput_timeline import parse_timeline
@@ -271,3 +272,18 @@ def test_optimize_commits_next_to_concurrent_appends(spark, tmp_path: Path) -> N
     _assert_tables_hold_exactly(spark, tables, rows)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table_path(tables, MESSAGES)}`").collect()
     assert {"WRITE", "OPTIMIZE"} <= {row.operation for row in history}
+
+
+def test_a_checkpoint_that_cannot_be_written_is_a_table_error_naming_the_table(
+    tmp_path: Path,
+) -> None:
+    """The maintenance thread reports a TableError as one warning line and tries again at the
+    next interval; anything else would end the thread with a traceback."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = table_path(tmp_path, MESSAGES)
+    write_deltalake(str(path), pa.table({"x": [1]}))
+    (path / "_delta_log" / "._last_checkpoint.crc").mkdir()  # cannot be removed as a file
+    with pytest.raises(TableError, match=f"{MESSAGES}: checkpoint of .* failed"):
+        checkpoint_tables(tmp_path)
