@@ -44,7 +44,7 @@ from rmq_spark.spark.reput_start import (
     store_list,
     warm_python_workers,
 )
-from rmq_spark.spark.reput_timeline import watch_progress
+from rmq_spark.spark.reput_timeline import ProgressLines
 from rmq_spark.spark.reput_writer import BatchReport, ReputBatchWriter
 from rmq_spark.spark.tables import register_tables
 
@@ -195,7 +195,7 @@ def run_reput(
             config.resolved_checkpoint_dir,
             "available now" if config.available_now else f"every {config.trigger_interval_ms} ms",
         )
-        error = _until_ended(spark, query, writer)
+        error = _until_ended(query, writer)
         if error is None:
             break
         if writer.batches_written:
@@ -216,19 +216,20 @@ def run_reput(
 
 
 def _until_ended(
-    spark: SparkSession, query: StreamingQuery, writer: ReputBatchWriter | MultiStoreReputWriter
+    query: StreamingQuery, writer: ReputBatchWriter | MultiStoreReputWriter
 ) -> str | None:
     """Wait for ``query`` to end or for Ctrl-C/TERM (then stop it); the first line of its
     failure, or None. Returns once the writer's maintenance is done."""
     from pyspark.errors import StreamingQueryException
 
-    listener = watch_progress(spark, query)
+    progress = ProgressLines(query)
     stopped = False
     error: Exception | None = None
     try:
         with stop_requested() as stop:  # Ctrl-C/TERM: a flag, so py4j is never interrupted
             while query.isActive and not stop.is_set():
                 query.awaitTermination(1)
+                progress.poll()
             stopped = stop.is_set()
     except KeyboardInterrupt:  # arrived before the handlers were swapped in
         stopped = True
@@ -238,7 +239,7 @@ def _until_ended(
         log.info("reput: stopping")
         query.stop()
     writer.maintenance.wait()
-    spark.streams.removeListener(listener)
+    progress.poll()
     error = error or query.exception()
     # Spark's message goes on with the query's state over several lines.
     return None if error is None else (str(error).strip().splitlines() or ["?"])[0]

@@ -3,7 +3,7 @@
 Three kinds of ``reput timeline {json}`` line, joined by ``batch_id`` and wall-clock
 milliseconds (one clock, one machine):
 
-* ``trigger`` (Spark's progress of a batch, from a query listener): when the trigger fired
+* ``trigger`` (Spark's progress of a batch, polled by ``ProgressLines``): when the trigger fired
   (``start_ms``) and Spark's ``durationMs`` (``latestOffset``, ``walCommit``,
   ``queryPlanning``, ``addBatch`` = the writer, ``commitOffsets``, ``triggerExecution``);
 * ``batch`` (the writer, ``reput_writer.py``): when ``foreachBatch`` began (``start_ms``), the
@@ -13,7 +13,7 @@ milliseconds (one clock, one machine):
 * ``maintenance`` (``reput_maintenance.py``): one chore's ``[start_ms, end_ms]``.
 
 ``parse_timeline`` reads them back (``bench/peers/visible.py`` reports its slowest batches
-with them). Owns the line format and the listener; not what is timed.
+with them). Owns the line format and the progress poll; not what is timed.
 """
 
 from __future__ import annotations
@@ -24,10 +24,9 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["TIMELINE_PREFIX", "log_timeline", "parse_timeline", "watch_progress"]
+__all__ = ["TIMELINE_PREFIX", "ProgressLines", "log_timeline", "parse_timeline"]
 
 log = logging.getLogger("rmq_spark.reput")
 
@@ -61,36 +60,38 @@ def _epoch_ms(iso: str) -> int:
     return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
 
 
-def watch_progress(spark: SparkSession, query: StreamingQuery) -> object:
-    """Log a ``trigger`` line for each progress of ``query``; returns the listener (pass it
-    to ``spark.streams.removeListener`` when the query ends). Spark's listener bus calls it
-    asynchronously: a batch never waits for it."""
-    from pyspark.sql.streaming import StreamingQueryListener
+class ProgressLines:
+    """Logs a ``trigger`` line for each progress of a query, read from Spark's recent
+    progress (its JSON) by ``poll``, which the loop waiting for the query calls.
 
-    query_id = str(query.id)
+    Not a ``StreamingQueryListener``: PySpark converts each progress event for a Python
+    listener field by field over py4j, and five of those fields make the JVM throw an
+    exception that PySpark then classifies with fourteen more round trips; at 2,000 msgs/s
+    that took a fifth of the driver JVM's CPU. Spark keeps the last 100 progresses
+    (``spark.sql.streaming.numRecentProgressUpdates``): a poll a second misses none.
+    """
 
-    class _ProgressLines(StreamingQueryListener):
-        def onQueryStarted(self, event: Any) -> None:
-            pass
+    def __init__(self, query: StreamingQuery) -> None:
+        self._query = query._jsq  # type: ignore[attr-defined]
+        self._logged_ms = -1  # the start of the newest progress logged
 
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            pass
-
-        def onQueryProgress(self, event: Any) -> None:
-            progress = event.progress
-            if str(progress.id) != query_id:
-                return
+    def poll(self) -> None:
+        """Log the progresses that came since the last poll, oldest first."""
+        recent = self._query.recentProgress()
+        fresh = []
+        for index in range(len(recent) - 1, -1, -1):
+            progress = json.loads(recent[index].json())
+            start_ms = _epoch_ms(progress["timestamp"])
+            if start_ms <= self._logged_ms:
+                break
+            fresh.append((start_ms, progress))
+        for start_ms, progress in reversed(fresh):
             log_timeline(
                 "trigger",
-                batch_id=progress.batchId,
-                start_ms=_epoch_ms(progress.timestamp),
-                duration_ms=dict(progress.durationMs),
-                rows=progress.numInputRows,
+                batch_id=progress["batchId"],
+                start_ms=start_ms,
+                duration_ms=progress.get("durationMs", {}),
+                rows=progress.get("numInputRows", 0),
             )
-
-    listener = _ProgressLines()
-    spark.streams.addListener(listener)
-    return listener
+        if fresh:
+            self._logged_ms = fresh[0][0]
