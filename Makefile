@@ -15,6 +15,7 @@ ROCKETMQ_JARS_STAMP := jars/rocketmq/manifest.txt
 ROCKETMQ4_JARS_STAMP := jars/rocketmq4/manifest.txt
 LINK_STAMP := $(VENV)/.delta-jars-linked
 NATIVE_FRONT := build/native-front/rmq-front
+HADOOP_FS_JAR := build/rmq-spark-hadoop-fs.jar
 PYTEST_ARGS ?=
 # Test processes: most slow tests wait on subprocesses (brokers, JVMs, name servers), so two
 # workers fill two cores; a module stays in one worker (its fixtures start one JVM each).
@@ -27,7 +28,7 @@ help:
 	@sed -n '1,9p' Makefile
 
 setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP) $(ROCKETMQ_JARS_STAMP) $(ROCKETMQ4_JARS_STAMP) \
-	$(NATIVE_FRONT)
+	$(NATIVE_FRONT) $(HADOOP_FS_JAR)
 
 $(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
 	@scripts/bootstrap_venv.sh
@@ -54,6 +55,11 @@ $(NATIVE_FRONT): $(DEPS_STAMP) $(wildcard native/front/*.go native/front/go.mod 
 $(LINK_STAMP): $(DEPS_STAMP) $(JARS_STAMP) scripts/link_jars.sh
 	@scripts/link_jars.sh
 	@touch $@
+
+# Hadoop's local file system without a fork per file written (jvm/hadoop-fs), built with the
+# JDK against pyspark's Hadoop jar and linked into pyspark/jars; sessions use it when present.
+$(HADOOP_FS_JAR): $(DEPS_STAMP) scripts/build_hadoop_fs.sh $(wildcard jvm/hadoop-fs/org/rmqspark/hadoop/*.java)
+	@scripts/build_hadoop_fs.sh
 
 run: setup
 	$(BIN)/rmq-spark demo $(DEMO_ARGS)

@@ -73,6 +73,18 @@ CHECKPOINT_FILE_MANAGER = (
 )
 
 
+FORKLESS_FS_JAR = "rmq-spark-hadoop-fs.jar"  # built by `make setup` (jvm/hadoop-fs)
+# Without Hadoop's native library (pyspark ships none), Hadoop's local file system forks
+# `chmod` for each file it creates and `readlink` twice per FileContext rename: four to six
+# forks of the driver JVM per Delta commit (its log entry and checksum), a few ms each, and
+# about 40 a second from the reput job at 2,000 msgs/s. These classes do the same through
+# java.nio (jvm/hadoop-fs); the renames, checks and checksums stay Hadoop's.
+FORKLESS_LOCAL_FS = {
+    "spark.hadoop.fs.file.impl": "org.rmqspark.hadoop.ForklessLocalFileSystem",
+    "spark.hadoop.fs.AbstractFileSystem.file.impl": "org.rmqspark.hadoop.ForklessLocalFs",
+}
+
+
 def session_conf(config: SparkConfig, *, tables_dir: str | Path | None = None) -> dict[str, str]:
     """The Spark settings ``build_session`` applies, as strings (also used for spark-submit
     and ``rmq-spark sql``); ``tables_dir`` places the Hive metastore (``catalog_conf``)."""
@@ -100,6 +112,10 @@ def session_conf(config: SparkConfig, *, tables_dir: str | Path | None = None) -
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.sql.sources.parallelPartitionDiscovery.parallelism": "2",
     }
+    fs_jar = _forkless_fs_jar()
+    if fs_jar is not None:
+        conf.update(FORKLESS_LOCAL_FS)
+        jars = [*jars, fs_jar]
     if jars and not _jars_in_pyspark(jars):
         # `make setup` links the jars into pyspark/jars (needed by spark-submit); when they
         # are not there, the session started from Python still gets them this way.
@@ -392,6 +408,21 @@ def spark_home() -> Path:
     from pyspark.find_spark_home import _find_spark_home
 
     return Path(_find_spark_home())
+
+
+def _forkless_fs_jar() -> Path | None:
+    """The forkless local file system's jar: pyspark's (linked there by ``make setup``) or
+    the checkout's build; ``None`` (Hadoop's own file system) when neither has it."""
+    import pyspark
+
+    for candidate in (
+        Path(pyspark.__file__).parent / "jars" / FORKLESS_FS_JAR,
+        repo_root() / "build" / FORKLESS_FS_JAR,
+    ):
+        if candidate.is_file():
+            return candidate
+    _log.debug("no %s: Spark keeps Hadoop's local file system", FORKLESS_FS_JAR)
+    return None
 
 
 def _jars_in_pyspark(jars: list[Path]) -> bool:
