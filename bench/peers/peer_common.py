@@ -99,6 +99,23 @@ def java_command(heap: str, jars: Sequence[Path], *options: str) -> list[str]:
         raise PeerError(str(err)) from err
 
 
+def job_cpu_s(root: int) -> float:
+    """CPU seconds of the process ``root`` and its live descendants (a Spark driver's JVM,
+    its Python workers), the children they have reaped (short-lived forks) included."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            for children in Path(f"/proc/{pid}/task").glob("*/children"):
+                todo.extend(int(child) for child in children.read_text().split())
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # ended meanwhile
+        total += sum(int(field) for field in fields[11:15])  # utime stime cutime cstime
+    return total / ticks
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -57,6 +57,7 @@ from peer_common import (  # noqa: E402
     fetch_jars,
     interrupt_on_sigterm,
     java_command,
+    job_cpu_s,
     progress,
 )  # noqa: E402
 from produce import import_client, make_producers  # noqa: E402
@@ -266,9 +267,11 @@ def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                               lambda: _rows_committed(messages), args)  # fmt: skip
             progress(f"visible: {args.rate} msgs/s for {args.seconds} s ({args.client} client)")
             since_ms = int(time.time() * 1000)  # for the commit gaps only
+            cpu_s = job_cpu_s(job.pid)
             sends = send(args, broker, TOPIC, args.seconds)
             stored += sends["sent"] - sends["failed"]
             _wait(lambda: _rows_committed(messages) >= stored, CATCH_UP_TIMEOUT_S, "catch-up")
+            cpu_s = job_cpu_s(job.pid) - cpu_s
         finally:
             os.killpg(job.pid, signal.SIGTERM)
             job.wait(120)
@@ -282,6 +285,7 @@ def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "broker_set": args.broker_set,
         **sends,
         **_summary(latencies),
+        "job_cpu_us_per_msg": _per_message_us(cpu_s, sends["sent"] - sends["failed"]),
         "longest_commit_gap_ms": longest_commit_gap_ms(tables / "consume_queue", since_ms),
         "optimize_runs": log_text.count("OPTIMIZE took"),
         "checkpoint_runs": log_text.count("checkpoint took"),
@@ -303,6 +307,12 @@ def _warm_up(send, committed, args: argparse.Namespace) -> int:  # noqa: ANN001
     stored = int(sends["sent"]) - int(sends["failed"])
     _wait(lambda: committed() >= stored, CATCH_UP_TIMEOUT_S, "the warm-up")
     return stored
+
+
+def _per_message_us(cpu_s: float, messages: int) -> float:
+    """The Spark job's CPU (driver JVM, Python workers, all threads) per message of the timed
+    phase, from the paced sends' start until their rows were visible."""
+    return round(cpu_s * 1e6 / messages, 1) if messages else -1.0
 
 
 def _summary(latencies: list[int]) -> dict[str, int]:
@@ -346,11 +356,13 @@ def run_kafka(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                               lambda: _rows_committed(table), args)  # fmt: skip
             progress(f"visible: kafka, {args.rate} msgs/s for {args.seconds} s ...")
             since_ms = int(time.time() * 1000)
+            cpu_s = job_cpu_s(query.pid)
             counts = send(TOPIC, args.seconds)
             sent, failed = int(counts["sent"]), int(counts["failed"])
             stored += sent - failed
             _wait(lambda: _rows_committed(table) >= stored, CATCH_UP_TIMEOUT_S,
                   "Kafka catch-up")  # fmt: skip
+            cpu_s = job_cpu_s(query.pid) - cpu_s
         finally:
             os.killpg(query.pid, signal.SIGTERM)
             query.wait(120)
@@ -360,6 +372,7 @@ def run_kafka(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         "sent": sent,
         "failed": failed,
         **_summary(latencies),
+        "job_cpu_us_per_msg": _per_message_us(cpu_s, sent - failed),
         "longest_commit_gap_ms": longest_commit_gap_ms(table, since_ms),
     }
 

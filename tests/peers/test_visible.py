@@ -119,3 +119,27 @@ def test_a_reput_job_that_exits_at_start_fails_the_run_with_its_error(
             tmp_path / "store", tmp_path / "tables", tmp_path / "reput.log",
             ["--set", "spark.no_such_key=1"],
         )  # fmt: skip
+
+
+def test_a_jobs_cpu_counts_the_children_it_has_reaped(tmp_path: Path) -> None:
+    """A Spark driver's short-lived forks (Hadoop's `chmod`, say) end before a reading of
+    their own: their CPU is in the reaping parent's cutime/cstime, which the job's figure
+    must count."""
+    import subprocess
+    import sys
+    import time
+
+    from peer_common import job_cpu_s
+
+    done = tmp_path / "done"
+    burn = "import time\nend = time.process_time() + 0.5\nwhile time.process_time() < end: pass"
+    parent = subprocess.Popen(
+        ["sh", "-c", f'"{sys.executable}" -c "{burn}"; touch {done}; sleep 30']
+    )
+    try:
+        while not done.exists():
+            time.sleep(0.05)
+        assert job_cpu_s(parent.pid) >= 0.45
+    finally:
+        parent.kill()
+        parent.wait()
