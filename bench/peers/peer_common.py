@@ -99,6 +99,14 @@ def java_command(heap: str, jars: Sequence[Path], *options: str) -> list[str]:
         raise PeerError(str(err)) from err
 
 
+def checkout_env(checkout: Path, **extra: str) -> dict[str, str]:
+    """This process's environment with ``checkout`` first on ``PYTHONPATH``: a job or broker
+    started from it runs that checkout's ``rmq_spark``, not the one the venv's editable
+    install points at (a harness run from an exported tree would otherwise time this one)."""
+    path = os.pathsep.join(p for p in (str(checkout), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path, **extra}
+
+
 def job_cpu_s(root: int) -> float:
     """CPU seconds of the process ``root`` and its live descendants (a Spark driver's JVM,
     its Python workers), the children they have reaped (short-lived forks) included."""

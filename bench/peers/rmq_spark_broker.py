@@ -19,7 +19,6 @@ log there first); it also runs on leaving the ``with`` block, however it is left
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -29,7 +28,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from peer_common import PeerError, last_line
+from peer_common import PeerError, checkout_env, last_line
 
 __all__ = ["RmqSparkBroker"]
 
@@ -111,14 +110,9 @@ class RmqSparkBroker:
         self.endpoint = ready.read_text().strip()
 
     def _environment(self) -> dict[str, str]:
-        """This process's environment; a checkout other than this one comes first on the path,
-        so its ``rmq_spark`` runs (the venv's editable install points at this one)."""
-        env = dict(os.environ)
-        if self.checkout != REPO:
-            env["PYTHONPATH"] = os.pathsep.join(
-                p for p in (str(self.checkout), env.get("PYTHONPATH", "")) if p
-            )
-        return env
+        """This process's environment with the checkout first on the path, so its
+        ``rmq_spark`` runs (the venv's editable install may point at another one)."""
+        return checkout_env(self.checkout)
 
     @property
     def pid(self) -> int:

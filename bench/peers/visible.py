@@ -54,6 +54,7 @@ sys.path.insert(0, str(HERE))
 
 from peer_common import (  # noqa: E402
     PeerError,
+    checkout_env,
     fetch_jars,
     interrupt_on_sigterm,
     java_command,
@@ -171,7 +172,7 @@ def _wait(predicate, timeout_s: float, what: str) -> None:  # noqa: ANN001
 def _start_reput(
     store: Path, tables: Path, log_path: Path, extra: list[str]
 ) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
+    env = checkout_env(REPO, PYSPARK_PYTHON=sys.executable)
     with log_path.open("wb") as log:
         job = subprocess.Popen(
             [sys.executable, str(REPO / "jobs" / "reput.py"), "--store", str(store),
