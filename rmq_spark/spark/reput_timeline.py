@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
-__all__ = ["TIMELINE_PREFIX", "ProgressLines", "log_timeline", "parse_timeline"]
+__all__ = ["ProgressLines", "TIMELINE_PREFIX", "log_timeline", "parse_timeline"]
 
 log = logging.getLogger("rmq_spark.reput")
 
