@@ -22,10 +22,6 @@ public class ForklessLocalFs extends ChecksumFs {
     super(new Raw(uri, conf));
   }
 
-  public ForklessLocalFs(Configuration conf) throws IOException, URISyntaxException {
-    this(URI.create("file:///"), conf);
-  }
-
   /** Hadoop's {@code RawLocalFs} with the forkless file system inside. */
   static final class Raw extends DelegateToFileSystem {
 
