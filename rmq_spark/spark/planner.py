@@ -140,8 +140,8 @@ def advance(
     """
     if start >= end:
         return start
-    if not records_max and not bytes_max:
-        return end
+    if not records_max and (not bytes_max or end - start <= bytes_max):
+        return end  # the readable end is a boundary: nothing to count, no header to read
     budget_end = start + bytes_max if bytes_max else end
     count = admitted = 0  # messages counted against records_max / admitted of any topic
     best = start

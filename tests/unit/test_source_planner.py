@@ -55,6 +55,16 @@ def test_byte_budget_is_never_exceeded_when_more_than_one_record_fits(log, budge
         position = following
 
 
+def test_a_byte_budget_the_whole_range_fits_in_reads_no_header(log, monkeypatch):
+    """A catch-up whose backlog fits one batch: the batch end is the readable end, found
+    without walking the backlog's headers (a walk costs ~0.25 us per message)."""
+    view = StoreView.open(log.store_dir)
+    walked = []
+    monkeypatch.setattr(planner, "hop", lambda *args: walked.append(args) or ([], args[1]))
+    assert planner.advance(view, 0, log.end_offset, bytes_max=log.end_offset) == log.end_offset
+    assert walked == []
+
+
 @pytest.mark.parametrize("count", [1, 2, 13, 69, 70, 500])
 def test_message_budget_counts_messages_not_blanks(log, count):
     view = StoreView.open(log.store_dir)
