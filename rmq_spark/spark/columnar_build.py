@@ -11,6 +11,7 @@ distinct host, message ids are hex encoded through a table. Does not find or val
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import zlib
 from collections.abc import Callable
@@ -28,7 +29,14 @@ from rmq_spark.store.record_layout import HEADER_FIELDS, PHYSICAL_OFFSET_POSITIO
 
 __all__ = ["ValidRecords", "build_batch", "record_crc_rows"]
 
-_TX_NAMES = pa.array(TRANSACTION_TYPE_NAMES, pa.string())
+
+@functools.cache
+def _transaction_names() -> pa.Array:
+    # Built on first use: pa.array imports pandas (~170 ms) and the stream's planning
+    # process imports this module without ever decoding a record.
+    return pa.array(TRANSACTION_TYPE_NAMES, pa.string())
+
+
 _CRC_KEY = np.frombuffer(RECORD_CRC_PLACEHOLDER[:9], dtype=np.uint8)  # b"__CRC32#\x01"
 _CRC_POWERS = 10 ** np.arange(10, dtype=np.int64)  # the digits are least significant first
 
@@ -141,7 +149,7 @@ def build_batch(
         "reconsume_times": lambda: numeric("reconsume_times", np.int32),
         "prepared_transaction_offset": lambda: numeric("prepared_offset", np.int64),
         "body_crc": lambda: numeric("body_crc", np.int32),
-        "transaction_type": lambda: _TX_NAMES.take(pa.array((sys_flag & 0xC) >> 2)),
+        "transaction_type": lambda: _transaction_names().take(pa.array((sys_flag & 0xC) >> 2)),
     }
     arrays = []
     for field in schema:

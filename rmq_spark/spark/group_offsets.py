@@ -20,14 +20,17 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rmq_spark.broker.config_files.rocketmq_config_files import read_consumer_offsets
 from rmq_spark.broker.consumer.persist import commit_offsets_offline
-from rmq_spark.broker.offset_client import OffsetClient
 from rmq_spark.errors import BrokerError, ConsumeRejectedError, GroupOffsetError, StoreLockedError
 from rmq_spark.spark.options import SourceOptions
 from rmq_spark.store.cq_view import CqView, queue_dirs, queue_topics
 from rmq_spark.store.view import StoreView
+
+if TYPE_CHECKING:
+    from rmq_spark.broker.offset_client import OffsetClient
 
 __all__ = [
     "GroupCommitter",
@@ -174,6 +177,10 @@ class GroupCommitter:
 @contextmanager
 def _client(address: str, credentials: tuple[str, str] | None) -> Iterator[OffsetClient]:
     """The broker's offset RPCs; its errors as ``GroupOffsetError`` (the query's)."""
+    # Imported here: the gRPC client and its protobufs cost every stream's planning process
+    # ~35 ms of start, and only a query with a broker address uses them.
+    from rmq_spark.broker.offset_client import OffsetClient
+
     try:
         with OffsetClient(address, credentials=credentials) as client:
             yield client

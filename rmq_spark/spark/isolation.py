@@ -31,7 +31,10 @@ TRANSACTION_TOPICS = (
     RMQ_SYS_TRANS_OP_HALF_TOPIC,
     TRANS_CHECK_MAX_TIME_TOPIC,
 )
-_HIDDEN_TYPES = pa.array([TRANSACTION_PREPARED_TYPE, TRANSACTION_ROLLBACK_TYPE], pa.int32())
+_HIDDEN_TYPES = (
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)  # a list, not pa.array: see columnar_build
 
 
 def isolation_value(value: str) -> str:
@@ -52,7 +55,7 @@ def committed_only(batch: pa.RecordBatch) -> pa.RecordBatch:
         hidden = pc.is_in(batch.column("topic"), value_set=topics)
     if "sys_flag" in names:
         tx_type = pc.bit_wise_and(batch.column("sys_flag"), pa.scalar(TRANSACTION_MASK, pa.int32()))
-        prepared = pc.is_in(tx_type, value_set=_HIDDEN_TYPES)
+        prepared = pc.is_in(tx_type, value_set=pa.array(_HIDDEN_TYPES, pa.int32()))
         hidden = prepared if hidden is None else pc.or_(hidden, prepared)
     if hidden is None or not pc.any(hidden).as_py():
         return batch

@@ -34,11 +34,6 @@ from pyspark.sql.streaming.datasource import SupportsTriggerAvailableNow
 
 from rmq_spark.errors import RmqError, SourceError
 from rmq_spark.spark import planner
-from rmq_spark.spark.cluster_reader import (
-    cluster_batch_reader,
-    cluster_schema,
-    cluster_stream_reader,
-)
 from rmq_spark.spark.driver_read import stream_reader
 from rmq_spark.spark.multi_store import (
     MultiStoreBatchReader,
@@ -65,18 +60,14 @@ from rmq_spark.spark.partitions import (
 )
 from rmq_spark.spark.py_files import expose_py_files_to_stream_runner
 from rmq_spark.spark.schema import ARROW_SCHEMA
-from rmq_spark.spark.sink import (
-    RocketMQBatchWriter,
-    RocketMQStreamWriter,
-    batch_writer,
-    stream_writer,
-)
 from rmq_spark.spark.sink_options import SINK_OPTION_NAMES
 from rmq_spark.spark.stream import BACKLOG_COUNT_MAX, PROGRESS_COUNT_MAX, RocketMQStreamReader
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
+
+    from rmq_spark.spark.sink import RocketMQBatchWriter, RocketMQStreamWriter
 
 __all__ = [
     "BACKLOG_COUNT_MAX",
@@ -148,12 +139,16 @@ class RocketMQDataSource(DataSource):
     def schema(self) -> StructType:
         check_options(self.options)  # at load(): one clear line, for read and readStream
         if _over_cluster(self.options):  # discovers now: a bad namesrv fails at load()
+            from rmq_spark.spark.cluster_reader import cluster_schema
+
             return cluster_schema(_parsed_either(self.options))
         return spark_schema_for(self.options.get("path", ""))
 
     @_one_line
     def reader(self, schema: StructType) -> DataSourceReader:
         if _over_cluster(self.options):
+            from rmq_spark.spark.cluster_reader import cluster_batch_reader
+
             options = parse_options(self.options, streaming=False)
             return cluster_batch_reader(options, schema, RocketMQBatchReader)
         stores = per_store_options(parse_options(self.options, streaming=False))
@@ -174,6 +169,8 @@ class RocketMQDataSource(DataSource):
     @_one_line
     def _stream_reader(self, schema: StructType) -> DataSourceStreamReader:
         if _over_cluster(self.options):
+            from rmq_spark.spark.cluster_reader import cluster_stream_reader
+
             return cluster_stream_reader(parse_options(self.options, streaming=True), schema)
         stores = per_store_options(parse_options(self.options, streaming=True))
         arrow, inner = query_schemas(schema, several=len(stores) > 1)
@@ -184,10 +181,14 @@ class RocketMQDataSource(DataSource):
 
     @_one_line
     def writer(self, schema: StructType, overwrite: bool) -> RocketMQBatchWriter:
+        from rmq_spark.spark.sink import batch_writer
+
         return batch_writer(dict(self.options), schema, overwrite)  # the sink: sink.py
 
     @_one_line
     def streamWriter(self, schema: StructType, overwrite: bool) -> RocketMQStreamWriter:
+        from rmq_spark.spark.sink import stream_writer
+
         return stream_writer(dict(self.options), schema, overwrite)
 
 
