@@ -25,8 +25,9 @@ The per-batch writer is ``reput_writer.py`` (re-exported here). Does not own tab
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.clock import Clock
 from rmq_spark.errors import ReputError
@@ -46,10 +47,10 @@ from rmq_spark.spark.reput_start import (
 )
 from rmq_spark.spark.reput_timeline import ProgressLines
 from rmq_spark.spark.reput_writer import BatchReport, ReputBatchWriter
-from rmq_spark.spark.tables import register_tables
+from rmq_spark.spark.tables import ONE_STORE, StoreOfSeveral, check_store_layout, register_tables
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
     from pyspark.sql.streaming import StreamingQuery
 
 __all__ = [
@@ -103,44 +104,25 @@ def start_reput(
     """
     stores = store_list(store_dir)
     checkpoint = config.resolved_checkpoint_dir
-    writer: ReputBatchWriter | MultiStoreReputWriter
-    # The one place one store and several part; the writers create the tables in their
-    # layout (tables.StoreLayout) before registering. The source takes no one-store JSON
-    # offset over several stores: each store's writer drops what its tables hold instead.
-    offset_log = checkpoint / "offsets"
-    start: Callable[[], str]
-    if len(stores) == 1:
-        writer = ReputBatchWriter(
-            spark,
-            stores[0],
-            config,
-            delay_levels_ms,
-            clock=clock,
-            on_batch=on_batch,
-            offset_log=offset_log,
-        )
-        start = lambda: starting_offsets(spark, config)  # noqa: E731  (only without progress)
-    else:
-        writer = MultiStoreReputWriter(
-            spark,
-            stores,
-            config,
-            delay_levels_ms,
-            clock=clock,
-            on_batch=on_batch,
-            offset_log=offset_log,
-        )
-        start = lambda: "earliest"  # noqa: E731
-    register_tables(spark, config.tables_dir, config.database)
+    one_store = len(stores) == 1
+    # Refused before the query touches the checkpoint (StoreLayoutMismatchError): a query
+    # over the wrong stores would log a batch of their offsets there.
+    check_store_layout(
+        spark, config.tables_dir, ONE_STORE if one_store else StoreOfSeveral(stores[0])
+    )
     reader = spark.readStream.format("rocketmq")
     if not has_progress(checkpoint):
-        reader = reader.option("startingOffsets", start())
+        # One store: after what existing tables hold. The source takes no one-store JSON
+        # offset over several stores: each store's writer drops what its tables hold instead.
+        start = starting_offsets(spark, config) if one_store else "earliest"
+        reader = reader.option("startingOffsets", start)
     if config.max_bytes_per_trigger:
         reader = reader.option("maxBytesPerTrigger", str(config.max_bytes_per_trigger))
     warm_python_workers(spark)
+    pending = _PendingWriter()
     stream = (
         reader.load(",".join(stores))
-        .writeStream.foreachBatch(writer)
+        .writeStream.foreachBatch(pending)
         .queryName(REPUT_QUERY_NAME)
         .option("checkpointLocation", str(checkpoint.absolute()))
     )
@@ -148,7 +130,58 @@ def start_reput(
         stream = stream.trigger(availableNow=True)
     else:
         stream = stream.trigger(processingTime=f"{config.trigger_interval_ms} milliseconds")
-    return stream.start(), writer
+    # The query starts its source's Python process (~1 s of imports) while the writer
+    # creates and reads the tables; its first batch waits for the writer.
+    query = stream.start()
+    try:
+        writer = _new_writer(
+            spark, stores, config, delay_levels_ms, clock=clock, on_batch=on_batch,
+            offset_log=checkpoint / "offsets",
+        )  # fmt: skip
+        register_tables(spark, config.tables_dir, config.database)
+    except BaseException as err:
+        pending.refuse(err)
+        query.stop()
+        raise
+    pending.ready(writer)
+    return query, writer
+
+
+def _new_writer(
+    spark: SparkSession,
+    stores: tuple[str, ...],
+    config: ReputConfig,
+    delay_levels_ms: tuple[int, ...],
+    **kwargs: Any,
+) -> ReputBatchWriter | MultiStoreReputWriter:
+    """The writer of one store or of several (it creates the tables in its layout)."""
+    if len(stores) == 1:
+        return ReputBatchWriter(spark, stores[0], config, delay_levels_ms, **kwargs)
+    return MultiStoreReputWriter(spark, stores, config, delay_levels_ms, **kwargs)
+
+
+class _PendingWriter:
+    """The query's ``foreachBatch`` function until the writer exists: a batch waits for it
+    (or fails with the error that kept it from being built)."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._writer: Callable[[DataFrame, int], None] | None = None
+        self._error: BaseException | None = None
+
+    def ready(self, writer: Callable[[DataFrame, int], None]) -> None:
+        self._writer = writer
+        self._done.set()
+
+    def refuse(self, error: BaseException) -> None:
+        self._error = error
+        self._done.set()
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        self._done.wait()
+        if self._writer is None:
+            raise ReputError(f"the reput writer could not start: {self._error}")
+        self._writer(batch_df, batch_id)
 
 
 # Spark gives a Python worker started on its own (the streaming source's runner) a fixed
