@@ -94,9 +94,20 @@ class DataFileWriter:
         null (Delta's NOT NULL invariant, which its own writer would enforce).
     """
 
-    def __init__(self, table_dir: str | Path, schema: pa.Schema) -> None:
+    def __init__(
+        self,
+        table_dir: str | Path,
+        schema: pa.Schema,
+        dictionary_columns: tuple[str, ...] | None = None,
+    ) -> None:
         self.table_dir = Path(table_dir)
         self.schema = schema
+        # Parquet column paths to dictionary-encode (None: every column, pyarrow's default).
+        # Dictionary pages only pay for few distinct values: on unique ones (ids, bodies)
+        # the writer builds the dictionary, overflows it and writes them plain after all.
+        self._dictionary: bool | list[str] = (
+            True if dictionary_columns is None else list(dictionary_columns)
+        )
         self.name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
         self.path = self.table_dir / self.name
         self.rows = 0
@@ -113,7 +124,12 @@ class DataFileWriter:
             self._stats[field.name].add(column)
         try:
             if self._writer is None:
-                self._writer = pq.ParquetWriter(str(self.path), self.schema, compression="snappy")
+                self._writer = pq.ParquetWriter(
+                    str(self.path),
+                    self.schema,
+                    compression="snappy",
+                    use_dictionary=self._dictionary,
+                )
             self._writer.write_table(rows.select(self.schema.names))
         except (OSError, pa.ArrowException) as err:
             raise TableError(f"{self.path}: cannot write the data file: {err}") from err

@@ -72,9 +72,10 @@ def _string_parts(strings: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray
 def java_hash_codes(strings: pa.Array) -> np.ndarray:
     """Java ``String.hashCode()`` of every string, as int32 (0 for null and for "").
 
-    ASCII strings, the usual case, are hashed in numpy, Horner's rule over the columns of a
-    matrix of the strings of each length (uint32 arithmetic wraps like Java's int); a string
-    with any other character goes through the reference (``java_string_hash``, UTF-16 units).
+    ASCII strings, the usual case, are hashed in numpy: Horner's rule over the character
+    positions of the strings of each length, one gather of a byte per string per position,
+    in place (uint32 arithmetic wraps like Java's int); a string with any other character
+    goes through the reference (``java_string_hash``, UTF-16 units).
     """
     count = len(strings)
     hashed = np.zeros(count, dtype=np.uint32)
@@ -83,11 +84,15 @@ def java_hash_codes(strings: pa.Array) -> np.ndarray:
     wide = np.zeros(count, dtype=bool)
     for length in np.unique(lengths[lengths > 0]):
         rows = np.flatnonzero(lengths == length)
-        matrix = data[starts[rows, None] + np.arange(length)]
-        wide[rows] = (matrix >= 0x80).any(axis=1)
+        first = starts[rows]
         h = np.zeros(len(rows), dtype=np.uint32)
-        for column in matrix.T:
-            h = h * np.uint32(31) + column
+        seen = np.zeros(len(rows), dtype=np.uint8)  # OR of the bytes: >= 0x80 is not ASCII
+        for position in range(int(length)):
+            byte = data[first + position]
+            np.multiply(h, np.uint32(31), out=h)
+            np.add(h, byte, out=h, casting="unsafe")
+            np.bitwise_or(seen, byte, out=seen)
+        wide[rows] = seen >= 0x80
         hashed[rows] = h
     result = hashed.view(np.int32)
     for row in np.flatnonzero(wide):

@@ -177,3 +177,51 @@ def test_a_concurrent_commit_of_the_same_app_fails_ours(
         commit_files_once(spark, path, adds, version=6, **commit)
     assert spark.read.format("delta").load(path).count() == 0
     assert delta_append.committed_txn_version(spark, path, "reput") == 5
+
+
+def _encodings(path: Path) -> dict[str, set[str]]:
+    import pyarrow.parquet as pq
+
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    return {
+        group.column(i).path_in_schema: set(group.column(i).encodings)
+        for i in range(group.num_columns)
+    }
+
+
+@pytest.mark.parametrize("several", [False, True])
+def test_only_the_few_valued_columns_are_dictionary_encoded(tmp_path: Path, several) -> None:
+    """Dictionary pages for ids, bodies and offsets cost a third of the ``messages`` write
+    and save nothing; every listed column exists (pyarrow ignores an unknown name)."""
+    from source_support import LogWriter, make_record
+
+    from rmq_spark.spark.options import parse_options
+    from rmq_spark.spark.partitions import open_view, plan
+    from rmq_spark.spark.reput_files import (
+        DICTIONARY_COLUMNS,
+        ReputFileTask,
+        write_partition_files,
+    )
+    from rmq_spark.spark.tables import MESSAGES, ONE_STORE, TABLE_NAMES, StoreOfSeveral
+
+    log = LogWriter(tmp_path / "store")
+    log.extend(make_record(i) for i in range(50))
+    log.set_confirm()
+    layout = StoreOfSeveral(str(log.store_dir)) if several else ONE_STORE
+    options = parse_options({"path": str(log.store_dir)}, streaming=True)
+    tables = tmp_path / "tables"
+    for name in TABLE_NAMES:
+        table_path(tables, name).mkdir(parents=True)
+    task = ReputFileTask(options, str(tables), dict.fromkeys(TABLE_NAMES, 0), (1000,), layout)
+    (partition,) = plan(open_view(options), options, 0, log.end_offset, [])
+    written = write_partition_files(task, partition)
+    for name in TABLE_NAMES:
+        (add,) = written.adds[name]
+        encodings = _encodings(table_path(tables, name) / add["path"])
+        dictionary = {path for path, kinds in encodings.items() if "RLE_DICTIONARY" in kinds}
+        wanted = set(DICTIONARY_COLUMNS[name]) - ({"store"} if not several else set())
+        assert dictionary == wanted & set(encodings), name
+        assert wanted <= set(encodings), name
+    messages = _encodings(table_path(tables, MESSAGES) / written.adds[MESSAGES][0]["path"])
+    for unique in ("body", "msg_id", "uniq_key", "physical_offset", "keys.list.element"):
+        assert "RLE_DICTIONARY" not in messages[unique]
