@@ -63,6 +63,8 @@ DICTIONARY_COLUMNS: Mapping[str, tuple[str, ...]] = {
     MESSAGES: (
         "topic",
         "queue_id",
+        "total_size",
+        "body",
         "tags",
         "properties.key_value.key",
         "born_host",
@@ -70,16 +72,19 @@ DICTIONARY_COLUMNS: Mapping[str, tuple[str, ...]] = {
         "sys_flag",
         "flag",
         "reconsume_times",
+        "body_crc",
         "transaction_type",
         "delay_level",
         STORE_COLUMN,
     ),
     MESSAGE_INDEX: ("topic", "key_type", STORE_COLUMN),
-    CONSUME_QUEUE: ("topic", "queue_id", "tags_code", STORE_COLUMN),
+    CONSUME_QUEUE: ("topic", "queue_id", "total_size", "tags_code", STORE_COLUMN),
 }
-"""Each table's Parquet columns with few distinct values, the ones written with a dictionary
-(ids, keys, bodies, offsets and times are unique: a dictionary there costs a third of the
-``messages`` file's write time for nothing)."""
+"""Each table's Parquet columns written with a dictionary, as Spark's writer writes every
+column: all but those unique by construction (ids, keys, offsets, times), where a dictionary
+never pays and building it cost a third of the ``messages`` file's write. Bodies keep theirs:
+it shrinks repeated payloads many times over and, on unique ones, gives up after its first
+page."""
 
 
 def file_schema(name: str, layout: StoreLayout = ONE_STORE) -> pa.Schema:
