@@ -143,9 +143,16 @@ def advance(
     if not records_max and (not bytes_max or end - start <= bytes_max):
         return end  # the readable end is a boundary: nothing to count, no header to read
     budget_end = start + bytes_max if bytes_max else end
-    count = admitted = 0  # messages counted against records_max / admitted of any topic
-    best = start
-    for span, buf, starts, is_blank in _units(view, start, end):
+    walk_from = start
+    if not records_max:  # segment starts are boundaries: walk the segment the budget ends in
+        inside = [s.base_offset for s in view.spans if start < s.base_offset <= budget_end]
+        walk_from = max(inside, default=start)
+        if walk_from == budget_end:
+            return walk_from
+    count = 0  # messages counted against records_max
+    admitted = 0 if walk_from == start else 1  # of any topic (whole segments count as some)
+    best = walk_from
+    for span, buf, starts, is_blank in _units(view, walk_from, end):
         ends = starts if is_blank else _record_ends(buf, span.base_offset, starts)
         take = int(np.searchsorted(ends, budget_end, side="right"))
         counted = np.ones(len(ends), dtype=np.int64)

@@ -65,6 +65,25 @@ def test_a_byte_budget_the_whole_range_fits_in_reads_no_header(log, monkeypatch)
     assert walked == []
 
 
+@pytest.mark.parametrize("first", [0, 1])
+def test_a_byte_budget_walks_only_the_segment_it_ends_in(log, monkeypatch, first):
+    """Segment starts are boundaries: the batch end is the same furthest boundary within the
+    budget, found without reading the headers of the segments the budget covers whole."""
+    view = StoreView.open(log.store_dir)
+    start = [r.physical_offset for r in log.records][first]
+    walked: list[int] = []
+    units = planner._units
+    monkeypatch.setattr(
+        planner, "_units", lambda v, s, *rest: walked.append(s) or units(v, s, *rest)
+    )
+    for budget in range(400, log.end_offset - start, 97):  # more than one record fits
+        walked.clear()
+        got = planner.advance(view, start, log.end_offset, bytes_max=budget)
+        assert got == max(b for b in boundaries(log) if b <= start + budget), budget
+        last_segment = (start + budget) // SEGMENT * SEGMENT
+        assert walked in ([], [max(start, last_segment)]), budget
+
+
 @pytest.mark.parametrize("count", [1, 2, 13, 69, 70, 500])
 def test_message_budget_counts_messages_not_blanks(log, count):
     view = StoreView.open(log.store_dir)
