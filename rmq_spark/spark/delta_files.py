@@ -103,8 +103,8 @@ class DataFileWriter:
         self.table_dir = Path(table_dir)
         self.schema = schema
         # Parquet column paths to dictionary-encode (None: every column, pyarrow's default).
-        # Dictionary pages only pay for few distinct values: on unique ones (ids, bodies)
-        # the writer builds the dictionary, overflows it and writes them plain after all.
+        # A dictionary only pays for repeated values: on unique ones (ids, offsets) the
+        # writer builds it, overflows it and writes them plain after all.
         self._dictionary: bool | list[str] = (
             True if dictionary_columns is None else list(dictionary_columns)
         )
