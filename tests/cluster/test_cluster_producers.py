@@ -11,10 +11,12 @@ import signal
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from types import ModuleType
 
 import pytest
-from cluster_harness import ClusterBroker, create_topic, wait_route
+from broker.broker_harness import wait_for
+from cluster_harness import ClusterBroker, create_topic, route_brokers, wait_route
 from failover import (
     PER_PHASE,
     assert_the_survivor_took_the_sends,
@@ -35,17 +37,31 @@ WINDOW_MS = 60_000  # the fault table's window for a failure (its last entry), o
 def stopped(broker: ClusterBroker) -> Iterator[None]:
     """``broker`` SIGSTOPped (it keeps its connections: it stays in the routes), then SIGCONT."""
     assert broker.proc is not None
-    os.kill(broker.proc.proc.pid, signal.SIGSTOP)
+    pid = broker.proc.proc.pid
+    os.kill(pid, signal.SIGSTOP)
     try:
+        wait_for(lambda: _state(pid) == "T", 10, f"{broker.name} (pid {pid}) to stop")
         yield
     finally:
         os.kill(broker.proc.proc.pid, signal.SIGCONT)
 
 
+def _state(pid: int) -> str:
+    """The process state letter of ``/proc/PID/stat`` ("T": stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
 def _topic(namesrv: Namesrv, brokers: list[ClusterBroker], topic: str) -> None:
+    """``topic`` on both brokers, each routed at its own endpoint (a send named for one broker
+    reaches that broker)."""
     create_topic(namesrv, topic)
     for broker in brokers:
         wait_route(broker.address, topic, {"broker-a", "broker-b"})
+    endpoints = {broker.name: broker.address for broker in brokers}
+    for broker in brokers:
+        routed = {name: at for name, (at, _count) in route_brokers(broker.address, topic).items()}
+        assert routed == endpoints, f"{broker.name}'s route of {topic}"
 
 
 def test_fault_table_avoids_a_stopped_broker_for_its_window_then_uses_it_again(
