@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import zlib
 
 from rmq_spark.broker.cluster.broker_table import ask
 from rmq_spark.broker.cluster.fault import LatencyFaultTable, QueueChooser, RoutedQueue
@@ -37,6 +36,7 @@ from rmq_spark.errors import RemotingFrameError, SinkError, SinkRowError
 from rmq_spark.spark.sink_options import SinkOptions
 from rmq_spark.spark.sink_rows import SinkMessage
 from rmq_spark.spark.sink_targets import GrpcTarget, SentCounts
+from rmq_spark.store.crc import crc32
 
 __all__ = ["ClusterTarget", "DEFAULT_GRPC_PORT", "topic_queues"]
 
@@ -103,7 +103,7 @@ class ClusterTarget:
 
     def _first(self, message: SinkMessage, partition: int) -> RoutedQueue:
         group = message.message_group
-        start = partition + message.row if group is None else zlib.crc32(group.encode())
+        start = partition + message.row if group is None else crc32(group.encode())
         return QueueChooser(self._faults, start=start).choose(self._queues(message.topic), None)
 
     def send(self, messages: list[SinkMessage], partition: int) -> SentCounts:

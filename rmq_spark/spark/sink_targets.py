@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import time
-import zlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from rmq_spark.config import RmqConfig, default_config_path, load_config
 from rmq_spark.errors import BrokerError, SinkError, SinkRowError, StoreLockedError
 from rmq_spark.spark.sink_options import SinkOptions
 from rmq_spark.spark.sink_rows import SinkMessage
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.lockfile import LOCK_FILE
 
@@ -185,7 +185,7 @@ class GrpcTarget:
         lanes: list[list[SinkMessage]] = [[] for _ in range(self._options.max_inflight_requests)]
         for index, message in enumerate(messages):
             group = message.message_group
-            lane = index if group is None else zlib.crc32(group.encode("utf-8"))
+            lane = index if group is None else crc32(group.encode("utf-8"))
             lanes[lane % len(lanes)].append(message)
         futures = [self._pool.submit(self._send_lane, lane, partition) for lane in lanes if lane]
         total = SentCounts()

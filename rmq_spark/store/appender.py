@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import logging
 import struct
-import zlib
 from collections.abc import Callable, Sequence
 from operator import attrgetter
 from typing import cast
@@ -43,6 +42,7 @@ from rmq_spark.store.codec import OFFSETS, QUEUE_OFFSET_POSITION, RECORD_HOSTS
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.cq_facts import PendingUnits
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.message import LOCALHOST, HostAddress
 from rmq_spark.store.packed import (
@@ -86,7 +86,6 @@ _log = logging.getLogger(__name__)
 _pack_offsets = OFFSETS.pack_into
 _pack_i64 = struct.Struct(">q").pack_into
 _PUT_OK = PutStatus.PUT_OK
-_crc32 = zlib.crc32
 _seal = seal_record
 _crc_tail = record_crc_tail
 _hosts = RECORD_HOSTS.pack
@@ -174,7 +173,7 @@ class Appender:
         queue_id = request.queue_id
         born = request.born_timestamp_ms
         body_size = len(body)
-        crc = _crc32(body) & 0x7FFFFFFF
+        crc = crc32(body) & 0x7FFFFFFF
         size = plan.fixed_size + body_size
         packer, head = plan.shapes.get(body_size) or plan.shape(body_size)
         key = (topic, queue_id)

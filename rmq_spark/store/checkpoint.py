@@ -40,11 +40,11 @@ import contextlib
 import json
 import logging
 import struct
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmq_spark.errors import CheckpointDamagedError
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.fileio import (
     FileKind,
     FileOpener,
@@ -289,9 +289,7 @@ class QueueOffsetSnapshot:
             "queues": queues,
         }
         payload = json.dumps(body, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        return json.dumps(
-            {"crc": zlib.crc32(payload.encode()), "snapshot": body}, ensure_ascii=False
-        )
+        return json.dumps({"crc": crc32(payload.encode()), "snapshot": body}, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> QueueOffsetSnapshot:
@@ -299,7 +297,7 @@ class QueueOffsetSnapshot:
         outer = json.loads(text)
         body = outer["snapshot"]
         payload = json.dumps(body, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
-        if zlib.crc32(payload.encode()) != outer["crc"]:
+        if crc32(payload.encode()) != outer["crc"]:
             raise ValueError("CRC mismatch")
         if body["version"] != _SNAPSHOT_VERSION:
             raise ValueError(f"unknown version {body['version']}")

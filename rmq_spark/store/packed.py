@@ -10,7 +10,7 @@ path (``put_plan.py``, ``raw.py``), the lock, segments or the idempotency window
 
 Why columns: a batch put of 100-byte bodies is bound by the interpreter, not by copying
 bytes. Each step here is one ``map`` of a C function over whole columns (``Struct.pack``,
-``zlib.crc32``, ``bytes.__mod__``, ``PutResult``), with no Python frame or loop iteration
+``crc32``, ``bytes.__mod__``, ``PutResult``), with no Python frame or loop iteration
 per record; a uniform batch (one topic, TAGS and body length) repeats one value per column.
 """
 

@@ -9,9 +9,9 @@ host or a v2 topic go through ``codec.encode_record``.
 from __future__ import annotations
 
 import struct
-import zlib
 
 from rmq_spark.store.codec import RECORD_HEAD, RECORD_HOSTS, record_mid, record_packer, record_size
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.layout import MAX_TOPIC_LENGTH_V1, MESSAGE_MAGIC_CODE_V1
 from rmq_spark.store.message import LOCALHOST, HostAddress
 
@@ -80,7 +80,7 @@ def encode_ipv4_v1(
     try:
         record = record_packer(body_size, len(prefix) + 2 + props_size, 0, 0).pack(
             _RECORD_HEAD(_V1_IPV4_FIXED + body_size + len(prefix) - 1 + props_size, _MAGIC_V1),
-            zlib.crc32(body) & 0x7FFFFFFF,
+            crc32(body) & 0x7FFFFFFF,
             queue_id,
             flag,
             0,

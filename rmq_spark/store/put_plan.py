@@ -19,7 +19,6 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import struct
-import zlib
 from collections.abc import Sequence
 from datetime import tzinfo
 from itertools import islice, repeat
@@ -33,6 +32,7 @@ from rmq_spark.store.codec import (
     record_mid,
     record_packer,
 )
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.layout import (
     MAX_PROPERTIES_SIZE_BYTES,
     MAX_TOPIC_LENGTH_V1,
@@ -58,7 +58,6 @@ _I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
 _ZERO = 0
 _PLANS_MAX = 4096
-_crc32 = zlib.crc32
 _ipv4 = ipv4_of
 _LOCALHOST_IPV4 = LOCALHOST_IPV4
 
@@ -296,7 +295,7 @@ class Templates:
         return PackedColumns(
             cast("list[str]", topics), qids, data, borns, hosts[0], hosts[1], zeros, zeros,
             zeros, zeros, None, None, mids, tails, packers,
-            list(map(and_, map(_crc32, data), repeat(_MASK))), body_sizes, sizes, sum(sizes),
+            list(map(and_, map(crc32, data), repeat(_MASK))), body_sizes, sizes, sum(sizes),
             uniform,
         )  # fmt: skip
 

@@ -18,11 +18,11 @@ general path says why), and ``idempotent`` requests (the general path dedupes th
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from typing import cast
 
 from rmq_spark.store.codec import HEADER_SIZE_IPV4, RecordPacker, record_mid, record_packer
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.layout import (
     MAX_PROPERTIES_SIZE_BYTES,
     MAX_TOPIC_LENGTH_V1,
@@ -62,7 +62,6 @@ _CONSUMING = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 _TOPICS_MAX = 4096
 _PACKERS_MAX = 512
 _FIXED_SIZE = HEADER_SIZE_IPV4 + 2  # the header and the properties length
-_crc32 = zlib.crc32
 _ipv4 = ipv4_of
 _LOCALHOST_IPV4 = LOCALHOST_IPV4
 
@@ -164,7 +163,7 @@ class RawParts:
         return (
             topic, queue_id, body, born, born_host, flag, sys_flag & ~_BORN_HOST_V6_BITS,
             reconsume, prepared_offset, (sys_flag & TRANSACTION_MASK) in _CONSUMING,
-            find_uniq_key(raw), mid, packer, _crc32(body) & 0x7FFFFFFF, size,
+            find_uniq_key(raw), mid, packer, crc32(body) & 0x7FFFFFFF, size,
         )  # fmt: skip
 
     def columns(self, requests: Sequence[PutRequest]) -> PackedColumns | None:

@@ -12,12 +12,12 @@ the record layout is ``codec.py``'s, which calls this module when it encodes and
 from __future__ import annotations
 
 import mmap
-import zlib
 from collections.abc import Iterator, Sequence
 from itertools import repeat
 from operator import and_
 
 from rmq_spark.errors import CorruptRecordError
+from rmq_spark.store.crc import crc32
 
 __all__ = [
     "RECORD_CRC_BYTES",
@@ -43,7 +43,6 @@ RECORD_CRC_PLACEHOLDER = RECORD_CRC_KEY + b"0000000000\x02"
 RECORD_CRC_DIGITS_AT = RECORD_CRC_BYTES - len(RECORD_CRC_KEY)  # 11: where the digits start
 _DIGITS = frozenset(b"0123456789")
 _SEAL_COPY_MAX = 16384
-_crc32 = zlib.crc32
 _MASK = 0x7FFFFFFF
 # The digits least significant first, right-padded with "0", are the zero-padded number
 # reversed: one format and one slice, both C calls ``map`` can chain.
@@ -67,14 +66,14 @@ def record_crc_digits(crc: int) -> bytes:
 def record_crc_tail(unsealed: bytes) -> bytes:
     """The sealed record CRC property (20 bytes) that ends the record whose bytes before it
     are ``unsealed`` (everything the CRC covers, offsets and store timestamp final)."""
-    return _PROPERTY(_ZERO_PADDED(_crc32(unsealed) & _MASK)[::-1])
+    return _PROPERTY(_ZERO_PADDED(crc32(unsealed) & _MASK)[::-1])
 
 
 def record_crc_digit_runs(unsealed: Sequence[bytes]) -> Iterator[bytes]:
     """The 10 digits of each record's CRC (``record_crc_digits``), for writers that join
     ``RECORD_CRC_KEY``, the digits and ``\\x02`` themselves: all of them formatted in one
     call, reversed in one slice (which also reverses their order), then cut."""
-    crcs = tuple(map(and_, map(_crc32, unsealed), repeat(_MASK)))
+    crcs = tuple(map(and_, map(crc32, unsealed), repeat(_MASK)))
     count = len(crcs)
     formats = _FORMATS.get(count)
     if formats is None:
@@ -112,10 +111,10 @@ def seal_record(buf: bytearray | mmap.mmap, position: int, total: int) -> None:
     offsets and store timestamp final): masked CRC-32 of bytes ``[0, total - 20)``."""
     end = position + total
     if total <= _SEAL_COPY_MAX:  # copying a small record is cheaper than a memoryview
-        crc = _crc32(buf[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
+        crc = crc32(buf[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
     else:
         with memoryview(buf) as view:
-            crc = _crc32(view[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
+            crc = crc32(view[position : end - RECORD_CRC_BYTES]) & 0x7FFFFFFF
     buf[end - RECORD_CRC_DIGITS_AT : end - 1] = _ZERO_PADDED(crc)[::-1]
 
 
@@ -131,7 +130,7 @@ def record_crc_of(buf: _Buffer, position: int, end: int, path: str) -> tuple[int
             raise CorruptRecordError(path, position, "damaged record CRC property")
         return None
     stored = int(tail[18:8:-1])  # least significant digit first
-    return stored, zlib.crc32(buf[position:tail_at]) & 0x7FFFFFFF
+    return stored, crc32(buf[position:tail_at]) & 0x7FFFFFFF
 
 
 def _one_byte_off(tail: bytes) -> bool:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import mmap
-import zlib
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any
 
 from rmq_spark.errors import CorruptRecordError
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.layout import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -331,7 +331,7 @@ def decode_record(
     # A good record CRC covers the body and BODYCRC too (RocketMQ's forceVerifyPropCRC skips
     # BODYCRC as well); after a bad one, BODYCRC says whether the body is what was damaged.
     if check_crc and (sealed is None or sealed[0] != sealed[1]):
-        computed = zlib.crc32(raw_body) & 0x7FFFFFFF
+        computed = crc32(raw_body) & 0x7FFFFFFF
         if computed != stored_crc:
             raise CorruptRecordError(
                 path,

@@ -12,9 +12,9 @@ put path's fast packers (``record_layout.record_packer``, used by ``put_encode``
 from __future__ import annotations
 
 import struct
-import zlib
 
 from rmq_spark.errors import InvalidMessageError
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.layout import (
     BLANK_MAGIC_CODE,
     END_FILE_MIN_BLANK_LENGTH,
@@ -130,7 +130,7 @@ def _encode_parts(
         raise InvalidMessageError(
             "properties", f"{props_size} UTF-8 bytes; at most {MAX_PROPERTIES_SIZE_BYTES} allowed"
         )
-    crc = zlib.crc32(body) & 0x7FFFFFFF
+    crc = crc32(body) & 0x7FFFFFFF
     if r.body_crc is not None and r.body_crc != crc:
         raise InvalidMessageError(
             "body_crc", f"given 0x{r.body_crc:08x} but the body's CRC is 0x{crc:08x}"

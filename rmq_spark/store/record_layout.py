@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import re
 import struct
-import zlib
 
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.layout import (
     BORNHOST_V6_FLAG,
     PHYSICAL_OFFSET_POSITION,
@@ -152,7 +152,7 @@ def body_crc(body: bytes | bytearray | memoryview) -> int:
     >>> body_crc(b"123456789")
     1274296614
     """
-    return zlib.crc32(body) & 0x7FFFFFFF
+    return crc32(body) & 0x7FFFFFFF
 
 
 def record_size(

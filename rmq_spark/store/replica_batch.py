@@ -4,7 +4,7 @@ dispatch needs (a slave's fast path, ``replica_log.py``).
 Owns ``check_run``: from a buffer position, hop over TOTALSIZE while a message record of
 IPv4 hosts starts there, check those records together in numpy (the length formula,
 PHYSICALOFFSET naming the record's place, ports, BODYCRC or the record CRC property) with one
-``zlib.crc32`` call per record, and read the fields a ConsumeQueue/IndexFile dispatch and the
+``crc32`` call per record, and read the fields a ConsumeQueue/IndexFile dispatch and the
 queue-offset table need as columns, with no decoded object per record.
 
 The rules are ``record_decode.decode_record``'s; this module only proves that a record passes
@@ -16,7 +16,6 @@ record the decoder refuses never passes here, and every error message is the dec
 
 from __future__ import annotations
 
-import zlib
 from array import array
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -24,6 +23,7 @@ from operator import and_
 
 import numpy as np
 
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.layout import MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
 from rmq_spark.store.record_crc import RECORD_CRC_BYTES, RECORD_CRC_KEY
 from rmq_spark.store.record_layout import (
@@ -51,7 +51,6 @@ _MASK = 0x7FFFFFFF
 _KEY = np.frombuffer(RECORD_CRC_KEY, dtype=np.uint8)
 _POWERS = 10 ** np.arange(10, dtype=np.int64)  # digits least significant first
 _CRC_SPAN = np.arange(RECORD_CRC_BYTES)
-_crc32 = zlib.crc32
 _MIN_RUN = 16  # fewer records (a live stream's transfer of a send or two): the decoder's
 _topics: dict[bytes, str] = {}
 
@@ -196,7 +195,7 @@ def _crcs(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Masked CRC-32 of each ``buf[start:end]``: one C call per record, no copy."""
     view = memoryview(buf)
     spans = map(view.__getitem__, map(slice, starts.tolist(), ends.tolist()))
-    crcs = map(and_, map(_crc32, spans), repeat(_MASK))
+    crcs = map(and_, map(crc32, spans), repeat(_MASK))
     return np.fromiter(crcs, dtype=np.int64, count=len(starts))
 
 

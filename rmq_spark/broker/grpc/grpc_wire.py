@@ -12,11 +12,11 @@ from __future__ import annotations
 import functools
 import hashlib
 import ipaddress
-import zlib
 from typing import Any
 
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.send_model import SendCode
+from rmq_spark.store.crc import crc32
 from rmq_spark.store.message import HostAddress
 
 __all__ = [
@@ -160,7 +160,7 @@ def digest_problem(message: Any) -> str | None:
         return None
     digest, body = props.body_digest, message.body
     if digest.type == pb.CRC32:
-        expected = f"{zlib.crc32(body):08X}"
+        expected = f"{crc32(body):08X}"
     elif digest.type == pb.MD5:
         expected = hashlib.md5(body).hexdigest().upper()
     elif digest.type == pb.SHA1:

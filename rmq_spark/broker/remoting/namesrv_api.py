@@ -9,7 +9,6 @@ list), uncompressed, with its 31-bit CRC. ``unregister_broker`` builds ``UNREGIS
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -21,6 +20,7 @@ from rmq_spark.broker.config_files.rocketmq_config import (
     encode_topics,
 )
 from rmq_spark.broker.remoting.codec import RemotingCommand
+from rmq_spark.store.crc import crc32
 
 __all__ = [
     "BrokerIdentity",
@@ -88,7 +88,7 @@ def register_broker(
     body = f'{{"filterServerList":{announced},"topicConfigSerializeWrapper":{wrapper}}}'.encode()
     header = {
         **identity.header(),
-        "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF),
+        "bodyCrc32": str(crc32(body) & 0x7FFFFFFF),
         "compressed": "false",
         "enableActingMaster": "false",
         "haServerAddr": identity.ha_addr,
