@@ -7,33 +7,51 @@ bench/bench_reput.py). The version checksum Delta writes after every commit
 (``<version>.crc``) already lists the SetTransactions, so this module reads the version from
 there, falls back to the state reconstruction when the checksum is missing, and commits data
 files already written (``delta_files.py``) together with the ``SetTransaction`` in one Delta
-transaction, as the writer option does: the app id is registered as read, so a concurrent
-commit of the same app fails ours with Delta's ``ConcurrentTransactionException``. Owns
-nothing else: tables are ``tables.py``, files ``delta_files.py``.
+transaction, as the writer option does. Each attempt reads the app's version on the latest
+snapshot and Delta's version files are exclusive (one writer creates ``N.json``), so a concurrent
+commit of the same app and version leaves ours out (the app id is also registered as read: were
+Delta to retry internally, its conflict check would fail ours). Owns nothing else: tables are
+``tables.py``, files ``delta_files.py``.
 
 Why not a public API: the writer option above costs the state rebuild; delta-rs (a
 dependency, whose ``create_write_transaction`` commits files with an app transaction) refuses
 the tables' writer features (``Unsupported table features required: [ClusteredTable,
 DomainMetadata]``: they are liquid-clustered by topic and store time, which the look-ups need).
 What a Delta upgrade could change here without a compile error, that a concurrent commit of
-the same app fails ours, is held by ``tests/reput/test_reput_files.py``.
+the same app and version leaves ours out, is held by ``tests/reput/test_reput_files.py``.
+
+**Beside another writer** (the reput's OPTIMIZE, on a ``DeltaLog`` of its own): its commit
+lands as ``N.json`` and its checksum ``N.crc`` a few hundred ms later. A commit of ours that
+reads version N in between, or that Delta retries at N+1 because N was taken under it, finds
+no checksum to derive its own from, and Delta then rebuilds the table state (Spark jobs, run
+beside OPTIMIZE's: 6-13 s at 2,000 msgs/s) to learn the SetTransactions and write N+1's
+checksum. So a commit here waits for the checksums of versions other writers committed before
+Delta loads them (up to ``CHECKSUM_WAIT_S``), makes one attempt (a session of its
+own with Delta's ``maxCommitAttempts`` at 0), and when another writer took the version starts
+again on the new snapshot, up to ``COMMIT_ATTEMPTS`` times.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import logging
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JJavaError
 
-from rmq_spark.errors import SchemaMismatchError
+from rmq_spark.errors import SchemaMismatchError, TableError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = [
     "ALL_FILES_IN_CRC",
+    "CHECKSUM_WAIT_S",
+    "COMMIT_ATTEMPTS",
     "commit_files_once",
     "committed_file_count",
     "committed_txn_version",
@@ -48,6 +66,19 @@ back under) rebuilds it from the table state: Spark jobs, run while the commit h
 table's lock, which every other commit to that table waits for (the reput's put -> visible
 p99: 2.4-5.2 s stalls next to OPTIMIZE, bench/peers/visible.py). Nothing here reads that
 list; the counts, SetTransactions and domain metadata stay in the checksum."""
+
+
+COMMIT_ATTEMPTS = 20
+"""Attempts of one commit, each on the snapshot another writer's commit left (module doc)."""
+
+CHECKSUM_WAIT_S = 2.0
+"""How long a commit waits for the checksum of a version whose previous one has its own."""
+
+_CHECKSUM_POLL_S = 0.02
+_MAX_COMMIT_ATTEMPTS = "spark.databricks.delta.maxCommitAttempts"
+_VERSION_TAKEN = "DELTA_MAX_COMMIT_RETRIES_EXCEEDED"  # our one attempt found the version taken
+
+log = logging.getLogger("rmq_spark.reput")
 
 
 def keep_file_lists_out_of_checksums(spark: SparkSession) -> None:
@@ -74,7 +105,8 @@ class _DeltaClasses:
 
         delta = "org.apache.spark.sql.delta"
         self.jvm = jvm
-        self.for_table = java_class(f"{delta}.DeltaLog").forTable
+        self.delta_logs = java_class(f"{delta}.DeltaLog")
+        self.for_table = self.delta_logs.forTable
         self.action_from_json = java_class(f"{delta}.actions.Action").fromJson
         self.set_transaction = java_class(f"{delta}.actions.SetTransaction")
         self.write_operation = java_class(f"{delta}.DeltaOperations$Write")
@@ -83,9 +115,12 @@ class _DeltaClasses:
         self.some = java_class("scala.Some")
         self.array_list = java_class("java.util.ArrayList")
         self.as_scala = java_class("scala.jdk.javaapi.CollectionConverters").asScala
+        self.sessions = java_class("org.apache.spark.sql.SparkSession")
+        self.hadoop_path = java_class("org.apache.hadoop.fs.Path")
 
 
 _resolved: list[_DeltaClasses] = []  # the one JVM's (a PySpark process has one gateway)
+_one_attempt: list[tuple[Any, Any]] = []  # (a session, its clone whose commits try once)
 
 
 def _classes(spark: SparkSession) -> _DeltaClasses:
@@ -97,6 +132,60 @@ def _classes(spark: SparkSession) -> _DeltaClasses:
 
 def _delta_log(spark: SparkSession, path: str) -> Any:
     return _classes(spark).for_table(spark._jsparkSession, path)  # type: ignore[attr-defined]
+
+
+def _one_attempt_session(spark: SparkSession) -> Any:
+    """A clone of ``spark``'s JVM session (its settings as they are now) in which a Delta
+    commit makes one attempt; made once per session."""
+    session = spark._jsparkSession  # type: ignore[attr-defined]
+    if not _one_attempt or _one_attempt[0][0] is not session:
+        clone = session.cloneSession()
+        clone.conf().set(_MAX_COMMIT_ATTEMPTS, "0")
+        _one_attempt[:] = [(session, clone)]
+    return _one_attempt[0][1]
+
+
+@contextmanager
+def _active(classes: _DeltaClasses, session: Any) -> Iterator[None]:
+    """``session`` as this thread's active JVM session (Delta's transactions take theirs from
+    it; PySpark pins each Python thread to a JVM thread of its own), then the one before."""
+    before = classes.sessions.getActiveSession()
+    classes.sessions.setActiveSession(session)
+    try:
+        yield
+    finally:
+        if before.isDefined():
+            classes.sessions.setActiveSession(before.get())
+        else:
+            classes.sessions.clearActiveSession()
+
+
+def _await_checksums(classes: _DeltaClasses, delta_log: Any, path: str) -> None:
+    """Wait for the checksum of each version another writer committed after ``delta_log``'s
+    snapshot (up to ``CHECKSUM_WAIT_S`` in all) before Delta loads it: a version loaded before
+    its checksum is written is replayed from the log (a Spark job) and keeps no checksum for
+    the commit after it (module doc). A table whose versions have no checksums is not waited
+    for."""
+    snapshot = delta_log.unsafeVolatileSnapshot()
+    version = snapshot.version()
+    if version < 0 or not snapshot.checksumOpt().isDefined():
+        return
+    log_path = delta_log.logPath()
+    files = log_path.getFileSystem(delta_log.newDeltaHadoopConf())
+    deadline = time.monotonic() + CHECKSUM_WAIT_S
+    while files.exists(classes.hadoop_path(log_path, f"{version + 1:020d}.json")):
+        if files.exists(classes.hadoop_path(log_path, f"{version + 1:020d}.crc")):
+            version += 1
+        elif time.monotonic() < deadline:
+            time.sleep(_CHECKSUM_POLL_S)
+        else:
+            log.warning(
+                "delta: %s has no checksum for version %d after %.1f s; committing without",
+                path,
+                version + 1,
+                CHECKSUM_WAIT_S,
+            )
+            return
 
 
 def _txn_version(txn: Any, app_id: str) -> int:
@@ -159,30 +248,24 @@ def commit_files_once(
 
     Returns the number of rows committed (from the files' statistics), or ``None`` when the
     table already holds ``version`` (or a later one) of ``app_id``; the files are then left
-    uncommitted, as Delta leaves a failed writer's files, for VACUUM. The commit carries
-    ``SetTransaction(app_id, version)`` and ``metadata`` as its userMetadata; with no file it
-    still records the version (the batch held no row for this table).
+    uncommitted, as Delta leaves a failed writer's files, for VACUUM (also when another writer
+    of ``app_id`` commits ``version`` while this one tries: only one adds its files). The
+    commit carries ``SetTransaction(app_id, version)`` and ``metadata`` as its userMetadata;
+    with no file it still records the version (the batch held no row for this table).
 
     Raises
     ------
     SchemaMismatchError
         The table's columns are not ``schema_json``'s (a Spark ``StructType`` as JSON), those
         the files were written with.
+    TableError
+        Other writers took the version ``COMMIT_ATTEMPTS`` times in a row.
     py4j.protocol.Py4JJavaError
-        Delta refused the commit (e.g. a concurrent commit of ``app_id``).
+        Delta refused the commit.
     """
     classes = _classes(spark)
-    txn = _delta_log(spark, path).startTransaction()
-    if _txn_version(txn, app_id) >= version:
-        return None
-    txn.readTxn().addOne(app_id)  # what txnVersion() does: concurrent commits of app_id conflict
-    table_schema = txn.metadata().schemaString()
-    if _strip_nullability(json.loads(table_schema)) != _strip_nullability(json.loads(schema_json)):
-        raise SchemaMismatchError(
-            f"the files written for {path} do not match its schema {table_schema}"
-        )
-    actions = [classes.action_from_json(json.dumps({"add": dict(add)})) for add in adds]
     none = classes.none
+    actions = [classes.action_from_json(json.dumps({"add": dict(add)})) for add in adds]
     actions.append(classes.set_transaction(app_id, version, none))
     operation = classes.write_operation(
         classes.append,
@@ -195,5 +278,32 @@ def commit_files_once(
         none,
         none,
     )
-    txn.commit(_scala_seq(classes, actions), operation)
-    return sum(int(json.loads(add["stats"])["numRecords"]) for add in adds)
+    delta_log = _delta_log(spark, path)
+    with _active(classes, _one_attempt_session(spark)):
+        for _attempt in range(COMMIT_ATTEMPTS):
+            _await_checksums(classes, delta_log, path)
+            txn = delta_log.startTransaction()
+            if _txn_version(txn, app_id) >= version:
+                return None
+            if _committed(txn, _scala_seq(classes, actions), operation, path, app_id, schema_json):
+                return sum(int(json.loads(add["stats"])["numRecords"]) for add in adds)
+            log.debug("delta: %s: version taken by another writer; committing again", path)
+    raise TableError(f"{path}: {COMMIT_ATTEMPTS} commit attempts found the version taken")
+
+
+def _committed(txn: Any, actions: Any, operation: Any, path: str, app_id: str, schema: str) -> bool:
+    """Commit ``actions`` in ``txn`` (one attempt); False when another writer took the
+    version first."""
+    txn.readTxn().addOne(app_id)  # what txnVersion() does: concurrent commits of app_id conflict
+    table_schema = txn.metadata().schemaString()
+    if _strip_nullability(json.loads(table_schema)) != _strip_nullability(json.loads(schema)):
+        raise SchemaMismatchError(
+            f"the files written for {path} do not match its schema {table_schema}"
+        )
+    try:
+        txn.commit(actions, operation)
+    except Py4JJavaError as err:
+        if _VERSION_TAKEN in str(err.java_exception):
+            return False
+        raise
+    return True

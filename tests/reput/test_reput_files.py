@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -149,12 +150,13 @@ def test_file_schemas_are_the_tables_schemas(spark, tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
-def test_a_concurrent_commit_of_the_same_app_fails_ours(
+def test_a_concurrent_commit_of_the_same_app_and_version_leaves_ours_out(
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What exactly-once rests on, and what a Delta upgrade could change under Delta's
     internal transaction API without a compile error: another writer of the same app id that
-    commits between our version check and our commit makes our commit fail, not add twice."""
+    commits the same version between our version check and our commit takes the version;
+    ours then finds it committed and adds nothing (no row twice)."""
     from rmq_spark.spark import delta_append
 
     ensure_tables(spark, tmp_path)
@@ -167,16 +169,109 @@ def test_a_concurrent_commit_of_the_same_app_fails_ours(
         version = checked(txn, app_id)
         if not raced:  # the other writer, between our check and our commit
             raced.append(1)
-            assert commit_files_once(spark, path, [], version=5, **commit) == 0
+            assert commit_files_once(spark, path, [], version=6, **commit) == 0
         return version
 
     monkeypatch.setattr(delta_append, "_txn_version", racing)
     adds = [_file(Path(path), _queue_rows(0, 10))]
-    # Py4JJavaError, or Delta's own class once anything has imported delta.tables.
-    with pytest.raises(Exception, match="ConcurrentTransactionException"):
-        commit_files_once(spark, path, adds, version=6, **commit)
+    assert commit_files_once(spark, path, adds, version=6, **commit) is None
     assert spark.read.format("delta").load(path).count() == 0
-    assert delta_append.committed_txn_version(spark, path, "reput") == 5
+    assert delta_append.committed_txn_version(spark, path, "reput") == 6
+
+
+def _two_small_files(spark, tables: Path) -> tuple[str, dict]:  # noqa: ANN001
+    ensure_tables(spark, tables)
+    path = str(table_path(tables, CONSUME_QUEUE))
+    commit = {"schema_json": file_schema_json(CONSUME_QUEUE), "app_id": "reput", "metadata": {}}
+    for version, first in ((1, 0), (2, 10)):
+        adds = [_file(Path(path), _queue_rows(first, 10))]
+        assert commit_files_once(spark, path, adds, version=version, **commit) == 10
+    return path, commit
+
+
+def _optimize_with_a_late_checksum(spark, path: str) -> threading.Thread:  # noqa: ANN001
+    """OPTIMIZE on a DeltaLog of its own (as the reput's maintenance runs it), its version's
+    checksum then held back for 0.3 s: the moment between another writer's commit and its
+    checksum. Returns the thread that puts the checksum back."""
+    from delta.tables import DeltaTable
+
+    from rmq_spark.spark.tables import _OWN_DELTA_LOG
+
+    DeltaTable.forPath(spark, path, _OWN_DELTA_LOG).optimize().executeCompaction()
+    log_dir = Path(path) / "_delta_log"
+    newest = max(log_dir.glob("*.json"))
+    assert '"operation":"OPTIMIZE"' in newest.read_text()
+    crc = newest.with_suffix(".crc")
+    held = crc.read_bytes()
+    crc.unlink()
+    restore = threading.Timer(0.3, crc.write_bytes, args=(held,))
+    restore.start()
+    return restore
+
+
+def _jobs_of(spark, group: str, call):  # noqa: ANN001, ANN202
+    """``call()``'s result and how many Spark jobs it ran (in this thread)."""
+    context = spark.sparkContext
+    context.setJobGroup(group, group)
+    try:
+        result = call()
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    return result, len(context.statusTracker().getJobIdsForGroup(group))
+
+
+@pytest.mark.spark
+def test_a_commit_after_another_writers_commit_waits_for_its_checksum_not_a_state_rebuild(
+    spark, tmp_path: Path
+) -> None:
+    """Our snapshot is OPTIMIZE's version before its checksum is written: the commit waits for
+    the checksum (a moment) instead of rebuilding the table state (Spark jobs, seconds beside
+    OPTIMIZE's own)."""
+    path, commit = _two_small_files(spark, tmp_path)
+    restore = _optimize_with_a_late_checksum(spark, path)
+    adds = [_file(Path(path), _queue_rows(20, 10))]
+    written, jobs = _jobs_of(
+        spark, "commit-after", lambda: commit_files_once(spark, path, adds, version=3, **commit)
+    )
+    restore.join()
+    assert written == 10
+    assert jobs == 0
+    assert spark.read.format("delta").load(path).count() == 30
+
+
+@pytest.mark.spark
+def test_a_commit_whose_version_another_writer_took_starts_again_without_a_state_rebuild(
+    spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OPTIMIZE commits between our version check and our commit, its checksum still to
+    come: ours starts again on OPTIMIZE's version once its checksum is there, rather than
+    Delta deriving our checksum from a missing one (a state rebuild)."""
+    from rmq_spark.spark import delta_append
+
+    path, commit = _two_small_files(spark, tmp_path)
+    checked = delta_append._txn_version
+    restores: list[threading.Thread] = []
+
+    def racing(txn: object, app_id: str) -> int:
+        version = checked(txn, app_id)
+        if not restores:  # OPTIMIZE, from a thread of its own (its jobs are not ours)
+            other = threading.Thread(
+                target=lambda: restores.append(_optimize_with_a_late_checksum(spark, path))
+            )
+            other.start()
+            other.join()
+        return version
+
+    monkeypatch.setattr(delta_append, "_txn_version", racing)
+    adds = [_file(Path(path), _queue_rows(20, 10))]
+    written, jobs = _jobs_of(
+        spark, "commit-raced", lambda: commit_files_once(spark, path, adds, version=3, **commit)
+    )
+    restores[0].join()
+    assert written == 10
+    assert jobs == 0
+    assert spark.read.format("delta").load(path).count() == 30
+    assert delta_append.committed_txn_version(spark, path, "reput") == 3
 
 
 def _encodings(path: Path) -> dict[str, set[str]]:
