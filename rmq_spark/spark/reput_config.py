@@ -29,6 +29,7 @@ class ReputConfig:
     available_now: bool = False  # process what the log holds now, then stop
     max_bytes_per_trigger: int = 512 * _MIB  # log bytes per micro-batch at most; 0: unlimited
     optimize_interval_batches: int = 1200  # OPTIMIZE (compact + cluster) every N batches; 0: never
+    optimize_niceness: int = 19  # OPTIMIZE runs in a process at this niceness (0-19; 19: lowest)
     checkpoint_interval_batches: int = 200  # Delta checkpoint of the tables every N batches
     small_batch_bytes: int = 4 * _MIB  # a batch with fewer log bytes is written by the driver
     txn_app_id: str = "rmq-reput"  # Delta txnAppId of the idempotent writes
@@ -47,6 +48,8 @@ class ReputConfig:
             raise ValueError(
                 f"checkpoint_interval_batches: must be > 0, got {self.checkpoint_interval_batches}"
             )
+        if not 0 <= self.optimize_niceness <= 19:
+            raise ValueError(f"optimize_niceness: must be 0-19, got {self.optimize_niceness}")
         for name in (
             "max_bytes_per_trigger",
             "optimize_interval_batches",

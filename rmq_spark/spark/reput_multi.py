@@ -74,6 +74,7 @@ class MultiStoreReputWriter:
             spark,
             config.tables_dir,
             optimize_interval=config.optimize_interval_batches,
+            optimize_niceness=config.optimize_niceness,
             checkpoint_interval=config.checkpoint_interval_batches,
         )
         self.writers = {

@@ -143,6 +143,7 @@ class ReputBatchWriter:
             spark,
             config.tables_dir,
             optimize_interval=config.optimize_interval_batches,
+            optimize_niceness=config.optimize_niceness,
             checkpoint_interval=config.checkpoint_interval_batches,
             clock=self.clock,
         )
@@ -208,10 +209,10 @@ class ReputBatchWriter:
         return round(self.clock.monotonic_ms() - self._timeline.get("started", 0.0))
 
     def _note_beside(self) -> None:
-        chore = self.maintenance.chore
         beside = self._timeline.setdefault("beside", [])
-        if chore and chore not in beside:
-            beside.append(chore)
+        for chore in self.maintenance.chores:
+            if chore not in beside:
+                beside.append(chore)
 
     def write_range(self, start: int, version: int, batch_id: int) -> dict[str, int]:
         """Write and commit ``[start, version)`` to every table that lacks it; rows per table."""

@@ -8,7 +8,12 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import re
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +27,7 @@ from reput_rows import (
 )
 
 from rmq_spark.errors import TableError
+from rmq_spark.spark.optimize_process import optimize_in_own_process
 from rmq_spark.spark.reput import ReputBatchWriter
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.spark.reput_timeline import parse_timeline
@@ -310,3 +316,144 @@ def test_a_checkpoint_that_cannot_be_written_is_a_table_error_naming_the_table(
     (path / "_delta_log" / "._last_checkpoint.crc").mkdir()  # cannot be removed as a file
     with pytest.raises(TableError, match=f"{MESSAGES}: checkpoint of .* failed"):
         checkpoint_tables(tmp_path)
+
+
+def _children(pid: int) -> list[int]:
+    tasks = Path(f"/proc/{pid}/task")
+    found: list[int] = []
+    for task in tasks.iterdir() if tasks.exists() else ():
+        children = task / "children"
+        if children.exists():
+            found += [int(child) for child in children.read_text().split()]
+    return found
+
+
+def _niceness(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[16])
+
+
+def _optimize_processes(parent: int, deadline_s: float) -> list[int]:
+    """The OPTIMIZE process the parent started and its descendants, once its JVM has started
+    (within ``deadline_s``; [] if none showed)."""
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for child in _children(parent):
+            try:
+                command = Path(f"/proc/{child}/cmdline").read_bytes()
+            except FileNotFoundError:
+                continue
+            if b"rmq_spark.spark.optimize_process" in command and _descendants(child):
+                return [child, *_descendants(child)]
+        time.sleep(0.02)
+    return []
+
+
+def _descendants(pid: int) -> list[int]:
+    found = _children(pid)
+    return found + [grandchild for child in found for grandchild in _descendants(child)]
+
+
+def test_maintenance_runs_optimize_in_a_process_of_its_own_at_its_niceness(
+    spark, tmp_path: Path
+) -> None:
+    """OPTIMIZE in the job's JVM took a core, its heap and its collector from the stream's
+    commits (4-5x slower beside it, BENCHMARKS.md); in a child niced before its JVM starts,
+    every thread of it yields the CPU to the stream."""
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    chunks = put_batches(
+        store, [[PutRequest("TopicTest", b"x", keys=(f"k{i}",))] for i in range(2)]
+    )
+    config = ReputConfig(
+        tables_dir=tables,
+        optimize_interval_batches=2,
+        optimize_niceness=7,
+        checkpoint_interval_batches=1000,
+    )
+    writer = ReputBatchWriter(spark, store, config, LEVELS_MS)
+    writer(_batch(spark, store, chunks[0]), 0)
+    writer(_batch(spark, store, chunks[1]), 1)  # OPTIMIZE's turn
+    processes = _optimize_processes(os.getpid(), deadline_s=60)
+    assert processes, "no OPTIMIZE process with a JVM was started"
+    niceness = {pid: _niceness(pid) for pid in processes}
+    writer.maintenance.wait()
+
+    assert set(niceness.values()) == {7}, niceness  # its JVM's too
+    assert writer.maintenance.runs == 1 and writer.maintenance.failures == 0
+    path = table_path(tables, MESSAGES)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
+    assert "OPTIMIZE" in {row.operation for row in history}
+    _assert_tables_hold_exactly(spark, tables, [row for chunk in chunks for row in chunk])
+
+
+def test_optimize_in_its_own_process_reports_a_failure_as_one_table_error_line(
+    tmp_path: Path,
+) -> None:
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    path = table_path(tmp_path, MESSAGES)
+    write_deltalake(str(path), pa.table({"x": [1]}))
+    (path / "_delta_log" / f"{1:020d}.json").write_text("not a Delta log entry\n")
+    with pytest.raises(TableError) as raised:
+        optimize_in_own_process(tmp_path, niceness=0)
+    message = str(raised.value)
+    assert re.match(
+        f"OPTIMIZE in its own process failed: {MESSAGES}: OPTIMIZE of .* failed", message
+    )
+    assert "\n" not in message
+
+
+def test_the_optimize_process_and_its_jvm_end_with_the_job(tmp_path: Path) -> None:
+    """A job killed with -9 mid-OPTIMIZE leaves no process of it behind."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    write_deltalake(str(table_path(tmp_path, MESSAGES)), pa.table({"x": [1]}))
+    job = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from rmq_spark.spark.optimize_process import optimize_in_own_process;"
+            "optimize_in_own_process(sys.argv[1], niceness=0)",
+            str(tmp_path),
+        ]
+    )
+    try:
+        left = _optimize_processes(job.pid, deadline_s=60)
+        assert left, "no OPTIMIZE process with a JVM was started"
+    finally:
+        job.kill()
+        job.wait()
+    deadline = time.monotonic() + 60
+    while any(Path(f"/proc/{pid}").exists() for pid in left) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    running = [pid for pid in left if _alive(pid)]
+    assert running == [], f"still running after the job was killed: {running}"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_a_checkpoint_due_while_optimize_runs_is_written_not_skipped(spark, tmp_path: Path) -> None:
+    """OPTIMIZE at the lowest priority runs for minutes beside a busy stream; when it held the
+    only maintenance thread, every checkpoint due meanwhile was skipped and each commit
+    listed and replayed every log entry since the last one (seconds a batch, BENCHMARKS.md)."""
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    chunks = put_batches(store, [[PutRequest("TopicTest", b"x")] for _ in range(2)])
+    config = ReputConfig(
+        tables_dir=tables, optimize_interval_batches=1, checkpoint_interval_batches=2
+    )
+    writer = ReputBatchWriter(spark, store, config, LEVELS_MS)
+    writer(_batch(spark, store, chunks[0]), 0)  # starts OPTIMIZE: seconds, a JVM to start
+    assert writer.maintenance.chores == ["OPTIMIZE"]
+    writer(_batch(spark, store, chunks[1]), 1)  # a checkpoint is due
+    writer.maintenance.wait()
+
+    names = (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE)
+    assert all((table_path(tables, n) / "_delta_log/_last_checkpoint").exists() for n in names)
+    assert writer.maintenance.runs == 2 and writer.maintenance.failures == 0

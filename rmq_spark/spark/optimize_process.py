@@ -1,0 +1,150 @@
+"""OPTIMIZE of the reput tables in a process of its own, at a low CPU priority.
+
+OPTIMIZE rewrites every small file of a table: tens of seconds to minutes of CPU. Run in the
+reput job's own JVM, even in a thread of its own, it took one of two cores from the stream and
+shared its heap and collector, and the stream's commits took 4-5x their usual time
+(BENCHMARKS.md, "Beside OPTIMIZE"). Here it runs in a child Python process with a local Spark
+session of its own, niced before its JVM starts (the JVM and all its threads inherit the
+niceness), so the stream's threads win every contended core. The stream's commits already
+cope with another writer on the same tables (``delta_append.py``), and OPTIMIZE changes no
+data, so nothing is shared but the files.
+
+The child exits when its parent does, so a killed job leaves no orphan JVM behind. It reports
+its result as one JSON line on stdout; its own output goes to the parent's log at DEBUG.
+
+Does not own what OPTIMIZE does (``tables.optimize_tables``) nor when it runs
+(``reput_maintenance.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rmq_spark.errors import EnvironmentCheckError, TableError
+
+__all__ = ["LOWEST_PRIORITY", "main", "optimize_in_own_process"]
+
+log = logging.getLogger("rmq_spark.reput")
+
+LOWEST_PRIORITY = 19  # the highest niceness: the scheduler's weight 15 against a stream's 1024
+PARENT_POLL_S = 1.0
+# A child of a pyspark driver must start a JVM of its own: with these set, pyspark would
+# connect to the parent's gateway instead, and the submit arguments may name a cluster.
+_PARENT_SPARK_ENV = ("PYSPARK_GATEWAY_PORT", "PYSPARK_GATEWAY_SECRET", "PYSPARK_SUBMIT_ARGS")
+
+
+def optimize_in_own_process(
+    tables_dir: str | Path, *, niceness: int = LOWEST_PRIORITY, jars: str = ""
+) -> dict[str, int]:
+    """OPTIMIZE each table under ``tables_dir`` in a child process at ``niceness`` (0-19);
+    returns the files removed per table. ``jars``: the parent session's ``spark.jars``, so
+    the child finds Delta where the parent did.
+
+    Raises
+    ------
+    TableError
+        OPTIMIZE failed or the child could not run; one line, naming the table when known.
+    """
+    command = [sys.executable, "-m", __name__, str(tables_dir), "--niceness", str(niceness)]
+    command += ["--parent-pid", str(os.getpid())]
+    if jars:
+        command += ["--jars", jars]
+    started = time.monotonic()
+    done = subprocess.run(command, env=_child_env(), capture_output=True, text=True, check=False)
+    log.debug("reput: OPTIMIZE process output:\n%s", done.stderr)
+    result = _result(done.stdout)
+    if "error" in result or done.returncode != 0:
+        reason = result.get("error") or _last_line(done.stderr) or f"exit {done.returncode}"
+        raise TableError(f"OPTIMIZE in its own process failed: {reason}")
+    log.debug("reput: OPTIMIZE process took %.1f s", time.monotonic() - started)
+    return {name: int(count) for name, count in result["removed"].items()}
+
+
+def _child_env() -> dict[str, str]:
+    env = {key: value for key, value in os.environ.items() if key not in _PARENT_SPARK_ENV}
+    package_root = str(Path(__file__).resolve().parents[2])  # so `-m` finds this package
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [package_root, env.get("PYTHONPATH")]))
+    return env
+
+
+def _result(stdout: str) -> dict:
+    line = _last_line(stdout)
+    try:
+        result = json.loads(line) if line else {}
+    except json.JSONDecodeError:
+        return {"error": f"unreadable result {line[:200]!r}"}
+    return result if isinstance(result, dict) else {"error": f"unreadable result {line[:200]!r}"}
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.splitlines() if line.strip()]
+    return lines[-1].strip() if lines else ""
+
+
+def _one_line(message: str, max_chars: int = 500) -> str:
+    """A py4j error's call and its Java exception's first line, without the stack trace."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    text = " ".join([line for line in lines if not line.startswith("at ")][:2])
+    return text[:max_chars]
+
+
+def _exit_with(parent_pid: int) -> None:
+    """End this process (and so its JVM, which exits when its stdin closes) once the parent
+    is gone: a job killed mid-OPTIMIZE leaves nothing running."""
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(PARENT_POLL_S)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
+def _optimize(tables_dir: str, jars: str) -> dict[str, int]:
+    from rmq_spark.spark.config import SparkConfig
+    from rmq_spark.spark.session import build_session
+    from rmq_spark.spark.tables import optimize_tables
+
+    config = SparkConfig(
+        master="local[2]", app_name="rmq-spark-optimize", catalog="in-memory", log_level="ERROR"
+    )
+    spark = build_session(config, extra_conf={"spark.jars": jars} if jars else None)
+    try:
+        return optimize_tables(spark, tables_dir)
+    finally:
+        spark.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__name__}",
+        description="OPTIMIZE the reput tables under TABLES_DIR (run by the reput job).",
+    )
+    parser.add_argument("tables_dir")
+    parser.add_argument("--niceness", type=int, default=LOWEST_PRIORITY)
+    parser.add_argument("--parent-pid", type=int, default=0, help="exit when it is gone")
+    parser.add_argument("--jars", default="", help="the parent session's spark.jars")
+    args = parser.parse_args(argv)
+    # Before the JVM starts: it and all its threads inherit the niceness.
+    current = os.getpriority(os.PRIO_PROCESS, 0)
+    os.setpriority(os.PRIO_PROCESS, 0, max(current, min(args.niceness, LOWEST_PRIORITY)))
+    if args.parent_pid:
+        _exit_with(args.parent_pid)
+    try:
+        result: dict = {"removed": _optimize(args.tables_dir, args.jars)}
+    except (TableError, EnvironmentCheckError) as err:
+        result = {"error": _one_line(str(err)) or type(err).__name__}
+    print(json.dumps(result), flush=True)
+    return 0 if "removed" in result else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
