@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -160,12 +160,14 @@ def _active(classes: _DeltaClasses, session: Any) -> Iterator[None]:
             classes.sessions.clearActiveSession()
 
 
-def _await_checksums(classes: _DeltaClasses, delta_log: Any, path: str) -> None:
+def _await_checksums(
+    classes: _DeltaClasses, delta_log: Any, path: str, on_wait: Callable[[], None] | None
+) -> None:
     """Wait for the checksum of each version another writer committed after ``delta_log``'s
     snapshot (up to ``CHECKSUM_WAIT_S`` in all) before Delta loads it: a version loaded before
     its checksum is written is replayed from the log (a Spark job) and keeps no checksum for
     the commit after it (module doc). A table whose versions have no checksums is not waited
-    for."""
+    for. ``on_wait`` is called before waiting (the other writer may be paused)."""
     snapshot = delta_log.unsafeVolatileSnapshot()
     version = snapshot.version()
     if version < 0 or not snapshot.checksumOpt().isDefined():
@@ -177,6 +179,8 @@ def _await_checksums(classes: _DeltaClasses, delta_log: Any, path: str) -> None:
         if files.exists(classes.hadoop_path(log_path, f"{version + 1:020d}.crc")):
             version += 1
         elif time.monotonic() < deadline:
+            if on_wait is not None:
+                on_wait()
             time.sleep(_CHECKSUM_POLL_S)
         else:
             log.warning(
@@ -242,6 +246,7 @@ def commit_files_once(
     app_id: str,
     version: int,
     metadata: Mapping[str, object],
+    on_checksum_wait: Callable[[], None] | None = None,
 ) -> int | None:
     """Commit data files already written into the Delta table at ``path`` (their ``add``
     actions, ``delta_files.DataFileWriter``) unless ``app_id`` has ``version`` there.
@@ -252,6 +257,7 @@ def commit_files_once(
     of ``app_id`` commits ``version`` while this one tries: only one adds its files). The
     commit carries ``SetTransaction(app_id, version)`` and ``metadata`` as its userMetadata;
     with no file it still records the version (the batch held no row for this table).
+    ``on_checksum_wait`` is called when the commit waits for another writer's checksum.
 
     Raises
     ------
@@ -281,7 +287,7 @@ def commit_files_once(
     delta_log = _delta_log(spark, path)
     with _active(classes, _one_attempt_session(spark)):
         for _attempt in range(COMMIT_ATTEMPTS):
-            _await_checksums(classes, delta_log, path)
+            _await_checksums(classes, delta_log, path, on_checksum_wait)
             txn = delta_log.startTransaction()
             if _txn_version(txn, app_id) >= version:
                 return None

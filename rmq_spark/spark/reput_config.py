@@ -29,7 +29,7 @@ class ReputConfig:
     available_now: bool = False  # process what the log holds now, then stop
     max_bytes_per_trigger: int = 512 * _MIB  # log bytes per micro-batch at most; 0: unlimited
     optimize_interval_batches: int = 1200  # OPTIMIZE (compact + cluster) every N batches; 0: never
-    optimize_niceness: int = 19  # OPTIMIZE runs in a process at this niceness (0-19; 19: lowest)
+    optimize_niceness: int = 19  # OPTIMIZE's process niceness, 0-19 (19: also the idle class)
     checkpoint_interval_batches: int = 200  # Delta checkpoint of the tables every N batches
     small_batch_bytes: int = 4 * _MIB  # a batch with fewer log bytes is written by the driver
     txn_app_id: str = "rmq-reput"  # Delta txnAppId of the idempotent writes

@@ -20,13 +20,18 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import TableError
-from rmq_spark.spark.optimize_process import LOWEST_PRIORITY, optimize_in_own_process
+from rmq_spark.spark.optimize_process import (
+    LOWEST_PRIORITY,
+    PauseSwitch,
+    optimize_in_own_process,
+)
 from rmq_spark.spark.reput_timeline import log_timeline
 from rmq_spark.spark.tables import checkpoint_tables
 
@@ -81,6 +86,60 @@ class _Lane:
             self._thread.join(timeout_s)
 
 
+class _OptimizeWindows:
+    """When OPTIMIZE's process may run: not from just before each trigger of the stream until
+    its batch is written (Spark starts a trigger at each multiple of the interval since the
+    epoch), so that neither the batch's planning nor its work shares the CPU with it. With no
+    batch for a whole interval (an idle stream, which runs no batch), it runs again."""
+
+    MARGIN_MS = 20  # paused this long before the trigger is due
+
+    def __init__(self, switch: PauseSwitch, trigger_interval_ms: int) -> None:
+        self.switch = switch
+        self.interval_ms = trigger_interval_ms  # 0: back-to-back batches (no windows)
+        self._lock = threading.Lock()
+        self._in_batch = False
+        self._turn = 0  # a timer set before the latest batch start or end does nothing
+        self._timer: threading.Timer | None = None
+
+    def batch_started(self) -> None:
+        with self._lock:
+            self._in_batch = True
+            self._turn += 1
+            self.switch.pause()
+
+    def batch_ended(self, optimizing: bool) -> None:
+        with self._lock:
+            self._in_batch = False
+            self._turn += 1
+            self.switch.resume()
+            if optimizing and self.interval_ms:
+                now_ms = time.time() * 1000
+                due_ms = (now_ms // self.interval_ms + 1) * self.interval_ms
+                self._later((due_ms - self.MARGIN_MS - now_ms) / 1000, self._trigger_due)
+
+    def _later(self, delay_s: float, action: Callable[[int], None]) -> None:
+        self._timer = threading.Timer(max(delay_s, 0.0), action, args=(self._turn,))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _trigger_due(self, turn: int) -> None:
+        with self._lock:
+            if turn == self._turn and not self._in_batch:
+                self.switch.pause()
+                self._later((self.interval_ms + self.MARGIN_MS) / 1000, self._no_batch)
+
+    def _no_batch(self, turn: int) -> None:
+        with self._lock:
+            if turn == self._turn and not self._in_batch:
+                self.switch.resume()
+
+    def stop(self) -> None:
+        with self._lock:
+            self._turn += 1
+            self.switch.resume()
+
+
 class TableMaintenance:
     """After every ``checkpoint_interval`` committed batches a Delta checkpoint of the tables
     under ``tables_dir``, after every ``optimize_interval`` (0: never) an OPTIMIZE, each in a
@@ -95,6 +154,7 @@ class TableMaintenance:
         optimize_interval: int,
         checkpoint_interval: int,
         optimize_niceness: int = LOWEST_PRIORITY,
+        trigger_interval_ms: int = 0,
         clock: Clock | None = None,
     ) -> None:
         self.spark = spark
@@ -110,6 +170,8 @@ class TableMaintenance:
         self._checkpoint_lane = _Lane("checkpoint", self._checkpoint, clock)
         self._optimize_lane = _Lane("OPTIMIZE", self._optimize, clock)
         self._lanes = (self._checkpoint_lane, self._optimize_lane)
+        self._optimize_switch = PauseSwitch()
+        self._windows = _OptimizeWindows(self._optimize_switch, trigger_interval_ms)
 
     @property
     def running(self) -> bool:
@@ -143,11 +205,29 @@ class TableMaintenance:
     def _optimize(self) -> None:
         jars = self.spark.conf.get("spark.jars", "") or ""
         removed = optimize_in_own_process(
-            self.tables_dir, niceness=self.optimize_niceness, jars=jars
+            self.tables_dir,
+            niceness=self.optimize_niceness,
+            jars=jars,
+            switch=self._optimize_switch,
         )
         log.info("reput: OPTIMIZE removed %s small files", json.dumps(removed))
 
+    @contextmanager
+    def quiet(self) -> Iterator[None]:
+        """OPTIMIZE's process stays paused while a batch is written, and from just before the
+        next trigger (``_OptimizeWindows``)."""
+        self._windows.batch_started()
+        try:
+            yield
+        finally:
+            self._windows.batch_ended(optimizing=self._optimize_lane.running)
+
+    def resume_optimize(self) -> None:
+        """Let a paused OPTIMIZE run on: a commit waits for the checksum of its version."""
+        self._optimize_switch.resume()
+
     def wait(self, timeout_s: float | None = None) -> None:
         """Let the runs in progress finish (the job is ending)."""
+        self._windows.stop()
         for lane in self._lanes:
             lane.wait(timeout_s)

@@ -75,6 +75,7 @@ class MultiStoreReputWriter:
             config.tables_dir,
             optimize_interval=config.optimize_interval_batches,
             optimize_niceness=config.optimize_niceness,
+            trigger_interval_ms=0 if config.available_now else config.trigger_interval_ms,
             checkpoint_interval=config.checkpoint_interval_batches,
         )
         self.writers = {
@@ -111,11 +112,12 @@ class MultiStoreReputWriter:
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started_ms = self.clock.monotonic_ms()
         wrote = False
-        for store, (start, end) in self._ranges(batch_df, batch_id).items():
-            writer = self.writers.get(store)
-            assert writer is not None, f"batch {batch_id}: a store the stream does not read"
-            if end > start:
-                wrote = writer.write_span(start, end, batch_id, started_ms) or wrote
+        with self.maintenance.quiet():
+            for store, (start, end) in self._ranges(batch_df, batch_id).items():
+                writer = self.writers.get(store)
+                assert writer is not None, f"batch {batch_id}: a store the stream does not read"
+                if end > start:
+                    wrote = writer.write_span(start, end, batch_id, started_ms) or wrote
         if wrote:
             self.batches_written += 1
             self.maintenance.batch_committed(self.batches_written)

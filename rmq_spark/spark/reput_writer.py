@@ -144,6 +144,7 @@ class ReputBatchWriter:
             config.tables_dir,
             optimize_interval=config.optimize_interval_batches,
             optimize_niceness=config.optimize_niceness,
+            trigger_interval_ms=0 if config.available_now else config.trigger_interval_ms,
             checkpoint_interval=config.checkpoint_interval_batches,
             clock=self.clock,
         )
@@ -197,6 +198,7 @@ class ReputBatchWriter:
             app_id=self.app_id,
             version=version,
             metadata=metadata,
+            on_checksum_wait=self.maintenance.resume_optimize,
         )
         self.floors[name] = version
         if name == CONSUME_QUEUE:
@@ -252,9 +254,10 @@ class ReputBatchWriter:
 
     def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
         started_ms = self.clock.monotonic_ms()
-        span = self._range(batch_df, batch_id)
-        if span is not None:
-            self.write_span(span[0], span[1], batch_id, started_ms)
+        with self.maintenance.quiet():
+            span = self._range(batch_df, batch_id)
+            if span is not None:
+                self.write_span(span[0], span[1], batch_id, started_ms)
 
     def write_span(self, start: int, version: int, batch_id: int, started_ms: float) -> bool:
         """Write the batch's ``[start, version)`` of this writer's store to the tables that

@@ -230,12 +230,18 @@ def test_a_commit_after_another_writers_commit_waits_for_its_checksum_not_a_stat
     path, commit = _two_small_files(spark, tmp_path)
     restore = _optimize_with_a_late_checksum(spark, path)
     adds = [_file(Path(path), _queue_rows(20, 10))]
+    waits: list[int] = []  # the reput resumes a paused OPTIMIZE process here
     written, jobs = _jobs_of(
-        spark, "commit-after", lambda: commit_files_once(spark, path, adds, version=3, **commit)
+        spark,
+        "commit-after",
+        lambda: commit_files_once(
+            spark, path, adds, version=3, on_checksum_wait=lambda: waits.append(1), **commit
+        ),
     )
     restore.join()
     assert written == 10
     assert jobs == 0
+    assert waits, "the other writer was not told to go on"
     assert spark.read.format("delta").load(path).count() == 30
 
 

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -375,9 +376,16 @@ def test_maintenance_runs_optimize_in_a_process_of_its_own_at_its_niceness(
     processes = _optimize_processes(os.getpid(), deadline_s=60)
     assert processes, "no OPTIMIZE process with a JVM was started"
     niceness = {pid: _niceness(pid) for pid in processes}
+    groups = {os.getpgid(pid) for pid in processes}
+    with writer.maintenance.quiet():  # as while a batch is written
+        states = _settled_states(processes, "T")
+    running = {pid: _state(pid) for pid in processes}
     writer.maintenance.wait()
 
     assert set(niceness.values()) == {7}, niceness  # its JVM's too
+    assert groups == {processes[0]}, groups  # a process group of its own, to pause
+    assert set(states.values()) == {"T"}, states  # stopped while the batch is written
+    assert "T" not in running.values(), running
     assert writer.maintenance.runs == 1 and writer.maintenance.failures == 0
     path = table_path(tables, MESSAGES)
     history = spark.sql(f"DESCRIBE HISTORY delta.`{path}`").collect()
@@ -403,8 +411,11 @@ def test_optimize_in_its_own_process_reports_a_failure_as_one_table_error_line(
     assert "\n" not in message
 
 
-def test_the_optimize_process_and_its_jvm_end_with_the_job(tmp_path: Path) -> None:
-    """A job killed with -9 mid-OPTIMIZE leaves no process of it behind."""
+@pytest.mark.parametrize("paused", [False, True], ids=["running", "paused"])
+def test_the_optimize_process_and_its_jvm_end_with_the_job(tmp_path: Path, paused: bool) -> None:
+    """A job killed with -9 mid-OPTIMIZE leaves no process of it behind, also when it was
+    paused for a batch (stopped, it cannot watch its parent: the kernel continues an orphaned
+    process group with a SIGHUP)."""
     import pyarrow as pa
     from deltalake import write_deltalake
 
@@ -421,6 +432,8 @@ def test_the_optimize_process_and_its_jvm_end_with_the_job(tmp_path: Path) -> No
     try:
         left = _optimize_processes(job.pid, deadline_s=60)
         assert left, "no OPTIMIZE process with a JVM was started"
+        if paused:
+            os.killpg(left[0], signal.SIGSTOP)
     finally:
         job.kill()
         job.wait()
@@ -431,12 +444,27 @@ def test_the_optimize_process_and_its_jvm_end_with_the_job(tmp_path: Path) -> No
     assert running == [], f"still running after the job was killed: {running}"
 
 
-def _alive(pid: int) -> bool:
+def _state(pid: int) -> str:
+    """The process's state letter (R, S, T: stopped, Z...); "" once it is gone."""
     try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
     except FileNotFoundError:
-        return False
-    return state != "Z"
+        return ""
+
+
+def _settled_states(pids: list[int], wanted: str, deadline_s: float = 10) -> dict[int, str]:
+    """Each process's state once all are ``wanted`` (a signal lands asynchronously), or as
+    they are at the deadline."""
+    deadline = time.monotonic() + deadline_s
+    states = {pid: _state(pid) for pid in pids}
+    while set(states.values()) != {wanted} and time.monotonic() < deadline:
+        time.sleep(0.01)
+        states = {pid: _state(pid) for pid in pids}
+    return states
+
+
+def _alive(pid: int) -> bool:
+    return _state(pid) not in ("", "Z")
 
 
 def test_a_checkpoint_due_while_optimize_runs_is_written_not_skipped(spark, tmp_path: Path) -> None:
@@ -457,3 +485,16 @@ def test_a_checkpoint_due_while_optimize_runs_is_written_not_skipped(spark, tmp_
     names = (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE)
     assert all((table_path(tables, n) / "_delta_log/_last_checkpoint").exists() for n in names)
     assert writer.maintenance.runs == 2 and writer.maintenance.failures == 0
+
+
+def test_the_lowest_priority_is_the_idle_class() -> None:
+    """A niced OPTIMIZE delayed each wake-up of the stream's threads by its time slice: the
+    idle class is preempted by any task that wakes."""
+    probe = (
+        "import os, sys\n"
+        "from rmq_spark.spark.optimize_process import LOWEST_PRIORITY, lower_priority\n"
+        "lower_priority(LOWEST_PRIORITY)\n"
+        "print(os.sched_getscheduler(0) == os.SCHED_IDLE, os.getpriority(os.PRIO_PROCESS, 0))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == ["True", "19"], done.stderr
