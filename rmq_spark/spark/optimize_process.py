@@ -120,8 +120,8 @@ def _one_line(message: str, max_chars: int = 500) -> str:
 def lower_priority(niceness: int) -> None:
     """Run this process and what it starts at ``niceness`` (never above the current one); at
     ``LOWEST_PRIORITY`` in Linux's idle scheduling class too, whose tasks any other task that
-    wakes preempts at once (a niced OPTIMIZE made each wake-up of the stream's threads wait for
-    its time slice, and a Delta commit is dozens of py4j round trips)."""
+    wakes preempts at once. It stays in the job's session, which Linux's autogroups weigh as
+    one: it yields to the job's threads and takes from other sessions only the job's share."""
     current = os.getpriority(os.PRIO_PROCESS, 0)
     os.setpriority(os.PRIO_PROCESS, 0, max(current, min(niceness, LOWEST_PRIORITY)))
     if niceness >= LOWEST_PRIORITY and hasattr(os, "SCHED_IDLE"):
