@@ -40,11 +40,16 @@ def process():  # noqa: ANN201
     child.wait()
 
 
-def test_paused_through_a_batch_and_from_the_next_trigger_until_an_interval_passes(
-    process: subprocess.Popen[str],
-) -> None:
+@pytest.fixture
+def switch(process: subprocess.Popen[str]) -> PauseSwitch:
     switch = PauseSwitch()
     switch.attach(process)
+    return switch
+
+
+def test_paused_through_a_batch_and_from_the_next_trigger_until_an_interval_passes(
+    process: subprocess.Popen[str], switch: PauseSwitch
+) -> None:
     windows = _OptimizeWindows(switch, INTERVAL_MS)
 
     windows.batch_started()
@@ -70,10 +75,8 @@ def _just_after_a_trigger() -> None:
 
 
 def test_a_batch_that_starts_keeps_it_paused_and_stop_lets_it_run(
-    process: subprocess.Popen[str],
+    process: subprocess.Popen[str], switch: PauseSwitch
 ) -> None:
-    switch = PauseSwitch()
-    switch.attach(process)
     windows = _OptimizeWindows(switch, INTERVAL_MS)
     windows.batch_started()
     windows.batch_ended(optimizing=True)
@@ -85,10 +88,8 @@ def test_a_batch_that_starts_keeps_it_paused_and_stop_lets_it_run(
 
 
 def test_no_windows_without_an_optimize_running_or_between_back_to_back_batches(
-    process: subprocess.Popen[str],
+    process: subprocess.Popen[str], switch: PauseSwitch
 ) -> None:
-    switch = PauseSwitch()
-    switch.attach(process)
     for windows, optimizing in ((_OptimizeWindows(switch, INTERVAL_MS), False),
                                 (_OptimizeWindows(switch, 0), True)):  # fmt: skip
         windows.batch_started()
