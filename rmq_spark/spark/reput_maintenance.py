@@ -100,7 +100,6 @@ class _OptimizeWindows:
         self._lock = threading.Lock()
         self._in_batch = False
         self._turn = 0  # a timer set before the latest batch start or end does nothing
-        self._timer: threading.Timer | None = None
 
     def batch_started(self) -> None:
         with self._lock:
@@ -119,9 +118,9 @@ class _OptimizeWindows:
                 self._later((due_ms - self.MARGIN_MS - now_ms) / 1000, self._trigger_due)
 
     def _later(self, delay_s: float, action: Callable[[int], None]) -> None:
-        self._timer = threading.Timer(max(delay_s, 0.0), action, args=(self._turn,))
-        self._timer.daemon = True
-        self._timer.start()
+        timer = threading.Timer(max(delay_s, 0.0), action, args=(self._turn,))
+        timer.daemon = True
+        timer.start()
 
     def _trigger_due(self, turn: int) -> None:
         with self._lock:
