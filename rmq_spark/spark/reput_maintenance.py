@@ -38,6 +38,8 @@ from rmq_spark.spark.tables import checkpoint_tables
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from rmq_spark.spark.reput_config import ReputConfig
+
 __all__ = ["TableMaintenance"]
 
 log = logging.getLogger("rmq_spark.reput")
@@ -171,6 +173,21 @@ class TableMaintenance:
         self._lanes = (self._checkpoint_lane, self._optimize_lane)
         self._optimize_switch = PauseSwitch()
         self._windows = _OptimizeWindows(self._optimize_switch, trigger_interval_ms)
+
+    @classmethod
+    def for_job(
+        cls, spark: SparkSession, config: ReputConfig, clock: Clock | None = None
+    ) -> TableMaintenance:
+        """The maintenance of a reput job's tables, as its ``[reput]`` settings say."""
+        return cls(
+            spark,
+            config.tables_dir,
+            optimize_interval=config.optimize_interval_batches,
+            optimize_niceness=config.optimize_niceness,
+            trigger_interval_ms=0 if config.available_now else config.trigger_interval_ms,
+            checkpoint_interval=config.checkpoint_interval_batches,
+            clock=clock,
+        )
 
     @property
     def running(self) -> bool:

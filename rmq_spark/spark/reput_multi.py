@@ -70,14 +70,7 @@ class MultiStoreReputWriter:
     ) -> None:
         self.clock = clock or SystemClock()
         self.offset_log = offset_log
-        self.maintenance = TableMaintenance(
-            spark,
-            config.tables_dir,
-            optimize_interval=config.optimize_interval_batches,
-            optimize_niceness=config.optimize_niceness,
-            trigger_interval_ms=0 if config.available_now else config.trigger_interval_ms,
-            checkpoint_interval=config.checkpoint_interval_batches,
-        )
+        self.maintenance = TableMaintenance.for_job(spark, config)
         self.writers = {
             store: ReputBatchWriter(
                 spark,

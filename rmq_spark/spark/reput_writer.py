@@ -139,15 +139,7 @@ class ReputBatchWriter:
         self.last_report: BatchReport | None = None
         self.consume_queue_visible_ms: int | None = None
         self._drives_maintenance = maintenance is None
-        self.maintenance = maintenance or TableMaintenance(
-            spark,
-            config.tables_dir,
-            optimize_interval=config.optimize_interval_batches,
-            optimize_niceness=config.optimize_niceness,
-            trigger_interval_ms=0 if config.available_now else config.trigger_interval_ms,
-            checkpoint_interval=config.checkpoint_interval_batches,
-            clock=self.clock,
-        )
+        self.maintenance = maintenance or TableMaintenance.for_job(spark, config, self.clock)
         self._timeline: dict[str, Any] = {}  # the batch being written (reput_timeline.py)
         self.publish_progress(min(self.floors.values()))
 
