@@ -143,6 +143,22 @@ class PauseSwitch:
         self._lock = threading.Lock()
         self._process: subprocess.Popen[str] | None = None
         self._paused = False
+        self.ended = False  # end() was called: the process's failure is the job's doing
+
+    def end(self) -> None:
+        """End the process (the job is stopping): OPTIMIZE commits all or nothing, and the
+        files it rewrote without committing them are VACUUM's."""
+        with self._lock:
+            self.ended = True
+            process = self._process
+            if process is None or process.poll() is not None:
+                return
+            for signum in (signal.SIGTERM, signal.SIGCONT):  # a stopped one gets it on SIGCONT
+                try:
+                    os.killpg(process.pid, signum)
+                except ProcessLookupError:
+                    return
+            self._paused = False
 
     def attach(self, process: subprocess.Popen[str] | None) -> None:
         with self._lock:

@@ -271,7 +271,7 @@ def _until_ended(
     if stopped:
         log.info("reput: stopping")
         query.stop()
-    writer.maintenance.wait()
+    writer.maintenance.wait(end_optimize=stopped)
     progress.poll()
     error = error or query.exception()
     # Spark's message goes on with the query's state over several lines.

@@ -220,12 +220,18 @@ class TableMaintenance:
 
     def _optimize(self) -> None:
         jars = self.spark.conf.get("spark.jars", "") or ""
-        removed = optimize_in_own_process(
-            self.tables_dir,
-            niceness=self.optimize_niceness,
-            jars=jars,
-            switch=self._optimize_switch,
-        )
+        try:
+            removed = optimize_in_own_process(
+                self.tables_dir,
+                niceness=self.optimize_niceness,
+                jars=jars,
+                switch=self._optimize_switch,
+            )
+        except TableError:
+            if not self._optimize_switch.ended:
+                raise
+            log.info("reput: OPTIMIZE ended with the job (nothing of it committed)")
+            return
         log.info("reput: OPTIMIZE removed %s small files", json.dumps(removed))
 
     @contextmanager
@@ -242,8 +248,12 @@ class TableMaintenance:
         """Let a paused OPTIMIZE run on: a commit waits for the checksum of its version."""
         self._optimize_switch.resume()
 
-    def wait(self, timeout_s: float | None = None) -> None:
-        """Let the runs in progress finish (the job is ending)."""
+    def wait(self, timeout_s: float | None = None, *, end_optimize: bool = False) -> None:
+        """Let the runs in progress finish (the job is ending); ``end_optimize``: end an
+        OPTIMIZE in progress instead (the job was told to stop: its OPTIMIZE, paused between
+        batches, may have minutes to go)."""
+        if end_optimize:
+            self._optimize_switch.end()
         self._windows.stop()
         for lane in self._lanes:
             lane.wait(timeout_s)

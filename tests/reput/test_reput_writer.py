@@ -498,3 +498,29 @@ def test_the_lowest_priority_is_the_idle_class() -> None:
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert done.stdout.split() == ["True", "19"], done.stderr
+
+
+def test_a_job_told_to_stop_ends_its_optimize_rather_than_waiting_for_it(
+    spark, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Paused between batches and in the idle class, an OPTIMIZE may have minutes to go: a
+    job stopped with Ctrl-C ends it (it commits all or nothing) instead of waiting."""
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    chunks = put_batches(store, [[PutRequest("TopicTest", b"x")]])
+    config = ReputConfig(
+        tables_dir=tables, optimize_interval_batches=1, checkpoint_interval_batches=1000
+    )
+    writer = ReputBatchWriter(spark, store, config, LEVELS_MS)
+    writer(_batch(spark, store, chunks[0]), 0)  # starts OPTIMIZE
+    processes = _optimize_processes(os.getpid(), deadline_s=60)
+    assert processes, "no OPTIMIZE process with a JVM was started"
+    os.killpg(processes[0], signal.SIGSTOP)  # as between batches
+    with caplog.at_level(logging.INFO, logger="rmq_spark.reput"):
+        writer.maintenance.wait(60, end_optimize=True)
+
+    assert not writer.maintenance.running
+    assert [pid for pid in processes if _alive(pid)] == []
+    assert "OPTIMIZE ended with the job" in caplog.text
+    assert writer.maintenance.failures == 0
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table_path(tables, MESSAGES)}`").collect()
+    assert "OPTIMIZE" not in {row.operation for row in history}
