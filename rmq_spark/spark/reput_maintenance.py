@@ -179,11 +179,13 @@ class TableMaintenance:
         cls, spark: SparkSession, config: ReputConfig, clock: Clock | None = None
     ) -> TableMaintenance:
         """The maintenance of a reput job's tables, as its ``[reput]`` settings say."""
+        # An --available-now run waits for its OPTIMIZE at the end, with no stream left to
+        # yield to: in the idle class it could starve there on a busy machine.
         return cls(
             spark,
             config.tables_dir,
             optimize_interval=config.optimize_interval_batches,
-            optimize_niceness=config.optimize_niceness,
+            optimize_niceness=0 if config.available_now else config.optimize_niceness,
             trigger_interval_ms=0 if config.available_now else config.trigger_interval_ms,
             checkpoint_interval=config.checkpoint_interval_batches,
             clock=clock,

@@ -432,8 +432,9 @@ def test_the_optimize_process_and_its_jvm_end_with_the_job(tmp_path: Path, pause
     try:
         left = _optimize_processes(job.pid, deadline_s=60)
         assert left, "no OPTIMIZE process with a JVM was started"
-        if paused:
+        if paused:  # stopped before the job dies (the kernel's rule looks at that moment)
             os.killpg(left[0], signal.SIGSTOP)
+            assert set(_settled_states(left, "T").values()) == {"T"}
     finally:
         job.kill()
         job.wait()
