@@ -31,6 +31,7 @@ class ReputConfig:
     optimize_interval_batches: int = 1200  # OPTIMIZE (compact + cluster) every N batches; 0: never
     optimize_niceness: int = 19  # OPTIMIZE's process niceness, 0-19 (19: also the idle class)
     checkpoint_interval_batches: int = 200  # Delta checkpoint of the tables every N batches
+    log_retention_minutes: int = 10  # Delta log entries kept this long; 0: every version
     small_batch_bytes: int = 4 * _MIB  # a batch with fewer log bytes is written by the driver
     txn_app_id: str = "rmq-reput"  # Delta txnAppId of the idempotent writes
     lag_scan_messages_max: int = 100_000  # progress counts at most this many unread messages
@@ -55,6 +56,7 @@ class ReputConfig:
             "optimize_interval_batches",
             "small_batch_bytes",
             "lag_scan_messages_max",
+            "log_retention_minutes",
         ):
             value = getattr(self, name)
             if value < 0:

@@ -143,9 +143,10 @@ class _OptimizeWindows:
 
 class TableMaintenance:
     """After every ``checkpoint_interval`` committed batches a Delta checkpoint of the tables
-    under ``tables_dir``, after every ``optimize_interval`` (0: never) an OPTIMIZE, each in a
-    lane of its own; a chore due while its previous run still goes is skipped (the next
-    interval does it)."""
+    under ``tables_dir`` (then the removal of their log files older than ``log_retention_s``;
+    ``None``: none), after every ``optimize_interval`` (0: never) an OPTIMIZE, each in a lane
+    of its own; a chore due while its previous run still goes is skipped (the next interval
+    does it)."""
 
     def __init__(
         self,
@@ -155,6 +156,7 @@ class TableMaintenance:
         optimize_interval: int,
         checkpoint_interval: int,
         optimize_niceness: int = LOWEST_PRIORITY,
+        log_retention_s: float | None = None,
         trigger_interval_ms: int = 0,
         clock: Clock | None = None,
     ) -> None:
@@ -163,6 +165,7 @@ class TableMaintenance:
         self.optimize_interval = optimize_interval
         self.optimize_niceness = optimize_niceness
         self.checkpoint_interval = checkpoint_interval
+        self.log_retention_s = log_retention_s
         # A table state rebuild beside the stream runs in one task: the other core stays
         # free for the batches (two tasks doubled the batches' time beside the JVM's
         # checkpoints and stalled rows up to 3.8 s, bench/peers/visible.py; one: 1.6 s).
@@ -188,6 +191,7 @@ class TableMaintenance:
             optimize_niceness=0 if config.available_now else config.optimize_niceness,
             trigger_interval_ms=0 if config.available_now else config.trigger_interval_ms,
             checkpoint_interval=config.checkpoint_interval_batches,
+            log_retention_s=config.log_retention_minutes * 60 or None,
             clock=clock,
         )
 
@@ -218,7 +222,7 @@ class TableMaintenance:
         return started
 
     def _checkpoint(self) -> None:
-        checkpoint_tables(self.tables_dir)
+        checkpoint_tables(self.tables_dir, self.log_retention_s)
 
     def _optimize(self) -> None:
         jars = self.spark.conf.get("spark.jars", "") or ""

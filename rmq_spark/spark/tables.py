@@ -20,6 +20,7 @@ the stream (``reput.py``) nor queries (``query.py``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ import pyarrow as pa
 
 from rmq_spark.errors import StoreLayoutMismatchError, TableError
 from rmq_spark.spark.delta_append import committed_file_count, committed_txn_version
+from rmq_spark.spark.delta_log_retention import remove_expired_log_files
 from rmq_spark.spark.schema import SCHEMA_DDL
 
 if TYPE_CHECKING:
@@ -395,8 +397,10 @@ def committed_floors(
     return floors
 
 
-def checkpoint_tables(tables_dir: str | Path) -> None:
-    """Write a Delta checkpoint of each table (readers then replay few commit files).
+def checkpoint_tables(tables_dir: str | Path, log_retention_s: float | None = None) -> None:
+    """Write a Delta checkpoint of each table (readers then replay few commit files), then
+    remove the log files older than ``log_retention_s`` that it makes unneeded
+    (``delta_log_retention.py``; ``None``: keep every version).
 
     delta-rs writes it (a classic checkpoint: every action of the table's state, the app
     transaction versions and the clustering domain included), in tens of milliseconds and
@@ -423,6 +427,12 @@ def checkpoint_tables(tables_dir: str | Path) -> None:
             DeltaTable(str(path)).create_checkpoint()
         except Exception as err:  # OSError, and deltalake's errors, which share no other base
             raise TableError(f"{name}: checkpoint of {path} failed: {err}") from err
+        if log_retention_s is None:
+            continue
+        try:
+            remove_expired_log_files(path / "_delta_log", log_retention_s, time.time())
+        except OSError as err:
+            raise TableError(f"{name}: removing expired log files of {path}: {err}") from err
 
 
 _OWN_DELTA_LOG = {"fs.rmq-spark.delta-log": "maintenance"}  # an inert Hadoop setting

@@ -156,6 +156,61 @@ def test_checkpoints_are_written_beside_the_stream_not_by_the_commits(
     _assert_tables_hold_exactly(spark, tables, [row for chunk in chunks for row in chunk])
 
 
+def _age_log(tables: Path, age_s: float) -> None:
+    """Every log file of the three tables written ``age_s`` ago."""
+    then = time.time() - age_s
+    for name in (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE):
+        for path in (table_path(tables, name) / "_delta_log").iterdir():
+            os.utime(path, (then, then))
+
+
+def _log_versions(tables: Path, name: str) -> set[int]:
+    log_dir = table_path(tables, name) / "_delta_log"
+    return {
+        int(p.name.lstrip(".")[:20]) for p in log_dir.iterdir() if p.name.lstrip(".")[:1].isdigit()
+    }
+
+
+@pytest.mark.parametrize("retention_minutes", [10, 0])
+def test_the_checkpoints_remove_log_files_older_than_the_retention_and_spark_reads_on(
+    spark, tmp_path: Path, retention_minutes: int
+) -> None:
+    """Delta lists the whole ``_delta_log`` on every commit: a stream's log that only grows
+    makes every commit slower (bench/bench_delta_log.py). After a checkpoint the reput removes
+    the versions below the newest checkpoint older than ``log_retention_minutes`` (0: none),
+    checksums and Hadoop's hidden files included; Spark reads every row, the versions kept
+    by time travel, and a replayed batch still adds nothing."""
+    store, tables = tmp_path / "store", tmp_path / "tables"
+    chunks = put_batches(
+        store, [[PutRequest("TopicTest", b"x", keys=(f"k{i}",))] for i in range(4)]
+    )
+    config = ReputConfig(
+        tables_dir=tables,
+        optimize_interval_batches=0,
+        checkpoint_interval_batches=2,
+        log_retention_minutes=retention_minutes,
+    )
+    writer = ReputBatchWriter(spark, store, config, LEVELS_MS)
+    for batch_id in (0, 1):  # table versions 1 and 2 (0: created); a checkpoint of version 2
+        writer(_batch(spark, store, chunks[batch_id]), batch_id)
+    writer.maintenance.wait()
+    _age_log(tables, 11 * 60)  # versions 0-2 and the checkpoint: older than 10 minutes
+    for batch_id in (2, 3):  # versions 3 and 4, a checkpoint of version 4: young
+        writer(_batch(spark, store, chunks[batch_id]), batch_id)
+    writer.maintenance.wait()
+    assert writer.maintenance.failures == 0
+    kept = {0, 1, 2, 3, 4} if retention_minutes == 0 else {2, 3, 4}
+    for name in (MESSAGES, MESSAGE_INDEX, CONSUME_QUEUE):
+        assert _log_versions(tables, name) == kept, name
+    writer(_batch(spark, store, chunks[3]), 3)  # a replay: Delta's txn version still holds
+    _assert_tables_hold_exactly(spark, tables, [row for chunk in chunks for row in chunk])
+    path = str(table_path(tables, MESSAGES))
+    assert spark.read.format("delta").option("versionAsOf", 2).load(path).count() == 2
+    if retention_minutes:
+        with pytest.raises(Exception, match="(?i)version"):
+            spark.read.format("delta").option("versionAsOf", 1).load(path).count()
+
+
 def test_a_checkpoint_runs_no_spark_job_and_spark_reads_the_tables_from_it(
     spark, tmp_path: Path
 ) -> None:
