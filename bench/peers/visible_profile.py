@@ -35,12 +35,16 @@ def _by_kind(events: list[dict[str, Any]], kind: str) -> dict[int, dict[str, Any
     return {int(e["batch_id"]): e for e in events if e.get("kind") == kind and "batch_id" in e}
 
 
-def _beside(events: list[dict[str, Any]], start_ms: int, end_ms: int) -> list[str]:
-    """The maintenance chores that ran at any moment of ``[start_ms, end_ms]``."""
+def _beside(
+    events: list[dict[str, Any]], start_ms: int, end_ms: int, written: dict[str, Any]
+) -> list[str]:
+    """The maintenance chores that ran at any moment of ``[start_ms, end_ms]``: those that
+    ended (their ``maintenance`` line), and those the batch's writer saw running (its
+    ``batch`` line, ``written``), as a chore still running when the job ends has no line."""
     return sorted({
         e["chore"] for e in events
         if e.get("kind") == "maintenance" and e["start_ms"] <= end_ms and e["end_ms"] >= start_ms
-    })  # fmt: skip
+    } | set(written.get("beside", ())))  # fmt: skip
 
 
 def _end_ms(trigger: dict[str, Any]) -> int:
@@ -58,7 +62,7 @@ def _profile(batch: dict[str, Any], events: list[dict[str, Any]]) -> dict[str, A
         "spark_ms": {name: durations[name] for name in SPARK_PHASES if name in durations},
         "files_ms": written.get("files_ms"),
         "commits_ms": written.get("commits", {}),
-        "beside": _beside(events, began, batch["commit_ms"]),
+        "beside": _beside(events, began, batch["commit_ms"], written),
     }
 
 
@@ -76,21 +80,26 @@ def slowest_trigger(
     """The micro-batch that ran longest (Spark's ``triggerExecution``) of those that began at
     ``since_ms`` or later (and, with ``beside``, ran next to a maintenance chore), with what
     it did and the chores beside it; ``{}`` when there is none."""
+    written = _by_kind(events, "batch")
+
+    def chores(trigger: dict[str, Any]) -> list[str]:
+        batch = written.get(int(trigger["batch_id"]), {})
+        return _beside(events, trigger["start_ms"], _end_ms(trigger), batch)
+
     triggers = [
         e for e in events
         if e.get("kind") == "trigger" and e.get("duration_ms") and e["start_ms"] >= since_ms
-        and (not beside or _beside(events, e["start_ms"], _end_ms(e)))
+        and (not beside or chores(e))
     ]  # fmt: skip
     if not triggers:
         return {}
     slowest = max(triggers, key=lambda e: e["duration_ms"].get("triggerExecution", 0))
     durations = slowest["duration_ms"]
-    written = _by_kind(events, "batch").get(int(slowest["batch_id"]), {})
-    end_ms = _end_ms(slowest)
+    batch = written.get(int(slowest["batch_id"]), {})
     return {
         "batch_id": slowest["batch_id"],
         "spark_ms": {name: durations[name] for name in SPARK_PHASES if name in durations},
-        "files_ms": written.get("files_ms"),
-        "commits_ms": written.get("commits", {}),
-        "beside": _beside(events, slowest["start_ms"], end_ms),
+        "files_ms": batch.get("files_ms"),
+        "commits_ms": batch.get("commits", {}),
+        "beside": chores(slowest),
     }

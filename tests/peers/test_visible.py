@@ -104,6 +104,15 @@ def test_the_slowest_batch_is_profiled_with_what_ran_beside_it() -> None:
     assert slowest_trigger(events, since_ms=2_000)["batch_id"] == 8
     assert slowest_trigger(events, since_ms=2_000, beside=True) == {}
     assert slowest_trigger(events, beside=True)["batch_id"] == 7
+    # a chore still running when the job ended has no line of its own: the batch's says it
+    running = parse_timeline("\n".join([
+        'INFO reput timeline {"kind": "trigger", "batch_id": 8, "start_ms": 4000,'
+        ' "duration_ms": {"addBatch": 200, "triggerExecution": 300}, "rows": 0}',
+        'INFO reput timeline {"kind": "batch", "batch_id": 8, "start_ms": 4010, "files_ms": 5,'
+        ' "commits": {"messages": [6, 190]}, "beside": ["OPTIMIZE"]}',
+    ]))  # fmt: skip
+    assert slowest_trigger(running, beside=True)["beside"] == ["OPTIMIZE"]
+    assert slowest_batches(batches[1:], running)[0]["beside"] == ["OPTIMIZE"]
 
 
 def test_a_reput_job_that_exits_at_start_fails_the_run_with_its_error(
