@@ -62,6 +62,18 @@ def setup_logging(level: str = "INFO") -> None:
         stream=sys.stderr,
     )
     logging.getLogger("rmq_spark").setLevel(getattr(logging, level.upper(), logging.INFO))
+    root = logging.getLogger()
+    if level.upper() != "DEBUG" and not any(isinstance(f, _Py4JTracebacks) for f in root.filters):
+        root.addFilter(_Py4JTracebacks())
+
+
+class _Py4JTracebacks(logging.Filter):
+    """py4j logs each broken call to the root logger, with its traceback (``logging.exception``
+    in its gateway): that is what a driver JVM ending under a job looks like, and the job says
+    so itself in one line (``spark/interrupt.jvm_gone``). Shown with ``--log-level DEBUG``."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.name == "root" and f"{os.sep}py4j{os.sep}" in record.pathname)
 
 
 def print_json_line(obj: Any, out: IO[str] | None = None) -> None:

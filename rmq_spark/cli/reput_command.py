@@ -208,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     from rmq_spark.cli.cluster_args import brokers_by_store
     from rmq_spark.cli.common import config_from_args, require_store
     from rmq_spark.spark.reput import run_reput
-    from rmq_spark.spark.session import build_session
+    from rmq_spark.spark.session import build_session, stop_session
     from rmq_spark.store.delay_levels import parse_message_delay_level
 
     config = config_from_args(args)
@@ -234,7 +234,7 @@ def run(args: argparse.Namespace) -> int:
         try:
             run_reput(spark, stores, reput, levels, on_batch=metrics and metrics.on_batch)
         finally:
-            spark.stop()
+            stop_session(spark)
     finally:
         if metrics is not None:
             metrics.stop()

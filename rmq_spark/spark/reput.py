@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmq_spark.clock import Clock
 from rmq_spark.errors import ReputError
-from rmq_spark.spark.interrupt import stop_requested
+from rmq_spark.spark.interrupt import jvm_gone, stop_requested
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.spark.reput_multi import MultiStoreReputWriter
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
@@ -253,26 +253,54 @@ def _until_ended(
 ) -> str | None:
     """Wait for ``query`` to end or for Ctrl-C/TERM (then stop it); the first line of its
     failure, or None. Returns once the writer's maintenance is done."""
+    progress = ProgressLines(query)
+    stop = threading.Event()
+    try:
+        error = _wait_or_stop(query, progress, stop)
+        writer.maintenance.wait(end_optimize=stop.is_set())
+        progress.poll()
+        if error is None and not stop.is_set():
+            error = query.exception()
+    except Exception as err:
+        if not jvm_gone(err):
+            raise
+        writer.maintenance.wait(end_optimize=True)
+        if not stop.is_set():
+            return f"the Spark driver's JVM ended ({type(err).__name__}: {err})"
+        log.warning(
+            "reput: the Spark driver's JVM ended with the signal, before the job could stop "
+            "its query; the next run resumes from the checkpoint"
+        )
+        return None
+    return None if error is None else _first_line(error)
+
+
+def _first_line(error: Exception) -> str:
+    """Spark's message goes on with the query's state over several lines."""
+    return (str(error).strip().splitlines() or ["?"])[0]
+
+
+def _wait_or_stop(
+    query: StreamingQuery, progress: ProgressLines, stop: threading.Event
+) -> Exception | None:
+    """Wait for ``query`` to end, or stop it when ``stop`` is set (by Ctrl-C/TERM); the
+    query's failure, or None."""
     from pyspark.errors import StreamingQueryException
 
-    progress = ProgressLines(query)
-    stopped = False
-    error: Exception | None = None
     try:
-        with stop_requested() as stop:  # Ctrl-C/TERM: a flag, so py4j is never interrupted
+        with stop_requested(stop):  # Ctrl-C/TERM: a flag, so py4j is never interrupted
             while query.isActive and not stop.is_set():
                 query.awaitTermination(1)
                 progress.poll()
-            stopped = stop.is_set()
     except KeyboardInterrupt:  # arrived before the handlers were swapped in
-        stopped = True
+        stop.set()
     except StreamingQueryException as err:
-        error = err
-    if stopped:
+        if not stop.is_set():
+            return err
+        # A TERM to the whole process group reaches Spark's Python workers too.
+        log.warning("reput: the query failed as it was being stopped: %s", _first_line(err))
+        return None
+    if stop.is_set():
         log.info("reput: stopping")
         query.stop()
-    writer.maintenance.wait(end_optimize=stopped)
-    progress.poll()
-    error = error or query.exception()
-    # Spark's message goes on with the query's state over several lines.
-    return None if error is None else (str(error).strip().splitlines() or ["?"])[0]
+    return None

@@ -23,7 +23,7 @@ import os
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rmq_spark.envcheck import check_java, find_delta_jars, repo_root
 from rmq_spark.errors import EnvironmentCheckError
@@ -34,13 +34,14 @@ from rmq_spark.spark.catalog import (
     metastore_in_use,
 )
 from rmq_spark.spark.config import SparkConfig
+from rmq_spark.spark.interrupt import jvm_gone
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from rmq_spark.spark.tables import StoreLayout
 
-__all__ = ["build_session", "merged_conf", "session_conf", "spark_home"]
+__all__ = ["build_session", "merged_conf", "session_conf", "spark_home", "stop_session"]
 
 _log = logging.getLogger(__name__)
 _LISTS = {"spark.sql.extensions": ",", "spark.jars": ","}  # merged, not replaced
@@ -226,7 +227,34 @@ def _new_session(
     builder = SparkSession.builder
     for key, value in conf.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    _quiet_accumulator_server(spark.sparkContext)
+    return spark
+
+
+def _quiet_accumulator_server(context: Any) -> None:
+    """PySpark's accumulator server prints a traceback (socketserver's) when the driver's JVM
+    drops its connection, as it does when it ends with a TERM to the job's process group:
+    the job says that itself, in one line (``interrupt.jvm_gone``); the details at DEBUG."""
+    server = getattr(context, "_accumulatorServer", None)
+    if server is None:
+        return
+
+    def handle_error(_request: Any, client_address: Any) -> None:
+        _log.debug("the JVM's accumulator connection %s broke", client_address, exc_info=True)
+
+    server.handle_error = handle_error
+
+
+def stop_session(spark: SparkSession) -> None:
+    """``spark.stop()``; a driver JVM already gone (``interrupt.jvm_gone``) leaves nothing to
+    stop."""
+    try:
+        spark.stop()
+    except Exception as err:
+        if not jvm_gone(err):
+            raise
+        _log.debug("the Spark session's JVM had ended already: %s", err)
 
 
 def _launcher_conf(config: SparkConfig, extra_conf: Mapping[str, str] | None) -> dict[str, str]:
