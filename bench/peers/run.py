@@ -29,7 +29,8 @@ per thread, and a paced 500 msgs/s with 3 CPU-bound processes beside
 (``--short``: 5 s and 20 s cases instead of 10 s and 30 s).
 
 Before either reput timing, one small Delta append warms the session (class loading, the first Delta
-snapshot), so neither side pays it. Row counts are checked on both sides afterwards. The
+snapshot), so neither side pays it, and each timed run of either side starts after an ``os.sync()``
+(printed with its time), so that none pays for the write-back of what the step before it wrote. Row counts are checked on both sides afterwards. The
 table goes to stdout, progress to stderr, with the load average at the start and the end.
 Run it under ``flock /tmp/bench.lock`` (``make bench-peers`` does), alone on the machine.
 
@@ -144,6 +145,15 @@ def warm_up(spark, path: Path) -> None:  # noqa: ANN001
     spark.range(100).selectExpr("id AS a").coalesce(1).write.format("delta").save(str(path))
 
 
+def settle() -> None:
+    """Write back every dirty page before a timed run: each run starts on a quiet disk, not
+    behind the kernel's write-back of what the step before it wrote (1 GiB produced into
+    Kafka's log before the reput's first run, the reput's tables before Kafka's)."""
+    started = time.perf_counter()
+    os.sync()
+    _progress(f"sync: {time.perf_counter() - started:.1f} s")
+
+
 def time_reput(spark, store_dir: Path, tables: Path, batch_bytes: int) -> Timing:  # noqa: ANN001
     from rmq_spark.spark.reput import run_reput
     from rmq_spark.spark.reput_config import ReputConfig
@@ -159,6 +169,7 @@ def time_reput(spark, store_dir: Path, tables: Path, batch_bytes: int) -> Timing
         optimize_interval_batches=0,
     )
     levels = parse_message_delay_level(DEFAULT_MESSAGE_DELAY_LEVEL)
+    settle()
     started = time.perf_counter()
     writer = run_reput(spark, store_dir, config, levels)
     seconds = time.perf_counter() - started
@@ -201,6 +212,7 @@ def time_kafka(spark, servers: str, table: Path, max_offsets: int = 0) -> Timing
         .option("checkpointLocation", str(table.with_name(table.name + "-checkpoint")))
         .trigger(availableNow=True)
     )
+    settle()
     started = time.perf_counter()
     running = query.start(str(table))
     running.awaitTermination()
