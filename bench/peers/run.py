@@ -29,9 +29,10 @@ per thread, and a paced 500 msgs/s with 3 CPU-bound processes beside
 (``--short``: 5 s and 20 s cases instead of 10 s and 30 s).
 
 Before either reput timing, one small Delta append warms the session (class loading, the first Delta
-snapshot), so neither side pays it, and each timed run of either side starts after an ``os.sync()``
-(printed with its time), so that none pays for the write-back of what the step before it wrote. Row counts are checked on both sides afterwards. The
-table goes to stdout, progress to stderr, with the load average at the start and the end.
+snapshot), so neither side pays it, and each timed run of either side starts after an
+``os.sync()`` (printed with its time), so that none pays for the write-back of what the step
+before it wrote. Row counts are checked on both sides afterwards. The table goes to stdout,
+progress to stderr, with the load average at the start and the end.
 Run it under ``flock /tmp/bench.lock`` (``make bench-peers`` does), alone on the machine.
 
 Usage::

@@ -72,6 +72,13 @@ def _table(spark, tables: Path, name: str) -> list[tuple]:
     return plain_rows(spark.read.format("delta").load(str(table_path(tables, name))).collect())
 
 
+def _keyed_batches(store: Path, count: int) -> list[list[dict]]:
+    """``count`` batches of one message each, keyed ``k0``, ``k1``..., put into ``store``."""
+    return put_batches(
+        store, [[PutRequest("TopicTest", b"x", keys=(f"k{i}",))] for i in range(count)]
+    )
+
+
 def _writer(spark, tmp_path: Path) -> ReputBatchWriter:
     store = tmp_path / "store"
     config = ReputConfig(tables_dir=tmp_path / "tables", optimize_interval_batches=0)
@@ -181,9 +188,7 @@ def test_the_checkpoints_remove_log_files_older_than_the_retention_and_spark_rea
     checksums and Hadoop's hidden files included; Spark reads every row, the versions kept
     by time travel, and a replayed batch still adds nothing."""
     store, tables = tmp_path / "store", tmp_path / "tables"
-    chunks = put_batches(
-        store, [[PutRequest("TopicTest", b"x", keys=(f"k{i}",))] for i in range(4)]
-    )
+    chunks = _keyed_batches(store, 4)
     config = ReputConfig(
         tables_dir=tables,
         optimize_interval_batches=0,
@@ -220,8 +225,7 @@ def test_a_checkpoint_runs_no_spark_job_and_spark_reads_the_tables_from_it(
     Spark checkpointed before (as the reput used to) keep passing Hadoop's checksum check
     on ``_last_checkpoint``."""
     store, tables = tmp_path / "store", tmp_path / "tables"
-    requests = [[PutRequest("TopicTest", b"x", keys=(f"k{i}",))] for i in range(3)]
-    chunks = put_batches(store, requests)
+    chunks = _keyed_batches(store, 3)
     config = ReputConfig(tables_dir=tables, optimize_interval_batches=0)
     writer = ReputBatchWriter(spark, store, config, LEVELS_MS)
     jvm = spark._jvm
@@ -416,9 +420,7 @@ def test_maintenance_runs_optimize_in_a_process_of_its_own_at_its_niceness(
     commits (4-5x slower beside it, BENCHMARKS.md); in a child niced before its JVM starts,
     every thread of it yields the CPU to the stream."""
     store, tables = tmp_path / "store", tmp_path / "tables"
-    chunks = put_batches(
-        store, [[PutRequest("TopicTest", b"x", keys=(f"k{i}",))] for i in range(2)]
-    )
+    chunks = _keyed_batches(store, 2)
     config = ReputConfig(
         tables_dir=tables,
         optimize_interval_batches=2,
