@@ -2,8 +2,8 @@
 
 Delta updates a snapshot by listing ``_delta_log``, and on a local (or HDFS) file system its
 log store lists the whole directory and then filters: every commit pays for every file ever
-written there, about 9 us each (``bench/bench_delta_log.py``: 20,000 files added 160 ms to a
-commit, 100,000 added 900 ms). A reput table gains four a version (the commit, Delta's
+written there, 10-11 us each (``bench/bench_delta_log.py``: 28,807 files added 305 ms to a
+commit, 115,207 added 1.25 s). A reput table gains four a version (the commit, Delta's
 checksum, and the hidden Hadoop checksum of each) at up to two versions a second. Delta
 removes expired entries only after a checkpoint of its own, which the reput's tables never
 take (``tables.checkpoint_tables`` writes theirs with delta-rs), and neither Delta's cleanup
