@@ -14,7 +14,16 @@ start importing pyspark or grpc until one of them is used::
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
+
+# grpcio's fork handlers (on by default) abort a forked child now and then while gRPC is busy
+# in another thread (SIGABRT after "epoll_wait error: Bad file descriptor"). PySpark starts
+# its JVM with a fork (a preexec_fn), so a process with a gRPC client or server in it failed to
+# start Spark about one time in ten (tests/foundation/test_fork_beside_grpc.py). Our forks all
+# exec at once and use no gRPC in the child. gRPC reads this when it is imported: here, before
+# any module of ours imports it.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 __all__ = [
     "Broker",

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+import rmq_spark  # noqa: F401  before any test module imports grpc (rmq_spark/__init__.py)
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
