@@ -50,7 +50,7 @@ LEVELS = parse_message_delay_level(DEFAULT_MESSAGE_DELAY_LEVEL)
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 
 
-def _cpu_s(pid: int) -> float:
+def process_cpu_s(pid: int) -> float:
     """utime + stime of every thread of ``pid``."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
@@ -89,11 +89,11 @@ def _delta_checkpoint(spark) -> Callable[[Path], None]:  # noqa: ANN001
 
 def _timed(checkpoint: Callable[[Path], None], tables: Path, jvm_pid: int) -> tuple[float, float]:
     """(wall s, CPU s of the JVM and this process) of one checkpoint of the three tables."""
-    cpu_before = _cpu_s(jvm_pid) + _cpu_s(os.getpid())
+    cpu_before = process_cpu_s(jvm_pid) + process_cpu_s(os.getpid())
     started = time.perf_counter()
     checkpoint(tables)
     wall = time.perf_counter() - started
-    return wall, _cpu_s(jvm_pid) + _cpu_s(os.getpid()) - cpu_before
+    return wall, process_cpu_s(jvm_pid) + process_cpu_s(os.getpid()) - cpu_before
 
 
 def _report(name: str, samples: list[tuple[float, float]]) -> tuple[float, float]:

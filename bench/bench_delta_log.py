@@ -32,20 +32,16 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+from bench_checkpoint import process_cpu_s  # noqa: E402
 
 from rmq_spark.spark.session import build_session  # noqa: E402
 from rmq_spark.spark.tables import checkpoint_tables, table_path  # noqa: E402
 
-_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 _WARM_APPENDS = 5
 _RETENTION_S = 600.0
-
-
-def _cpu_s(pid: int) -> float:
-    """utime + stime of every thread of ``pid``."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / _TICKS_PER_S
 
 
 def _add_old_versions(log_dir: Path, count: int) -> None:
@@ -71,11 +67,11 @@ def _timed_appends(spark, path: Path, appends: int, jvm_pid: int) -> tuple[float
     rows = spark.range(5).withColumnRenamed("id", "physical_offset")
     walls, cpus = [], []
     for index in range(appends + _WARM_APPENDS):
-        cpu, start = _cpu_s(jvm_pid), time.perf_counter()
+        cpu, start = process_cpu_s(jvm_pid), time.perf_counter()
         rows.write.format("delta").mode("append").save(str(path))
         if index >= _WARM_APPENDS:
             walls.append((time.perf_counter() - start) * 1000)
-            cpus.append((_cpu_s(jvm_pid) - cpu) * 1000)
+            cpus.append((process_cpu_s(jvm_pid) - cpu) * 1000)
     return statistics.median(walls), statistics.fmean(cpus)
 
 

@@ -70,7 +70,7 @@ def setup_logging(level: str = "INFO") -> None:
 class _Py4JTracebacks(logging.Filter):
     """py4j logs each broken call to the root logger, with its traceback (``logging.exception``
     in its gateway): that is what a driver JVM ending under a job looks like, and the job says
-    so itself in one line (``spark/interrupt.jvm_gone``). Shown with ``--log-level DEBUG``."""
+    so itself in one line (``spark/session.jvm_gone``). Shown with ``--log-level DEBUG``."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         return not (record.name == "root" and f"{os.sep}py4j{os.sep}" in record.pathname)

@@ -9,15 +9,13 @@ cleanly. Outside the main thread (where Python accepts no signal handlers) nothi
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-__all__ = ["jvm_gone", "stop_requested"]
+__all__ = ["stop_requested"]
 
 
 @contextmanager
@@ -38,34 +36,3 @@ def stop_requested(event: threading.Event | None = None) -> Iterator[threading.E
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-
-
-def jvm_gone(err: BaseException) -> bool:
-    """Whether ``err`` is py4j finding the driver's JVM gone. PySpark starts the JVM ignoring
-    SIGINT, not SIGTERM: a TERM to the job's whole process group (``systemctl stop``, a
-    harness's ``killpg``) ends it at once, and every later py4j call fails this way."""
-    from py4j.protocol import Py4JError, Py4JNetworkError
-
-    if isinstance(err, (Py4JNetworkError, ConnectionError)):
-        return True
-    # A call the JVM was in as it ended fails as a Java error (with no message to read); the
-    # JVM may still be running its shutdown hooks then.
-    return isinstance(err, Py4JError) and _jvm_ends_within(_JVM_END_WAIT_S)
-
-
-_JVM_END_WAIT_S = 5.0
-
-
-def _jvm_ends_within(timeout_s: float) -> bool:
-    """Whether the driver's JVM (PySpark's child, or, started by ``spark-submit``, the parent
-    this process would outlive) has ended or ends within ``timeout_s``."""
-    from pyspark import SparkContext
-
-    process = getattr(SparkContext._gateway, "proc", None)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        ended = process.poll() is not None if process is not None else os.getppid() == 1
-        if ended:
-            return True
-        time.sleep(0.05)
-    return False

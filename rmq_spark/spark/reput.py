@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmq_spark.clock import Clock
 from rmq_spark.errors import ReputError
-from rmq_spark.spark.interrupt import jvm_gone, stop_requested
+from rmq_spark.spark.interrupt import stop_requested
 from rmq_spark.spark.reput_config import ReputConfig
 from rmq_spark.spark.reput_multi import MultiStoreReputWriter
 from rmq_spark.spark.reput_progress import ReputLag, reput_lag, tables_lag
@@ -47,6 +47,7 @@ from rmq_spark.spark.reput_start import (
 )
 from rmq_spark.spark.reput_timeline import ProgressLines
 from rmq_spark.spark.reput_writer import BatchReport, ReputBatchWriter
+from rmq_spark.spark.session import jvm_gone
 from rmq_spark.spark.tables import ONE_STORE, StoreOfSeveral, check_store_layout, register_tables
 
 if TYPE_CHECKING:

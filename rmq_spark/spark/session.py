@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,14 +35,13 @@ from rmq_spark.spark.catalog import (
     metastore_in_use,
 )
 from rmq_spark.spark.config import SparkConfig
-from rmq_spark.spark.interrupt import jvm_gone
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from rmq_spark.spark.tables import StoreLayout
 
-__all__ = ["build_session", "merged_conf", "session_conf", "spark_home", "stop_session"]
+__all__ = ["build_session", "jvm_gone", "merged_conf", "session_conf", "spark_home", "stop_session"]
 
 _log = logging.getLogger(__name__)
 _LISTS = {"spark.sql.extensions": ",", "spark.jars": ","}  # merged, not replaced
@@ -235,7 +235,7 @@ def _new_session(
 def _quiet_accumulator_server(context: Any) -> None:
     """PySpark's accumulator server prints a traceback (socketserver's) when the driver's JVM
     drops its connection, as it does when it ends with a TERM to the job's process group:
-    the job says that itself, in one line (``interrupt.jvm_gone``); the details at DEBUG."""
+    the job says that itself, in one line (``jvm_gone``); the details at DEBUG."""
     server = getattr(context, "_accumulatorServer", None)
     if server is None:
         return
@@ -247,7 +247,7 @@ def _quiet_accumulator_server(context: Any) -> None:
 
 
 def stop_session(spark: SparkSession) -> None:
-    """``spark.stop()``; a driver JVM already gone (``interrupt.jvm_gone``) leaves nothing to
+    """``spark.stop()``; a driver JVM already gone (``jvm_gone``) leaves nothing to
     stop."""
     try:
         spark.stop()
@@ -416,6 +416,37 @@ def _own_jvm_pids() -> set[int]:
     if "PYSPARK_GATEWAY_PORT" in os.environ:
         pids.add(os.getppid())
     return pids
+
+
+def jvm_gone(err: BaseException) -> bool:
+    """Whether ``err`` is py4j finding the driver's JVM gone. PySpark starts the JVM ignoring
+    SIGINT, not SIGTERM: a TERM to the job's whole process group (``systemctl stop``, a
+    harness's ``killpg``) ends it at once, and every later py4j call fails this way."""
+    from py4j.protocol import Py4JError, Py4JNetworkError
+
+    if isinstance(err, (Py4JNetworkError, ConnectionError)):
+        return True
+    # A call the JVM was in as it ended fails as a Java error (with no message to read); the
+    # JVM may still be running its shutdown hooks then.
+    return isinstance(err, Py4JError) and _jvm_ends_within(_JVM_END_WAIT_S)
+
+
+_JVM_END_WAIT_S = 5.0
+
+
+def _jvm_ends_within(timeout_s: float) -> bool:
+    """Whether the driver's JVM (PySpark's child, or, started by ``spark-submit``, the parent
+    this process would outlive) has ended or ends within ``timeout_s``."""
+    from pyspark import SparkContext
+
+    process = getattr(SparkContext._gateway, "proc", None)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        ended = process.poll() is not None if process is not None else os.getppid() == 1
+        if ended:
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def _delta_jars(jars_dir: Path | None) -> list[Path]:
