@@ -29,6 +29,7 @@ import json
 import os
 import selectors
 import shlex
+import shutil
 import socket
 import statistics
 import struct
@@ -283,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkout", type=Path, help="a baseline source tree, run beside")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--py-spy", type=Path, help="py-spy executable: a layer profile")
+    parser.add_argument("--keep-profile", type=Path, help="copy py-spy's raw stacks here")
     args = parser.parse_args(argv)
     brokers = (
         [("this", REPO)] if args.checkout is None else [("baseline", args.checkout), ("this", REPO)]
@@ -304,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
                 )
         if args.py_spy:
             _print_layers(loop_layers(Path(tmp) / "py-spy.txt"), rows["this"][-1][1])
+            if args.keep_profile:
+                shutil.copyfile(Path(tmp) / "py-spy.txt", args.keep_profile)
     print(f"load average at end: {' '.join(f'{v:.2f}' for v in os.getloadavg())}", file=sys.stderr)
     print(
         f"| broker ({args.inflight} in flight, median of {args.rounds}) "

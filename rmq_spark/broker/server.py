@@ -31,6 +31,7 @@ from typing import Any
 import grpc
 
 from rmq_spark.broker.assembly import OpenBroker, open_broker, open_remoting
+from rmq_spark.broker.collector import settle_collector
 from rmq_spark.broker.config import BrokerConfig, parse_listen
 from rmq_spark.broker.consumer.service import ConsumeService
 from rmq_spark.broker.cpu_share import take_own_cpu_share
@@ -360,6 +361,7 @@ def run_broker(
         open_warning = open_listener_warning(broker_config)
         if open_warning is not None:
             log.warning("broker: %s", open_warning)
+        settle_collector()
         if ready_file is not None:
             ready_file.write_text(f"{endpoint.address}\n", encoding="utf-8")
         while not stop_requested.wait(timeout=1.0):
