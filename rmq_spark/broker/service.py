@@ -101,6 +101,16 @@ def _end(result: PutResult) -> int:
     return result.physical_offset + result.total_size
 
 
+def _confirmed(outcomes: list[SendOutcome], probe: SendOutcome) -> list[SendOutcome]:
+    """``outcomes`` after one slave wait for all of them: ``probe`` refused, so is every OK."""
+    if probe.ok:
+        return outcomes
+    return [
+        dataclasses.replace(o, code=probe.code, reason=probe.reason) if o.ok else o
+        for o in outcomes
+    ]
+
+
 def _put_outcome(result: PutResult, message_id: str) -> SendOutcome:
     """``OK`` with the stored position for ``PUT_OK``, else the matching refusal."""
     if result.status is PutStatus.PUT_OK:
@@ -241,21 +251,40 @@ class BrokerService:
         """``send`` for a coroutine on an event loop (the gRPC handlers): the same checks and
         the same acknowledgement, but the put is the store's ``put_async``: under SYNC the
         coroutine awaits the fsync, no thread blocks per send."""
-        refused = self._enter(command.message_id)
+        return (await self.send_many_async((command,)))[0]
+
+    async def send_many_async(self, commands: Sequence[SendCommand]) -> list[SendOutcome]:
+        """``send_async`` of each command, in order, their puts joined to one batch and
+        awaited together (the messages of the SendMessage calls of one relay read): each
+        outcome is what ``send_async`` alone answers; a refusal, by the checks or by the
+        store, refuses only its own message."""
+        refused = self._enter_batch(commands)
         if refused is not None:
             return refused
         try:
-            placed = self._place(command)
-            if isinstance(placed, SendOutcome):
-                return placed
+            placed = [self._place(command) for command in commands]
+            requests = [p for p in placed if isinstance(p, PutRequest)]
             started = time.perf_counter()
-            try:
-                result = await self._store.put_async(placed)
-            except StoreError as err:
-                return _store_failure(err, command.message_id)
-            outcome = self._stored(result, command.message_id, started)
+            stored = iter(await self._store.put_many_async(requests) if requests else ())
+            outcomes, results = [], []
+            for command, put in zip(commands, placed, strict=True):
+                if not isinstance(put, PutRequest):
+                    outcomes.append(put)
+                    continue
+                result = next(stored)
+                if isinstance(result, StoreError):
+                    outcomes.append(_store_failure(result, command.message_id))
+                    continue
+                results.append(result)
+                outcomes.append(_put_outcome(result, command.message_id))
+            self.traffic.put_done(results, time.perf_counter() - started)
             gate = self.replication
-            return outcome if gate is None else await gate.confirm_async(outcome, _end(result))
+            ends = [_end(r) for r in results if r.status is PutStatus.PUT_OK]
+            if gate is None or not ends:
+                return outcomes
+            return _confirmed(
+                outcomes, await gate.confirm_async(SendOutcome(SendCode.OK), max(ends))
+            )
         finally:
             self._leave()
 
@@ -264,14 +293,9 @@ class BrokerService:
         fsync under SYNC), in order; the same checks and outcomes as ``send`` one by one,
         except that a refusal by the store itself (not by the checks) refuses the whole
         batch, as ``put_batch`` is all or nothing."""
-        with self._state_lock:
-            if self._shutting_down:
-                return [_stopping(c.message_id) for c in commands]
-            self._in_flight += 1
-        refused = self._role_refusal(commands[0].message_id if commands else "")
+        refused = self._enter_batch(commands)
         if refused is not None:
-            self._leave()
-            return [dataclasses.replace(refused, message_id=c.message_id) for c in commands]
+            return refused
         try:
             placed = [self._place(command) for command in commands]
             requests = [p for p in placed if isinstance(p, PutRequest)]
@@ -354,6 +378,18 @@ class BrokerService:
             self._in_flight += 1
         return None
 
+    def _enter_batch(self, commands: Sequence[SendCommand]) -> list[SendOutcome] | None:
+        """``_enter`` for a batch: counted once, or every command's refusal."""
+        with self._state_lock:
+            if self._shutting_down:
+                return [_stopping(c.message_id) for c in commands]
+            self._in_flight += 1
+        refused = self._role_refusal(commands[0].message_id if commands else "")
+        if refused is not None:
+            self._leave()
+            return [dataclasses.replace(refused, message_id=c.message_id) for c in commands]
+        return None
+
     def _role_refusal(self, message_id: str) -> SendOutcome | None:
         gate = self.replication
         return None if gate is None else gate.refusal(message_id)
@@ -366,13 +402,7 @@ class BrokerService:
         ends = [_end(r) for r in results if r.status is PutStatus.PUT_OK]
         if gate is None or not ends:
             return outcomes
-        probe = gate.confirm(SendOutcome(SendCode.OK), max(ends))
-        if probe.ok:
-            return outcomes
-        return [
-            dataclasses.replace(o, code=probe.code, reason=probe.reason) if o.ok else o
-            for o in outcomes
-        ]
+        return _confirmed(outcomes, gate.confirm(SendOutcome(SendCode.OK), max(ends)))
 
     def _leave(self) -> None:
         with self._state_lock:

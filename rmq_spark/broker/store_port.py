@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from rmq_spark.broker.consumer.ports import ConsumerStore
+from rmq_spark.errors import StoreError
 from rmq_spark.store.commitlog import CommitLog
 from rmq_spark.store.config import StoreConfig
 from rmq_spark.store.consume_queues import ConsumeQueues
@@ -55,6 +56,10 @@ class BrokerStore(ConsumerStore, Protocol):
 
     async def put_async(self, request: PutRequest) -> PutResult:
         """``put`` whose durability wait is awaited on the caller's loop."""
+        ...
+
+    async def put_many_async(self, requests: Sequence[PutRequest]) -> list[PutResult | StoreError]:
+        """``put_async`` of each, awaited together: each result or its put's ``StoreError``."""
         ...
 
     def read(self, physical_offset: int) -> MessageRecord: ...

@@ -22,7 +22,7 @@ Everything runs on the loop that made the puts; several loops keep a batch each.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 from rmq_spark.store.appender import Appender
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
@@ -70,18 +70,26 @@ class AsyncPuts:
     def put(self, request: PutRequest) -> asyncio.Future[PutResult]:
         """The future of ``request``'s result, resolved once written (and, under SYNC, once
         an fsync covers it)."""
+        return self.put_many((request,))[0]
+
+    def put_many(self, requests: Sequence[PutRequest]) -> list[asyncio.Future[PutResult]]:
+        """``put`` of each request, in order, into the same pending batch (or the next, past
+        the byte bound)."""
         loop = _running_loop()
-        batch = self._pending.get(loop)
-        if batch is None:
-            batch = self._pending[loop] = _Batch()
-            loop.call_soon(self._write, loop, batch)
-        future = loop.create_future()
-        batch.requests.append(request)
-        batch.futures.append(future)
-        batch.bytes += len(request.body) + _RECORD_HEAD_BYTES
-        if batch.bytes >= self._bytes_max:
-            self._write(loop, batch)
-        return future
+        futures = []
+        for request in requests:
+            batch = self._pending.get(loop)
+            if batch is None:
+                batch = self._pending[loop] = _Batch()
+                loop.call_soon(self._write, loop, batch)
+            future = loop.create_future()
+            batch.requests.append(request)
+            batch.futures.append(future)
+            batch.bytes += len(request.body) + _RECORD_HEAD_BYTES
+            futures.append(future)
+            if batch.bytes >= self._bytes_max:
+                self._write(loop, batch)
+        return futures
 
     def _write(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
         if self._pending.get(loop) is not batch:

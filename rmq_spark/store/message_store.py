@@ -308,6 +308,24 @@ class MessageStore:
         that covers it, the loop staying free. Same statuses as ``put``."""
         return await self._async_puts.put(request)
 
+    async def put_many_async(self, requests: Sequence[PutRequest]) -> list[PutResult | StoreError]:
+        """``put_async`` of each request, all joined to the loop pass's batch and awaited
+        together: per request its result, or the ``StoreError`` its put raised."""
+        futures = self._async_puts.put_many(requests)
+        outcomes: list[PutResult | StoreError] = []
+        try:
+            for future in futures:
+                try:
+                    outcomes.append(await future)
+                except StoreError as err:
+                    outcomes.append(err)
+        except BaseException:
+            for future in futures:  # retrieved: no "exception never retrieved" for the rest
+                if future.done() and not future.cancelled():
+                    future.exception()
+            raise
+        return outcomes
+
     async def put_batch_async(self, requests: Sequence[PutRequest]) -> list[PutResult]:
         """``put_batch`` for a coroutine (see ``put_async``)."""
         results, end = self._appender.append_batch(requests)

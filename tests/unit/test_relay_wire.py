@@ -10,25 +10,15 @@ import struct
 
 import grpc
 import pytest
+from relay_frames import open_payload
 
 from rmq_spark.broker.grpc import relay_wire as wire
 from rmq_spark.broker.grpc.native_calls import STREAM_UNREAD_MAX, RelayCalls
 from rmq_spark.broker.security.limits import InflightBytes
 
 
-def _open_payload(
-    method: str, peer: str, deadline_us: int, metadata: list[tuple[str, bytes]]
-) -> bytes:
-    out = struct.pack(">H", len(method)) + method.encode()
-    out += struct.pack(">H", len(peer)) + peer.encode()
-    out += struct.pack(">qH", deadline_us, len(metadata))
-    for key, value in metadata:
-        out += struct.pack(">H", len(key)) + key.encode() + struct.pack(">I", len(value)) + value
-    return out
-
-
 def test_an_open_frame_parses_with_its_metadata_read_on_first_use() -> None:
-    payload = _open_payload(
+    payload = open_payload(
         "/apache.rocketmq.v2.MessagingService/SendMessage", "ipv4:127.0.0.1:5000", 2_500_000,
         [("x-mq-client-id", b"c1"), ("trace-bin", b"\x00\x01")],
     )  # fmt: skip
@@ -37,12 +27,12 @@ def test_an_open_frame_parses_with_its_metadata_read_on_first_use() -> None:
         "/apache.rocketmq.v2.MessagingService/SendMessage", "ipv4:127.0.0.1:5000", 2.5
     )  # fmt: skip
     assert opened.metadata == (("x-mq-client-id", "c1"), ("trace-bin", b"\x00\x01"))
-    assert wire.parse_open(_open_payload("/m", "", -1, [])).deadline_s is None
+    assert wire.parse_open(open_payload("/m", "", -1, [])).deadline_s is None
 
 
 @pytest.mark.parametrize("cut", [1, 5, 12, 20])
 def test_a_truncated_open_frame_is_a_relay_error(cut: int) -> None:
-    payload = _open_payload("/s/M", "ipv4:1.2.3.4:5", -1, [("k", b"value")])
+    payload = open_payload("/s/M", "ipv4:1.2.3.4:5", -1, [("k", b"value")])
     with pytest.raises(wire.RelayError):
         opened = wire.parse_open(payload[: len(payload) - cut])
         opened.metadata  # noqa: B018 - parsed on first use
@@ -87,7 +77,7 @@ def test_a_frame_of_an_impossible_length_closes_the_relay(caplog: pytest.LogCapt
 
 
 def test_an_unknown_method_is_answered_unimplemented_and_a_late_frame_ignored() -> None:
-    opened = wire.frame(wire.OPEN, 3, _open_payload("/no.Such/Method", "", -1, []))
+    opened = wire.frame(wire.OPEN, 3, open_payload("/no.Such/Method", "", -1, []))
     late = wire.frame(wire.MSG, 3, b"\x0a\x00") + wire.frame(wire.CANCEL, 99)
     calls, answer, _ = asyncio.run(_relay(opened + late))
     assert answer == wire.close_frame(
@@ -114,7 +104,7 @@ def test_a_call_cancelled_before_its_handler_runs_gives_its_booked_bytes_back() 
     )
     generic = grpc.method_handlers_generic_handler("t.S", {"M": handler})
     frames = b"".join(
-        wire.frame(wire.OPEN, n, _open_payload("/t.S/M", "", -1, []))
+        wire.frame(wire.OPEN, n, open_payload("/t.S/M", "", -1, []))
         + wire.frame(wire.MSG, n, b"x" * 1000)
         + wire.frame(wire.CANCEL, n)
         for n in range(1, 101)
@@ -129,9 +119,9 @@ def test_a_call_whose_metadata_does_not_parse_is_refused_alone() -> None:
         def service(self, details: object) -> None:
             tuple(details.invocation_metadata)  # type: ignore[attr-defined]
 
-    bad = _open_payload("/t.S/M", "", -1, [("k", b"v")])[:-2]  # the value runs past the frame
+    bad = open_payload("/t.S/M", "", -1, [("k", b"v")])[:-2]  # the value runs past the frame
     frames = wire.frame(wire.OPEN, 1, bad) + wire.frame(
-        wire.OPEN, 2, _open_payload("/x/Y", "", -1, [])
+        wire.OPEN, 2, open_payload("/x/Y", "", -1, [])
     )
     _, answer, closed_by_broker = asyncio.run(_relay(frames, (ReadsMetadata(),)))
     assert answer == wire.close_frame(1, 13, "unreadable metadata") + wire.close_frame(
@@ -149,8 +139,8 @@ def test_a_stream_flooding_requests_its_handler_has_not_read_is_ended_alone() ->
     )
     generic = grpc.method_handlers_generic_handler("t.S", {"Stream": handler})
     flood = b"".join(wire.frame(wire.MSG, 5, b"c") for _ in range(STREAM_UNREAD_MAX + 50))
-    frames = wire.frame(wire.OPEN, 5, _open_payload("/t.S/Stream", "", -1, [])) + flood
-    frames += wire.frame(wire.OPEN, 6, _open_payload("/x/Y", "", -1, []))
+    frames = wire.frame(wire.OPEN, 5, open_payload("/t.S/Stream", "", -1, [])) + flood
+    frames += wire.frame(wire.OPEN, 6, open_payload("/x/Y", "", -1, []))
     calls, answer, closed_by_broker = asyncio.run(_relay(frames, (generic,)))
     exhausted = wire.close_frame(5, grpc.StatusCode.RESOURCE_EXHAUSTED.value[0],
                                  "too many requests unread on a stream")  # fmt: skip

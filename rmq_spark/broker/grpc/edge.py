@@ -8,17 +8,33 @@ handler that does not depend on the caller (no signature to read: auth off, or a
 gate lets through untouched) is kept per method and reused, so a call costs a dict lookup
 before its handler runs.
 
+A unary method may also be served a *wave* of calls at a time (``Wave``: the SendMessage
+calls of one relay read, ``native_calls.py``): ``waves`` wraps each registered wave in every
+wrapper's ``wrap_wave``, which does per call what ``wrap`` does (the gate still judges each
+call on its own metadata) and runs the handler once for the calls it admits.
+
 Does not own what a wrapper does (``rpc_timer.py``, ``security/auth_grpc.py``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 import grpc
 
-__all__ = ["EdgeHandlers", "Wrapper"]
+__all__ = ["EdgeHandlers", "Wave", "WaveRun", "Wrapper"]
+
+WaveRun = Callable[[list[tuple[Any, Any]]], Awaitable[list[Any]]]
+"""A wave's handler: ``(request, context)`` pairs in, their responses out, in order."""
+
+
+class Wave(NamedTuple):
+    """A unary method served a wave of calls at a time (see the module docstring)."""
+
+    run: WaveRun
+    request_deserializer: Callable[[bytes], Any]
+    response_serializer: Callable[[Any], bytes]
 
 
 class Wrapper(Protocol):
@@ -28,6 +44,9 @@ class Wrapper(Protocol):
     def per_caller(self, method: str) -> bool:
         """Whether ``wrap`` of ``method`` (``/service/Method``) depends on the caller."""
 
+    def wrap_wave(self, run: WaveRun, method: str) -> WaveRun:
+        """``run``, the wave handler of ``method``, wrapped: each call as ``wrap`` would."""
+
 
 class EdgeHandlers(grpc.GenericRpcHandler):
     """``handlers`` (the registered generic handlers) with ``wrappers`` around each handler."""
@@ -36,6 +55,16 @@ class EdgeHandlers(grpc.GenericRpcHandler):
         self._handlers = tuple(handlers)
         self._wrappers = tuple(reversed(wrappers))  # innermost first
         self._kept: dict[str, Any] = {}
+
+    def waves(self, waves: Mapping[str, Wave]) -> dict[str, Wave]:
+        """Each of ``waves`` (by ``/service/Method``) inside every wrapper."""
+        wrapped = {}
+        for method, wave in waves.items():
+            run = wave.run
+            for wrapper in self._wrappers:
+                run = wrapper.wrap_wave(run, method)
+            wrapped[method] = wave._replace(run=run)
+        return wrapped
 
     def service(self, handler_call_details: Any) -> Any:
         method = handler_call_details.method

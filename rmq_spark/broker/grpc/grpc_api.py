@@ -27,7 +27,7 @@ from google.protobuf import message_factory
 
 from rmq_spark.broker.cluster.routes import cluster_routes
 from rmq_spark.broker.grpc.consume_grpc import ConsumerRpcs
-from rmq_spark.broker.grpc.edge import EdgeHandlers, Wrapper
+from rmq_spark.broker.grpc.edge import EdgeHandlers, Wave, WaveRun, Wrapper
 from rmq_spark.broker.grpc.grpc_producer import ProducerRpcs
 from rmq_spark.broker.grpc.grpc_telemetry import TelemetryRpc
 from rmq_spark.broker.grpc.grpc_wire import (
@@ -97,19 +97,26 @@ def add_servicer_to_server(
     The same as the generated ``add_MessagingServiceServicer_to_server`` except that
     undecodable request bytes reach the handler as ``Malformed`` (answered BAD_REQUEST),
     SendMessage requests book their bytes in ``inflight`` (over it: TOO_MANY_REQUESTS), and
-    every handler runs inside ``wrappers`` (``edge.EdgeHandlers``, the first outermost).
+    every handler runs inside ``wrappers`` (``edge.EdgeHandlers``, the first outermost). A
+    server that serves waves of calls (``add_wave_handlers``: the native front's relay) also
+    gets SendMessage's wave (``edge.Wave``), inside the same wrappers.
     """
     service = spb.DESCRIPTOR.services_by_name["MessagingService"]
-    handlers = {}
+    handlers, waves = {}, {}
     for method in service.methods:
         request_cls = message_factory.GetMessageClass(method.input_type)
         response_cls = message_factory.GetMessageClass(method.output_type)
         factory = _HANDLER_FACTORIES[(method.client_streaming, method.server_streaming)]
         behaviour, deserialize = getattr(servicer, method.name), _lenient(request_cls)
-        if inflight is not None and method.name == "SendMessage":
-            refuse = lambda reason: Malformed(reason, pb.TOO_MANY_REQUESTS)  # noqa: E731
-            behaviour = inflight.release_after(behaviour)
-            deserialize = inflight.admit(deserialize, refuse)
+        if method.name == "SendMessage":
+            wave_run: WaveRun = servicer.send_message_wave
+            if inflight is not None:
+                refuse = lambda reason: Malformed(reason, pb.TOO_MANY_REQUESTS)  # noqa: E731
+                behaviour = inflight.release_after(behaviour)
+                wave_run = inflight.release_after_wave(wave_run)
+                deserialize = inflight.admit(deserialize, refuse)
+            path = f"/{service.full_name}/{method.name}"
+            waves[path] = Wave(wave_run, deserialize, response_cls.SerializeToString)
         handlers[method.name] = factory(
             behaviour,
             request_deserializer=deserialize,
@@ -121,7 +128,22 @@ def add_servicer_to_server(
             STORE_SERVICE.full_name, servicer.store_service_handlers()
         ),
     )
-    server.add_generic_rpc_handlers((EdgeHandlers(generics, wrappers),) if wrappers else generics)
+    edge = EdgeHandlers(generics, wrappers)
+    server.add_generic_rpc_handlers((edge,) if wrappers else generics)
+    add_waves = getattr(server, "add_wave_handlers", None)  # the native front's relay
+    if add_waves is not None:
+        add_waves(edge.waves(waves))
+
+
+def _malformed(method: str, request: Malformed, response_cls: type) -> Any:
+    log.warning("broker error: %s: malformed request: %s", method, request.error)
+    return response_cls(status=status(request.code, request.error))
+
+
+def _failed(method: str, err: Exception, response_cls: type) -> Any:
+    log.error("broker error: %s failed: %s: %s", method, type(err).__name__, err)
+    log.debug("details", exc_info=True)
+    return response_cls(status=status(pb.INTERNAL_SERVER_ERROR, f"{method}: {err}"))
 
 
 class MessagingServicer(spb_grpc.MessagingServiceServicer):
@@ -232,16 +254,13 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         """Run one unary handler: a malformed request is BAD_REQUEST, an unexpected error
         INTERNAL_SERVER_ERROR; each is logged as one line."""
         if isinstance(request, Malformed):
-            log.warning("broker error: %s: malformed request: %s", method, request.error)
-            return response_cls(status=status(request.code, request.error))
+            return _malformed(method, request, response_cls)
         try:
             return await work()
         except asyncio.CancelledError:
             raise
         except Exception as err:  # the boundary: a bad request must never take us down
-            log.error("broker error: %s failed: %s: %s", method, type(err).__name__, err)
-            log.debug("details", exc_info=True)
-            return response_cls(status=status(pb.INTERNAL_SERVER_ERROR, f"{method}: {err}"))
+            return _failed(method, err, response_cls)
 
     # --- producer RPCs: grpc_producer.ProducerRpcs ----------------------------------------
 
@@ -266,8 +285,30 @@ class MessagingServicer(spb_grpc.MessagingServiceServicer):
         )
 
     async def SendMessage(self, request: Any, context: Any) -> Any:  # noqa: N802
-        work = lambda: self._producer.send_message(request, context)  # noqa: E731
-        return await self._guard("SendMessage", request, spb.SendMessageResponse, work)
+        return (await self.send_message_wave([(request, context)]))[0]
+
+    async def send_message_wave(self, calls: list[tuple[Any, Any]]) -> list[Any]:
+        """SendMessage for a wave of calls (``edge.Wave``), each guarded as ``_guard`` does:
+        a malformed request is its own BAD_REQUEST; an unexpected error answers each call
+        of the wave INTERNAL_SERVER_ERROR, logged once."""
+        responses: list[Any] = [None] * len(calls)
+        readable, places = [], []
+        for place, (request, context) in enumerate(calls):
+            if isinstance(request, Malformed):
+                responses[place] = _malformed("SendMessage", request, spb.SendMessageResponse)
+            else:
+                readable.append((request, context))
+                places.append(place)
+        if readable:
+            try:
+                answers = await self._producer.send_wave(readable)
+            except asyncio.CancelledError:
+                raise
+            except Exception as err:  # the boundary, as in _guard
+                answers = [_failed("SendMessage", err, spb.SendMessageResponse)] * len(readable)
+            for place, answer in zip(places, answers, strict=True):
+                responses[place] = answer
+        return responses
 
     # --- Telemetry ------------------------------------------------------------------------
 

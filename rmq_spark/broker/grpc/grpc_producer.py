@@ -1,10 +1,10 @@
 """The producer RPCs of the gRPC servicer: QueryRoute and SendMessage, protobuf <-> service calls.
 
 Owns the translation of a ``SendMessageRequest`` into ``SendCommand``s (after the wire-level
-prechecks: shutdown, encoding, message type, digest, timestamps), each awaited on the loop
-(``BrokerService.send_async``), and the route reply. Every message is an
-ordinary send: send-back and redelivery have their own RPCs (``store_rpc.py``). Does not own
-validation, queue choice or stored properties
+prechecks: shutdown, encoding, message type, digest, timestamps), the messages of a wave of
+calls awaited together on the loop (``BrokerService.send_many_async``), and the route reply.
+Every message is an ordinary send: send-back and redelivery have their own RPCs
+(``store_rpc.py``). Does not own validation, queue choice or stored properties
 (``service.py``, ``send_rules.py``); ``grpc_api.MessagingServicer`` calls it under its guard.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from rmq_spark.broker.cluster.route_data import BrokerRoute
@@ -84,26 +84,30 @@ class ProducerRpcs:
 
     async def send_message(self, request: Any, context: Any) -> Any:
         """The ``SendMessageResponse``: one result entry per message, in order."""
-        if not request.messages:
-            return spb.SendMessageResponse(
-                status=status(pb.BAD_REQUEST, "SendMessageRequest has no messages")
-            )
-        born_host = peer_address(self._client_peer(context.peer()))
-        topics = resolved_of(context).topics  # one per message, as the ACL checked them
-        entries = []
-        for message, topic in zip(request.messages, topics, strict=True):
-            entry = self._precheck(message)
-            if entry is None:
-                command = self._command(message, topic, born_host)
-                outcome = await self._service.send_async(command)  # awaits its fsync
-                entry = self._entry(outcome)
-            entries.append(entry)
-        codes = {entry.status.code for entry in entries}
-        if len(codes) == 1:
-            top = entries[0].status
-        else:
-            top = status(pb.MULTIPLE_RESULTS, "messages of this batch had different results")
-        return spb.SendMessageResponse(status=top, entries=entries)
+        return (await self.send_wave(((request, context),)))[0]
+
+    async def send_wave(self, calls: Sequence[tuple[Any, Any]]) -> list[Any]:
+        """``send_message`` of each ``(request, context)``: the messages of all of them put
+        as one ``send_many_async`` (one batch, one durability wait), the answers in order."""
+        entries: list[list[Any]] = []
+        commands: list[SendCommand] = []
+        slots: list[tuple[list[Any], int]] = []  # where each command's result entry goes
+        for request, context in calls:
+            born_host = peer_address(self._client_peer(context.peer()))
+            topics = resolved_of(context).topics  # one per message, as the ACL checked them
+            mine: list[Any] = []
+            for message, topic in zip(request.messages, topics, strict=True):
+                entry = self._precheck(message)
+                if entry is None:
+                    slots.append((mine, len(mine)))
+                    commands.append(self._command(message, topic, born_host))
+                mine.append(entry)
+            entries.append(mine)
+        if commands:
+            outcomes = await self._service.send_many_async(commands)
+            for (mine, at), outcome in zip(slots, outcomes, strict=True):
+                mine[at] = self._entry(outcome)
+        return [_response(mine) for mine in entries]
 
     def _precheck(self, message: Any) -> Any | None:
         """Wire-level problems (encoding, digest, unknown type) as a ready result entry."""
@@ -175,6 +179,20 @@ class ProducerRpcs:
             status=status(status_code(outcome.code), outcome.reason),
             message_id=outcome.message_id,
         )
+
+
+def _response(entries: list[Any]) -> Any:
+    """One call's ``SendMessageResponse`` for its messages' result entries."""
+    if not entries:
+        return spb.SendMessageResponse(
+            status=status(pb.BAD_REQUEST, "SendMessageRequest has no messages")
+        )
+    codes = {entry.status.code for entry in entries}
+    if len(codes) == 1:
+        top = entries[0].status
+    else:
+        top = status(pb.MULTIPLE_RESULTS, "messages of this batch had different results")
+    return spb.SendMessageResponse(status=top, entries=entries)
 
 
 def _queue(topic: Name, queue_id: int, broker: Any, permission: int = pb.READ_WRITE) -> Any:

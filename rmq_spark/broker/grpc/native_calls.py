@@ -4,9 +4,11 @@
 for grpc's server where ``grpc_api.add_servicer_to_server`` registers the handlers, so a
 relayed call runs exactly the handlers grpc.aio would (the edge's timing and auth gate, the
 lenient deserializers, the request-bytes budget): one Task per call, and no HTTP/2, no
-grpc.aio call objects, no relay through a second socket on the loop. ``CallContext`` gives a
-handler what it uses of grpc's ``ServicerContext``. The answers of a loop pass leave in one
-write.
+grpc.aio call objects, no relay through a second socket on the loop. A method registered
+with a wave handler (``edge.Wave``: SendMessage) is served a wave at a time instead: the
+requests of its calls that came in one read go to one Task, whose handler does each stage
+once for all of them (one store batch, one durability wait). ``CallContext`` gives a handler
+what it uses of grpc's ``ServicerContext``. The answers of a loop pass leave in one write.
 
 Does not own the front process (``native_front.py``) or any RPC's logic (``grpc_api.py``).
 """
@@ -17,12 +19,13 @@ import asyncio
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Coroutine, Sequence
+from collections.abc import AsyncIterator, Coroutine, Mapping, Sequence
 from typing import Any
 
 import grpc
 
 from rmq_spark.broker.grpc import relay_wire as wire
+from rmq_spark.broker.grpc.edge import Wave
 
 __all__ = ["CallContext", "RelayCalls", "STREAM_UNREAD_MAX"]
 
@@ -115,6 +118,9 @@ class RelayCalls(asyncio.Protocol):
 
     def __init__(self) -> None:
         self._handlers: tuple[Any, ...] = ()
+        self._waves: dict[str, Wave] = {}
+        self._joining: dict[Wave, list[tuple[int, _Call]]] = {}  # this read's, per wave
+        self._running_waves: set[asyncio.Task[None]] = set()
         self._calls: dict[int, _Call] = {}
         self._buffer = bytearray()
         self._out: list[bytes] = []
@@ -126,9 +132,17 @@ class RelayCalls(asyncio.Protocol):
         """grpc's server API: the handlers every call is looked up in."""
         self._handlers = tuple(handlers)
 
+    def add_wave_handlers(self, waves: Mapping[str, Wave]) -> None:
+        """The methods (``/service/Method``) served a wave of calls at a time."""
+        self._waves = dict(waves)
+
     @property
     def handlers(self) -> tuple[Any, ...]:
         return self._handlers
+
+    @property
+    def waves(self) -> dict[str, Wave]:
+        return self._waves
 
     @property
     def calls(self) -> int:
@@ -146,6 +160,8 @@ class RelayCalls(asyncio.Protocol):
         for call in list(self._calls.values()):
             call.cancel()
         self._calls.clear()
+        for wave in list(self._running_waves):
+            wave.cancel()
         self.lost.set()
 
     def data_received(self, data: bytes) -> None:
@@ -165,10 +181,13 @@ class RelayCalls(asyncio.Protocol):
                 at = end
         except wire.RelayError as err:
             log.error("broker error: the native front's relay: %s; closing it", err)
+            self._joining.clear()
             if self._transport is not None:
                 self._transport.close()
             return
         del buffer[:at]
+        if self._joining:
+            self._start_waves()
 
     def send(self, data: bytes) -> None:
         """Queue ``data`` for the front; what a loop pass queued leaves in one write."""
@@ -202,6 +221,10 @@ class RelayCalls(asyncio.Protocol):
             raise wire.RelayError(f"frame kind {kind} from the front")
 
     def _open(self, call_id: int, opened: wire.Open) -> None:
+        wave = self._waves.get(opened.method)
+        if wave is not None:
+            self._calls[call_id] = _Call(wave, CallContext(self, call_id, opened, wave))
+            return
         try:
             handler = self._lookup(_Details(opened))
         except wire.RelayError as err:  # this call's metadata: refuse it, keep the others
@@ -232,16 +255,19 @@ class RelayCalls(asyncio.Protocol):
                 self._fail(call_id, _RESOURCE_EXHAUSTED, "too many requests unread on a stream")
                 return
             requests.put_nowait(request)
-        elif call.task is None:
+        elif call.request is None:
             call.request = request
-            call.task = self._start(self._run_unary(call_id, call, request))
+            if isinstance(call.handler, Wave):
+                self._joining.setdefault(call.handler, []).append((call_id, call))
+            else:
+                call.task = self._start(self._run_unary(call_id, call, request))
         else:
             self._fail(call_id, _INTERNAL, "a second request on a unary call")
 
     def _half_close(self, call_id: int, call: _Call) -> None:
         if call.context.requests is not None:
             call.context.requests.put_nowait(_EOF)
-        elif call.task is None:
+        elif call.request is None:
             self._fail(call_id, _INTERNAL, "a unary call ended without its request")
 
     def _start(self, handling: Coroutine[Any, Any, None]) -> asyncio.Task[None]:
@@ -268,10 +294,35 @@ class RelayCalls(asyncio.Protocol):
             self._cancelled(call_id)
             raise
         except Exception as err:  # noqa: BLE001 - grpc answers UNKNOWN and logs it too
-            self._crashed(call_id, err)
+            self._crashed([call_id], err)
             return
         if self._calls.pop(call_id, None) is not None:
             self.send(wire.frame(wire.REPLY, call_id, payload))
+
+    def _start_waves(self) -> None:
+        """One Task per wave for the calls whose requests came in this read."""
+        joining, self._joining = self._joining, {}
+        for wave, calls in joining.items():
+            task = self._start(self._run_wave(wave, calls))
+            self._running_waves.add(task)  # the loop keeps only weak references to tasks
+            task.add_done_callback(self._running_waves.discard)
+
+    async def _run_wave(self, wave: Wave, calls: list[tuple[int, _Call]]) -> None:
+        """Answer each call of the wave still open (a cancelled one's answer is dropped;
+        its request may still be served, as a unary call's already running may be)."""
+        try:
+            responses = await wave.run([(call.request, call.context) for _, call in calls])
+        except asyncio.CancelledError:
+            for call_id, _ in calls:
+                self._cancelled(call_id)
+            raise
+        except Exception as err:  # noqa: BLE001 - as grpc: UNKNOWN, logged once
+            self._crashed([call_id for call_id, _ in calls], err)
+            return
+        serialize = wave.response_serializer
+        for (call_id, _), response in zip(calls, responses, strict=True):
+            if self._calls.pop(call_id, None) is not None:
+                self.send(wire.frame(wire.REPLY, call_id, serialize(response)))
 
     async def _run_stream(self, call_id: int, call: _Call) -> None:
         context = call.context
@@ -297,7 +348,7 @@ class RelayCalls(asyncio.Protocol):
             self._cancelled(call_id)
             raise
         except Exception as err:  # noqa: BLE001 - as grpc: UNKNOWN, logged
-            self._crashed(call_id, err)
+            self._crashed([call_id], err)
             return
         self._closed_ok(call_id, call)
 
@@ -317,8 +368,10 @@ class RelayCalls(asyncio.Protocol):
         if self._calls.pop(call_id, None) is not None:  # not the client's cancel: say so
             self.send(wire.close_frame(call_id, _CANCELLED, "cancelled by the broker"))
 
-    def _crashed(self, call_id: int, err: Exception) -> None:
+    def _crashed(self, call_ids: list[int], err: Exception) -> None:
         log.error("broker error: a relayed call failed: %s: %s", type(err).__name__, err)
         log.debug("details", exc_info=True)
-        if self._calls.pop(call_id, None) is not None:
-            self.send(wire.close_frame(call_id, _UNKNOWN, f"Unexpected {type(err).__name__}"))
+        for call_id in call_ids:
+            if self._calls.pop(call_id, None) is not None:
+                details = f"Unexpected {type(err).__name__}"
+                self.send(wire.close_frame(call_id, _UNKNOWN, details))

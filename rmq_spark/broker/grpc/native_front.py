@@ -27,11 +27,12 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from rmq_spark.broker.config import BrokerConfig
+from rmq_spark.broker.grpc.edge import Wave
 from rmq_spark.broker.grpc.native_calls import RelayCalls
 from rmq_spark.broker.security.tls import TlsFiles
 from rmq_spark.errors import BrokerError
@@ -112,6 +113,9 @@ class NativeServer:
 
     def add_generic_rpc_handlers(self, handlers: Sequence[Any]) -> None:
         self.calls.add_generic_rpc_handlers(handlers)
+
+    def add_wave_handlers(self, waves: Mapping[str, Wave]) -> None:
+        self.calls.add_wave_handlers(waves)
 
     async def start(self) -> None:
         """Start the front; it accepts once this returns (the socket was listening before)."""
@@ -197,6 +201,7 @@ def _relaunched(previous: RelayCalls) -> RelayCalls:
     """A fresh protocol for a new relay, with the handlers the old one had."""
     calls = RelayCalls()
     calls.add_generic_rpc_handlers(previous.handlers)
+    calls.add_wave_handlers(previous.waves)
     return calls
 
 

@@ -1,7 +1,8 @@
 """``RpcTimer``: times every unary gRPC call of the broker, for RocketMQ's
 ``rocketmq_rpc_latency`` (``metrics_rocketmq.py``).
 
-Placed first (outermost) by ``edge.py``, so the time covers authentication and the handler. Each
+Placed first (outermost) by ``edge.py``, so the time covers authentication and the handler (a
+wave's calls each its own count, the wave's time: they were answered together). Each
 call is counted into ``TrafficStats.rpc_done`` with its method (``SendMessage``), the
 ``status.code`` of its answer (``OK``, ``UNAUTHORIZED``... as RocketMQ's messaging protocol
 puts the outcome there, not in the gRPC status) and a result: ``success`` when an answer was
@@ -86,3 +87,28 @@ class RpcTimer(grpc.aio.ServerInterceptor):
             request_deserializer=handler.request_deserializer,
             response_serializer=handler.response_serializer,
         )
+
+    def wrap_wave(self, run: Any, method: str) -> Any:
+        """``run`` (a wave of ``method``'s calls) timed: each call counted with its own
+        answer's code and the wave's time."""
+        name = method.rpartition("/")[2]
+        rpc_done = self._stats.rpc_done
+        clock = time.perf_counter
+
+        async def timed(calls: list[tuple[Any, Any]]) -> list[Any]:
+            started = clock()
+            try:
+                responses = await run(calls)
+            except BaseException as err:  # every call of the wave: cancelled or failed
+                cancelled = isinstance(err, asyncio.CancelledError)
+                result = "cancelled" if cancelled else "process_request_failed"
+                elapsed = clock() - started
+                for _ in calls:
+                    rpc_done("grpc", name, "NONE", result, elapsed)
+                raise
+            elapsed = clock() - started
+            for response in responses:
+                rpc_done("grpc", name, status_code_name(response), "success", elapsed)
+            return responses
+
+        return timed

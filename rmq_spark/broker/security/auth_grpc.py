@@ -28,6 +28,7 @@ from typing import Any
 import grpc
 from google.protobuf import message_factory
 
+from rmq_spark.broker.grpc.edge import WaveRun
 from rmq_spark.broker.grpc.store_rpc import STORE_SERVICE
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2 as spb
@@ -164,15 +165,48 @@ class AuthInterceptor(grpc.aio.ServerInterceptor):
             return handler
         enabled, identity = self._auth.enabled, None
         if enabled or store_call:
-            metadata = {
-                key: value
-                for key, value in handler_call_details.invocation_metadata or ()
-                if isinstance(value, str)
-            }
-            identity = self._auth.authenticate(metadata)
+            identity = self._identity(handler_call_details.invocation_metadata)
         if store_call:
             return _gated(handler, StoreGate(method, identity, enabled=enabled))
         return _gated(handler, Gate(method, identity, enabled=enabled))
+
+    def _identity(self, invocation_metadata: Any) -> Identity | Refusal | None:
+        """Who signed a call, from its metadata (``-bin`` values are never signature headers)."""
+        metadata = {
+            key: value for key, value in invocation_metadata or () if isinstance(value, str)
+        }
+        return self._auth.authenticate(metadata)
+
+    def wrap_wave(self, run: WaveRun, method: str) -> WaveRun:
+        """``run`` (a wave of a MessagingService method's calls) behind a gate per call, each
+        judged on its own metadata as ``wrap`` judges it: ``run`` sees only the calls the
+        gate admitted, each with its ``resolved``; a refused call gets the gate's reply."""
+        service, _, name = method.rpartition("/")
+        if service.strip("/") != _SERVICE.full_name or name not in _RESPONSES:
+            raise ValueError(f"no gate serves a wave of {method}")
+        enabled = self._auth.enabled
+        shared = None if enabled else Gate(name, None, enabled=False)
+
+        async def gated(calls: list[tuple[Any, Any]]) -> list[Any]:
+            responses: list[Any] = [None] * len(calls)
+            admitted, places = [], []
+            for place, (request, context) in enumerate(calls):
+                gate = shared or Gate(
+                    name, self._identity(context.invocation_metadata()), enabled=True
+                )
+                edge = _EdgeContext(context, gate)
+                refusal = edge.admit(request)
+                if refusal is None:
+                    admitted.append((request, edge))
+                    places.append(place)
+                else:
+                    responses[place] = refusal
+            if admitted:
+                for place, response in zip(places, await run(admitted), strict=True):
+                    responses[place] = response
+            return responses
+
+        return gated
 
 
 def _gated(handler: Any, gate: Gate | StoreGate) -> Any:

@@ -103,6 +103,26 @@ class InflightBytes:
 
         return handle
 
+    @staticmethod
+    def release_after_wave(
+        run: Callable[[list[tuple[Any, Any]]], Awaitable[list[Any]]],
+    ) -> Callable[[list[tuple[Any, Any]]], Awaitable[list[Any]]]:
+        """``release_after`` for a wave handler: every call's booking given back after."""
+
+        async def handle(calls: list[tuple[Any, Any]]) -> list[Any]:
+            booked = [request for request, _ in calls if isinstance(request, Admitted)]
+            try:
+                unwrapped = [
+                    (request.message if isinstance(request, Admitted) else request, context)
+                    for request, context in calls
+                ]
+                return await run(unwrapped)
+            finally:
+                for request in booked:
+                    request.release()
+
+        return handle
+
 
 class Admitted:
     """A parsed request and its booking in an ``InflightBytes``; released once, at the
