@@ -69,15 +69,15 @@ def java_case(
         )  # fmt: skip
         try:
             assert process.stdout is not None
-            cpu0 = None
+            cpu0 = client0 = None
             result = ""
             for line in process.stdout:
                 if line.strip() == "timing":
-                    cpu0 = broker_cpu_s(pids)
+                    cpu0, client0 = broker_cpu_s(pids), broker_cpu_s([process.pid])
                 elif line.startswith("sent="):
                     result = line.strip()
                     break
-            cpu1 = broker_cpu_s(pids)
+            cpu1, client1 = broker_cpu_s(pids), broker_cpu_s([process.pid])
             _, err = process.communicate(timeout=120)
         finally:
             if process.poll() is None:
@@ -94,7 +94,7 @@ def java_case(
         seconds=float(fields["seconds"]),
         latencies_s=(),
         broker_cpu_s=cpu1 - cpu0,
-        client_cpu_s=float("nan"),
+        client_cpu_s=client1 - client0,
         first_error=fields.get("first_error", ""),
         quantiles_ms=(float(fields["p50_ms"]), float(fields["p99_ms"])),
     )

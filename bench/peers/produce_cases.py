@@ -103,7 +103,8 @@ class CaseResult:
         client = (
             ""
             if self.client_cpu_s != self.client_cpu_s
-            else f", client CPU {self.client_cpu_s:.1f} s"
+            else f", client CPU {self.client_cpu_s:.1f} s "
+            f"({self.client_cpu_s / max(self.sent, 1) * 1e6:,.0f} us/msg)"
         )
         return (
             f"{self.label}: {self.sent:,} sent in {self.seconds:.1f} s = {self.rate:,.0f} msgs/s, "
