@@ -78,8 +78,14 @@ def exported(revision: str) -> Iterator[Path]:
     """The tree of ``revision`` in a temporary directory (removed on leaving)."""
     target = Path(tempfile.mkdtemp(prefix="bench-limits-baseline-"))
     try:
+        paths = ["conf", "rmq_spark"]
+        has_front = subprocess.run(
+            ["git", "-C", str(REPO), "cat-file", "-e", f"{revision}:native/front"], check=False
+        )
+        if has_front.returncode == 0:  # its own native front, built on first use
+            paths.append("native")
         archive = subprocess.run(
-            ["git", "-C", str(REPO), "archive", revision, "conf", "rmq_spark"],
+            ["git", "-C", str(REPO), "archive", revision, *paths],
             check=True,
             capture_output=True,
         ).stdout

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
 import sys
 from pathlib import Path
 
@@ -45,6 +46,17 @@ def measure(
                 raise SystemExit(f"send_cost: {case.failed} sends failed: {case.first_error}")
             row[inflight] = (case.rate, case.broker_cpu_us_per_msg)
     return row
+
+
+def build_front(checkout: Path) -> None:
+    """The native front of ``checkout``, built from its own sources into its own tree."""
+    done = subprocess.run(
+        [sys.executable, "-m", "rmq_spark.broker.grpc.native_front"],
+        cwd=checkout, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    if done.returncode != 0:
+        raise SystemExit(f"send_cost: the baseline's native front: {done.stderr.strip()}")
+    progress(f"send_cost: the baseline's native front: {done.stdout.strip()}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[dict[int, tuple[float, float]]]] = {"baseline": [], "this": []}
     progress(f"send_cost: baseline {args.baseline}, load average {os.getloadavg()[0]:.2f}")
     with exported(args.baseline) as baseline:
+        if any(setting == "broker.grpc_front=native" for setting in args.set):
+            build_front(baseline)
         for round_no in range(1, args.rounds + 1):
             for name, checkout in (("baseline", baseline), ("this", REPO)):
                 extra = tuple(args.set_this) if name == "this" else ()
