@@ -14,7 +14,7 @@ import pytest
 from broker.broker_harness import BrokerProcess, by_uniq_key, read_records
 from remoting_harness import FrameClient, start_remoting_broker
 
-from rmq_spark.broker.remoting.codec import RemotingCommand
+from rmq_spark.broker.remoting.codec import RemotingCommand, encode_frame
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.broker.remoting.gate import sign_request
 from rmq_spark.store.properties import encode_properties
@@ -141,3 +141,34 @@ def test_the_refusal_log_names_no_secret(served) -> None:
     assert "remoting: refused reader" in text
     assert "secret-0123456789" not in text
     assert Path(broker.store_dir).exists()
+
+
+def test_sends_written_together_are_each_judged_on_their_own_signature(served) -> None:
+    # Sends of one read are served as one wave (``produce.py``): the gate must still judge
+    # each one alone, and a refused one must neither store nor hold up the others.
+    broker, port = served
+    writer, reader = ("writer", "writer-secret-0123456789"), ("reader", "reader-secret-0123456789")
+    wildcard = ("everything", "wildcard-secret-0123456789")
+    plan = [
+        ("WAVE-ok-1", "Orders", writer, ResponseCode.SUCCESS),
+        ("WAVE-unsigned", "Orders", (None, ""), ResponseCode.NO_PERMISSION),
+        ("WAVE-reader", "Orders", reader, ResponseCode.NO_PERMISSION),
+        ("WAVE-other-topic", "Payments", writer, ResponseCode.NO_PERMISSION),
+        ("WAVE-wildcard", "Payments", wildcard, ResponseCode.SUCCESS),
+        ("WAVE-ok-2", "Orders", writer, ResponseCode.SUCCESS),
+    ]
+    client = FrameClient(port)
+    try:
+        frames = []
+        for opaque, (uniq, topic, (user, secret), _) in enumerate(plan, start=1):
+            fields = _signed(_send_fields(uniq, topic), b"hi", user, secret)
+            frames.append(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, opaque=opaque,
+                                          ext_fields=fields, body=b"hi"))  # fmt: skip
+        client.send_raw(b"".join(encode_frame(frame) for frame in frames))
+        answers = {answer.opaque: answer for answer in (client.read() for _ in plan)}
+    finally:
+        client.close()
+    stored = _stored(broker)
+    for opaque, (uniq, _, _, code) in enumerate(plan, start=1):
+        assert answers[opaque].code == code, (uniq, answers[opaque].remark)
+        assert (uniq in stored) == (code == ResponseCode.SUCCESS), uniq

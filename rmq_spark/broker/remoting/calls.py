@@ -9,6 +9,9 @@ NOTIFY_CONSUMER_IDS_CHANGED) and the authenticated identity. The handler returns
 response (``call.reply(...)``) or ``None`` for no answer (a oneway request is never answered,
 whatever the handler returns).
 
+A handler may serve a wave of calls at once (``WaveHandler``: a producer's sends), one Task
+for the requests of its code that came in one read.
+
 A request header field the handler needs and cannot read raises ``HeaderError``: answered
 with its code and message (SYSTEM_ERROR, as RocketMQ answers a missing ``@CFNotNull`` field),
 no traceback logged.
@@ -31,7 +34,7 @@ if TYPE_CHECKING:
     from rmq_spark.broker.service import BrokerService
     from rmq_spark.broker.store_port import BrokerStore
 
-__all__ = ["Call", "ClientLink", "Deps", "Handler", "HeaderError"]
+__all__ = ["Call", "ClientLink", "Deps", "Handler", "HeaderError", "WaveHandler", "WaveRun"]
 
 
 class HeaderError(RemoteProtocolError):
@@ -175,6 +178,25 @@ def response_to(
 
 
 Handler = Callable[[Call], Awaitable[RemotingCommand | None]]
+WaveRun = Callable[[list[Call]], Awaitable[list["RemotingCommand | Exception"]]]
+
+
+class WaveHandler:
+    """A handler that also serves a wave of calls at once: ``wave(calls)`` answers the
+    requests of its code that came in one read (``connection.py``) in order, each with its
+    response or the exception its request raised (the server answers that as it answers a
+    handler that raised). Called with one call, it is the wave of one."""
+
+    __slots__ = ("wave",)
+
+    def __init__(self, wave: WaveRun) -> None:
+        self.wave = wave
+
+    async def __call__(self, call: Call) -> RemotingCommand | None:
+        [answer] = await self.wave([call])
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
 
 
 @dataclass(slots=True)

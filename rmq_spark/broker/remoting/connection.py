@@ -5,8 +5,10 @@ declared length in the server's budget of request bytes before buffering it (rea
 until the budget has room), decodes frames with the codec's size limit (a frame that breaks
 the layout is one log line and a closed connection, as Netty's decoder closes it), runs each
 request as its own task (many in flight: an async producer's sends are answered as they
-finish, each with its opaque), pauses reading while ``MAX_IN_FLIGHT`` requests are running or
-the client does not read its answers, and matches the client's responses to the broker's own
+finish, each with its opaque), except that the requests of one read whose code is served in
+waves (a producer's sends: ``calls.WaveHandler``) share one task; it pauses reading while
+``MAX_IN_FLIGHT`` requests are running or the client does not read its answers, and matches
+the client's responses to the broker's own
 requests (``send_request``) by opaque.
 
 Does not own: what a request means or who may send it (``server.py`` dispatches and checks),
@@ -18,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from rmq_spark.broker.remoting.codec import (
@@ -32,6 +34,7 @@ from rmq_spark.broker.remoting.codec import (
 from rmq_spark.errors import RemotingFrameError
 
 if TYPE_CHECKING:
+    from rmq_spark.broker.remoting.calls import WaveHandler
     from rmq_spark.broker.remoting.server import RemotingServer
 
 __all__ = ["Connection", "MAX_IN_FLIGHT"]
@@ -61,6 +64,8 @@ class Connection(asyncio.Protocol):
         self._booked = 0  # budget bytes booked for the frame being received
         self._pause_reasons: set[str] = set()
         self.tasks: set[asyncio.Task[None]] = set()
+        self._running = 0  # requests being served (a wave's task serves several)
+        self._joining: dict[WaveHandler, list[tuple[RemotingCommand, int]]] = {}  # this read's
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._opaques = itertools.count(1)
         self._on_close: list[Callable[[], None]] = []
@@ -111,6 +116,13 @@ class Connection(asyncio.Protocol):
     # --- frames in -----------------------------------------------------------------------
 
     def _read_frames(self) -> None:
+        try:
+            self._read_whole_frames()
+        finally:
+            if self._joining:
+                self._start_waves()
+
+    def _read_whole_frames(self) -> None:
         server = self._server
         while not self.closed and "budget" not in self._pause_reasons:
             buffer = self._buffer
@@ -153,17 +165,35 @@ class Connection(asyncio.Protocol):
             return  # an unmatched response is dropped, as RocketMQ does
         self.language, self.version = command.language, command.version
         self.serialize_type = command.serialize_type
-        task = self._loop.create_task(self._server.dispatch(self, command))
-        self.tasks.add(task)
-        task.add_done_callback(lambda done: self._request_done(done, booked))
-        if len(self.tasks) >= MAX_IN_FLIGHT:
+        self._running += 1
+        wave = self._server.wave_handler(command.code)
+        if wave is not None:  # served with the others of this read (_start_waves)
+            self._joining.setdefault(wave, []).append((command, booked))
+        else:
+            self._track(self._server.dispatch(self, command), booked, 1)
+        if self._running >= MAX_IN_FLIGHT:
             self._pause("requests")
 
-    def _request_done(self, task: asyncio.Task[None], booked: int) -> None:
+    def _start_waves(self) -> None:
+        joining, self._joining = self._joining, {}
+        for wave, requests in joining.items():
+            commands = [command for command, _ in requests]
+            booked = sum(nbytes for _, nbytes in requests)
+            self._track(self._server.dispatch_wave(self, wave, commands), booked, len(requests))
+
+    def _track(self, serving: Coroutine[Any, Any, None], booked: int, requests: int) -> None:
+        """Run ``serving`` (``requests`` requests, counted in ``_running``); when it ends,
+        their booked bytes go back and reading resumes below the cap."""
+        task = self._loop.create_task(serving)
+        self.tasks.add(task)
+        task.add_done_callback(lambda done: self._request_done(done, booked, requests))
+
+    def _request_done(self, task: asyncio.Task[None], booked: int, requests: int) -> None:
         self.tasks.discard(task)
         self._server.give(booked)
+        self._running -= requests
         self.last_activity = self._loop.time()
-        if len(self.tasks) < MAX_IN_FLIGHT:
+        if self._running < MAX_IN_FLIGHT:
             self._resume("requests")
 
     # --- frames out ----------------------------------------------------------------------

@@ -1,9 +1,10 @@
 """SEND_MESSAGE, SEND_MESSAGE_V2 and SEND_BATCH_MESSAGE: a 4.x producer's send, through the one
 send path (``BrokerService``).
 
-A single message is ``BrokerService.send_async`` (awaited on the loop, as the gRPC front
-does); a batch is checked whole first (``BrokerService.validate`` of every message: one bad
-message refuses the batch and stores nothing, as RocketMQ's all-or-nothing batch put does),
+Single messages are ``BrokerService.send_many_async``, the sends of one read together (a
+``WaveHandler``, awaited on the loop, as the gRPC front's waves are); a batch is checked whole
+first (``BrokerService.validate`` of every message: one bad message refuses the batch and
+stores nothing, as RocketMQ's all-or-nothing batch put does),
 then ``BrokerService.send_batch`` (one store write) on a worker thread. The answer is what a
 RocketMQ broker answers (REMOTING_PROTOCOL.md 4.1): ``msgId`` the offset message id of the
 stored record (comma-joined for a batch), ``queueId``, ``queueOffset`` (the first message's),
@@ -15,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from rmq_spark.broker.message_id import MessageIdGenerator
-from rmq_spark.broker.remoting.calls import Call, Deps, Handler
+from rmq_spark.broker.remoting.calls import Call, Deps, Handler, WaveHandler
 from rmq_spark.broker.remoting.codec import RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.broker.remoting.send_wire import commands_of
@@ -61,10 +63,11 @@ def response_code(code: SendCode) -> ResponseCode:
 def handlers(deps: Deps) -> dict[int, Handler]:
     """The produce codes' handlers over ``deps.service``."""
     sender = _Sender(deps)
+    sends = WaveHandler(sender.send_wave)
     return {
-        RequestCode.SEND_MESSAGE: sender.send,
-        RequestCode.SEND_MESSAGE_V2: sender.send,
-        RequestCode.SEND_BATCH_MESSAGE: sender.send,
+        RequestCode.SEND_MESSAGE: sends,
+        RequestCode.SEND_MESSAGE_V2: sends,
+        RequestCode.SEND_BATCH_MESSAGE: sender.send_batch,
     }
 
 
@@ -74,13 +77,32 @@ class _Sender:
         self._store_host = HostAddress.parse(deps.store.config.store_host)
         self._ids = MessageIdGenerator(deps.service.clock)
 
-    async def send(self, call: Call) -> RemotingCommand:
+    async def send_wave(self, calls: list[Call]) -> list[RemotingCommand | Exception]:
+        """SEND_MESSAGE(_V2) of each call, their messages put together
+        (``BrokerService.send_many_async``: one store batch, one durability wait)."""
+        service = self._service
+        now_ms, body_max = service.clock.now_ms(), service.max_message_size_bytes
+        answers: list[Any] = [None] * len(calls)  # each filled below
+        commands, places = [], []
+        for at, call in enumerate(calls):
+            try:
+                _, queue_id, [command] = commands_of(call, now_ms, body_max, self._ids.next_id)
+            except Exception as err:  # noqa: BLE001 - the server answers it for this call
+                answers[at] = err
+                continue
+            commands.append(command)
+            places.append((at, queue_id))
+        if commands:
+            outcomes = await service.send_many_async(commands)
+            for (at, queue_id), outcome in zip(places, outcomes, strict=True):
+                answers[at] = self._answer(calls[at], queue_id, [outcome])
+        return answers
+
+    async def send_batch(self, call: Call) -> RemotingCommand:
         service = self._service
         _, queue_id, commands = commands_of(
             call, service.clock.now_ms(), service.max_message_size_bytes, self._ids.next_id
         )
-        if call.code != RequestCode.SEND_BATCH_MESSAGE:
-            return self._answer(call, queue_id, [await service.send_async(commands[0])])
         for command in commands:
             refused = service.validate(command)
             if refused is not None:

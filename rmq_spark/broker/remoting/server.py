@@ -32,7 +32,14 @@ from collections.abc import Callable
 from enum import IntEnum
 
 from rmq_spark.broker.config import BrokerConfig
-from rmq_spark.broker.remoting.calls import Call, Deps, Handler, HeaderError, response_to
+from rmq_spark.broker.remoting.calls import (
+    Call,
+    Deps,
+    Handler,
+    HeaderError,
+    WaveHandler,
+    response_to,
+)
 from rmq_spark.broker.remoting.codec import FRAME_MAX_BYTES, RemotingCommand
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
 from rmq_spark.broker.remoting.connection import Connection
@@ -337,30 +344,60 @@ class RemotingServer:
         self._counts["bad"] += 1
         log.warning("remoting: closed the connection from %s: %s", connection.peer, why)
 
+    def wave_handler(self, code: int) -> WaveHandler | None:
+        """The handler of ``code`` when it serves waves of requests (``dispatch_wave``)."""
+        handler = self.routes.get(code)
+        return handler if isinstance(handler, WaveHandler) else None
+
     async def dispatch(self, connection: Connection, command: RemotingCommand) -> None:
-        call = Call(command, connection)
         started = time.perf_counter()
-        result = "process_request_failed"
         try:
-            response = await self._answer(call)
-            result = "success"
-        except asyncio.CancelledError:
-            result = "cancelled"
+            response = await self._answer(Call(command, connection))
+        except BaseException as err:  # cancelled, or a bug: counted, then raised
+            self._timed(command, None, err, started)
             raise
-        finally:
-            if self._traffic is not None:
-                answered = (
-                    "NONE"
-                    if result != "success" or response is None
-                    else code_name(response.code, ResponseCode)
-                )
-                self._traffic.rpc_done(
-                    "remoting",
-                    code_name(command.code),
-                    answered,
-                    result,
-                    time.perf_counter() - started,
-                )
+        self._timed(command, response, None, started)
+        self._write(connection, command, response)
+
+    async def dispatch_wave(
+        self, connection: Connection, handler: WaveHandler, commands: list[RemotingCommand]
+    ) -> None:
+        """``dispatch`` of requests of ``handler``'s codes that came in one read: each gated
+        on its own, the admitted ones served by one ``handler.wave``, each answered and
+        timed as ``dispatch`` answers and times it."""
+        started = time.perf_counter()
+        try:
+            responses = await self._answer_wave(connection, handler, commands)
+        except BaseException as err:
+            for command in commands:
+                self._timed(command, None, err, started)
+            raise
+        for command, response in zip(commands, responses, strict=True):
+            self._timed(command, response, None, started)
+            self._write(connection, command, response)
+
+    def _timed(
+        self,
+        command: RemotingCommand,
+        response: RemotingCommand | None,
+        raised: BaseException | None,
+        started: float,
+    ) -> None:
+        if self._traffic is None:
+            return
+        if raised is not None:
+            cancelled = isinstance(raised, asyncio.CancelledError)
+            result = "cancelled" if cancelled else "process_request_failed"
+        else:
+            result = "success"
+        answered = "NONE" if response is None else code_name(response.code, ResponseCode)
+        elapsed = time.perf_counter() - started
+        self._traffic.rpc_done("remoting", code_name(command.code), answered, result, elapsed)
+
+    @staticmethod
+    def _write(
+        connection: Connection, command: RemotingCommand, response: RemotingCommand | None
+    ) -> None:
         if response is None or command.is_oneway:
             return
         try:
@@ -385,19 +422,30 @@ class RemotingServer:
             call = Call(command, call.link, principal)  # type: ignore[arg-type]
         try:
             return await handler(call)
-        except HeaderError as err:
-            return response_to(command, err.code, str(err))
         except Exception as err:
-            log.warning(
-                "remoting: %s from %s failed: %s: %s",
-                code_name(command.code),
-                call.link.peer_host,
-                type(err).__name__,
-                err,
-            )
-            return response_to(
-                command, ResponseCode.SYSTEM_ERROR, f"{type(err).__name__}: {err}"[:1000]
-            )
+            return _failed(call, err)
+
+    async def _answer_wave(
+        self, connection: Connection, handler: WaveHandler, commands: list[RemotingCommand]
+    ) -> list[RemotingCommand | None]:
+        answers: list[RemotingCommand | None] = [None] * len(commands)
+        admitted, places = [], []
+        for at, command in enumerate(commands):
+            call = Call(command, connection)
+            refusal, principal = self.gate(call)
+            if refusal is not None:
+                answers[at] = refusal
+                continue
+            admitted.append(call if principal is None else Call(command, connection, principal))
+            places.append(at)
+        if admitted:
+            try:
+                results = await handler.wave(admitted)
+            except Exception as err:  # the wave as a whole: each of its requests answered so
+                results = [err] * len(admitted)
+            for at, call, result in zip(places, admitted, results, strict=True):
+                answers[at] = _failed(call, result) if isinstance(result, Exception) else result
+        return answers
 
     def _warn(self, what: str) -> None:
         now = time.monotonic()
@@ -415,3 +463,19 @@ class RemotingServer:
                 c["idle"],
                 c["bad"],
             )
+
+
+def _failed(call: Call, err: Exception) -> RemotingCommand:
+    """The answer to a request whose handler raised ``err``: a ``HeaderError`` its own code,
+    anything else SYSTEM_ERROR, logged."""
+    command = call.command
+    if isinstance(err, HeaderError):
+        return response_to(command, err.code, str(err))
+    log.warning(
+        "remoting: %s from %s failed: %s: %s",
+        code_name(command.code),
+        call.link.peer_host,
+        type(err).__name__,
+        err,
+    )
+    return response_to(command, ResponseCode.SYSTEM_ERROR, f"{type(err).__name__}: {err}"[:1000])
