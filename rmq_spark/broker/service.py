@@ -248,9 +248,9 @@ class BrokerService:
             self._leave()
 
     async def send_async(self, command: SendCommand) -> SendOutcome:
-        """``send`` for a coroutine on an event loop (the gRPC handlers): the same checks and
-        the same acknowledgement, but the put is the store's ``put_async``: under SYNC the
-        coroutine awaits the fsync, no thread blocks per send."""
+        """``send`` for a coroutine on an event loop: the same checks and the same
+        acknowledgement, but the put joins the loop pass's store batch (``put_many_async``):
+        under SYNC the coroutine awaits the fsync, no thread blocks per send."""
         return (await self.send_many_async((command,)))[0]
 
     async def send_many_async(self, commands: Sequence[SendCommand]) -> list[SendOutcome]:
