@@ -42,6 +42,8 @@ from rmq_spark.broker.send_model import (
     SendOutcome,
     reject,
 )
+from rmq_spark.broker.send_outcomes import confirmed, put_outcome, stopping, store_failure
+from rmq_spark.broker.send_outcomes import end as record_end
 from rmq_spark.broker.send_rules import message_properties, timer_transform, validate_send
 from rmq_spark.broker.store_port import BrokerStore
 from rmq_spark.broker.topics import CreationBudget, TopicStatus, TopicTable, group_queue_id
@@ -49,7 +51,7 @@ from rmq_spark.broker.traffic import TrafficStats
 from rmq_spark.broker.transactions.records import half_properties
 from rmq_spark.broker.transactions.service import TransactionService
 from rmq_spark.clock import Clock, SystemClock
-from rmq_spark.errors import StoreClosedError, StoreError
+from rmq_spark.errors import StoreError
 from rmq_spark.store.delay_levels import parse_message_delay_level
 from rmq_spark.store.layout import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
 from rmq_spark.store.message import LOCALHOST
@@ -73,58 +75,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("rmq_spark.broker")
-
-
-# How a store refusal reaches the producer (RocketMQ's SendMessageProcessor + proxy mapping).
-_PUT_CODES = {
-    PutStatus.FLUSH_DISK_TIMEOUT: SendCode.FLUSH_TIMEOUT,
-    PutStatus.MESSAGE_ILLEGAL: SendCode.BAD_REQUEST,
-    PutStatus.PROPERTIES_SIZE_EXCEEDED: SendCode.MESSAGE_PROPERTIES_TOO_LARGE,
-    PutStatus.SERVICE_NOT_AVAILABLE: SendCode.SHUTTING_DOWN,
-    PutStatus.CREATE_MAPPED_FILE_FAILED: SendCode.STORE_ERROR,
-    PutStatus.UNKNOWN_ERROR: SendCode.STORE_ERROR,
-}
-
-
-def _stopping(message_id: str) -> SendOutcome:
-    return reject(SendCode.SHUTTING_DOWN, "broker is shutting down", message_id)
-
-
-def _store_failure(err: StoreError, message_id: str) -> SendOutcome:
-    if isinstance(err, StoreClosedError):
-        return reject(SendCode.SHUTTING_DOWN, "the store is closed", message_id)
-    return reject(SendCode.STORE_ERROR, f"store error: {err}", message_id)
-
-
-def _end(result: PutResult) -> int:
-    """The offset just past ``result``'s record: what a slave must hold to cover it."""
-    return result.physical_offset + result.total_size
-
-
-def _confirmed(outcomes: list[SendOutcome], probe: SendOutcome) -> list[SendOutcome]:
-    """``outcomes`` after one slave wait for all of them: ``probe`` refused, so is every OK."""
-    if probe.ok:
-        return outcomes
-    return [
-        dataclasses.replace(o, code=probe.code, reason=probe.reason) if o.ok else o
-        for o in outcomes
-    ]
-
-
-def _put_outcome(result: PutResult, message_id: str) -> SendOutcome:
-    """``OK`` with the stored position for ``PUT_OK``, else the matching refusal."""
-    if result.status is PutStatus.PUT_OK:
-        return SendOutcome(
-            SendCode.OK,
-            message_id=message_id,
-            topic=result.topic,
-            queue_id=result.queue_id,
-            queue_offset=result.queue_offset,
-            physical_offset=result.physical_offset,
-            duplicate=result.duplicate,
-        )
-    code = _PUT_CODES.get(result.status, SendCode.STORE_ERROR)
-    return reject(code, f"{result.status.name}: {result.detail}", message_id)
 
 
 class BrokerService:
@@ -240,10 +190,10 @@ class BrokerService:
             try:
                 result = self._store.put(placed)
             except StoreError as err:
-                return _store_failure(err, command.message_id)
+                return store_failure(err, command.message_id)
             outcome = self._stored(result, command.message_id, started)
             gate = self.replication
-            return outcome if gate is None else gate.confirm(outcome, _end(result))
+            return outcome if gate is None else gate.confirm(outcome, record_end(result))
         finally:
             self._leave()
 
@@ -273,16 +223,16 @@ class BrokerService:
                     continue
                 result = next(stored)
                 if isinstance(result, StoreError):
-                    outcomes.append(_store_failure(result, command.message_id))
+                    outcomes.append(store_failure(result, command.message_id))
                     continue
                 results.append(result)
-                outcomes.append(_put_outcome(result, command.message_id))
+                outcomes.append(put_outcome(result, command.message_id))
             self.traffic.put_done(results, time.perf_counter() - started)
             gate = self.replication
-            ends = [_end(r) for r in results if r.status is PutStatus.PUT_OK]
+            ends = [record_end(r) for r in results if r.status is PutStatus.PUT_OK]
             if gate is None or not ends:
                 return outcomes
-            return _confirmed(
+            return confirmed(
                 outcomes, await gate.confirm_async(SendOutcome(SendCode.OK), max(ends))
             )
         finally:
@@ -303,11 +253,11 @@ class BrokerService:
             try:
                 results = self._store.put_batch(requests) if requests else []
             except StoreError as err:
-                return [_store_failure(err, c.message_id) for c in commands]
+                return [store_failure(err, c.message_id) for c in commands]
             self.traffic.put_done(results, time.perf_counter() - started)
             stored = iter(results)
             outcomes = [
-                _put_outcome(next(stored), c.message_id) if isinstance(p, PutRequest) else p
+                put_outcome(next(stored), c.message_id) if isinstance(p, PutRequest) else p
                 for c, p in zip(commands, placed, strict=True)
             ]
             return self._confirm_batch(outcomes, results)
@@ -343,7 +293,7 @@ class BrokerService:
             try:
                 found = redeliver_once(journal, self._store, ref, self._clock.now_ms())
             except StoreError as err:
-                return _store_failure(err, message_id)
+                return store_failure(err, message_id)
             if isinstance(found, str):
                 return self._refuse_redelivery(found, message_id)
             if isinstance(found, RedeliveredCopy):  # redelivered before: its first copy
@@ -357,7 +307,7 @@ class BrokerService:
                     duplicate=True,
                 )
             self.traffic.put_done((found,), None)
-            return _put_outcome(found, message_id)
+            return put_outcome(found, message_id)
         finally:
             self._leave()
 
@@ -374,7 +324,7 @@ class BrokerService:
             return refused
         with self._state_lock:
             if self._shutting_down:
-                return _stopping(message_id)
+                return stopping(message_id)
             self._in_flight += 1
         return None
 
@@ -382,7 +332,7 @@ class BrokerService:
         """``_enter`` for a batch: counted once, or every command's refusal."""
         with self._state_lock:
             if self._shutting_down:
-                return [_stopping(c.message_id) for c in commands]
+                return [stopping(c.message_id) for c in commands]
             self._in_flight += 1
         refused = self._role_refusal(commands[0].message_id if commands else "")
         if refused is not None:
@@ -399,10 +349,10 @@ class BrokerService:
     ) -> list[SendOutcome]:
         """SYNC_MASTER: one slave wait covers the whole batch (``replication/node.py``)."""
         gate = self.replication
-        ends = [_end(r) for r in results if r.status is PutStatus.PUT_OK]
+        ends = [record_end(r) for r in results if r.status is PutStatus.PUT_OK]
         if gate is None or not ends:
             return outcomes
-        return _confirmed(outcomes, gate.confirm(SendOutcome(SendCode.OK), max(ends)))
+        return confirmed(outcomes, gate.confirm(SendOutcome(SendCode.OK), max(ends)))
 
     def _leave(self) -> None:
         with self._state_lock:
@@ -412,7 +362,7 @@ class BrokerService:
 
     def _stored(self, result: PutResult, message_id: str, started: float) -> SendOutcome:
         self.traffic.put_done((result,), time.perf_counter() - started)
-        return _put_outcome(result, message_id)
+        return put_outcome(result, message_id)
 
     def _place(self, command: SendCommand) -> PutRequest | SendOutcome:
         """The checks and the placement of a send: its put request, or the refusal."""

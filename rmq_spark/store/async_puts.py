@@ -16,6 +16,7 @@ each. What each put sees is what ``put`` would have answered it:
 * a put cancelled while it waits leaves its record stored, unacknowledged, and the others
   of its batch untouched.
 
+``put_batch`` is ``put_batch_async``'s: an all-or-nothing batch of its own, written at once.
 Everything runs on the loop that made the puts; several loops keep a batch each.
 """
 
@@ -24,6 +25,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
+from rmq_spark.errors import StoreError
 from rmq_spark.store.appender import Appender
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
@@ -90,6 +92,36 @@ class AsyncPuts:
             if batch.bytes >= self._bytes_max:
                 self._write(loop, batch)
         return futures
+
+    async def put_all(self, requests: Sequence[PutRequest]) -> list[PutResult | StoreError]:
+        """``put_many``, awaited: per request its result, or the ``StoreError`` its put
+        raised (a batch the store could not write fails every put of it)."""
+        futures = self.put_many(requests)
+        outcomes: list[PutResult | StoreError] = []
+        try:
+            for future in futures:
+                try:
+                    outcomes.append(await future)
+                except StoreError as err:
+                    outcomes.append(err)
+        except BaseException:
+            for future in futures:  # retrieved: no "exception never retrieved" for the rest
+                if future.done() and not future.cancelled():
+                    future.exception()
+            raise
+        return outcomes
+
+    async def put_batch(self, requests: Sequence[PutRequest]) -> list[PutResult]:
+        """``requests`` as one all-or-nothing ``append_batch`` of their own, written now (not
+        joined to the pending batch), then, under SYNC, the fsync that covers it."""
+        results, end = self._appender.append_batch(requests)
+        if end and self._settle is not None:
+            await self._settle(results, end)
+        else:
+            wake = self._after_write()
+            if wake is not None:
+                wake()
+        return results
 
     def _write(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
         if self._pending.get(loop) is not batch:

@@ -309,31 +309,12 @@ class MessageStore:
         return await self._async_puts.put(request)
 
     async def put_many_async(self, requests: Sequence[PutRequest]) -> list[PutResult | StoreError]:
-        """``put_async`` of each request, all joined to the loop pass's batch and awaited
-        together: per request its result, or the ``StoreError`` its put raised."""
-        futures = self._async_puts.put_many(requests)
-        outcomes: list[PutResult | StoreError] = []
-        try:
-            for future in futures:
-                try:
-                    outcomes.append(await future)
-                except StoreError as err:
-                    outcomes.append(err)
-        except BaseException:
-            for future in futures:  # retrieved: no "exception never retrieved" for the rest
-                if future.done() and not future.cancelled():
-                    future.exception()
-            raise
-        return outcomes
+        """``put_async`` of each, awaited together: its result or the ``StoreError`` it raised."""
+        return await self._async_puts.put_all(requests)
 
     async def put_batch_async(self, requests: Sequence[PutRequest]) -> list[PutResult]:
         """``put_batch`` for a coroutine (see ``put_async``)."""
-        results, end = self._appender.append_batch(requests)
-        if self._sync and end:
-            await self._durable.wait_async(results, end)
-        elif self._after_write is not None:
-            self._after_write()
-        return results
+        return await self._async_puts.put_batch(requests)
 
     def replica_log(self) -> ReplicaLog:
         """A slave's way in (``replica_log.py``): a master's bytes appended as they are, made
