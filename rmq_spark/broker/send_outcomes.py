@@ -9,12 +9,13 @@ to count as replicated (``end``), and one slave wait applied to a batch's outcom
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from rmq_spark.broker.send_model import SendCode, SendOutcome, reject
 from rmq_spark.errors import StoreClosedError, StoreError
 from rmq_spark.store.put import PutResult, PutStatus
 
-__all__ = ["confirmed", "end", "put_outcome", "stopping", "store_failure"]
+__all__ = ["confirmed", "end", "put_outcome", "stopping", "store_failure", "stored_at"]
 
 # How a store refusal reaches the producer (RocketMQ's SendMessageProcessor + proxy mapping).
 _PUT_CODES = {
@@ -52,17 +53,23 @@ def confirmed(outcomes: list[SendOutcome], probe: SendOutcome) -> list[SendOutco
     ]
 
 
+def stored_at(position: Any, message_id: str, *, duplicate: bool) -> SendOutcome:
+    """``OK`` at ``position`` (a ``PutResult``, or a record's earlier copy: its topic, queue
+    id, queue offset and physical offset)."""
+    return SendOutcome(
+        SendCode.OK,
+        message_id=message_id,
+        topic=position.topic,
+        queue_id=position.queue_id,
+        queue_offset=position.queue_offset,
+        physical_offset=position.physical_offset,
+        duplicate=duplicate,
+    )
+
+
 def put_outcome(result: PutResult, message_id: str) -> SendOutcome:
     """``OK`` with the stored position for ``PUT_OK``, else the matching refusal."""
     if result.status is PutStatus.PUT_OK:
-        return SendOutcome(
-            SendCode.OK,
-            message_id=message_id,
-            topic=result.topic,
-            queue_id=result.queue_id,
-            queue_offset=result.queue_offset,
-            physical_offset=result.physical_offset,
-            duplicate=result.duplicate,
-        )
+        return stored_at(result, message_id, duplicate=result.duplicate)
     code = _PUT_CODES.get(result.status, SendCode.STORE_ERROR)
     return reject(code, f"{result.status.name}: {result.detail}", message_id)

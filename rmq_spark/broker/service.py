@@ -42,7 +42,13 @@ from rmq_spark.broker.send_model import (
     SendOutcome,
     reject,
 )
-from rmq_spark.broker.send_outcomes import confirmed, put_outcome, stopping, store_failure
+from rmq_spark.broker.send_outcomes import (
+    confirmed,
+    put_outcome,
+    stopping,
+    store_failure,
+    stored_at,
+)
 from rmq_spark.broker.send_outcomes import end as record_end
 from rmq_spark.broker.send_rules import message_properties, timer_transform, validate_send
 from rmq_spark.broker.store_port import BrokerStore
@@ -297,15 +303,7 @@ class BrokerService:
             if isinstance(found, str):
                 return self._refuse_redelivery(found, message_id)
             if isinstance(found, RedeliveredCopy):  # redelivered before: its first copy
-                return SendOutcome(
-                    SendCode.OK,
-                    message_id=message_id,
-                    topic=found.topic,
-                    queue_id=found.queue_id,
-                    queue_offset=found.queue_offset,
-                    physical_offset=found.physical_offset,
-                    duplicate=True,
-                )
+                return stored_at(found, message_id, duplicate=True)
             self.traffic.put_done((found,), None)
             return put_outcome(found, message_id)
         finally:
