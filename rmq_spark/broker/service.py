@@ -234,13 +234,7 @@ class BrokerService:
                 results.append(result)
                 outcomes.append(put_outcome(result, command.message_id))
             self.traffic.put_done(results, time.perf_counter() - started)
-            gate = self.replication
-            ends = [record_end(r) for r in results if r.status is PutStatus.PUT_OK]
-            if gate is None or not ends:
-                return outcomes
-            return confirmed(
-                outcomes, await gate.confirm_async(SendOutcome(SendCode.OK), max(ends))
-            )
+            return await self._confirm_batch_async(outcomes, results)
         finally:
             self._leave()
 
@@ -260,13 +254,29 @@ class BrokerService:
                 results = self._store.put_batch(requests) if requests else []
             except StoreError as err:
                 return [store_failure(err, c.message_id) for c in commands]
-            self.traffic.put_done(results, time.perf_counter() - started)
-            stored = iter(results)
-            outcomes = [
-                put_outcome(next(stored), c.message_id) if isinstance(p, PutRequest) else p
-                for c, p in zip(commands, placed, strict=True)
-            ]
-            return self._confirm_batch(outcomes, results)
+            return self._confirm_batch(
+                self._batch_outcomes(commands, placed, results, started), results
+            )
+        finally:
+            self._leave()
+
+    async def send_batch_async(self, commands: Sequence[SendCommand]) -> list[SendOutcome]:
+        """``send_batch`` for a coroutine on an event loop: the same checks and the same
+        all-or-nothing put (``put_batch_async``), its fsync and any slave report awaited on
+        the loop, no thread blocked per batch."""
+        refused = self._enter_batch(commands)
+        if refused is not None:
+            return refused
+        try:
+            placed = [self._place(command) for command in commands]
+            requests = [p for p in placed if isinstance(p, PutRequest)]
+            started = time.perf_counter()
+            try:
+                results = await self._store.put_batch_async(requests) if requests else []
+            except StoreError as err:
+                return [store_failure(err, c.message_id) for c in commands]
+            outcomes = self._batch_outcomes(commands, placed, results, started)
+            return await self._confirm_batch_async(outcomes, results)
         finally:
             self._leave()
 
@@ -342,15 +352,39 @@ class BrokerService:
         gate = self.replication
         return None if gate is None else gate.refusal(message_id)
 
+    def _batch_outcomes(
+        self,
+        commands: Sequence[SendCommand],
+        placed: list[PutRequest | SendOutcome],
+        results: list[PutResult],
+        started: float,
+    ) -> list[SendOutcome]:
+        """Each command's outcome after a batch put: its refusal by the checks, or what the
+        store answered its request."""
+        self.traffic.put_done(results, time.perf_counter() - started)
+        stored = iter(results)
+        return [
+            put_outcome(next(stored), c.message_id) if isinstance(p, PutRequest) else p
+            for c, p in zip(commands, placed, strict=True)
+        ]
+
     def _confirm_batch(
         self, outcomes: list[SendOutcome], results: list[PutResult]
     ) -> list[SendOutcome]:
         """SYNC_MASTER: one slave wait covers the whole batch (``replication/node.py``)."""
-        gate = self.replication
-        ends = [record_end(r) for r in results if r.status is PutStatus.PUT_OK]
-        if gate is None or not ends:
+        gate, end = self.replication, _confirmable_end(results)
+        if gate is None or end is None:
             return outcomes
-        return confirmed(outcomes, gate.confirm(SendOutcome(SendCode.OK), max(ends)))
+        return confirmed(outcomes, gate.confirm(SendOutcome(SendCode.OK), end))
+
+    async def _confirm_batch_async(
+        self, outcomes: list[SendOutcome], results: list[PutResult]
+    ) -> list[SendOutcome]:
+        """``_confirm_batch`` awaited on the loop."""
+        gate, end = self.replication, _confirmable_end(results)
+        if gate is None or end is None:
+            return outcomes
+        return confirmed(outcomes, await gate.confirm_async(SendOutcome(SendCode.OK), end))
 
     def _leave(self) -> None:
         with self._state_lock:
@@ -450,3 +484,10 @@ class BrokerService:
         return validate_send(
             command, self._config, self.max_message_size_bytes, self._delay_level_max
         )
+
+
+def _confirmable_end(results: list[PutResult]) -> int | None:
+    """Where a batch's stored records end, for one slave wait over all of them (``None``:
+    nothing was stored)."""
+    ends = [record_end(r) for r in results if r.status is PutStatus.PUT_OK]
+    return max(ends) if ends else None

@@ -62,6 +62,10 @@ class BrokerStore(ConsumerStore, Protocol):
         """``put_async`` of each, awaited together: each result or its put's ``StoreError``."""
         ...
 
+    async def put_batch_async(self, requests: Sequence[PutRequest]) -> list[PutResult]:
+        """``put_batch`` whose durability wait is awaited on the caller's loop."""
+        ...
+
     def read(self, physical_offset: int) -> MessageRecord: ...
 
     def queue_offsets(self) -> dict[tuple[str, int], int]:

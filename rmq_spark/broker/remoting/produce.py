@@ -4,17 +4,16 @@ send path (``BrokerService``).
 Single messages are ``BrokerService.send_many_async``, the sends of one read together (a
 ``WaveHandler``, awaited on the loop, as the gRPC front's waves are); a batch is checked whole
 first (``BrokerService.validate`` of every message: one bad message refuses the batch and
-stores nothing, as RocketMQ's all-or-nothing batch put does),
-then ``BrokerService.send_batch`` (one store write) on a worker thread. The answer is what a
-RocketMQ broker answers (REMOTING_PROTOCOL.md 4.1): ``msgId`` the offset message id of the
-stored record (comma-joined for a batch), ``queueId``, ``queueOffset`` (the first message's),
-``transactionId`` (the UNIQ_KEY), ``MSG_REGION`` and ``TRACE_ON``. A refusal maps its
-``SendCode`` to the response code a 4.x client acts on (``_CODES``).
+stores nothing, as RocketMQ's all-or-nothing batch put does), then
+``BrokerService.send_batch_async`` (one store write, its fsync awaited on the loop). The
+answer is what a RocketMQ broker answers (REMOTING_PROTOCOL.md 4.1): ``msgId`` the offset
+message id of the stored record (comma-joined for a batch), ``queueId``, ``queueOffset`` (the
+first message's), ``transactionId`` (the UNIQ_KEY), ``MSG_REGION`` and ``TRACE_ON``. A
+refusal maps its ``SendCode`` to the response code a 4.x client acts on (``_CODES``).
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import Any
 
@@ -107,7 +106,7 @@ class _Sender:
             refused = service.validate(command)
             if refused is not None:
                 return self._answer(call, queue_id, [refused])
-        outcomes = await asyncio.to_thread(service.send_batch, commands)
+        outcomes = await service.send_batch_async(commands)
         return self._answer(call, queue_id, outcomes)
 
     def _answer(
