@@ -1,16 +1,16 @@
-"""The broker's logic: validate a send, pick its queue, build the stored message, put it.
+"""The broker's logic: take a send in, place it, put it, answer it.
 
 Owns ``BrokerService``, the decisions a RocketMQ 5 broker (proxy + broker) makes around a
-producer's put: the topic/route table (``topics.py``), FIFO and round-robin queue choice, the
-timer topic's REAL_TOPIC/REAL_QID of a delayed message, idempotence of retried sends, how a
-store refusal reaches the producer, redeliveries of the schedule job, and refusing work once a
-shutdown began. The send's vocabulary (``SendCommand``, ``SendOutcome``, ``SendCode``) is
-``send_model.py``'s and is re-exported here; the rules for one message (validation, the
-properties a record carries, the timer transform) are ``send_rules.py``'s.
+producer's put: the topic/route table (``topics.py``), idempotence of retried sends, batches
+(all or nothing where the wire says so), how a store refusal reaches the producer, the slave
+wait of a SYNC_MASTER, redeliveries of the schedule job, and refusing work once a shutdown
+began. Where a send goes (its checks, route, queue, record properties, the timer and half
+topics) is ``placement.py``'s; the send's vocabulary (``SendCommand``, ``SendOutcome``,
+``SendCode``) is ``send_model.py``'s and is re-exported here; the rules for one message
+(validation, the properties a record carries, the timer transform) are ``send_rules.py``'s.
 
 Does not own: protobuf or gRPC (``grpc_api.py`` translates), process lifecycle (``server.py``),
-record encoding and durability (the store: a put is acknowledged only when the store says OK).
-"""
+record encoding and durability (the store: a put is acknowledged only when the store says OK)."""
 
 from __future__ import annotations
 
@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from rmq_spark.broker.config import BrokerConfig, parse_topic_spec
 from rmq_spark.broker.consumer import send_back as send_backs
+from rmq_spark.broker.placement import Placement
 from rmq_spark.broker.redelivery import REDELIVERY_REFUSED, RedeliveryRef
 from rmq_spark.broker.redelivery_journal import (
     RedeliveredCopy,
@@ -50,18 +51,13 @@ from rmq_spark.broker.send_outcomes import (
     stored_at,
 )
 from rmq_spark.broker.send_outcomes import end as record_end
-from rmq_spark.broker.send_rules import message_properties, timer_transform, validate_send
 from rmq_spark.broker.store_port import BrokerStore
-from rmq_spark.broker.topics import CreationBudget, TopicStatus, TopicTable, group_queue_id
+from rmq_spark.broker.topics import CreationBudget, TopicTable
 from rmq_spark.broker.traffic import TrafficStats
-from rmq_spark.broker.transactions.records import half_properties
 from rmq_spark.broker.transactions.service import TransactionService
 from rmq_spark.clock import Clock, SystemClock
 from rmq_spark.errors import StoreError
 from rmq_spark.store.delay_levels import parse_message_delay_level
-from rmq_spark.store.layout import RMQ_SYS_TRANS_HALF_TOPIC, RMQ_SYS_WHEEL_TIMER_TOPIC
-from rmq_spark.store.message import LOCALHOST
-from rmq_spark.store.properties import REAL_QID, REAL_TOPIC
 from rmq_spark.store.put import PutRequest, PutResult, PutStatus
 
 if TYPE_CHECKING:
@@ -126,7 +122,9 @@ class BrokerService:
         )
         # Delay levels past the last are refused (the store alone would clamp them silently).
         levels = parse_message_delay_level(store.config.message_delay_level)
-        self._delay_level_max = len(levels)
+        self._placement = Placement(
+            self._config, self.topics, self._clock, max_message_size_bytes, len(levels)
+        )
         self._send_backs: send_backs.SendBackPort | None = None  # the consume service's
         self._state_lock = threading.Condition()
         self._journal: RedeliveryJournal | None = None
@@ -163,15 +161,8 @@ class BrokerService:
     def route(
         self, topic: str, namespace: str = "", *, reading: bool = False, client: str = ""
     ) -> RouteOutcome:
-        """The queues of ``topic`` (creating it when auto-creation is on); ``reading`` and
-        ``client`` (the caller's address, whose creations are limited): see
-        ``TopicTable.lookup``."""
-        found = self.topics.lookup(topic, namespace, reading=reading, client=client)
-        if found.status is TopicStatus.ILLEGAL:
-            return RouteOutcome(SendCode.ILLEGAL_TOPIC, found.topic, reason=found.reason)
-        if found.status is TopicStatus.NOT_FOUND:
-            return RouteOutcome(SendCode.TOPIC_NOT_FOUND, found.topic, reason=found.reason)
-        return RouteOutcome(SendCode.OK, found.topic, found.queue_count)
+        """The queues of ``topic`` (see ``Placement.route``)."""
+        return self._placement.route(topic, namespace, reading=reading, client=client)
 
     # --- the entry points: each front maps its wire calls to these -------------------------
 
@@ -189,7 +180,7 @@ class BrokerService:
         if refused is not None:
             return refused
         try:
-            placed = self._place(command)
+            [placed] = self._placement.place_all((command,))
             if isinstance(placed, SendOutcome):
                 return placed
             started = time.perf_counter()
@@ -218,7 +209,7 @@ class BrokerService:
         if refused is not None:
             return refused
         try:
-            placed = [self._place(command) for command in commands]
+            placed = self._placement.place_all(commands)
             requests = [p for p in placed if isinstance(p, PutRequest)]
             started = time.perf_counter()
             stored = iter(await self._store.put_many_async(requests) if requests else ())
@@ -247,7 +238,7 @@ class BrokerService:
         if refused is not None:
             return refused
         try:
-            placed = [self._place(command) for command in commands]
+            placed = self._placement.place_all(commands)
             requests = [p for p in placed if isinstance(p, PutRequest)]
             started = time.perf_counter()
             try:
@@ -261,14 +252,18 @@ class BrokerService:
             self._leave()
 
     async def send_batch_async(self, commands: Sequence[SendCommand]) -> list[SendOutcome]:
-        """``send_batch`` for a coroutine on an event loop: the same checks and the same
-        all-or-nothing put (``put_batch_async``), its fsync and any slave report awaited on
-        the loop, no thread blocked per batch."""
+        """``send_batch`` for a coroutine on an event loop, all or nothing from the checks on
+        (RocketMQ's batch put): a message the checks refuse refuses every message of the batch
+        and nothing is stored. The put (``put_batch_async``), its fsync and any slave report
+        are awaited on the loop, no thread blocked per batch."""
         refused = self._enter_batch(commands)
         if refused is not None:
             return refused
         try:
-            placed = [self._place(command) for command in commands]
+            placed = self._placement.place_all(commands)
+            index = next((i for i, p in enumerate(placed) if isinstance(p, SendOutcome)), None)
+            if index is not None:
+                return _batch_refused(commands, placed, index)
             requests = [p for p in placed if isinstance(p, PutRequest)]
             started = time.perf_counter()
             try:
@@ -396,58 +391,6 @@ class BrokerService:
         self.traffic.put_done((result,), time.perf_counter() - started)
         return put_outcome(result, message_id)
 
-    def _place(self, command: SendCommand) -> PutRequest | SendOutcome:
-        """The checks and the placement of a send: its put request, or the refusal."""
-        problem = self.validate(command)
-        if problem is not None:
-            return problem
-        client = command.born_host.ip if command.born_host is not None else ""
-        route = self.route(command.topic, command.namespace, client=client)
-        if route.code is not SendCode.OK:
-            return reject(route.code, route.reason, command.message_id)
-        if command.queue_id is not None:  # a remoting producer's own choice
-            if not 0 <= command.queue_id < route.queue_count:
-                return reject(
-                    SendCode.BAD_REQUEST,
-                    f"queueId {command.queue_id} is not a queue of {route.topic} "
-                    f"({route.queue_count} queues)",
-                    command.message_id,
-                )
-            queue_id = command.queue_id
-        elif command.message_group is not None:
-            queue_id = group_queue_id(command.message_group, route.queue_count)
-        else:
-            queue_id = self.topics.next_queue_id(route.topic, route.queue_count)
-        properties = message_properties(command, self._config.cluster_name)
-        if command.delay_level is not None:
-            # The store's put path rewrites it into SCHEDULE_TOPIC_XXXX (docs/DELAY.md).
-            properties["DELAY"] = str(command.delay_level)
-        topic, stored_queue_id = route.topic, queue_id
-        if command.delivery_timestamp_ms is not None:
-            timer = timer_transform(
-                command.delivery_timestamp_ms, properties, self._clock.now_ms(), self._config
-            )
-            if isinstance(timer, SendOutcome):
-                return timer
-            if timer:
-                properties[REAL_TOPIC] = route.topic
-                properties[REAL_QID] = str(queue_id)
-                topic, stored_queue_id = RMQ_SYS_WHEEL_TIMER_TOPIC, 0
-        if command.kind is MessageKind.TRANSACTION:  # a half message (transactions/records.py)
-            half_properties(
-                properties, route.topic, queue_id, command.producer_group or route.topic
-            )
-            topic, stored_queue_id = RMQ_SYS_TRANS_HALF_TOPIC, 0
-        return PutRequest(
-            topic=topic,
-            queue_id=stored_queue_id,
-            body=command.body,
-            properties=properties,
-            born_timestamp_ms=command.born_timestamp_ms or None,
-            born_host=command.born_host or LOCALHOST,
-            idempotent=True,
-        )
-
     @staticmethod
     def _refuse_redelivery(reason: str, message_id: str) -> SendOutcome:
         log.info("broker: redelivery request %r refused: %s", message_id, reason)
@@ -481,9 +424,7 @@ class BrokerService:
     def validate(self, command: SendCommand) -> SendOutcome | None:
         """The broker's rules for one message, without storing it: ``None`` when it may be
         sent, else the refusal ``send`` would answer (the CLI's ``send`` applies them too)."""
-        return validate_send(
-            command, self._config, self.max_message_size_bytes, self._delay_level_max
-        )
+        return self._placement.validate(command)
 
 
 def _confirmable_end(results: list[PutResult]) -> int | None:
@@ -491,3 +432,17 @@ def _confirmable_end(results: list[PutResult]) -> int | None:
     nothing was stored)."""
     ends = [record_end(r) for r in results if r.status is PutStatus.PUT_OK]
     return max(ends) if ends else None
+
+
+def _batch_refused(
+    commands: Sequence[SendCommand], placed: list[PutRequest | SendOutcome], index: int
+) -> list[SendOutcome]:
+    """Every message's refusal when message ``index`` of a batch was refused: its own, or
+    the batch's, naming that message."""
+    first = placed[index]
+    assert isinstance(first, SendOutcome)
+    reason = f"batch refused: message #{index}: {first.reason or first.code.name}"
+    return [
+        p if isinstance(p, SendOutcome) else reject(first.code, reason, c.message_id)
+        for c, p in zip(commands, placed, strict=True)
+    ]

@@ -2,10 +2,9 @@
 send path (``BrokerService``).
 
 Single messages are ``BrokerService.send_many_async``, the sends of one read together (a
-``WaveHandler``, awaited on the loop, as the gRPC front's waves are); a batch is checked whole
-first (``BrokerService.validate`` of every message: one bad message refuses the batch and
-stores nothing, as RocketMQ's all-or-nothing batch put does), then
-``BrokerService.send_batch_async`` (one store write, its fsync awaited on the loop). The
+``WaveHandler``, awaited on the loop, as the gRPC front's waves are); a batch is
+``BrokerService.send_batch_async``: one bad message refuses the batch and stores nothing, as
+RocketMQ's all-or-nothing batch put does; one store write, its fsync awaited on the loop. The
 answer is what a RocketMQ broker answers (REMOTING_PROTOCOL.md 4.1): ``msgId`` the offset
 message id of the stored record (comma-joined for a batch), ``queueId``, ``queueOffset`` (the
 first message's), ``transactionId`` (the UNIQ_KEY), ``MSG_REGION`` and ``TRACE_ON``. A
@@ -102,10 +101,6 @@ class _Sender:
         _, queue_id, commands = commands_of(
             call, service.clock.now_ms(), service.max_message_size_bytes, self._ids.next_id
         )
-        for command in commands:
-            refused = service.validate(command)
-            if refused is not None:
-                return self._answer(call, queue_id, [refused])
         outcomes = await service.send_batch_async(commands)
         return self._answer(call, queue_id, outcomes)
 

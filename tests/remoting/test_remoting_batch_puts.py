@@ -1,7 +1,9 @@
-"""SEND_BATCH_MESSAGE's wait for durability, in-process over a real SYNC store: the batches in
-flight are all written while one fsync is held (their puts wait on the loop, not one worker
-thread each), each is answered only once an fsync covers it, and a store that cannot write
-refuses the batch whole. ``BrokerService.send_batch_async`` answers what ``send_batch`` does."""
+"""SEND_BATCH_MESSAGE's put, in-process over a real SYNC store: the batches in flight are all
+written while one fsync is held (their puts wait on the loop, not one worker thread each),
+each is answered only once an fsync covers it; a batch is all or nothing, whichever check
+refuses one of its messages (the message rules, the delivery-time bound of the timer) or when
+the store cannot write. ``BrokerService.send_batch_async`` answers what ``send_batch`` does for
+a batch the checks accept."""
 
 from __future__ import annotations
 
@@ -36,10 +38,12 @@ class _Link:
     )  # fmt: skip
 
 
-def _batch_call(index: int) -> Call:
+def _batch_call(index: int, extra: dict[int, dict[str, str]] | None = None) -> Call:
+    """Batch ``index`` of ``PER_BATCH`` messages; ``extra``: more properties of message i."""
     body = bytearray()
     for at in range(PER_BATCH):
-        text = encode_properties({"UNIQ_KEY": f"B{index:03d}M{at}", "WAIT": "true"}).encode()
+        properties = {"UNIQ_KEY": f"B{index:03d}M{at}", "WAIT": "true", **(extra or {}).get(at, {})}
+        text = encode_properties(properties).encode()
         payload = f"batch {index} message {at}".encode()
         body += struct.pack(">iiiii", 22 + len(payload) + len(text), 0, 0, 0, len(payload))
         body += payload + struct.pack(">h", len(text)) + text
@@ -106,10 +110,22 @@ def test_a_store_that_cannot_write_refuses_the_whole_batch(tmp_path: Path) -> No
         store.close()
 
 
+def test_a_message_the_timer_refuses_refuses_its_whole_batch(tmp_path: Path) -> None:
+    """The delivery-time bound is checked where the message is placed, after the message
+    rules: the batch must still store nothing (a partly stored batch answered as refused
+    would be stored again by the client's retry)."""
+    store = open_store(tmp_path, flush_policy=FlushPolicy.SYNC)
+    too_late = str(int(time.time() * 1000) + 10 * 86_400_000)  # past delay_ms_max (1 day)
+    answer = asyncio.run(_send_batch(store)(_batch_call(1, {2: {"TIMER_DELIVER_MS": too_late}})))
+    assert answer.code == ResponseCode.MESSAGE_ILLEGAL, answer.remark
+    assert "message #2" in (answer.remark or "") and "delivery time" in (answer.remark or "")
+    assert store.max_offset == 0
+    store.close()
+
+
 def test_send_batch_async_answers_what_send_batch_answers(tmp_path: Path) -> None:
-    commands = [
+    valid = [
         SendCommand(topic="t", body=b"ok", message_id="id-1", tag="A"),
-        SendCommand(topic="t", body=b"", message_id="id-2"),
         SendCommand(topic="t", body=b"ok too", message_id="id-3", message_group="g"),
         SendCommand(topic="t", body=b"ok", message_id="id-1", tag="A"),
     ]
@@ -118,13 +134,31 @@ def test_send_batch_async_answers_what_send_batch_answers(tmp_path: Path) -> Non
         store = open_store(tmp_path / name, flush_policy=FlushPolicy.SYNC)
         service = BrokerService(store, BrokerConfig(default_queue_count=4))
         if name == "threaded":
-            outcomes = service.send_batch(commands)
+            outcomes = service.send_batch(valid)
         else:
-            outcomes = asyncio.run(service.send_batch_async(commands))
+            outcomes = asyncio.run(service.send_batch_async(valid))
         answered.append([(o.code, o.message_id, o.physical_offset, o.duplicate) for o in outcomes])
-        assert outcomes[0].code is SendCode.OK and outcomes[3].duplicate
+        assert outcomes[0].code is SendCode.OK and outcomes[2].duplicate
         service.begin_shutdown()
-        refused = asyncio.run(service.send_batch_async(commands[:1]))
+        refused = asyncio.run(service.send_batch_async(valid[:1]))
         assert [o.code for o in refused] == [SendCode.SHUTTING_DOWN]
         store.close()
     assert answered[0] == answered[1]
+
+
+def test_send_batch_async_refuses_every_message_when_the_checks_refuse_one(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path, flush_policy=FlushPolicy.SYNC)
+    service = BrokerService(store, BrokerConfig(default_queue_count=4))
+    commands = [
+        SendCommand(topic="t", body=b"ok", message_id="id-1"),
+        SendCommand(topic="t", body=b"", message_id="id-2"),
+        SendCommand(topic="t", body=b"ok", message_id="id-3"),
+    ]
+    outcomes = asyncio.run(service.send_batch_async(commands))
+    assert [o.code for o in outcomes] == [SendCode.MESSAGE_BODY_EMPTY] * 3
+    assert [o.message_id for o in outcomes] == ["id-1", "id-2", "id-3"]
+    assert "message #1" in outcomes[0].reason and "message #1" in outcomes[2].reason
+    assert store.max_offset == 0 and service.wait_idle(0)
+    store.close()
