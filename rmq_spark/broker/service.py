@@ -10,7 +10,8 @@ topics) is ``placement.py``'s; the send's vocabulary (``SendCommand``, ``SendOut
 (validation, the properties a record carries, the timer transform) are ``send_rules.py``'s.
 
 Does not own: protobuf or gRPC (``grpc_api.py`` translates), process lifecycle (``server.py``),
-record encoding and durability (the store: a put is acknowledged only when the store says OK)."""
+record encoding and durability (the store: a put is acknowledged only when the store says OK).
+"""
 
 from __future__ import annotations
 
