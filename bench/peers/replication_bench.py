@@ -7,7 +7,8 @@ against the disk, in one run.
   ``SLAVE`` runs beside it, once with SYNC flush (it fsyncs before it reports) and once with
   ASYNC flush (it reports what it wrote, as a RocketMQ slave does): each acknowledgement waits
   for the master's fsync and for the slave's report past the record. msgs/s and p50/p99 of
-  each, and (b)/(a).
+  each, and (b)/(a); the CPU per message of the brokers (master and slave, all threads, from
+  ``/proc``) and of the client (this process's threads), which share the machine's cores.
 * **catch-up**: ``--gib`` GiB of 4 KiB messages written into a master's store in-process, then
   a master (``ASYNC_MASTER``, HA port) over it and an empty slave (``ASYNC`` flush, fsyncing
   as it goes, as the master's store did): the time from the slave's start (process start
@@ -22,7 +23,7 @@ against the disk, in one run.
 Run alone, under the bench lock::
 
     flock /tmp/bench.lock python bench/peers/replication_bench.py [--messages 2000] [--gib 1]
-        [--rounds N] [--skip-sends] [--skip-catchup] [--peer]
+        [--rounds N] [--skip-sends] [--skip-catchup] [--peer] [--set KEY=VALUE ...]
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ sys.path[:0] = [str(REPO_ROOT), str(REPO_ROOT / "bench"), str(HERE)]
 
 from bench_grpc import grpc_case, start_broker  # noqa: E402
 from catchup_peer import CopyWatch, rocketmq_catch_up, seed_first_segment  # noqa: E402
+from peer_common import job_cpu_s  # noqa: E402
 
 from rmq_spark.store.config import FlushPolicy, StoreConfig  # noqa: E402
 from rmq_spark.store.message_store import MessageStore  # noqa: E402
@@ -69,20 +71,31 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
-def sends(rocketmq: object, work: Path, messages: int, body: int) -> list[dict]:
+def sends(
+    rocketmq: object, work: Path, messages: int, body: int, settings: tuple[str, ...] = ()
+) -> list[dict]:
     rows = []
-    lone, address = start_broker(work / "lone", "SYNC", work / "w-lone")
+    lone, address = start_broker(work / "lone", "SYNC", work / "w-lone", *settings)
     try:
         for threads in (1, 8):
-            rows.append(grpc_case(rocketmq, address, threads, body, messages, label="lone SYNC"))
+            row = measured_case({"broker": lone}, rocketmq, address, threads, body, messages,
+                                label="lone SYNC")  # fmt: skip
+            rows.append(row)
     finally:
         stop(lone)
     for slave_flush in ("SYNC", "ASYNC"):
-        rows += sync_master(rocketmq, work / slave_flush, slave_flush, messages, body)
+        rows += sync_master(rocketmq, work / slave_flush, slave_flush, messages, body, settings)
     return rows
 
 
-def sync_master(rocketmq: object, work: Path, slave_flush: str, messages: int, body: int) -> list:
+def sync_master(
+    rocketmq: object,
+    work: Path,
+    slave_flush: str,
+    messages: int,
+    body: int,
+    settings: tuple[str, ...] = (),
+) -> list:
     ha = free_port()
     master, address = start_broker(
         work / "master",
@@ -90,6 +103,7 @@ def sync_master(rocketmq: object, work: Path, slave_flush: str, messages: int, b
         work / "w-master",
         "broker.role=SYNC_MASTER",
         f"broker.ha_listen=127.0.0.1:{ha}",
+        *settings,
     )
     slave, _ = start_broker(
         work / "slave",
@@ -97,6 +111,7 @@ def sync_master(rocketmq: object, work: Path, slave_flush: str, messages: int, b
         work / "w-slave",
         "broker.role=SLAVE",
         f"broker.ha_master=127.0.0.1:{ha}",
+        *settings,
     )
     rows = []
     try:
@@ -106,12 +121,34 @@ def sync_master(rocketmq: object, work: Path, slave_flush: str, messages: int, b
                 raise SystemExit("the slave did not connect")
             time.sleep(0.1)
         label = f"SYNC_MASTER, slave {slave_flush} flush"
+        brokers = {"broker": master, "slave": slave}
         for threads in (1, 8):
-            rows.append(grpc_case(rocketmq, address, threads, body, messages, label=label))
+            rows.append(measured_case(brokers, rocketmq, address, threads, body, messages,
+                                      label=label))  # fmt: skip
     finally:
         stop(slave)
         stop(master)
     return rows
+
+
+def measured_case(
+    brokers: dict[str, subprocess.Popen], rocketmq: object, address: str, *case: int, label: str
+) -> dict:
+    """``grpc_case`` with the CPU per message of each of ``brokers`` (``<name>_us``) and of
+    this process (``client_us``), whose threads are the client's."""
+    before = {name: job_cpu_s(proc.pid) for name, proc in brokers.items()}
+    client_before = _own_cpu_s()
+    row = grpc_case(rocketmq, address, *case, label=label)
+    sent = max(row["messages"], 1)
+    for name, proc in brokers.items():
+        row[f"{name}_us"] = (job_cpu_s(proc.pid) - before[name]) / sent * 1e6
+    row["client_us"] = (_own_cpu_s() - client_before) / sent * 1e6
+    return row
+
+
+def _own_cpu_s() -> float:
+    times = os.times()
+    return times.user + times.system
 
 
 def fill(store_dir: Path, gib: float) -> int:
@@ -252,6 +289,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--body-bytes", type=int, default=1024)
     parser.add_argument("--gib", type=float, default=1.0, help="catch-up size")
     parser.add_argument("--skip-sends", action="store_true")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", dest="settings",
+        help="a setting of every broker of the sends (repeatable), e.g. "
+             "broker.grpc_front=native")  # fmt: skip
     parser.add_argument("--skip-catchup", action="store_true")
     parser.add_argument("--rounds", type=int, default=1, help="catch-up rounds")
     parser.add_argument(
@@ -264,14 +305,21 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="repl-bench-"))
     try:
         print(f"load average at start: {open('/proc/loadavg').read().split()[:3]}")
-        rows = [] if args.skip_sends else sends(rocketmq, work, args.messages, args.body_bytes)
-        print("| case | msgs/s | p50 ms | p99 ms | vs lone SYNC |")
-        print("|---|---|---|---|---|")
+        rows = (
+            []
+            if args.skip_sends
+            else sends(rocketmq, work, args.messages, args.body_bytes, tuple(args.settings))
+        )
+        print("| case | msgs/s | p50 ms | p99 ms | vs lone SYNC | CPU per message: broker "
+              "(+ slave) / client |")  # fmt: skip
+        print("|---|---|---|---|---|---|")
         for row in rows:
             base = next(r for r in rows if r["threads"] == row["threads"])
+            slave = f" + {row['slave_us']:,.0f}" if "slave_us" in row else ""
             print(
                 f"| {row['case']} | {row['msgs_per_s']:,.0f} | {row['p50_ms']:.2f} | "
-                f"{row['p99_ms']:.2f} | {row['msgs_per_s'] / base['msgs_per_s']:.2f}x |"
+                f"{row['p99_ms']:.2f} | {row['msgs_per_s'] / base['msgs_per_s']:.2f}x | "
+                f"{row['broker_us']:,.0f}{slave} / {row['client_us']:,.0f} us |"
             )
         for _ in range(0 if args.skip_catchup else args.rounds):
             catch_up_round(work, args.gib, args.peer)
