@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import socket
+import struct
 import sys
 import time
 from collections.abc import Callable
@@ -22,17 +23,31 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "remoting"))
 from remoting_harness import FrameClient  # noqa: E402
 
 
-def _send(port: int, uniq: str) -> RemotingCommand:
+def _send(port: int, uniq: str, *batched: str) -> RemotingCommand:
+    """SEND_MESSAGE_V2 of one message ``uniq``; with ``batched`` UNIQ_KEYs, SEND_BATCH_MESSAGE
+    of ``uniq`` and those."""
     fields = {"a": "pg", "b": "Orders", "c": "TBW102", "d": "4", "e": "0", "f": "0",
               "g": "1700000000000", "h": "0", "i": encode_properties({"UNIQ_KEY": uniq}),
               "j": "0", "k": "false", "m": "false", "n": "broker-a"}  # fmt: skip
+    code, body = 310, b"hi"
+    if batched:
+        code, body, fields["i"] = RequestCode.SEND_BATCH_MESSAGE, _batch_body(uniq, *batched), ""
     client = FrameClient(port)
     try:
         return client.call(
-            RemotingCommand(code=310, opaque=1, version=409, ext_fields=fields, body=b"hi")
+            RemotingCommand(code=code, opaque=1, version=409, ext_fields=fields, body=body)
         )
     finally:
         client.close()
+
+
+def _batch_body(*uniqs: str) -> bytes:
+    out = bytearray()
+    for uniq in uniqs:
+        text = encode_properties({"UNIQ_KEY": uniq}).encode()
+        out += struct.pack(">iiiii", 24 + len(text), 0, 0, 0, 2) + b"hi"
+        out += struct.pack(">h", len(text)) + text
+    return bytes(out)
 
 
 def _remoting(brokers: Callable[..., BrokerProcess], name: str, *settings: str):
@@ -51,12 +66,16 @@ def test_sync_master_codes_no_slave_stalled_slave_and_a_slave_refusing(
     alone = _send(port, "AC11000100002A9F0000000000000001")
     assert alone.code == ResponseCode.SLAVE_NOT_AVAILABLE  # stored, with its position
     assert (alone.ext_fields or {})["queueOffset"] == "0"
+    batch = _send(port, "AC11000100002A9F0000000000000011", "AC11000100002A9F0000000000000012")
+    assert batch.code == ResponseCode.SLAVE_NOT_AVAILABLE, batch.remark  # a batch: the same
+    assert (batch.ext_fields or {})["queueOffset"] == "1"
+    assert len((batch.ext_fields or {})["msgId"].split(",")) == 2
     with socket.create_connection(("127.0.0.1", ha)) as stalled:  # reports once, then nothing
         stalled.sendall(REPORT.pack(0))
         wait_for(lambda: "slave 127.0.0.1" in master.log_text(), 10, "the stalled slave")
         late = _send(port, "AC11000100002A9F0000000000000002")
         assert late.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
-        assert (late.ext_fields or {})["queueOffset"] == "1"
+        assert (late.ext_fields or {})["queueOffset"] == "3"
         # ... and a report past what it was sent acknowledges nothing it was not sent
         stalled.sendall(REPORT.pack(1 << 40))
         time.sleep(0.3)  # read by the master before the next send is written
@@ -69,6 +88,12 @@ def test_sync_master_codes_no_slave_stalled_slave_and_a_slave_refusing(
     assert refused.code == ResponseCode.SYSTEM_BUSY
     assert "[REJECTREQUEST]" in (refused.remark or "")
     assert _send(port, "AC11000100002A9F0000000000000005").code == ResponseCode.SUCCESS
+    confirmed = _send(port, "AC11000100002A9F0000000000000021", "AC11000100002A9F0000000000000022")
+    assert confirmed.code == ResponseCode.SUCCESS, confirmed.remark  # the slave has it
+    on_slave = _send(
+        slave_port, "AC11000100002A9F0000000000000031", "AC11000100002A9F0000000000000032"
+    )
+    assert on_slave.code == ResponseCode.SYSTEM_BUSY, on_slave.remark
 
 
 def test_a_peer_ahead_of_the_master_is_refused_and_the_log_is_served_from_its_start(
