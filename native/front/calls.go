@@ -40,8 +40,13 @@ type front struct {
 func (f *front) handle(_ any, stream grpc.ServerStream) error {
 	ctx := stream.Context()
 	method, _ := grpc.MethodFromServerStream(stream)
-	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
-		f.caps.prove(p.Addr.String())
+	if p, ok := peer.FromContext(ctx); ok {
+		if _, refused := p.AuthInfo.(refusedInfo); refused {
+			return status.Error(codes.Unavailable, plaintextRefused)
+		}
+		if p.Addr != nil {
+			f.caps.prove(p.Addr.String())
+		}
 	}
 	id, queue := f.relay.open()
 	defer f.relay.forget(id)

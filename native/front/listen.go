@@ -186,6 +186,16 @@ type plainInfo struct{ credentials.CommonAuthInfo }
 
 func (plainInfo) AuthType() string { return "insecure" }
 
+// refusedInfo marks a plaintext connection to an enforcing port: its calls are answered
+// with plaintextRefused, none reaches the broker, and it never counts as a connection that
+// opened a call (the caps may close it for another, the handshake timeout still applies).
+type refusedInfo struct{ credentials.CommonAuthInfo }
+
+func (refusedInfo) AuthType() string { return "plaintext-refused" }
+
+// plaintextRefused is what the default front answers a plaintext call under enforcing.
+const plaintextRefused = "rmq-spark: this port requires TLS (broker.tls_mode=enforcing)"
+
 func (s *sniffCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthInfo, error) {
 	first := make([]byte, 1)
 	if _, err := io.ReadFull(raw, first); err != nil {
@@ -204,7 +214,7 @@ func (s *sniffCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 		return server, info, nil
 	}
 	if s.enforcing {
-		return nil, nil, errors.New("plaintext refused (broker.tls_mode=enforcing)")
+		return conn, refusedInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
 	}
 	return conn, plainInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
 }

@@ -115,9 +115,12 @@ def test_tls_and_plaintext_share_the_port_and_enforcing_refuses_plaintext(
     assert _tls_alpn(host, int(port)) == "h2"
     assert call(permissive.address, "QueryRoute", _requests()["QueryRoute"]).status.code == pb.OK
     enforcing = broker_factory(NATIVE, SMALL, "broker.tls_mode=enforcing",
+                               "broker.handshake_timeout_ms=1000",
                                store_dir=tmp_path / "enforcing")  # fmt: skip
     host, port = enforcing.address.rsplit(":", 1)
     assert _tls_alpn(host, int(port)) == "h2"
+    # A plaintext call is answered that the port requires TLS (test_tls.py); a plaintext
+    # connection never counts as one that opened a call, so the handshake timeout closes it.
     with socket.create_connection((host, int(port)), timeout=5) as plain:
         plain.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
         assert wait_for(lambda: closed_by_peer(plain), 10, "plaintext to be refused")

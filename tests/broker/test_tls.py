@@ -149,12 +149,16 @@ def test_a_self_signed_pair_a_crash_left_damaged_is_made_again_not_served(
     assert make_self_signed(directory, hosts=["localhost"]).cert_file.read_bytes() == kept
 
 
+@pytest.mark.parametrize("front", ["python", "native"])
 def test_enforcing_refuses_plaintext_with_a_clear_reason(
-    broker_factory: Callable[..., BrokerProcess], tmp_path: Path
+    broker_factory: Callable[..., BrokerProcess], tmp_path: Path, front: str
 ) -> None:
     cert, key = _certificate(tmp_path / "certs")
     broker = broker_factory(
-        "broker.tls_mode=enforcing", f"broker.tls_cert_file={cert}", f"broker.tls_key_file={key}"
+        "broker.tls_mode=enforcing",
+        f"broker.tls_cert_file={cert}",
+        f"broker.tls_key_file={key}",
+        f"broker.grpc_front={front}",
     )
     with grpc.insecure_channel(broker.address) as channel:
         with pytest.raises(grpc.RpcError) as refused:
