@@ -78,9 +78,8 @@ def sends(
     lone, address = start_broker(work / "lone", "SYNC", work / "w-lone", *settings)
     try:
         for threads in (1, 8):
-            row = measured_case({"broker": lone}, rocketmq, address, threads, body, messages,
-                                label="lone SYNC")  # fmt: skip
-            rows.append(row)
+            rows.append(measured_case({"broker": lone}, rocketmq, address, threads, body,
+                                      messages, label="lone SYNC"))  # fmt: skip
     finally:
         stop(lone)
     for slave_flush in ("SYNC", "ASYNC"):

@@ -46,7 +46,7 @@ class Placement:
         delay_level_max: int,
     ) -> None:
         self._config = config
-        self.topics = topics
+        self._topics = topics
         self._clock = clock
         self._body_max = max_message_size_bytes
         self._delay_level_max = delay_level_max
@@ -61,7 +61,7 @@ class Placement:
         """The queues of ``topic`` (creating it when auto-creation is on); ``reading`` and
         ``client`` (the caller's address, whose creations are limited): see
         ``TopicTable.lookup``."""
-        found = self.topics.lookup(topic, namespace, reading=reading, client=client)
+        found = self._topics.lookup(topic, namespace, reading=reading, client=client)
         if found.status is TopicStatus.ILLEGAL:
             return RouteOutcome(SendCode.ILLEGAL_TOPIC, found.topic, reason=found.reason)
         if found.status is TopicStatus.NOT_FOUND:
@@ -103,7 +103,7 @@ class Placement:
         elif command.message_group is not None:
             queue_id = group_queue_id(command.message_group, route.queue_count)
         else:
-            queue_id = self.topics.next_queue_id(route.topic, route.queue_count)
+            queue_id = self._topics.next_queue_id(route.topic, route.queue_count)
         properties = message_properties(command, self._config.cluster_name)
         if command.delay_level is not None:
             # The store's put path rewrites it into SCHEDULE_TOPIC_XXXX (docs/DELAY.md).
