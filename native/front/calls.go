@@ -31,8 +31,9 @@ func (rawCodec) Unmarshal(data []byte, v any) error {
 func (rawCodec) Name() string { return "proto" }
 
 type front struct {
-	relay *relay
-	caps  *capListener
+	relay  *relay
+	caps   *capListener
+	budget *budget
 }
 
 // handle serves every method (grpc.UnknownServiceHandler): it opens the call on the relay,
@@ -40,18 +41,23 @@ type front struct {
 func (f *front) handle(_ any, stream grpc.ServerStream) error {
 	ctx := stream.Context()
 	method, _ := grpc.MethodFromServerStream(stream)
+	remote := ""
 	if p, ok := peer.FromContext(ctx); ok {
 		if _, refused := p.AuthInfo.(refusedInfo); refused {
 			return status.Error(codes.Unavailable, plaintextRefused)
 		}
 		if p.Addr != nil {
-			f.caps.prove(p.Addr.String())
+			remote = p.Addr.String()
+			f.caps.prove(remote)
 		}
+	}
+	if !f.budget.await(stream, remote, 0) { // refused: the broker never sees the call
+		return status.Error(codes.ResourceExhausted, overBudget)
 	}
 	id, queue := f.relay.open()
 	defer f.relay.forget(id)
 	f.relay.send(openFrame(id, method, stream))
-	go f.forwardRequests(id, stream)
+	go f.forwardRequests(id, stream, queue, remote)
 	for {
 		select {
 		case <-queue.notify:
@@ -92,8 +98,15 @@ func (f *front) answer(id uint32, stream grpc.ServerStream, e event) (bool, erro
 	return false, nil
 }
 
-func (f *front) forwardRequests(id uint32, stream grpc.ServerStream) {
-	for {
+// forwardRequests relays the client's messages, each once the budget has booked it (the
+// first one before the call was opened); a refused one ends the call RESOURCE_EXHAUSTED.
+func (f *front) forwardRequests(id uint32, stream grpc.ServerStream, queue *callQueue, remote string) {
+	for k := 0; ; k++ {
+		if k > 0 && !f.budget.await(stream, remote, k) {
+			f.relay.send(frame(kindCancel, id, 0))
+			queue.push(event{kind: kindClose, payload: closePayload(codes.ResourceExhausted, overBudget)})
+			return
+		}
 		var raw []byte
 		err := stream.RecvMsg(&raw)
 		if err == io.EOF {
@@ -159,6 +172,13 @@ func peerName(addr net.Addr) string {
 		return "ipv4:" + ip4.String() + ":" + strconv.Itoa(tcp.Port)
 	}
 	return "ipv6:[" + tcp.IP.String() + "]:" + strconv.Itoa(tcp.Port)
+}
+
+// closePayload is a close frame's payload (see parseClose), without trailers.
+func closePayload(code codes.Code, details string) []byte {
+	buf := binary.BigEndian.AppendUint32(nil, uint32(code))
+	buf = appendString16(buf, details)
+	return binary.BigEndian.AppendUint16(buf, 0)
 }
 
 // parseClose: u32 code, u16 details, u16 count, then per trailer u16 key, u32 value.

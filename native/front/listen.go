@@ -180,6 +180,7 @@ func (c *prefixConn) Read(p []byte) (int, error) {
 type sniffCreds struct {
 	config    *tls.Config // nil: plaintext only
 	enforcing bool
+	budget    *budget // books each request before grpc reads it (requests.go)
 }
 
 type plainInfo struct{ credentials.CommonAuthInfo }
@@ -211,12 +212,12 @@ func (s *sniffCreds) ServerHandshake(raw net.Conn) (net.Conn, credentials.AuthIn
 			State:          server.ConnectionState(),
 			CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity},
 		}
-		return server, info, nil
+		return s.budget.watch(server), info, nil
 	}
 	if s.enforcing {
 		return conn, refusedInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
 	}
-	return conn, plainInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
+	return s.budget.watch(conn), plainInfo{credentials.CommonAuthInfo{SecurityLevel: credentials.NoSecurity}}, nil
 }
 
 func (s *sniffCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {

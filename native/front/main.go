@@ -61,6 +61,8 @@ func main() {
 	keepaliveTimeout := flag.Duration("keepalive-timeout", 20*time.Second, "an unanswered ping closes")
 	idle := flag.Duration("idle-timeout", 10*time.Minute, "a connection without calls this long closes")
 	receiveLimit := flag.Int("receive-limit", 130<<20, "largest request message in bytes")
+	inflightBytes := flag.Int64("inflight-bytes", 256<<20,
+		"request bytes booked at once, by their declared length, before they are read")
 	relayFd := flag.Int("relay-fd", 3, "descriptor of the relay socket to the broker")
 	listenFd := flag.Int("listen-fd", 4, "descriptor of the listening public socket")
 	grace := flag.Duration("grace", 5*time.Second, "how long running calls may finish on SIGTERM")
@@ -74,7 +76,9 @@ func main() {
 	if err != nil {
 		log.Fatalf("descriptor %d is not a listening socket: %v", *listenFd, err)
 	}
-	creds := &sniffCreds{enforcing: *tlsMode == "enforcing"}
+	requests := newBudget(*inflightBytes, int64(*receiveLimit), *handshake)
+	go requests.watchStalls()
+	creds := &sniffCreds{enforcing: *tlsMode == "enforcing", budget: requests}
 	if *tlsMode != "disabled" && *certFile != "" {
 		pair, err := tls.LoadX509KeyPair(*certFile, *keyFile)
 		if err != nil {
@@ -87,7 +91,7 @@ func main() {
 	}
 	r := newRelay(relayConn)
 	caps := newCapListener(listener, *maxConns, *maxPerAddress, *handshake)
-	f := &front{relay: r, caps: caps}
+	f := &front{relay: r, caps: caps, budget: requests}
 	server := grpc.NewServer(
 		grpc.Creds(creds),
 		grpc.UnknownServiceHandler(f.handle),

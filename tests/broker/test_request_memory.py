@@ -62,29 +62,109 @@ def _headers(path: bytes) -> bytes:
     )
 
 
+class _Peer:
+    """The client end of a raw HTTP/2 connection that honours flow control, as a client's
+    library does: it sends what the broker's windows allow, and answers SETTINGS and PING."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self._buffer = b""
+        self._initial = 65_535
+        self.conn_window = 65_535
+        self.windows: dict[int, int] = {}
+        self.ended: set[int] = set()
+
+    def open(self, stream: int, path: bytes, end_stream: bool = False) -> None:
+        self.windows[stream] = self._initial
+        self.sock.sendall(_frame(1, 4 | int(end_stream), stream, _headers(path)))
+
+    def pump(self, timeout_s: float) -> bool:
+        """Read the broker's frames for up to ``timeout_s``; False: nothing came."""
+        self.sock.settimeout(timeout_s)
+        try:
+            data = self.sock.recv(65_536)
+        except TimeoutError:
+            return False
+        finally:
+            self.sock.settimeout(5)
+        if not data:
+            raise ConnectionError("the broker closed the connection")
+        self._buffer += data
+        while len(self._buffer) >= 9 and len(self._buffer) >= 9 + _length(self._buffer):
+            length, kind, flags = _length(self._buffer), self._buffer[3], self._buffer[4]
+            stream = int.from_bytes(self._buffer[5:9], "big") & 0x7FFFFFFF
+            payload, self._buffer = self._buffer[9 : 9 + length], self._buffer[9 + length :]
+            self._on_frame(kind, flags, stream, payload)
+        return True
+
+    def _on_frame(self, kind: int, flags: int, stream: int, payload: bytes) -> None:
+        if kind == 4 and not flags & 1:  # SETTINGS: INITIAL_WINDOW_SIZE moves every window
+            for at in range(0, len(payload), 6):
+                if int.from_bytes(payload[at : at + 2], "big") == 4:
+                    value = int.from_bytes(payload[at + 2 : at + 6], "big")
+                    for key in self.windows:
+                        self.windows[key] += value - self._initial
+                    self._initial = value
+            self.sock.sendall(_frame(4, 1, 0, b""))
+        elif kind == 8:  # WINDOW_UPDATE
+            increment = int.from_bytes(payload, "big") & 0x7FFFFFFF
+            if stream == 0:
+                self.conn_window += increment
+            elif stream in self.windows:
+                self.windows[stream] += increment
+        elif kind == 6 and not flags & 1:  # PING
+            self.sock.sendall(_frame(6, 1, 0, payload))
+        elif kind == 3 or (kind == 1 and flags & 1):  # RST_STREAM, or trailers
+            self.ended.add(stream)
+
+    def send(self, bodies: dict[int, bytes]) -> None:
+        """Send each stream's bytes as far as the windows allow; returns when all are sent,
+        or when the broker has given no window for half a second (it holds the rest)."""
+        sent = dict.fromkeys(bodies, 0)
+        while True:
+            for stream, body in bodies.items():
+                while sent[stream] < len(body) and stream not in self.ended:
+                    n = min(16_384, len(body) - sent[stream], self.windows[stream])
+                    n = min(n, self.conn_window)
+                    if n <= 0:
+                        break
+                    chunk = body[sent[stream] : sent[stream] + n]
+                    self.sock.sendall(_frame(0, 0, stream, chunk))
+                    sent[stream] += n
+                    self.windows[stream] -= n
+                    self.conn_window -= n
+            if all(sent[s] >= len(body) or s in self.ended for s, body in bodies.items()):
+                return
+            if not self.pump(0.5):
+                return
+
+
+def _length(buffer: bytes) -> int:
+    return int.from_bytes(buffer[:3], "big")
+
+
 def _attack_connection(
     address: str, streams: int = _STREAMS, answered: bool = False
 ) -> socket.socket:
     """A raw connection from 127.0.0.2: ``streams`` SendMessage calls each declaring a maximal
-    request and sending ``_SENT`` bytes of it; ``answered``: after one answered call first."""
+    request and sending ``_SENT`` bytes of it, as far as flow control lets it; ``answered``:
+    after one answered call first."""
     host, port = address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5, source_address=("127.0.0.2", 0))
+    peer = _Peer(sock)
     sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, b""))
-    sock.recv(65536)  # the broker's SETTINGS
-    sock.sendall(_frame(4, 1, 0, b""))  # ACK
     first = 1
     if answered:
-        route = b"/apache.rocketmq.v2.MessagingService/QueryRoute"
-        sock.sendall(_frame(1, 4, 1, _headers(route)) + _frame(0, 1, 1, b"\x00" * 5))
-        sock.recv(65536)  # its answer
+        peer.open(1, b"/apache.rocketmq.v2.MessagingService/QueryRoute")
+        sock.sendall(_frame(0, 1, 1, b"\x00" * 5))
+        while 1 not in peer.ended:
+            assert peer.pump(5), "QueryRoute was not answered"
         first = 3
-    block = _headers(_PATH)
     body = b"\x00" + _DECLARED.to_bytes(4, "big") + b"x" * (_SENT - 5)
-    for k in range(streams):
-        stream = first + 2 * k
-        sock.sendall(_frame(1, 4, stream, block))  # HEADERS, END_HEADERS
-        for at in range(0, len(body), 16_384):
-            sock.sendall(_frame(0, 0, stream, body[at : at + 16_384]))
+    ids = [first + 2 * k for k in range(streams)]
+    for stream in ids:
+        peer.open(stream, _PATH)
+    peer.send(dict.fromkeys(ids, body))
     return sock
 
 
@@ -107,6 +187,17 @@ def _vm_hwm_mb(pid: int) -> float:
     raise AssertionError("no VmHWM line")
 
 
+def _tree_peak_mb(pid: int) -> float:
+    """The peak RSS of the broker and of its children (the native front holds the requests
+    it reads in a process of its own)."""
+    children = [
+        child
+        for task in Path(f"/proc/{pid}/task").iterdir()  # a child is its parent thread's
+        for child in (task / "children").read_text().split()
+    ]
+    return _vm_hwm_mb(pid) + sum(_vm_hwm_mb(int(child)) for child in children)
+
+
 def _send(stub: Any, body: bytes, count: int = 1) -> int:
     messages = []
     for i in range(count):
@@ -119,22 +210,24 @@ def _send(stub: Any, body: bytes, count: int = 1) -> int:
     return int(stub.SendMessage(request, timeout=30, metadata=_METADATA).status.code)
 
 
+@pytest.mark.parametrize("front", ["python", "native"])
 @pytest.mark.parametrize("requests", [8, 64])
 def test_concurrent_maximal_requests_keep_peak_memory_bounded(
-    broker_factory: Callable[..., BrokerProcess], requests: int
+    broker_factory: Callable[..., BrokerProcess], requests: int, front: str
 ) -> None:
     broker = broker_factory(
         "broker.grpc_receive_limit_bytes=33554432",
         "broker.inflight_request_bytes_max=67108864",
         "broker.topics=ok:1",
+        f"broker.grpc_front={front}",
     )
     with grpc.insecure_channel(broker.address) as channel:
         stub = spb_grpc.MessagingServiceStub(channel)
         assert _send(stub, b"warm") == pb.OK
-        before = _vm_hwm_mb(broker.proc.pid)
+        before = _tree_peak_mb(broker.proc.pid)
         with _attack(broker.address, requests):
             time.sleep(1.0)  # the broker has read what was sent
-            growth = _vm_hwm_mb(broker.proc.pid) - before
+            growth = _tree_peak_mb(broker.proc.pid) - before
             started = time.monotonic()
             assert _send(stub, b"legitimate") == pb.OK  # served during the attack
             legit_s = time.monotonic() - started
@@ -145,8 +238,9 @@ def test_concurrent_maximal_requests_keep_peak_memory_bounded(
     assert "Traceback" not in broker.log_text()
 
 
+@pytest.mark.parametrize("front", ["python", "native"])
 def test_a_stalled_booking_is_closed_when_others_wait(
-    broker_factory: Callable[..., BrokerProcess],
+    broker_factory: Callable[..., BrokerProcess], front: str
 ) -> None:
     # The budget is one maximal message; an answered connection books it and stops sending.
     broker = broker_factory(
@@ -154,6 +248,7 @@ def test_a_stalled_booking_is_closed_when_others_wait(
         "broker.inflight_request_bytes_max=33554432",
         "broker.handshake_timeout_ms=2000",
         "broker.topics=ok:1",
+        f"broker.grpc_front={front}",
     )
     stalled = _attack_connection(broker.address, streams=1, answered=True)
     try:
@@ -173,3 +268,21 @@ def test_a_stalled_booking_is_closed_when_others_wait(
     finally:
         stalled.close()
     assert "whose booked request stalled" in broker.log_text()
+
+
+@pytest.mark.parametrize("front", ["python", "native"])
+def test_each_answered_request_gives_its_booking_back(
+    broker_factory: Callable[..., BrokerProcess], front: str
+) -> None:
+    # A budget of one maximal message: each send fits only if the one before gave it back.
+    broker = broker_factory(
+        "broker.grpc_receive_limit_bytes=33554432",
+        "broker.inflight_request_bytes_max=33554432",
+        "broker.topics=ok:1",
+        f"broker.grpc_front={front}",
+    )
+    with grpc.insecure_channel(broker.address) as channel:
+        stub = spb_grpc.MessagingServiceStub(channel)
+        for _ in range(3):
+            assert _send(stub, b"m" * (4 * _MIB - 1024), count=7) == pb.OK
+    assert "Traceback" not in broker.log_text()

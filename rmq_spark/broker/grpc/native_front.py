@@ -218,6 +218,7 @@ def _front_args(
         f"-keepalive-timeout={config.keepalive_timeout_ms}ms",
         f"-idle-timeout={config.connection_idle_timeout_ms}ms",
         f"-receive-limit={receive_limit}",
+        f"-inflight-bytes={config.inflight_request_bytes_max}",
         f"-grace={config.shutdown_grace_ms}ms",
     ]
     if tls is not None:
