@@ -13,6 +13,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc/credentials"
@@ -47,7 +48,12 @@ func (l *capListener) Accept() (net.Conn, error) {
 	for {
 		raw, err := l.Listener.Accept()
 		if err != nil {
-			return nil, err
+			if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+				l.mu.Lock()
+				l.warnf("accepting a connection: %v (the open-files limit); retrying", err)
+				l.mu.Unlock()
+			}
+			return nil, err // grpc retries a temporary error, backing off
 		}
 		if conn := l.admit(raw); conn != nil {
 			return conn, nil
@@ -104,11 +110,16 @@ func (l *capListener) oldestUnproven(host string, anyAddress bool) *countedConn 
 	return nil
 }
 
-// warn logs at most one line per 10 s (lock held): a flood must not flood the log.
+// warn logs a cap's line for host: see warnf.
 func (l *capListener) warn(format string, host string) {
+	l.warnf(format, host, l.maxTotal, l.maxPerAddress)
+}
+
+// warnf logs at most one line per 10 s (lock held): a flood must not flood the log.
+func (l *capListener) warnf(format string, args ...any) {
 	if now := time.Now(); now.Sub(l.warned) >= 10*time.Second {
 		l.warned = now
-		log.Printf(format, host, l.maxTotal, l.maxPerAddress)
+		log.Printf(format, args...)
 	}
 }
 

@@ -152,12 +152,22 @@ func streamID(stream grpc.ServerStream) (uint32, bool) {
 	if v.Kind() != reflect.Pointer || v.IsNil() || v.Elem().Kind() != reflect.Struct {
 		return 0, false
 	}
-	field := v.Elem().FieldByName("id")
-	if !field.IsValid() || field.Kind() != reflect.Uint32 {
+	index, ok := idFields.Load(v.Type())
+	if !ok {
+		field, found := v.Type().Elem().FieldByName("id")
+		if !found || field.Type.Kind() != reflect.Uint32 {
+			field.Index = nil
+		}
+		index, _ = idFields.LoadOrStore(v.Type(), field.Index)
+	}
+	if index.([]int) == nil {
 		return 0, false
 	}
-	return uint32(field.Uint()), true
+	return uint32(v.Elem().FieldByIndex(index.([]int)).Uint()), true
 }
+
+// idFields: a stream type's index path to its id field (nil: it has none).
+var idFields sync.Map
 
 type watchedStream struct {
 	prefix     [grpcPrefixBytes]byte

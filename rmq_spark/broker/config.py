@@ -49,7 +49,7 @@ class BrokerConfig:
     grpc_worker_threads: int = 8  # threads for puts to a store without put_async (else: the loop)
     shutdown_grace_ms: int = 5000  # how long a stop waits for in-flight requests
     event_loop: str = "asyncio"  # the server's loop: asyncio, uvloop, auto (uvloop if installed)
-    grpc_front: str = "python"  # gRPC wire layer: python (grpc.aio), native (native/front process)
+    grpc_front: str = "auto"  # gRPC wire: native (native/front) if built, else python (grpc.aio)
     metrics_listen: str = ""  # Prometheus /metrics on host:port (127.0.0.1:9105); empty: off
     # TLS and resource limits (docs/BROKER.md, "TLS and resource limits")
     tls_mode: str = "permissive"  # permissive: TLS and plaintext on one port; enforcing; disabled
@@ -166,8 +166,8 @@ _TLS_MODES = ("permissive", "enforcing", "disabled")  # RocketMQ's TlsMode value
 
 
 def _check_tls_and_limits(config: BrokerConfig) -> None:
-    if config.grpc_front not in ("python", "native"):
-        raise ValueError(f"grpc_front: must be python or native, got {config.grpc_front!r}")
+    if config.grpc_front not in ("auto", "python", "native"):
+        raise ValueError(f"grpc_front: must be auto, python or native, got {config.grpc_front!r}")
     if config.tls_mode not in _TLS_MODES:
         raise ValueError(
             f"tls_mode: must be one of {', '.join(_TLS_MODES)}, got {config.tls_mode!r}"

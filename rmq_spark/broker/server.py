@@ -43,6 +43,7 @@ from rmq_spark.broker.grpc.grpc_api import (
     grpc_server_options,
 )
 from rmq_spark.broker.grpc.native_front import NativeServer
+from rmq_spark.broker.grpc.native_front import built as native_built
 from rmq_spark.broker.grpc.rpc_timer import RpcTimer
 from rmq_spark.broker.metrics import MetricsEndpoint
 from rmq_spark.broker.remoting.endpoint import RemotingEndpoint, remoting_bind
@@ -251,7 +252,11 @@ class GrpcEndpoint:
     def _open_server(self, receive_limit: int) -> Any:
         """grpc.aio's server, or the native front's (``broker.grpc_front``), not yet serving."""
         config = self._config
-        if config.grpc_front == "native":
+        front = config.grpc_front
+        if front == "auto":
+            front = "native" if native_built() else "python"
+            log.info("broker: gRPC front %s (broker.grpc_front=auto)", front)
+        if front == "native":
             return NativeServer(config, self._host, self._requested_port, self._tls, receive_limit)
         return grpc.aio.server(
             options=grpc_server_options(receive_limit) + connection_options(config),

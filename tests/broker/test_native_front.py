@@ -72,13 +72,15 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_the_official_client_sends_through_the_native_front(
+@pytest.mark.parametrize("front", ["native", "python"])
+def test_the_official_client_sends_through_either_front(
     broker_factory: Callable[..., BrokerProcess],
     official_producer: Callable[..., Any],
     rocketmq: ModuleType,
+    front: str,
 ) -> None:
-    broker = broker_factory(NATIVE, SMALL, "broker.default_queue_count=2")
-    assert "through the native front" in broker.log_text()
+    broker = broker_factory(f"broker.grpc_front={front}", SMALL, "broker.default_queue_count=2")
+    assert ("through the native front" in broker.log_text()) == (front == "native")
     producer = official_producer(broker.address, ("orders",))
     sent = {}
     for i in range(10):
@@ -90,6 +92,22 @@ def test_the_official_client_sends_through_the_native_front(
     stored = by_uniq_key(read_records(broker.store_dir))
     assert {key: records[0].body for key, records in stored.items()} == sent
     assert all(records[0].born_host.ip == "127.0.0.1" for records in stored.values())
+
+
+def test_auto_runs_the_native_front_when_it_is_built_else_the_python_one(
+    broker_factory: Callable[..., BrokerProcess],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    built = broker_factory("broker.grpc_front=auto", SMALL, store_dir=tmp_path / "built")
+    assert "gRPC front native (broker.grpc_front=auto)" in built.log_text()
+    assert "through the native front" in built.log_text()
+    monkeypatch.setenv("RMQ_SPARK_NATIVE_FRONT", str(tmp_path / "no-such-front"))
+    missing = broker_factory("broker.grpc_front=auto", SMALL, store_dir=tmp_path / "missing")
+    assert "gRPC front python (broker.grpc_front=auto)" in missing.log_text()
+    answer = call(missing.address, "QueryRoute", _requests()["QueryRoute"])
+    assert answer.status.code == pb.OK
+    assert "through the native front" not in missing.log_text()
 
 
 def test_every_rpc_refuses_an_unsigned_caller_through_the_native_front(

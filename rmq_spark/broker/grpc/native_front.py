@@ -37,7 +37,7 @@ from rmq_spark.broker.grpc.native_calls import RelayCalls
 from rmq_spark.broker.security.tls import TlsFiles
 from rmq_spark.errors import BrokerError
 
-__all__ = ["NativeServer", "build", "front_binary"]
+__all__ = ["NativeServer", "build", "built", "front_binary"]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -53,6 +53,11 @@ _QUICK_DEATH_S = 2.0
 def front_binary() -> Path:
     """The front's executable (``$RMQ_SPARK_NATIVE_FRONT``, else the repository's build)."""
     return Path(os.environ.get(_BINARY_ENV) or _BINARY)
+
+
+def built() -> bool:
+    """Whether the front's executable is there to run (``grpc_front = "auto"`` runs it then)."""
+    return os.access(front_binary(), os.X_OK)
 
 
 def build(force: bool = False) -> Path:
@@ -95,7 +100,7 @@ class NativeServer:
         self, config: BrokerConfig, host: str, port: int, tls: TlsFiles | None, receive_limit: int
     ) -> None:
         binary = front_binary()
-        if not os.access(binary, os.X_OK):
+        if not built():
             raise BrokerError(
                 f"broker.grpc_front=native: no front at {binary}; build it with `make setup` "
                 f"(or set {_BINARY_ENV})"
