@@ -34,7 +34,7 @@ from broker_harness import (
 )
 from test_auth import USERS, _requests, call
 
-from rmq_spark.broker.grpc.native_front import build
+from rmq_spark.broker.grpc.native_front import build, go_command
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.proto import service_pb2_grpc as spb_grpc
 
@@ -92,6 +92,17 @@ def test_the_official_client_sends_through_either_front(
     stored = by_uniq_key(read_records(broker.store_dir))
     assert {key: records[0].body for key, records in stored.items()} == sent
     assert all(records[0].born_host.ip == "127.0.0.1" for records in stored.values())
+
+
+def test_the_fronts_own_go_tests_pass() -> None:
+    # The request watch's frame reading, cut at every read boundary, and its bookings
+    # (native/front/requests_test.go).
+    command, env, source = go_command("test", "-count=1", "./...")
+    done = subprocess.run(
+        command, cwd=source, env=env, capture_output=True, text=True, timeout=600, check=False
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "ok" in done.stdout
 
 
 def test_auto_runs_the_native_front_when_it_is_built_else_the_python_one(

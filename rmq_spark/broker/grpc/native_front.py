@@ -37,7 +37,7 @@ from rmq_spark.broker.grpc.native_calls import RelayCalls
 from rmq_spark.broker.security.tls import TlsFiles
 from rmq_spark.errors import BrokerError
 
-__all__ = ["NativeServer", "build", "built", "front_binary"]
+__all__ = ["NativeServer", "build", "built", "front_binary", "go_command"]
 
 log = logging.getLogger("rmq_spark.broker")
 
@@ -76,14 +76,22 @@ def build(force: bool = False) -> Path:
     return target
 
 
-def _go_build(target: Path) -> None:
+def go_command(*args: str) -> tuple[list[str], dict[str, str], Path]:
+    """The command, environment and directory to run ``go args...`` on the front's sources.
+
+    Raises ``BrokerError`` when Go is missing.
+    """
     go = shutil.which("go") or next((str(p) for p in _GO_ELSEWHERE if p.exists()), None)
     if go is None:
         raise BrokerError("building the native front needs Go (https://go.dev/dl/) on PATH")
-    env = {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
+    return [go, *args], {**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}, _SOURCE
+
+
+def _go_build(target: Path) -> None:
+    command, env, source = go_command("build", "-trimpath", "-o", str(target), ".")
     done = subprocess.run(
-        [go, "build", "-trimpath", "-o", str(target), "."],
-        cwd=_SOURCE, env=env, capture_output=True, text=True, check=False,
+        command,
+        cwd=source, env=env, capture_output=True, text=True, check=False,
     )  # fmt: skip
     if done.returncode != 0:
         raise BrokerError(f"building the native front failed: {done.stderr.strip()[-2000:]}")
