@@ -210,6 +210,7 @@ type watchedConn struct {
 
 	mu      sync.Mutex
 	streams map[uint32]*watchedStream
+	closed  bool // no stream is watched, nothing booked, any more
 }
 
 func (c *watchedConn) Read(p []byte) (int, error) {
@@ -233,6 +234,7 @@ func (c *watchedConn) Close() error {
 		}
 		c.budget.mu.Unlock()
 		c.mu.Lock()
+		c.closed = true
 		ids := make([]uint32, 0, len(c.streams))
 		for id := range c.streams {
 			ids = append(ids, id)
@@ -285,7 +287,9 @@ func (c *watchedConn) startFrame() {
 		if c.frameStream > c.maxStream { // a new stream (trailers of an old one are not)
 			c.maxStream = c.frameStream
 			c.mu.Lock()
-			c.streams[c.frameStream] = &watchedStream{refusedAt: -1, notify: make(chan struct{}, 1)}
+			if !c.closed {
+				c.streams[c.frameStream] = &watchedStream{refusedAt: -1, notify: make(chan struct{}, 1)}
+			}
 			c.mu.Unlock()
 		}
 	case h2Data:
@@ -331,6 +335,9 @@ func (c *watchedConn) data(b []byte) {
 	s := c.stream
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if s.ended { // the broker ended it while this frame came: nothing more to book
+		return
+	}
 	s.lastData = time.Now()
 	for len(b) > 0 {
 		if s.remaining > 0 {

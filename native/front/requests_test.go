@@ -68,7 +68,7 @@ func TestOneAddressBooksAtMostItsShare(t *testing.T) {
 	c.client([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"))
 	for _, id := range []uint32{1, 3} {
 		c.client(h2frame(h2Headers, 0x4, id, nil))
-		c.client(h2frame(h2Data, 0, id, grpcMessage(3000, 10)))
+		c.client(h2frame(h2Data, 0, id, grpcMessage(3000, 3000)))
 	}
 	if c.streams[1].refusedAt != -1 || c.streams[3].refusedAt != 0 || b.booked != 3000 {
 		t.Fatalf("booked %d; refusals %d, %d", b.booked, c.streams[1].refusedAt, c.streams[3].refusedAt)
@@ -78,7 +78,13 @@ func TestOneAddressBooksAtMostItsShare(t *testing.T) {
 	if c.streams[5].refusedAt != -1 || b.booked != 3000 {
 		t.Fatalf("an oversized message was booked: %d", b.booked)
 	}
+	next := h2frame(h2Data, 0, 1, grpcMessage(2000, 10)) // stream 1's next message comes ...
+	c.client(next[:9])
+	c.broker(h2frame(h2RstStream, 0, 1, []byte{0, 0, 0, 0})) // ... as the broker ends it
+	c.client(next[9:])
 	c.Close()
+	c.client(h2frame(h2Headers, 0x4, 7, nil)) // what grpc had read before the close
+	c.client(h2frame(h2Data, 0, 7, grpcMessage(1000, 10)))
 	if b.booked != 0 {
 		t.Fatalf("a closed connection kept %d bytes booked", b.booked)
 	}
