@@ -16,6 +16,7 @@ receive limit and a 64 MiB budget.
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -144,13 +145,19 @@ def _length(buffer: bytes) -> int:
 
 
 def _attack_connection(
-    address: str, streams: int = _STREAMS, answered: bool = False
+    address: str, streams: int = _STREAMS, answered: bool = False, tls: bool = False
 ) -> socket.socket:
     """A raw connection from 127.0.0.2: ``streams`` SendMessage calls each declaring a maximal
     request and sending ``_SENT`` bytes of it, as far as flow control lets it; ``answered``:
-    after one answered call first."""
+    after one answered call first; ``tls``: over TLS (the broker's self-signed certificate)."""
     host, port = address.rsplit(":", 1)
     sock = socket.create_connection((host, int(port)), timeout=5, source_address=("127.0.0.2", 0))
+    if tls:
+        context = ssl.create_default_context()
+        context.check_hostname = False
+        context.verify_mode = ssl.CERT_NONE
+        context.set_alpn_protocols(["h2"])
+        sock = context.wrap_socket(sock, server_hostname="localhost")
     peer = _Peer(sock)
     sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0, b""))
     first = 1
@@ -169,11 +176,11 @@ def _attack_connection(
 
 
 @contextmanager
-def _attack(address: str, requests: int) -> Iterator[list[socket.socket]]:
+def _attack(address: str, requests: int, tls: bool) -> Iterator[list[socket.socket]]:
     socks: list[socket.socket] = []
     try:
         for _ in range(requests // _STREAMS):
-            socks.append(_attack_connection(address))
+            socks.append(_attack_connection(address, tls=tls))
         yield socks
     finally:
         for sock in socks:
@@ -211,9 +218,9 @@ def _send(stub: Any, body: bytes, count: int = 1) -> int:
 
 
 @pytest.mark.parametrize("front", ["python", "native"])
-@pytest.mark.parametrize("requests", [8, 64])
+@pytest.mark.parametrize(("requests", "tls"), [(8, False), (64, False), (64, True)])
 def test_concurrent_maximal_requests_keep_peak_memory_bounded(
-    broker_factory: Callable[..., BrokerProcess], requests: int, front: str
+    broker_factory: Callable[..., BrokerProcess], requests: int, tls: bool, front: str
 ) -> None:
     broker = broker_factory(
         "broker.grpc_receive_limit_bytes=33554432",
@@ -225,7 +232,7 @@ def test_concurrent_maximal_requests_keep_peak_memory_bounded(
         stub = spb_grpc.MessagingServiceStub(channel)
         assert _send(stub, b"warm") == pb.OK
         before = _tree_peak_mb(broker.proc.pid)
-        with _attack(broker.address, requests):
+        with _attack(broker.address, requests, tls):
             time.sleep(1.0)  # the broker has read what was sent
             growth = _tree_peak_mb(broker.proc.pid) - before
             started = time.monotonic()
