@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -292,4 +293,44 @@ def test_each_answered_request_gives_its_booking_back(
         stub = spb_grpc.MessagingServiceStub(channel)
         for _ in range(3):
             assert _send(stub, b"m" * (4 * _MIB - 1024), count=7) == pb.OK
+    assert "Traceback" not in broker.log_text()
+
+
+def test_a_streams_later_message_over_the_budget_ends_its_call_on_the_native_front(
+    broker_factory: Callable[..., BrokerProcess],
+) -> None:
+    # The budget is one maximal message, booked by a connection that stops sending; a
+    # Telemetry stream's first command is served, its second (2 MiB) does not fit.
+    broker = broker_factory(
+        "broker.grpc_receive_limit_bytes=33554432",
+        "broker.inflight_request_bytes_max=33554432",
+        "broker.topics=ok:1",
+        "broker.grpc_front=native",
+    )
+    answered = threading.Event()
+
+    def commands() -> Iterator[Any]:
+        first = spb.TelemetryCommand()
+        first.settings.client_type = pb.PRODUCER
+        first.settings.publishing.topics.add(name="ok")
+        yield first
+        answered.wait(10)
+        second = spb.TelemetryCommand()
+        second.settings.client_type = pb.PRODUCER
+        second.settings.user_agent.version = "v" * (2 * _MIB)
+        yield second
+
+    stalled = _attack_connection(broker.address, streams=1, answered=True)
+    try:
+        with grpc.insecure_channel(broker.address) as channel:
+            stub = spb_grpc.MessagingServiceStub(channel)
+            replies = stub.Telemetry(commands(), metadata=_METADATA, timeout=10)
+            assert next(replies).status.code == pb.OK
+            answered.set()
+            with pytest.raises(grpc.RpcError) as refused:
+                next(replies)
+    finally:
+        stalled.close()
+    assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED, refused.value
+    assert "inflight_request_bytes_max" in str(refused.value.details())
     assert "Traceback" not in broker.log_text()
