@@ -250,9 +250,7 @@ func (c *watchedConn) Close() error {
 func (c *watchedConn) client(data []byte) {
 	for len(data) > 0 {
 		if c.preface > 0 {
-			k := min(c.preface, len(data))
-			c.preface -= k
-			data = data[k:]
+			data = skip(&c.preface, data)
 			continue
 		}
 		if !c.inPayload {
@@ -399,9 +397,7 @@ func (c *watchedConn) end(id uint32) {
 func (c *watchedConn) broker(data []byte) {
 	for len(data) > 0 {
 		if c.outSkip > 0 {
-			k := min(c.outSkip, len(data))
-			c.outSkip -= k
-			data = data[k:]
+			data = skip(&c.outSkip, data)
 			continue
 		}
 		k := copy(c.outHead[c.outHeadLen:], data)
@@ -430,6 +426,13 @@ func (c *watchedConn) stalledSince(limit time.Time) bool {
 		}
 	}
 	return false
+}
+
+// skip drops up to *left bytes of data, counting them off.
+func skip(left *int, data []byte) []byte {
+	k := min(*left, len(data))
+	*left -= k
+	return data[k:]
 }
 
 func wake(ch chan struct{}) {
