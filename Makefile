@@ -47,11 +47,12 @@ $(ROCKETMQ_JARS_STAMP): scripts/rocketmq-jars.pom.xml scripts/fetch_rocketmq_jar
 $(ROCKETMQ4_JARS_STAMP): scripts/rocketmq4-jars.pom.xml scripts/fetch_rocketmq4_jars.sh | $(JARS_STAMP)
 	@scripts/fetch_rocketmq4_jars.sh
 
-# The broker's native gRPC front (broker.grpc_front = "native"), built with Go from the module
-# proxy; the broker's default front needs none of it, so a machine without Go only warns.
+# The broker's native gRPC front, built with Go from the module proxy: the default
+# (broker.grpc_front = "auto") runs it when it is built, else grpc.aio, so a machine without Go
+# only warns.
 $(NATIVE_FRONT): $(DEPS_STAMP) $(wildcard native/front/*.go native/front/go.mod native/front/go.sum)
 	@$(BIN)/python -m rmq_spark.broker.grpc.native_front || \
-		echo "warning: no native gRPC front (broker.grpc_front=native needs Go to build it)"
+		echo "warning: no native gRPC front (without Go the broker serves gRPC with grpc.aio)"
 
 $(LINK_STAMP): $(DEPS_STAMP) $(JARS_STAMP) scripts/link_jars.sh
 	@scripts/link_jars.sh
