@@ -40,6 +40,8 @@ __all__ = ["ProducerRpcs"]
 log = logging.getLogger("rmq_spark.broker")
 
 _ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+_KINDS = {kind.value: kind for kind in MessageKind}  # a dict look-up, not Enum's __call__
+_OK = status(pb.OK)  # copied into each entry that carries it (protobuf copies on assignment)
 
 
 class ProducerRpcs:
@@ -123,7 +125,7 @@ class ProducerRpcs:
                 status=status(pb.UNSUPPORTED, "GZIP-encoded bodies are not supported"),
                 message_id=mid,
             )
-        if props.message_type not in MessageKind._value2member_map_:
+        if props.message_type not in _KINDS:
             return spb.SendResultEntry(
                 status=status(pb.BAD_REQUEST, f"unknown message type {props.message_type}"),
                 message_id=mid,
@@ -146,10 +148,10 @@ class ProducerRpcs:
             namespace=topic.namespace,
             body=message.body,
             message_id=props.message_id,
-            kind=MessageKind(props.message_type),
+            kind=_KINDS[props.message_type],
             tag=props.tag if props.HasField("tag") else None,
             keys=tuple(props.keys),
-            user_properties=dict(message.user_properties),
+            user_properties=dict(message.user_properties) if message.user_properties else {},
             message_group=props.message_group if props.HasField("message_group") else None,
             delivery_timestamp_ms=(
                 delivery_timestamp_ms(props.delivery_timestamp)
@@ -169,7 +171,7 @@ class ProducerRpcs:
             if outcome.topic == RMQ_SYS_TRANS_HALF_TOPIC:  # a half: EndTransaction names it
                 tx_id = transaction_id(HalfRef(outcome.physical_offset, outcome.queue_offset))
             return spb.SendResultEntry(
-                status=status(pb.OK),
+                status=_OK,
                 message_id=outcome.message_id,
                 offset=outcome.queue_offset,
                 transaction_id=tx_id,
@@ -187,8 +189,7 @@ def _response(entries: list[Any]) -> Any:
         return spb.SendMessageResponse(
             status=status(pb.BAD_REQUEST, "SendMessageRequest has no messages")
         )
-    codes = {entry.status.code for entry in entries}
-    if len(codes) == 1:
+    if len(entries) == 1 or len({entry.status.code for entry in entries}) == 1:
         top = entries[0].status
     else:
         top = status(pb.MULTIPLE_RESULTS, "messages of this batch had different results")
