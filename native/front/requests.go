@@ -358,24 +358,29 @@ func (c *watchedConn) data(b []byte) {
 // judge books the message a prefix declares (conn lock held), in place of the stream's
 // previous one; a message that does not fit is refused, and its call with it.
 func (c *watchedConn) judge(s *watchedStream, declared int64) {
-	defer wake(s.notify)
-	defer func() { s.seen++ }()
-	if s.refusedAt >= 0 {
-		return
+	if s.refusedAt < 0 && !c.rebook(s, declared) {
+		s.refusedAt = s.seen
 	}
+	s.seen++
+	wake(s.notify)
+}
+
+// rebook makes the stream's booking its current message's declared size; false: it does not
+// fit (the booking stays as it was).
+func (c *watchedConn) rebook(s *watchedStream, declared int64) bool {
 	if declared > c.budget.unbookedOver {
 		declared = 0 // grpc refuses it at its prefix
 	}
 	switch {
 	case declared > s.booked:
 		if !c.budget.book(c.host, declared-s.booked) {
-			s.refusedAt = s.seen
-			return
+			return false
 		}
 	case declared < s.booked:
 		c.budget.give(c.host, s.booked-declared)
 	}
 	s.booked = declared
+	return true
 }
 
 // end forgets a stream and gives its booking back.
