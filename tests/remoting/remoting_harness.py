@@ -17,6 +17,7 @@ from rmq_spark.broker.remoting.codec import (
     decode_frame,
     encode_frame,
 )
+from rmq_spark.store.properties import encode_properties
 
 
 def start_remoting_broker(
@@ -70,3 +71,15 @@ def raw_frame(
     """A frame built by hand (for malformed ones): length, type byte, 24-bit header length."""
     hl = len(header) if header_length is None else header_length
     return struct.pack(">ii", 4 + len(header) + len(body), (kind << 24) | hl) + header + body
+
+
+def batch_body(messages: list[tuple[bytes, dict[str, str]]]) -> bytes:
+    """A SEND_BATCH_MESSAGE body (RocketMQ's ``MessageDecoder.encodeMessages``): per message
+    its total size, magic 0, body CRC 0, flag 0, the body, then its properties text."""
+    out = bytearray()
+    for body, properties in messages:
+        text = encode_properties(properties).encode()
+        total = 20 + len(body) + 2 + len(text)
+        out += struct.pack(">iiiii", total, 0, 0, 0, len(body)) + body
+        out += struct.pack(">h", len(text)) + text
+    return bytes(out)

@@ -4,13 +4,12 @@ result checked in the store's CommitLog."""
 
 from __future__ import annotations
 
-import struct
 import zlib
 from collections.abc import Iterator
 
 import pytest
 from broker.broker_harness import BrokerProcess, by_uniq_key, props, read_records, wait_for
-from remoting_harness import FrameClient, start_remoting_broker
+from remoting_harness import FrameClient, batch_body, start_remoting_broker
 
 from rmq_spark.broker.remoting.codec import FLAG_ONEWAY, RemotingCommand, SerializeType
 from rmq_spark.broker.remoting.codes import RequestCode, ResponseCode
@@ -110,19 +109,9 @@ def test_a_body_that_inflates_past_the_limit_is_refused(served, client) -> None:
     assert answer.code == ResponseCode.MESSAGE_ILLEGAL and "past the limit" in (answer.remark or "")
 
 
-def _batch_body(messages: list[tuple[bytes, dict[str, str]]]) -> bytes:
-    out = bytearray()
-    for body, properties in messages:
-        text = encode_properties(properties).encode()
-        total = 20 + len(body) + 2 + len(text)
-        out += struct.pack(">iiiii", total, 0, 0, 0, len(body)) + body
-        out += struct.pack(">h", len(text)) + text
-    return bytes(out)
-
-
 def test_a_batch_is_stored_in_one_queue_with_consecutive_offsets(served, client) -> None:
     uniqs = [f"AC11000100002A9F00000000000001{i:02d}" for i in range(3)]
-    body = _batch_body([(f"m{i}".encode(), {"UNIQ_KEY": u, "WAIT": "true"})
+    body = batch_body([(f"m{i}".encode(), {"UNIQ_KEY": u, "WAIT": "true"})
                         for i, u in enumerate(uniqs)])  # fmt: skip
     fields = {**_v2("Batched", {"WAIT": "true"}, queue_id=2), "m": "true"}
     answer = _send(client, 5, fields, body, code=RequestCode.SEND_BATCH_MESSAGE)
@@ -135,7 +124,7 @@ def test_a_batch_is_stored_in_one_queue_with_consecutive_offsets(served, client)
 
 
 def test_a_batch_with_one_bad_message_stores_nothing(served, client) -> None:
-    body = _batch_body([(b"ok", {"UNIQ_KEY": "GOOD-IN-BAD-BATCH"}),
+    body = batch_body([(b"ok", {"UNIQ_KEY": "GOOD-IN-BAD-BATCH"}),
                         (b"bad", {"UNIQ_KEY": "BAD-IN-BAD-BATCH", "MSG_REGION": "x"})])  # fmt: skip
     fields = {**_v2("Batched", {}), "m": "true"}
     answer = _send(client, 6, fields, body, code=RequestCode.SEND_BATCH_MESSAGE)

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import socket
-import struct
 import sys
 import time
 from collections.abc import Callable
@@ -20,7 +19,7 @@ from rmq_spark.broker.replication.wire import HEADER, REPORT
 from rmq_spark.store.properties import encode_properties
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "remoting"))
-from remoting_harness import FrameClient  # noqa: E402
+from remoting_harness import FrameClient, batch_body  # noqa: E402
 
 
 def _send(port: int, uniq: str, *batched: str) -> RemotingCommand:
@@ -31,7 +30,8 @@ def _send(port: int, uniq: str, *batched: str) -> RemotingCommand:
               "j": "0", "k": "false", "m": "false", "n": "broker-a"}  # fmt: skip
     code, body = 310, b"hi"
     if batched:
-        code, body, fields["i"] = RequestCode.SEND_BATCH_MESSAGE, _batch_body(uniq, *batched), ""
+        messages = [(b"hi", {"UNIQ_KEY": key}) for key in (uniq, *batched)]
+        code, body, fields["i"] = RequestCode.SEND_BATCH_MESSAGE, batch_body(messages), ""
     client = FrameClient(port)
     try:
         return client.call(
@@ -39,15 +39,6 @@ def _send(port: int, uniq: str, *batched: str) -> RemotingCommand:
         )
     finally:
         client.close()
-
-
-def _batch_body(*uniqs: str) -> bytes:
-    out = bytearray()
-    for uniq in uniqs:
-        text = encode_properties({"UNIQ_KEY": uniq}).encode()
-        out += struct.pack(">iiiii", 24 + len(text), 0, 0, 0, 2) + b"hi"
-        out += struct.pack(">h", len(text)) + text
-    return bytes(out)
 
 
 def _remoting(brokers: Callable[..., BrokerProcess], name: str, *settings: str):
