@@ -140,28 +140,25 @@ class ProducerRpcs:
 
     def _command(self, message: Any, topic: Name, born_host: HostAddress | None) -> SendCommand:
         props = message.system_properties
-        born_ms = 0
-        if props.HasField("born_timestamp"):
-            born_ms = props.born_timestamp.seconds * 1000 + props.born_timestamp.nanos // 10**6
+        has = props.HasField
+        user = message.user_properties
+        born = props.born_timestamp  # unset: zero, the born time of a message without one
+        # Positional, in SendCommand's field order: keywords cost a fifth more on this path.
         return SendCommand(
-            topic=topic.name,
-            namespace=topic.namespace,
-            body=message.body,
-            message_id=props.message_id,
-            kind=_KINDS[props.message_type],
-            tag=props.tag if props.HasField("tag") else None,
-            keys=tuple(props.keys),
-            user_properties=dict(message.user_properties) if message.user_properties else {},
-            message_group=props.message_group if props.HasField("message_group") else None,
-            delivery_timestamp_ms=(
-                delivery_timestamp_ms(props.delivery_timestamp)
-                if props.HasField("delivery_timestamp")
-                else None
-            ),
-            born_timestamp_ms=born_ms,
-            born_host=born_host,
-            born_host_text=props.born_host,
-            trace_context=props.trace_context if props.HasField("trace_context") else "",
+            topic.name,
+            message.body,
+            props.message_id,
+            topic.namespace,
+            _KINDS[props.message_type],
+            props.tag if has("tag") else None,
+            tuple(props.keys),
+            dict(user) if user else {},
+            props.message_group if has("message_group") else None,
+            delivery_timestamp_ms(props.delivery_timestamp) if has("delivery_timestamp") else None,
+            born.seconds * 1000 + born.nanos // 1_000_000,
+            born_host,
+            props.born_host,
+            props.trace_context,  # unset: ""
         )
 
     @staticmethod

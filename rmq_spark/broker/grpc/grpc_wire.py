@@ -103,22 +103,21 @@ def timestamp_problem(props: Any) -> tuple[int, str] | None:
     """A delivery or born timestamp that breaks ``Timestamp``'s rules as ``(code, reason)``:
     nanos outside [0, 10**9), born seconds outside years 1..9999. Delivery seconds may be
     milliseconds (``delivery_timestamp_ms``): the service checks the instant they make."""
-    for name, code, seconds_range in (
-        ("delivery_timestamp", pb.ILLEGAL_DELIVERY_TIME, None),
-        ("born_timestamp", pb.BAD_REQUEST, _TIMESTAMP_SECONDS),
+    if props.HasField("delivery_timestamp"):
+        stamp = props.delivery_timestamp
+        if not 0 <= stamp.nanos < 1_000_000_000:
+            return pb.ILLEGAL_DELIVERY_TIME, _not_a_timestamp("delivery_timestamp", stamp)
+    stamp = props.born_timestamp  # unset: zero, which is valid
+    if not (
+        _TIMESTAMP_SECONDS[0] <= stamp.seconds <= _TIMESTAMP_SECONDS[1]
+        and 0 <= stamp.nanos < 1_000_000_000
     ):
-        if not props.HasField(name):
-            continue
-        stamp = getattr(props, name)
-        bad_seconds = seconds_range is not None and not (
-            seconds_range[0] <= stamp.seconds <= seconds_range[1]
-        )
-        if bad_seconds or not 0 <= stamp.nanos < 1_000_000_000:
-            return (
-                code,
-                f"{name} seconds={stamp.seconds} nanos={stamp.nanos} is not a valid Timestamp",
-            )
+        return pb.BAD_REQUEST, _not_a_timestamp("born_timestamp", stamp)
     return None
+
+
+def _not_a_timestamp(name: str, stamp: Any) -> str:
+    return f"{name} seconds={stamp.seconds} nanos={stamp.nanos} is not a valid Timestamp"
 
 
 @functools.lru_cache(maxsize=4096)  # a connection's calls all name its peer; parsing is slow

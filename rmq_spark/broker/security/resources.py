@@ -138,6 +138,24 @@ def _of(rights: str, group: Name | Refused | None, *topics: Name | Refused) -> R
 
 
 _CONSUMER_CALLS: dict[tuple[str, str, str, str, str], Resolved | Refused] = {}
+_ONE_MESSAGE_SENDS: dict[tuple[str, str], Resolved | Refused] = {}
+
+
+def _send(request: Any) -> Resolved | Refused:
+    """SendMessage's topics, one per message; a call of one message (what the clients send)
+    resolved once per topic (bounded as ``_JUDGED``)."""
+    messages = request.messages
+    if len(messages) != 1:
+        return _of("SendMessage", None, *(_name(m.topic) for m in messages))
+    topic = messages[0].topic
+    key = (topic.name, topic.resource_namespace)
+    resolved = _ONE_MESSAGE_SENDS.get(key)
+    if resolved is None:
+        resolved = _of("SendMessage", None, _name(topic))
+        if len(_ONE_MESSAGE_SENDS) >= _JUDGED_MAX:
+            _ONE_MESSAGE_SENDS.clear()
+        _ONE_MESSAGE_SENDS[key] = resolved
+    return resolved
 
 
 def _consumer(rights: str, request: Any, topic: Any, *, system_ok: bool = False) -> Any:
@@ -179,7 +197,7 @@ _RESOLVERS: dict[str, Callable[[Any], Resolved | Refused]] = {
     # apache.rocketmq.v2.MessagingService
     "QueryRoute": lambda r: _of("QueryRoute", None, _topic(r.topic)),
     "Heartbeat": _heartbeat,
-    "SendMessage": lambda r: _of("SendMessage", None, *(_name(m.topic) for m in r.messages)),
+    "SendMessage": _send,
     # not served (UNSUPPORTED / NOT_IMPLEMENTED): named for the ACL, not judged
     "EndTransaction": lambda r: _of("EndTransaction", None, _name(r.topic)),
     "RecallMessage": lambda r: _of("RecallMessage", None, _name(r.topic)),
