@@ -69,15 +69,17 @@ class TrafficStats:
         with self._lock:
             self._acked[group] = self._acked.get(group, 0) + 1
 
-    def rpc_done(self, protocol: str, method: str, code: str, result: str, seconds: float) -> None:
-        """One request answered: its ``method``, the answer's status ``code``, ``result``
-        (``success``, or how it failed) and how long it took."""
+    def rpc_done(
+        self, protocol: str, method: str, code: str, result: str, seconds: float, times: int = 1
+    ) -> None:
+        """``times`` requests answered alike: their ``method``, the answers' status ``code``,
+        ``result`` (``success``, or how they failed) and how long each took."""
         key = (protocol, method, code, result)
         stats = self._rpc.get(key)
         if stats is None:
             with self._lock:
                 stats = self._rpc.setdefault(key, LatencyStats())
-        stats.record(seconds)
+        stats.record(seconds, times)
 
     def snapshot(self) -> TrafficSnapshot:
         with self._lock:

@@ -222,20 +222,29 @@ def check_topic(topic: object) -> str:
 
 
 _buckets: dict[str, int] = {}
+_orders: dict[tuple[str, ...], list[str]] = {}  # keys as given -> in Java's order (bounded)
 
 
 def order_properties(properties: Mapping[str, str]) -> list[str]:
     """Keys in the iteration order of a Java ``HashMap(128)`` holding them (5.x broker)."""
-    if len(properties) > _JAVA_MAP_MAX_KEYS:
+    given = tuple(properties)
+    order = _orders.get(given)
+    if order is not None:  # a producer's sends repeat one set of keys in one order
+        return order.copy()
+    if len(given) > _JAVA_MAP_MAX_KEYS:
         return java_hashmap_order(properties, _JAVA_MAP_CAPACITY)
     buckets = _buckets
-    for key in properties:
+    for key in given:
         if key not in buckets:
             h = java_string_hash(key) & 0xFFFFFFFF
             if len(buckets) > 65536:
                 buckets.clear()
             buckets[key] = (h ^ (h >> 16)) & (_JAVA_MAP_CAPACITY - 1)
-    return sorted(properties, key=buckets.__getitem__)
+    order = sorted(given, key=buckets.__getitem__)
+    if len(_orders) >= 4096:
+        _orders.clear()
+    _orders[given] = order
+    return order.copy()
 
 
 def rewrite_delay(

@@ -107,6 +107,15 @@ def test_a_batch_with_mixed_results_reports_each_entry(stub: Any) -> None:
     response = _send(stub, _message("01GOOD"), _message("01BAD", b""))
     assert response.status.code == pb.MULTIPLE_RESULTS
     assert [e.status.code for e in response.entries] == [pb.OK, pb.MESSAGE_BODY_EMPTY]
+    assert [e.message_id for e in response.entries] == ["01GOOD", "01BAD"]
+    assert response.entries[0].offset >= 0 and response.entries[1].status.message
+
+
+def test_a_send_without_messages_is_a_bad_request(stub: Any) -> None:
+    response = _send(stub)
+    assert response.status.code == pb.BAD_REQUEST
+    assert response.status.message == "SendMessageRequest has no messages"
+    assert not response.entries
 
 
 @pytest.mark.parametrize(

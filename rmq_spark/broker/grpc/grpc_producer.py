@@ -41,7 +41,6 @@ log = logging.getLogger("rmq_spark.broker")
 
 _ACCEPTED_TYPES = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
 _KINDS = {kind.value: kind for kind in MessageKind}  # a dict look-up, not Enum's __call__
-_OK = status(pb.OK)  # copied into each entry that carries it (protobuf copies on assignment)
 
 
 class ProducerRpcs:
@@ -90,53 +89,46 @@ class ProducerRpcs:
 
     async def send_wave(self, calls: Sequence[tuple[Any, Any]]) -> list[Any]:
         """``send_message`` of each ``(request, context)``: the messages of all of them put
-        as one ``send_many_async`` (one batch, one durability wait), the answers in order."""
-        entries: list[list[Any]] = []
+        as one ``send_many_async`` (one batch, one durability wait), the answers in order.
+        Each answer is built in place (a result entry made apart and then added is copied)."""
+        responses = []
         commands: list[SendCommand] = []
-        slots: list[tuple[list[Any], int]] = []  # where each command's result entry goes
+        slots: list[Any] = []  # each command's result entry, in its call's response
         for request, context in calls:
             born_host = peer_address(self._client_peer(context.peer()))
             topics = resolved_of(context).topics  # one per message, as the ACL checked them
-            mine: list[Any] = []
+            response = spb.SendMessageResponse()
+            add = response.entries.add
             for message, topic in zip(request.messages, topics, strict=True):
-                entry = self._precheck(message)
-                if entry is None:
-                    slots.append((mine, len(mine)))
+                mid = message.system_properties.message_id
+                problem = self._precheck(message)
+                if problem is None:
+                    slots.append(add(message_id=mid))
                     commands.append(self._command(message, topic, born_host))
-                mine.append(entry)
-            entries.append(mine)
+                else:
+                    add(status=status(*problem), message_id=mid)
+            responses.append(response)
         if commands:
             outcomes = await self._service.send_many_async(commands)
-            for (mine, at), outcome in zip(slots, outcomes, strict=True):
-                mine[at] = self._entry(outcome)
-        return [_response(mine) for mine in entries]
+            for entry, outcome in zip(slots, outcomes, strict=True):
+                _fill(entry, outcome)
+        for response in responses:
+            _settle(response)
+        return responses
 
-    def _precheck(self, message: Any) -> Any | None:
-        """Wire-level problems (encoding, digest, unknown type) as a ready result entry."""
+    def _precheck(self, message: Any) -> tuple[int, str] | None:
+        """Wire-level problems (encoding, digest, unknown type) as ``(code, reason)``."""
         props = message.system_properties
-        mid = props.message_id
         if self._shutdown.is_set():
-            return spb.SendResultEntry(
-                status=status(status_code(SendCode.SHUTTING_DOWN), "broker is shutting down"),
-                message_id=mid,
-            )
+            return status_code(SendCode.SHUTTING_DOWN), "broker is shutting down"
         if props.body_encoding == pb.GZIP:
-            return spb.SendResultEntry(
-                status=status(pb.UNSUPPORTED, "GZIP-encoded bodies are not supported"),
-                message_id=mid,
-            )
+            return pb.UNSUPPORTED, "GZIP-encoded bodies are not supported"
         if props.message_type not in _KINDS:
-            return spb.SendResultEntry(
-                status=status(pb.BAD_REQUEST, f"unknown message type {props.message_type}"),
-                message_id=mid,
-            )
+            return pb.BAD_REQUEST, f"unknown message type {props.message_type}"
         problem = digest_problem(message)
         if problem is not None:
-            return spb.SendResultEntry(status=status(pb.MESSAGE_CORRUPTED, problem), message_id=mid)
-        bad_time = timestamp_problem(props)
-        if bad_time is not None:
-            return spb.SendResultEntry(status=status(*bad_time), message_id=mid)
-        return None
+            return pb.MESSAGE_CORRUPTED, problem
+        return timestamp_problem(props)
 
     def _command(self, message: Any, topic: Name, born_host: HostAddress | None) -> SendCommand:
         props = message.system_properties
@@ -161,36 +153,32 @@ class ProducerRpcs:
             props.trace_context,  # unset: ""
         )
 
-    @staticmethod
-    def _entry(outcome: SendOutcome) -> Any:
-        if outcome.ok:
-            tx_id = ""
-            if outcome.topic == RMQ_SYS_TRANS_HALF_TOPIC:  # a half: EndTransaction names it
-                tx_id = transaction_id(HalfRef(outcome.physical_offset, outcome.queue_offset))
-            return spb.SendResultEntry(
-                status=_OK,
-                message_id=outcome.message_id,
-                offset=outcome.queue_offset,
-                transaction_id=tx_id,
-            )
-        log.debug("send refused: %s %s", outcome.code.name, outcome.reason)
-        return spb.SendResultEntry(
-            status=status(status_code(outcome.code), outcome.reason),
-            message_id=outcome.message_id,
-        )
+
+def _fill(entry: Any, outcome: SendOutcome) -> None:
+    """A command's result entry (its message id set already) from its outcome."""
+    if outcome.ok:
+        entry.status.code = pb.OK
+        entry.offset = outcome.queue_offset
+        if outcome.topic == RMQ_SYS_TRANS_HALF_TOPIC:  # a half: EndTransaction names it
+            half = HalfRef(outcome.physical_offset, outcome.queue_offset)
+            entry.transaction_id = transaction_id(half)
+        return
+    log.debug("send refused: %s %s", outcome.code.name, outcome.reason)
+    entry.status.code = status_code(outcome.code)
+    entry.status.message = outcome.reason
 
 
-def _response(entries: list[Any]) -> Any:
-    """One call's ``SendMessageResponse`` for its messages' result entries."""
+def _settle(response: Any) -> None:
+    """A call's top status: its entries' one status, or MULTIPLE_RESULTS (none: BAD_REQUEST)."""
+    entries = response.entries
     if not entries:
-        return spb.SendMessageResponse(
-            status=status(pb.BAD_REQUEST, "SendMessageRequest has no messages")
-        )
-    if len(entries) == 1 or len({entry.status.code for entry in entries}) == 1:
-        top = entries[0].status
+        response.status.code = pb.BAD_REQUEST
+        response.status.message = "SendMessageRequest has no messages"
+    elif len(entries) == 1 or len({entry.status.code for entry in entries}) == 1:
+        response.status.CopyFrom(entries[0].status)
     else:
-        top = status(pb.MULTIPLE_RESULTS, "messages of this batch had different results")
-    return spb.SendMessageResponse(status=top, entries=entries)
+        response.status.code = pb.MULTIPLE_RESULTS
+        response.status.message = "messages of this batch had different results"
 
 
 def _queue(topic: Name, queue_id: int, broker: Any, permission: int = pb.READ_WRITE) -> Any:

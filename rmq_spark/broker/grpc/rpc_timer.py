@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -102,13 +103,11 @@ class RpcTimer(grpc.aio.ServerInterceptor):
             except BaseException as err:  # every call of the wave: cancelled or failed
                 cancelled = isinstance(err, asyncio.CancelledError)
                 result = "cancelled" if cancelled else "process_request_failed"
-                elapsed = clock() - started
-                for _ in calls:
-                    rpc_done("grpc", name, "NONE", result, elapsed)
+                rpc_done("grpc", name, "NONE", result, clock() - started, len(calls))
                 raise
             elapsed = clock() - started
-            for response in responses:
-                rpc_done("grpc", name, status_code_name(response), "success", elapsed)
+            for code, times in Counter(map(status_code_name, responses)).items():
+                rpc_done("grpc", name, code, "success", elapsed, times)
             return responses
 
         return timed
