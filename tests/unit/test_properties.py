@@ -31,7 +31,20 @@ def test_encode_writes_name_value_pairs_with_trailing_separator_by_default():
 
 @pytest.mark.parametrize(
     "props",
-    [{"": "v"}, {"k": ""}, {"a\x01b": "v"}, {"a\x02b": "v"}, {"k": "v\x02w"}, {"k": 5}],
+    [
+        {"": "v"},
+        {"k": ""},
+        {"a\x01b": "v"},
+        {"a\x02b": "v"},
+        {"k": "v\x02w"},
+        {"k": 5},
+        {5: "v"},
+        {"ok": "v", "": "v"},
+        {"ok": "v", "k": ""},
+        {"ok": "v", "a\x01b": "v"},
+        {"ok": "v\x01", "k": "v\x02w"},
+        {"ok": "v", "k": b"v"},
+    ],
 )
 def test_encode_rejects_entries_that_would_not_read_back(props):
     with pytest.raises(InvalidMessageError, match="properties"):
