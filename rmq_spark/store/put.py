@@ -26,7 +26,8 @@ import enum
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import NamedTuple
+from operator import itemgetter
+from typing import Any, NamedTuple
 
 from rmq_spark.errors import InvalidMessageError
 from rmq_spark.store.codec import (
@@ -45,6 +46,8 @@ from rmq_spark.store.message import LOCALHOST, HostAddress, MessageRecord
 from rmq_spark.store.properties import (
     DELAY,
     KEYS,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR,
     REAL_QID,
     REAL_TOPIC,
     TAGS,
@@ -70,6 +73,7 @@ __all__ = [
     "find_uniq_key",
     "order_properties",
     "prepare",
+    "properties_text",
     "rewrite_delay",
 ]
 
@@ -222,29 +226,75 @@ def check_topic(topic: object) -> str:
 
 
 _buckets: dict[str, int] = {}
-_orders: dict[tuple[str, ...], list[str]] = {}  # keys as given -> in Java's order (bounded)
 
 
 def order_properties(properties: Mapping[str, str]) -> list[str]:
     """Keys in the iteration order of a Java ``HashMap(128)`` holding them (5.x broker)."""
-    given = tuple(properties)
-    order = _orders.get(given)
-    if order is not None:  # a producer's sends repeat one set of keys in one order
-        return order.copy()
-    if len(given) > _JAVA_MAP_MAX_KEYS:
+    if len(properties) > _JAVA_MAP_MAX_KEYS:
         return java_hashmap_order(properties, _JAVA_MAP_CAPACITY)
     buckets = _buckets
-    for key in given:
+    for key in properties:
         if key not in buckets:
             h = java_string_hash(key) & 0xFFFFFFFF
             if len(buckets) > 65536:
                 buckets.clear()
             buckets[key] = (h ^ (h >> 16)) & (_JAVA_MAP_CAPACITY - 1)
-    order = sorted(given, key=buckets.__getitem__)
-    if len(_orders) >= 4096:
-        _orders.clear()
-    _orders[given] = order
-    return order.copy()
+    return sorted(properties, key=buckets.__getitem__)
+
+
+# A key set as given -> its values picked in Java's order and the text they fill, or None
+# (a key encode_properties refuses). Bounded: emptied when full, and a shape of long keys is
+# not kept (4096 of them could hold a client's megabytes).
+_TEXT_SHAPES: dict[tuple[str, ...], tuple[Callable[[Any], Any], str] | None] = {}
+_TEXT_SHAPE_KEPT_MAX = 1024
+
+
+def properties_text(properties: Mapping[str, str]) -> str:
+    """``encode_properties`` of ``properties`` in Java ``HashMap(128)`` order: each key set
+    (a producer's sends repeat one) ordered and checked once, each message's values checked
+    whole (``str``, non-empty, no ``\\x02``) and put in with one ``%``.
+
+    Raises
+    ------
+    InvalidMessageError
+        As ``encode_properties``.
+    """
+    given = tuple(properties)
+    try:
+        shape = _TEXT_SHAPES[given]
+    except KeyError:
+        shape = _text_shape(given)
+    except TypeError:  # an unhashable key: encode_properties names it
+        shape = None
+    if shape is not None:
+        pick, text = shape
+        values = pick(properties)
+        try:
+            joined = "".join(values)
+        except TypeError:
+            joined = PROPERTY_SEPARATOR  # not all str: encode_properties names the first
+        if PROPERTY_SEPARATOR not in joined and all(values):
+            return text % values
+    return encode_properties({key: properties[key] for key in order_properties(properties)})
+
+
+def _text_shape(given: tuple[str, ...]) -> tuple[Callable[[Any], Any], str] | None:
+    """The shape of a key set (see ``_TEXT_SHAPES``), remembered."""
+    shape = None
+    separators = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
+    if given and all(
+        type(key) is str and key and not any(sep in key for sep in separators) for key in given
+    ):
+        order = order_properties(dict.fromkeys(given, ""))
+        picked = itemgetter(*order) if len(order) > 1 else lambda props: (props[order[0]],)
+        fields = (f"{key.replace('%', '%%')}{NAME_VALUE_SEPARATOR}%s" for key in order)
+        shape = (picked, PROPERTY_SEPARATOR.join(fields) + PROPERTY_SEPARATOR)
+        if len(shape[1]) > _TEXT_SHAPE_KEPT_MAX:  # made up per message, maybe: not kept
+            return shape
+    if len(_TEXT_SHAPES) >= 4096:
+        _TEXT_SHAPES.clear()
+    _TEXT_SHAPES[given] = shape
+    return shape
 
 
 def rewrite_delay(
@@ -331,7 +381,7 @@ def prepare(request: PutRequest, ctx: PutContext, now_ms: int) -> PreparedMessag
             if level > 0:
                 topic, queue_id = rewrite_delay(props, topic, queue_id, level, ctx.max_delay_level)
         try:
-            props_text = encode_properties({k: props[k] for k in order_properties(props)})
+            props_text = properties_text(props)
         except InvalidMessageError as err:
             return _illegal(str(err))
     try:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import zlib
 
 from rmq_spark.broker.grpc.grpc_producer import ProducerRpcs
-from rmq_spark.broker.grpc.grpc_wire import timestamp_problem
+from rmq_spark.broker.grpc.grpc_wire import digest_problem, timestamp_problem
 from rmq_spark.broker.proto import definition_pb2 as pb
 from rmq_spark.broker.security.resources import Name
 from rmq_spark.broker.send_model import MessageKind, SendCommand
@@ -80,3 +82,23 @@ def test_timestamps_outside_the_protobuf_rules_are_named() -> None:
     props.delivery_timestamp.nanos = 0
     props.born_timestamp.nanos = 1_000_000_000
     assert timestamp_problem(props)[0] == pb.BAD_REQUEST  # type: ignore[index]
+
+
+def test_each_body_digest_is_checked_and_an_unset_one_is_not() -> None:
+    message = pb.Message(body=b"payload")
+    assert digest_problem(message) is None  # no digest
+    digest = message.system_properties.body_digest
+    digest.type = pb.CRC32
+    digest.checksum = f"{zlib.crc32(b'payload'):08x}"  # any case
+    assert digest_problem(message) is None
+    digest.checksum = "00000000"
+    assert digest_problem(message) == (
+        f"body digest mismatch: sent 00000000, computed {zlib.crc32(b'payload'):08X}"
+    )
+    digest.type = pb.SHA1
+    digest.checksum = hashlib.sha1(b"payload").hexdigest()
+    assert digest_problem(message) is None
+    digest.type = 99  # type: ignore[assignment]
+    assert digest_problem(message) == "unknown body digest type 99"
+    digest.type = pb.DIGEST_TYPE_UNSPECIFIED
+    assert digest_problem(message) is None

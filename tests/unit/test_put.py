@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from store_helpers import open_store
 
 from rmq_spark.clock import ManualClock
+from rmq_spark.errors import InvalidMessageError
 from rmq_spark.store.codec import encode_record
 from rmq_spark.store.config import IoMode
 from rmq_spark.store.layout import (
@@ -19,8 +20,14 @@ from rmq_spark.store.layout import (
 )
 from rmq_spark.store.message import LOCALHOST, HostAddress, MessageRecord
 from rmq_spark.store.msg_id import decode_offset_msg_id, offset_msg_id
-from rmq_spark.store.properties import java_hashmap_order, parse_properties
-from rmq_spark.store.put import PutRequest, PutStatus, check_topic, order_properties
+from rmq_spark.store.properties import encode_properties, java_hashmap_order, parse_properties
+from rmq_spark.store.put import (
+    PutRequest,
+    PutStatus,
+    check_topic,
+    order_properties,
+    properties_text,
+)
 from rmq_spark.store.put_encode import encode_ipv4_v1
 from rmq_spark.store.put_state import IdempotencyWindow, WindowEntry
 
@@ -147,6 +154,42 @@ def test_properties_are_stored_in_java_hashmap_order_with_trailing_separator(sto
     order = java_hashmap_order(props, 128)
     assert text == "".join(f"{k}\x01{props[k]}\x02" for k in order)
     assert order_properties(props) == order
+
+
+_TEXTS = st.text(st.sampled_from("ab%{}\x01\x02é😀 "), max_size=4)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.lists(st.tuples(_TEXTS, st.one_of(_TEXTS, st.integers(0, 1))), max_size=6),
+    st.integers(0, 3),
+)
+def test_properties_text_is_encode_properties_in_java_order(
+    pairs: list[tuple[str, object]], repeats: int
+) -> None:
+    props = dict(pairs)
+    try:
+        expected: str | None = encode_properties({k: props[k] for k in order_properties(props)})
+    except InvalidMessageError:
+        expected = None
+    for _ in range(repeats + 1):  # the key set's shape is kept after the first
+        if expected is None:
+            with pytest.raises(InvalidMessageError):
+                properties_text(props)  # type: ignore[arg-type]
+        else:
+            assert properties_text(props) == expected  # type: ignore[arg-type]
+
+
+def test_a_shape_of_long_keys_is_used_but_not_kept() -> None:
+    from rmq_spark.store import put
+
+    long_keys = {"k" * 700: "1", "j" * 700: "2"}
+    text = properties_text(long_keys)
+    assert text == encode_properties({k: long_keys[k] for k in order_properties(long_keys)})
+    assert tuple(long_keys) not in put._TEXT_SHAPES
+    assert tuple({"short": "x"}) not in put._TEXT_SHAPES
+    properties_text({"short": "x"})
+    assert tuple({"short": "x"}) in put._TEXT_SHAPES
 
 
 def test_raw_properties_are_stored_verbatim(store) -> None:  # type: ignore[no-untyped-def]

@@ -154,18 +154,18 @@ def not_implemented(method: str) -> pb.Status:
 
 def digest_problem(message: Any) -> str | None:
     """Check ``system_properties.body_digest`` when the client sent one."""
-    props = message.system_properties
-    if not props.HasField("body_digest") or props.body_digest.type == pb.DIGEST_TYPE_UNSPECIFIED:
+    digest = message.system_properties.body_digest  # unset: of DIGEST_TYPE_UNSPECIFIED
+    kind = digest.type
+    if kind == pb.CRC32:  # what the clients send: tested first
+        expected = f"{crc32(message.body):08X}"
+    elif kind == pb.DIGEST_TYPE_UNSPECIFIED:
         return None
-    digest, body = props.body_digest, message.body
-    if digest.type == pb.CRC32:
-        expected = f"{crc32(body):08X}"
-    elif digest.type == pb.MD5:
-        expected = hashlib.md5(body).hexdigest().upper()
-    elif digest.type == pb.SHA1:
-        expected = hashlib.sha1(body).hexdigest().upper()
+    elif kind == pb.MD5:
+        expected = hashlib.md5(message.body).hexdigest().upper()
+    elif kind == pb.SHA1:
+        expected = hashlib.sha1(message.body).hexdigest().upper()
     else:
-        return f"unknown body digest type {digest.type}"
+        return f"unknown body digest type {kind}"
     if digest.checksum.upper() != expected:
         return f"body digest mismatch: sent {digest.checksum}, computed {expected}"
     return None
