@@ -38,6 +38,25 @@ def test_a_truncated_open_frame_is_a_relay_error(cut: int) -> None:
         opened.metadata  # noqa: B018 - parsed on first use
 
 
+def test_a_repeated_call_name_is_read_from_the_kept_one_and_a_cut_frame_still_fails() -> None:
+    method, peer = "/apache.rocketmq.v2.MessagingService/SendMessage", "ipv4:10.0.0.1:7"
+    first = open_payload(method, peer, 1_000_000, [("k", b"one")])
+    second = open_payload(method, peer, -1, [("k", b"two"), ("j", b"2")])
+    assert wire.parse_open(first).deadline_s == 1.0
+    opened = wire.parse_open(second)  # its method and peer as kept from the first
+    assert (opened.method, opened.peer, opened.deadline_s) == (method, peer, None)
+    assert opened.metadata == (("k", "two"), ("j", "2"))
+    for cut in range(1, len(second) - len(method) - len(peer) - 4 + 1):
+        with pytest.raises(wire.RelayError):
+            wire.parse_open(second[: len(second) - cut]).metadata  # noqa: B018
+
+
+def test_a_long_method_name_is_parsed_but_not_kept() -> None:
+    method = "/x/" + "M" * 300
+    assert wire.parse_open(open_payload(method, "", -1, [])).method == method
+    assert all(len(key) <= 256 for key in wire._NAMED_CALLS)
+
+
 def test_a_close_frame_carries_code_and_details() -> None:
     data = wire.close_frame(7, 12, "Method not found!")
     length, kind, call_id = wire.HEADER.unpack_from(data)

@@ -74,17 +74,39 @@ def close_frame(call_id: int, code: int, details: str = "") -> bytes:
     return frame(CLOSE, call_id, _U32.pack(code) + _U16.pack(len(text)) + text + _U16.pack(0))
 
 
+# An OPEN's method and peer bytes -> their text: a connection's calls repeat both. Bounded:
+# emptied when full.
+_NAMED_CALLS: dict[bytes, tuple[str, str, int]] = {}
+_NAMED_CALLS_MAX = 4096
+_NAMED_CALL_KEPT_BYTES = 256
+
+
 def parse_open(payload: bytes) -> Open:
     """``OPEN``: u16 method, u16 peer, i64 deadline in us (-1: none), then the metadata
     (``_parse_metadata``)."""
     try:
-        method, at = _string16(payload, 0)
-        peer, at = _string16(payload, at)
+        peer_at = 2 + _U16.unpack_from(payload, 0)[0]
+        named_end = peer_at + 2 + _U16.unpack_from(payload, peer_at)[0]
+        named = _NAMED_CALLS.get(payload[:named_end])
+        if named is None:
+            named = _named_call(payload)
+        method, peer, at = named
         (deadline_us,) = _I64.unpack_from(payload, at)
     except struct.error as err:
         raise RelayError(f"OPEN: too short: {err}") from err
     deadline_s = None if deadline_us < 0 else deadline_us / 1e6
     return Open(method, peer, deadline_s, payload, at + 8)
+
+
+def _named_call(payload: bytes) -> tuple[str, str, int]:
+    """An OPEN's method, peer and where its deadline starts, remembered (``_NAMED_CALLS``)."""
+    method, at = _string16(payload, 0)
+    peer, at = _string16(payload, at)
+    if at <= _NAMED_CALL_KEPT_BYTES:  # a method name made up per call may be long: not kept
+        if len(_NAMED_CALLS) >= _NAMED_CALLS_MAX:
+            _NAMED_CALLS.clear()
+        _NAMED_CALLS[payload[:at]] = (method, peer, at)
+    return method, peer, at
 
 
 def _parse_metadata(payload: bytes, at: int) -> tuple[tuple[str, str | bytes], ...]:
