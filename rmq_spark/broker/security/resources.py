@@ -80,9 +80,7 @@ def _name(resource: Any) -> Name:
     if named is None:
         name, namespace = str(key[0]), str(key[1])
         named = Name(name, namespace, full_topic_name(name, namespace))
-        if len(_NAMED) >= _JUDGED_MAX:
-            _NAMED.clear()
-        _NAMED[key] = named
+        _keep(_NAMED, key, named)
     return named
 
 
@@ -91,6 +89,19 @@ def _name(resource: Any) -> Name:
 _JUDGED: dict[tuple[str, str, int], Name | Refused] = {}
 _NAMED: dict[tuple[str, str], Name] = {}  # named, not judged (the same bound)
 _JUDGED_MAX = 4096
+_KEPT_NAME_CHARS = 1024  # no legal topic or group is longer (255 and 120, namespace included)
+
+
+def _keep(cache: dict[Any, Any], key: tuple[Any, ...], value: Any) -> None:
+    """``cache[key] = value``, emptying a full cache first; a key naming anything longer than
+    any legal name is not kept (4096 names of a request's megabytes would be gigabytes)."""
+    if sum(len(part) for part in key if type(part) is str) > _KEPT_NAME_CHARS:
+        return
+    if len(cache) >= _JUDGED_MAX:
+        cache.clear()
+    cache[key] = value
+
+
 _GROUP, _SYSTEM_GROUP, _TOPIC = 0, 1, 2
 
 
@@ -102,9 +113,7 @@ def _judged(resource: Any, kind: int) -> Name | Refused:
             judged = _topic_of(resource)
         else:
             judged = _group_of(resource, system_ok=kind == _SYSTEM_GROUP)
-        if len(_JUDGED) >= _JUDGED_MAX:
-            _JUDGED.clear()
-        _JUDGED[key] = judged
+        _keep(_JUDGED, key, judged)
     return judged
 
 
@@ -152,9 +161,7 @@ def _send(request: Any) -> Resolved | Refused:
     resolved = _ONE_MESSAGE_SENDS.get(key)
     if resolved is None:
         resolved = _of("SendMessage", None, _name(topic))
-        if len(_ONE_MESSAGE_SENDS) >= _JUDGED_MAX:
-            _ONE_MESSAGE_SENDS.clear()
-        _ONE_MESSAGE_SENDS[key] = resolved
+        _keep(_ONE_MESSAGE_SENDS, key, resolved)
     return resolved
 
 
@@ -166,9 +173,7 @@ def _consumer(rights: str, request: Any, topic: Any, *, system_ok: bool = False)
     resolved = _CONSUMER_CALLS.get(key)
     if resolved is None:
         resolved = _of(rights, _group(group, system_ok=system_ok), _topic(topic))
-        if len(_CONSUMER_CALLS) >= _JUDGED_MAX:
-            _CONSUMER_CALLS.clear()
-        _CONSUMER_CALLS[key] = resolved
+        _keep(_CONSUMER_CALLS, key, resolved)
     return resolved
 
 
