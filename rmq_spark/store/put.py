@@ -242,10 +242,10 @@ def order_properties(properties: Mapping[str, str]) -> list[str]:
     return sorted(properties, key=buckets.__getitem__)
 
 
-# A key set as given -> its values picked in Java's order and the text they fill, or None
-# (a key encode_properties refuses). Bounded: emptied when full, and a shape of long keys is
-# not kept (4096 of them could hold a client's megabytes).
-_TEXT_SHAPES: dict[tuple[str, ...], tuple[Callable[[Any], Any], str] | None] = {}
+# A key set as given -> its values picked in Java's order and the text they fill. Bounded:
+# emptied when full, and a shape of long keys is not kept (4096 of them could hold a client's
+# megabytes), nor a key set encode_properties refuses.
+_TEXT_SHAPES: dict[tuple[str, ...], tuple[Callable[[Any], Any], str]] = {}
 _TEXT_SHAPE_KEPT_MAX = 1024
 
 
@@ -261,9 +261,7 @@ def properties_text(properties: Mapping[str, str]) -> str:
     """
     given = tuple(properties)
     try:
-        shape = _TEXT_SHAPES[given]
-    except KeyError:
-        shape = _text_shape(given)
+        shape = _TEXT_SHAPES.get(given) or _text_shape(given)
     except TypeError:  # an unhashable key: encode_properties names it
         shape = None
     if shape is not None:
@@ -279,21 +277,21 @@ def properties_text(properties: Mapping[str, str]) -> str:
 
 
 def _text_shape(given: tuple[str, ...]) -> tuple[Callable[[Any], Any], str] | None:
-    """The shape of a key set (see ``_TEXT_SHAPES``), remembered."""
-    shape = None
+    """The shape of a key set (see ``_TEXT_SHAPES``), remembered if short; ``None``: a key
+    ``encode_properties`` refuses."""
     separators = (NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR)
-    if given and all(
+    if not given or not all(
         type(key) is str and key and not any(sep in key for sep in separators) for key in given
     ):
-        order = order_properties(dict.fromkeys(given, ""))
-        picked = itemgetter(*order) if len(order) > 1 else lambda props: (props[order[0]],)
-        fields = (f"{key.replace('%', '%%')}{NAME_VALUE_SEPARATOR}%s" for key in order)
-        shape = (picked, PROPERTY_SEPARATOR.join(fields) + PROPERTY_SEPARATOR)
-        if len(shape[1]) > _TEXT_SHAPE_KEPT_MAX:  # made up per message, maybe: not kept
-            return shape
-    if len(_TEXT_SHAPES) >= 4096:
-        _TEXT_SHAPES.clear()
-    _TEXT_SHAPES[given] = shape
+        return None
+    order = order_properties(dict.fromkeys(given, ""))
+    picked = itemgetter(*order) if len(order) > 1 else lambda props: (props[order[0]],)
+    fields = (f"{key.replace('%', '%%')}{NAME_VALUE_SEPARATOR}%s" for key in order)
+    shape = (picked, PROPERTY_SEPARATOR.join(fields) + PROPERTY_SEPARATOR)
+    if len(shape[1]) <= _TEXT_SHAPE_KEPT_MAX:  # longer: made up per message, maybe
+        if len(_TEXT_SHAPES) >= 4096:
+            _TEXT_SHAPES.clear()
+        _TEXT_SHAPES[given] = shape
     return shape
 
 

@@ -190,6 +190,10 @@ def test_a_shape_of_long_keys_is_used_but_not_kept() -> None:
     assert tuple({"short": "x"}) not in put._TEXT_SHAPES
     properties_text({"short": "x"})
     assert tuple({"short": "x"}) in put._TEXT_SHAPES
+    refused = {"ok": "1", "b\x01" + "d" * 2000: "2"}
+    with pytest.raises(InvalidMessageError):
+        properties_text(refused)
+    assert tuple(refused) not in put._TEXT_SHAPES
 
 
 def test_raw_properties_are_stored_verbatim(store) -> None:  # type: ignore[no-untyped-def]
