@@ -148,19 +148,7 @@ def encode_properties(properties: Mapping[str, str], trailing_separator: bool = 
     >>> encode_properties({"TAGS": "TagA", "KEYS": "k1 k2"})
     'TAGS\\x01TagA\\x02KEYS\\x01k1 k2\\x02'
     """
-    try:  # the common case checked whole, in C: str pairs, no separator out of place
-        text = PROPERTY_SEPARATOR.join(map(NAME_VALUE_SEPARATOR.join, properties.items()))
-    except TypeError:
-        text = ""
-    if (
-        text
-        and all(properties)
-        and all(properties.values())
-        and text.count(PROPERTY_SEPARATOR) == len(properties) - 1
-        and NAME_VALUE_SEPARATOR not in "".join(properties)
-    ):
-        return text + PROPERTY_SEPARATOR if trailing_separator else text
-    parts = []  # empty, or a problem to name: the first one, key by key
+    parts = []
     for key, value in properties.items():
         if not isinstance(key, str) or not isinstance(value, str):
             raise InvalidMessageError("properties", f"{key!r}={value!r}: keys and values are str")

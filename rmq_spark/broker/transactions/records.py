@@ -34,7 +34,7 @@ from rmq_spark.store.properties import (
     encode_properties,
     parse_properties,
 )
-from rmq_spark.store.put import PutRequest, order_properties
+from rmq_spark.store.put import PutRequest, order_properties, properties_text
 
 __all__ = [
     "DISCARD_TOPIC",
@@ -164,7 +164,7 @@ def renew_request(half: MessageRecord, times: int) -> PutRequest:
     ``times``, its properties string regenerated."""
     props = parse_properties(half.properties)
     props[TRANSACTION_CHECK_TIMES] = str(times)
-    text = encode_properties({k: props[k] for k in order_properties(props)})
+    text = properties_text(props)
     return _copy(half, RMQ_SYS_TRANS_HALF_TOPIC, text, idempotent=False)
 
 
