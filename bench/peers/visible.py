@@ -52,6 +52,7 @@ REPO = HERE.parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(HERE))
 
+from delta_log_tail import DeltaLogTail, following  # noqa: E402
 from peer_common import (  # noqa: E402
     PeerError,
     checkout_env,
@@ -77,37 +78,7 @@ START_TIMEOUT_S = 300.0
 CATCH_UP_TIMEOUT_S = 300.0
 
 
-def _delta_commits(table: Path) -> list[tuple[int, int, list[str]]]:
-    """(version, commit time in ms, files added) of every commit of the Delta table."""
-    return [(version, stamp, files) for version, stamp, files, _ in _delta_log(table)]
-
-
-def _delta_log(table: Path) -> list[tuple[int, int, list[str], dict[str, Any]]]:
-    """(version, commit time in ms, files added, userMetadata as JSON or {}) of every commit."""
-    commits = []
-    for path in sorted((table / "_delta_log").glob("*.json")):
-        actions = [json.loads(line) for line in path.read_text().splitlines() if line]
-        info = next(a["commitInfo"] for a in actions if "commitInfo" in a)
-        files = [a["add"]["path"] for a in actions if "add" in a and a["add"]["dataChange"]]
-        try:
-            meta = json.loads(info.get("userMetadata") or "{}")
-        except ValueError:
-            meta = {}
-        commits.append((int(path.stem), int(info["timestamp"]), files, meta))
-    return commits
-
-
-def _rows_committed(table: Path) -> int:
-    total = 0
-    for path in (table / "_delta_log").glob("*.json"):
-        for line in path.read_text().splitlines():
-            action = json.loads(line) if line else {}
-            if "add" in action and action["add"]["dataChange"] and action["add"].get("stats"):
-                total += json.loads(action["add"]["stats"])["numRecords"]
-    return total
-
-
-def visible_latencies_ms(table: Path, column: str, topic: str | None = None) -> list[int]:
+def visible_latencies_ms(tail: DeltaLogTail, column: str, topic: str | None = None) -> list[int]:
     """Per row of the Delta table (whose ``topic`` is ``topic``, if given): the commit time
     of its file minus the row's timestamp ``column``. Rows are selected by what the sender
     set, never by time: a clock puts two phases in one millisecond."""
@@ -116,17 +87,17 @@ def visible_latencies_ms(table: Path, column: str, topic: str | None = None) -> 
     import pyarrow.parquet as pq
 
     latencies: list[int] = []
-    for _, stamp_ms, files in _delta_commits(table):
-        for name in files:
-            rows = pq.read_table(table / name, columns=[column, *(["topic"] if topic else [])])
+    for commit in tail.commits():
+        for name in commit.files:
+            rows = pq.read_table(tail.table / name, columns=[column, *(["topic"] if topic else [])])
             if topic is not None:
                 rows = rows.filter(pc.equal(rows["topic"], topic))
             millis = rows[column].cast(pa.timestamp("ms")).cast(pa.int64()).to_pylist()
-            latencies.extend(stamp_ms - value for value in millis)
+            latencies.extend(commit.stamp_ms - value for value in millis)
     return sorted(latencies)
 
 
-def batch_latencies(table: Path, column: str, topic: str) -> list[dict[str, Any]]:
+def batch_latencies(tail: DeltaLogTail, column: str, topic: str) -> list[dict[str, Any]]:
     """Per commit of the reput's table that added ``topic``'s rows: its ``batch_id``, commit
     time, rows, the oldest row's timestamp ``column`` and the slowest row's put -> visible."""
     import pyarrow as pa
@@ -134,10 +105,11 @@ def batch_latencies(table: Path, column: str, topic: str) -> list[dict[str, Any]
     import pyarrow.parquet as pq
 
     batches = []
-    for _, stamp_ms, files, meta in _delta_log(table):
+    for commit in tail.commits():
+        stamp_ms, meta = commit.stamp_ms, commit.meta
         millis: list[int] = []
-        for name in files:
-            rows = pq.read_table(table / name, columns=[column, "topic"])
+        for name in commit.files:
+            rows = pq.read_table(tail.table / name, columns=[column, "topic"])
             rows = rows.filter(pc.equal(rows["topic"], topic))
             millis += rows[column].cast(pa.timestamp("ms")).cast(pa.int64()).to_pylist()
         if millis and "batch_id" in meta:
@@ -148,16 +120,16 @@ def batch_latencies(table: Path, column: str, topic: str) -> list[dict[str, Any]
     return batches
 
 
-def paced_latencies_ms(tables: Path) -> list[int]:
+def paced_latencies_ms(messages: DeltaLogTail) -> list[int]:
     """Put -> visible of the paced phase's messages in the reput's ``messages`` table: the rows
     of the paced topic, which only the paced phase sends to (the warm-up has a topic of its
     own), so the count is exact whatever millisecond the broker stores either phase in."""
-    return visible_latencies_ms(tables / "messages", "store_timestamp", TOPIC)
+    return visible_latencies_ms(messages, "store_timestamp", TOPIC)
 
 
-def longest_commit_gap_ms(table: Path, since_ms: int) -> int:
+def longest_commit_gap_ms(tail: DeltaLogTail, since_ms: int) -> int:
     """The longest time between two commits that added files, from ``since_ms`` on."""
-    stamps = [stamp for _, stamp, files in _delta_commits(table) if files and stamp >= since_ms]
+    stamps = [c.stamp_ms for c in tail.commits() if c.files and c.stamp_ms >= since_ms]
     return max((b - a for a, b in zip(stamps, stamps[1:], strict=False)), default=0)
 
 
@@ -259,24 +231,26 @@ def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     work.mkdir(parents=True, exist_ok=True)
     tables, log_path = work / "tables", work / "reput.log"
     send = _java_sends if args.client == "java" else _python_sends
-    messages = tables / "messages"
+    messages = DeltaLogTail(tables / "messages")
+    consume_queue = DeltaLogTail(tables / "consume_queue")
     with RmqSparkBroker(settings=("store.flush_policy=SYNC", *args.broker_set)) as broker:
         assert broker.workdir is not None
         job = _start_reput(broker.workdir / "store", tables, log_path, args.reput_args)
         try:
-            stored = _warm_up(lambda: send(args, broker, WARM_UP_TOPIC, args.warm_up),
-                              lambda: _rows_committed(messages), args)  # fmt: skip
-            progress(f"visible: {args.rate} msgs/s for {args.seconds} s ({args.client} client)")
-            since_ms = int(time.time() * 1000)  # for the commit gaps only
-            cpu_s = job_cpu_s(job.pid)
-            sends = send(args, broker, TOPIC, args.seconds)
-            stored += sends["sent"] - sends["failed"]
-            _wait(lambda: _rows_committed(messages) >= stored, CATCH_UP_TIMEOUT_S, "catch-up")
-            cpu_s = job_cpu_s(job.pid) - cpu_s
+            with following(messages, consume_queue):
+                stored = _warm_up(lambda: send(args, broker, WARM_UP_TOPIC, args.warm_up),
+                                  messages.rows, args)  # fmt: skip
+                progress(f"visible: {args.rate} msgs/s for {args.seconds} s ({args.client})")
+                since_ms = int(time.time() * 1000)  # for the commit gaps only
+                cpu_s = job_cpu_s(job.pid)
+                sends = send(args, broker, TOPIC, args.seconds)
+                stored += sends["sent"] - sends["failed"]
+                _wait(lambda: messages.rows() >= stored, CATCH_UP_TIMEOUT_S, "catch-up")
+                cpu_s = job_cpu_s(job.pid) - cpu_s
         finally:
             os.killpg(job.pid, signal.SIGTERM)
             job.wait(120)
-    latencies = paced_latencies_ms(tables)
+    latencies = paced_latencies_ms(messages)
     log_text = log_path.read_text(errors="replace")
     events = parse_timeline(log_text)
     batches = batch_latencies(messages, "store_timestamp", TOPIC)
@@ -287,7 +261,7 @@ def run_rmq_spark(args: argparse.Namespace, work: Path) -> dict[str, Any]:
         **sends,
         **_summary(latencies),
         "job_cpu_us_per_msg": _per_message_us(cpu_s, sends["sent"] - sends["failed"]),
-        "longest_commit_gap_ms": longest_commit_gap_ms(tables / "consume_queue", since_ms),
+        "longest_commit_gap_ms": longest_commit_gap_ms(consume_queue, since_ms),
         "optimize_runs": log_text.count("OPTIMIZE took"),
         "checkpoint_runs": log_text.count("checkpoint took"),
         "slowest_trigger": slowest_trigger(events, since_ms),
@@ -333,6 +307,7 @@ def run_kafka(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     classpath = compile_program(JAVA_PRODUCER, resolve_jars("broker"))
     work.mkdir(parents=True, exist_ok=True)
     table, log_path = work / "kafka-table", work / "kafka-query.log"
+    tail = DeltaLogTail(table)
     with KafkaBroker(partitions=2) as broker:
         servers = broker.bootstrap_servers
         with log_path.open("wb") as log:
@@ -343,38 +318,38 @@ def run_kafka(args: argparse.Namespace, work: Path) -> dict[str, Any]:
                 start_new_session=True,
             )  # fmt: skip
         try:
-            _wait(lambda: "started" in log_path.read_text(errors="replace"), START_TIMEOUT_S,
-                  "the Kafka query")  # fmt: skip
+            with following(tail):
+                _wait(lambda: "started" in log_path.read_text(errors="replace"), START_TIMEOUT_S,
+                      "the Kafka query")  # fmt: skip
 
-            def send(topic: str, seconds: float) -> dict[str, str]:
-                return _run_java(
-                    [*java_command("256m", classpath), "KafkaPacedProducer", servers, topic,
-                     str(args.rate), str(seconds), str(args.body_bytes)],
-                    seconds,
-                )  # fmt: skip
+                def send(topic: str, seconds: float) -> dict[str, str]:
+                    return _run_java(
+                        [*java_command("256m", classpath), "KafkaPacedProducer", servers, topic,
+                         str(args.rate), str(seconds), str(args.body_bytes)],
+                        seconds,
+                    )  # fmt: skip
 
-            stored = _warm_up(lambda: send(WARM_UP_TOPIC, args.warm_up),
-                              lambda: _rows_committed(table), args)  # fmt: skip
-            progress(f"visible: kafka, {args.rate} msgs/s for {args.seconds} s ...")
-            since_ms = int(time.time() * 1000)
-            cpu_s = job_cpu_s(query.pid)
-            counts = send(TOPIC, args.seconds)
-            sent, failed = int(counts["sent"]), int(counts["failed"])
-            stored += sent - failed
-            _wait(lambda: _rows_committed(table) >= stored, CATCH_UP_TIMEOUT_S,
-                  "Kafka catch-up")  # fmt: skip
-            cpu_s = job_cpu_s(query.pid) - cpu_s
+                stored = _warm_up(lambda: send(WARM_UP_TOPIC, args.warm_up),
+                                  tail.rows, args)  # fmt: skip
+                progress(f"visible: kafka, {args.rate} msgs/s for {args.seconds} s ...")
+                since_ms = int(time.time() * 1000)
+                cpu_s = job_cpu_s(query.pid)
+                counts = send(TOPIC, args.seconds)
+                sent, failed = int(counts["sent"]), int(counts["failed"])
+                stored += sent - failed
+                _wait(lambda: tail.rows() >= stored, CATCH_UP_TIMEOUT_S, "Kafka catch-up")
+                cpu_s = job_cpu_s(query.pid) - cpu_s
         finally:
             os.killpg(query.pid, signal.SIGTERM)
             query.wait(120)
-    latencies = visible_latencies_ms(table, "timestamp", TOPIC)
+    latencies = visible_latencies_ms(tail, "timestamp", TOPIC)
     return {
         "system": "kafka",
         "sent": sent,
         "failed": failed,
         **_summary(latencies),
         "job_cpu_us_per_msg": _per_message_us(cpu_s, sent - failed),
-        "longest_commit_gap_ms": longest_commit_gap_ms(table, since_ms),
+        "longest_commit_gap_ms": longest_commit_gap_ms(tail, since_ms),
     }
 
 

@@ -30,6 +30,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parents[1]))
 sys.path.insert(0, str(HERE))
 
+from delta_log_tail import DeltaLogTail, following  # noqa: E402
 from peer_common import PeerError, progress  # noqa: E402
 from produce import import_client, make_producers  # noqa: E402
 from rmq_spark_broker import RmqSparkBroker  # noqa: E402
@@ -37,7 +38,6 @@ from visible import (  # noqa: E402
     CATCH_UP_TIMEOUT_S,
     TOPIC,
     WARM_UP_TOPIC,
-    _rows_committed,
     _start_reput,
     _wait,
     paced_latencies_ms,
@@ -66,7 +66,7 @@ def _send_one(producer, rocketmq, topic: str) -> None:  # noqa: ANN001
 
 def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
     tables, log_path = work / "tables", work / "reput.log"
-    messages = tables / "messages"
+    messages = DeltaLogTail(tables / "messages")
     rocketmq = import_client()
     with _locked(args.lock):
         broker = RmqSparkBroker().__enter__()
@@ -76,16 +76,17 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
             job = _start_reput(broker.workdir / "store", tables, log_path, args.reput_args)
             (producer,) = make_producers(rocketmq, broker.endpoint, 1)
             _send_one(producer, rocketmq, WARM_UP_TOPIC)
-            _wait(lambda: _rows_committed(messages) >= 1, CATCH_UP_TIMEOUT_S, "the first message")
+            _wait(lambda: messages.rows() >= 1, CATCH_UP_TIMEOUT_S, "the first message")
         try:
-            for sent in range(1, args.count + 1):
-                progress(f"visible_silence: {args.silence} s of silence ({sent}/{args.count})")
-                time.sleep(args.silence)
-                with _locked(args.lock):
-                    _send_one(producer, rocketmq, TOPIC)
-                    _wait(lambda n=sent: _rows_committed(messages) >= 1 + n, CATCH_UP_TIMEOUT_S,
-                          "the message after the silence")  # fmt: skip
-            producer.shutdown()
+            with following(messages):
+                for sent in range(1, args.count + 1):
+                    progress(f"visible_silence: {args.silence} s of silence ({sent}/{args.count})")
+                    time.sleep(args.silence)
+                    with _locked(args.lock):
+                        _send_one(producer, rocketmq, TOPIC)
+                        _wait(lambda n=sent: messages.rows() >= 1 + n, CATCH_UP_TIMEOUT_S,
+                              "the message after the silence")  # fmt: skip
+                producer.shutdown()
         finally:
             os.killpg(job.pid, signal.SIGTERM)
             job.wait(120)
@@ -93,7 +94,7 @@ def run(args: argparse.Namespace, work: Path) -> dict[str, object]:
         broker.__exit__(None, None, None)
     return {
         "system": "rmq-spark", "silence_s": args.silence,
-        "visible_ms": paced_latencies_ms(tables),
+        "visible_ms": paced_latencies_ms(messages),
     }  # fmt: skip
 
 

@@ -5,6 +5,8 @@ its put -> visible time)."""
 from __future__ import annotations
 
 import json
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -48,9 +50,46 @@ def test_the_warm_up_stored_in_the_paced_phase_millisecond_is_not_timed(tmp_path
         tmp_path / "messages",
         [(first_paced_ms + 400, warm_up + paced[:40]), (first_paced_ms + 1_300, paced[40:])],
     )
-    latencies = visible.paced_latencies_ms(tmp_path)
+    from delta_log_tail import DeltaLogTail
+
+    latencies = visible.paced_latencies_ms(DeltaLogTail(tmp_path / "messages"))
     assert len(latencies) == 100
     assert latencies == sorted([400 - i for i in range(40)] + [1_300 - i for i in range(40, 100)])
+
+
+def _commit(table: Path, version: int, stamp_ms: int, rows: list[tuple[str, int]]) -> None:
+    """One more commit of a table made by ``_delta_table``."""
+    other = table.parent / "other"
+    _delta_table(other, [(stamp_ms, rows)])
+    (other / "part-0.parquet").rename(table / f"part-{version}.parquet")
+    text = (other / "_delta_log" / f"{0:020d}.json").read_text()
+    text = text.replace("part-0.parquet", f"part-{version}.parquet")
+    (table / "_delta_log" / f"{version:020d}.json").write_text(text)
+    shutil.rmtree(other)
+
+
+def test_rows_of_commits_the_log_cleanup_removed_are_counted_and_timed(tmp_path: Path) -> None:
+    """The reput removes old commit files after a checkpoint (``reput.log_retention_minutes``)
+    while the run goes on: a tail that read them keeps their rows and commit times; one that
+    never read them fails naming the lost version instead of counting short."""
+    import visible
+    from delta_log_tail import DeltaLogTail, following
+    from peer_common import PeerError
+
+    table = tmp_path / "messages"
+    _delta_table(table, [(1_000, [(visible.TOPIC, 900)]), (2_000, [(visible.TOPIC, 1_500)])])
+    tail = DeltaLogTail(table)
+    with following(tail, interval_s=0.01):
+        time.sleep(0.3)  # the thread reads versions 0 and 1
+    for version in (0, 1):  # the cleanup
+        (table / "_delta_log" / f"{version:020d}.json").unlink()
+    _commit(table, 2, 3_000, [(visible.TOPIC, 2_990), (visible.TOPIC, 2_700)])
+    assert tail.rows() == 4
+    assert visible.paced_latencies_ms(tail) == [10, 100, 300, 500]
+    assert [commit.version for commit in tail.commits()] == [0, 1, 2]
+
+    with pytest.raises(PeerError, match=r"commit 0 of the Delta log was removed"):
+        DeltaLogTail(table).rows()
 
 
 @pytest.mark.slow
