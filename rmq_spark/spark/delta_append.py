@@ -21,14 +21,17 @@ What a Delta upgrade could change here without a compile error, that a concurren
 the same app and version leaves ours out, is held by ``tests/reput/test_reput_files.py``.
 
 **Beside another writer** (the reput's OPTIMIZE, on a ``DeltaLog`` of its own): its commit
-lands as ``N.json`` and its checksum ``N.crc`` a few hundred ms later. A commit of ours that
-reads version N in between, or that Delta retries at N+1 because N was taken under it, finds
-no checksum to derive its own from, and Delta then rebuilds the table state (Spark jobs, run
-beside OPTIMIZE's: 6-13 s at 2,000 msgs/s) to learn the SetTransactions and write N+1's
-checksum. So a commit here waits for the checksums of versions other writers committed before
-Delta loads them (up to ``CHECKSUM_WAIT_S``), makes one attempt (a session of its
-own with Delta's ``maxCommitAttempts`` at 0), and when another writer took the version starts
-again on the new snapshot, up to ``COMMIT_ATTEMPTS`` times.
+lands as ``N.json`` and its checksum ``N.crc`` when its process gets the CPU to write it
+(paused between batches and in the idle scheduling class, 0.6-0.7 s later at 2,000 msgs/s). A
+commit of ours that reads version N in between, or that Delta retries at N+1 because N was
+taken under it, finds no checksum to derive its own from, and Delta then rebuilds the table
+state (Spark jobs, run beside OPTIMIZE's: 6-13 s at 2,000 msgs/s) to learn the SetTransactions
+and write N+1's checksum. So before Delta loads versions other writers committed, a commit
+here writes each missing checksum itself, as the other writer would (Delta's incremental
+derivation from N-1's checksum and N's actions: milliseconds, no table state), and waits for
+the writer's own only where Delta cannot derive it (up to ``CHECKSUM_WAIT_S``). It makes one
+attempt (a session of its own with Delta's ``maxCommitAttempts`` at 0) and, when another writer
+took the version, starts again on the new snapshot, up to ``COMMIT_ATTEMPTS`` times.
 """
 
 from __future__ import annotations
@@ -113,6 +116,7 @@ class _DeltaClasses:
         self.append = java_class("org.apache.spark.sql.SaveMode").Append
         self.none = java_class("scala.Option").empty()
         self.some = java_class("scala.Some")
+        self.right = java_class("scala.util.Right")
         self.array_list = java_class("java.util.ArrayList")
         self.as_scala = java_class("scala.jdk.javaapi.CollectionConverters").asScala
         self.sessions = java_class("org.apache.spark.sql.SparkSession")
@@ -161,13 +165,19 @@ def _active(classes: _DeltaClasses, session: Any) -> Iterator[None]:
 
 
 def _await_checksums(
-    classes: _DeltaClasses, delta_log: Any, path: str, on_wait: Callable[[], None] | None
+    classes: _DeltaClasses,
+    session: Any,
+    delta_log: Any,
+    path: str,
+    on_wait: Callable[[], None] | None,
 ) -> None:
-    """Wait for the checksum of each version another writer committed after ``delta_log``'s
-    snapshot (up to ``CHECKSUM_WAIT_S`` in all) before Delta loads it: a version loaded before
-    its checksum is written is replayed from the log (a Spark job) and keeps no checksum for
-    the commit after it (module doc). A table whose versions have no checksums is not waited
-    for. ``on_wait`` is called before waiting (the other writer may be paused)."""
+    """Make sure each version another writer committed after ``delta_log``'s snapshot has its
+    checksum before Delta loads it: a version loaded before its checksum is written is
+    replayed from the log (a Spark job) and keeps no checksum for the commit after it (module
+    doc). A missing one is derived here from the version before's and the commit's actions
+    (``_derive_checksum``); one that cannot be is waited for (up to ``CHECKSUM_WAIT_S`` in all;
+    ``on_wait`` is called first: the other writer may be paused). A table whose versions have
+    no checksums is not waited for."""
     snapshot = delta_log.unsafeVolatileSnapshot()
     version = snapshot.version()
     if version < 0 or not snapshot.checksumOpt().isDefined():
@@ -177,6 +187,9 @@ def _await_checksums(
     deadline = time.monotonic() + CHECKSUM_WAIT_S
     while files.exists(classes.hadoop_path(log_path, f"{version + 1:020d}.json")):
         if files.exists(classes.hadoop_path(log_path, f"{version + 1:020d}.crc")):
+            version += 1
+        elif _derive_checksum(classes, session, delta_log, snapshot, version + 1):
+            log.debug("delta: %s: derived the checksum of version %d", path, version + 1)
             version += 1
         elif time.monotonic() < deadline:
             if on_wait is not None:
@@ -190,6 +203,52 @@ def _await_checksums(
                 CHECKSUM_WAIT_S,
             )
             return
+
+
+def _derive_checksum(
+    classes: _DeltaClasses, session: Any, delta_log: Any, snapshot: Any, version: int
+) -> bool:
+    """Write the checksum of ``version`` (another writer's commit, whose own process has not
+    written it yet: a paused or starved OPTIMIZE) as that writer would: Delta's incremental
+    derivation from the previous version's checksum and the commit's actions, no table state.
+    False when Delta cannot derive it that way (the caller waits for the writer's own), or
+    when this session's commits keep file lists in their checksums (``ALL_FILES_IN_CRC``: a
+    derived checksum has none, and the next commit would rebuild it from the table state)."""
+    if session.conf().get(ALL_FILES_IN_CRC, "true") != "false":
+        return False
+    previous = delta_log.readChecksum(version - 1, classes.none)
+    if not previous.isDefined():
+        return False
+    changes = delta_log.getChanges(version, version, classes.none, True)
+    if not changes.hasNext():
+        return False
+    actions = changes.next()._2()
+    info = actions.head() if actions.nonEmpty() else None
+    if info is None or info.getClass().getSimpleName() != "CommitInfo":
+        return False
+    txn = delta_log.startTransaction(classes.none, classes.some(snapshot))
+    derived = txn.incrementallyDeriveChecksum(
+        session,
+        delta_log,
+        version,
+        actions,
+        classes.none,
+        classes.none,
+        info.operation(),
+        info.txnId(),
+        classes.right(previous.get()),
+        False,
+        False,
+    )
+    if derived.isLeft():
+        log.debug(
+            "delta: no checksum derived for version %d: %s",
+            version,
+            derived.swap().toOption().get(),
+        )
+        return False
+    txn.writeChecksumFile(version, derived.toOption().get())  # lost to the writer's own: fine
+    return True
 
 
 def _txn_version(txn: Any, app_id: str) -> int:
@@ -285,9 +344,10 @@ def commit_files_once(
         none,
     )
     delta_log = _delta_log(spark, path)
-    with _active(classes, _one_attempt_session(spark)):
+    session = _one_attempt_session(spark)
+    with _active(classes, session):
         for _attempt in range(COMMIT_ATTEMPTS):
-            _await_checksums(classes, delta_log, path, on_checksum_wait)
+            _await_checksums(classes, session, delta_log, path, on_checksum_wait)
             txn = delta_log.startTransaction()
             if _txn_version(txn, app_id) >= version:
                 return None
