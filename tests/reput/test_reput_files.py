@@ -257,6 +257,30 @@ def test_a_commit_after_another_writers_commit_derives_its_checksum_not_a_state_
 
 
 @pytest.mark.spark
+def test_a_checksum_delta_cannot_derive_is_left_to_its_writer(spark, tmp_path: Path) -> None:
+    """Another writer's commit that Delta cannot read, or no checksum before it: nothing is
+    written for it here (the commit then waits for the writer's own, as before)."""
+    from rmq_spark.spark import delta_append
+
+    keep = delta_append.ALL_FILES_IN_CRC
+    path, _ = _two_small_files(spark, tmp_path)
+    classes = delta_append._classes(spark)
+    delta_log = delta_append._delta_log(spark, path)
+    session = spark._jsparkSession.cloneSession()
+    session.conf().set(keep, "false")
+    snapshot = delta_log.unsafeVolatileSnapshot()
+    log_dir = Path(path) / "_delta_log"
+    (log_dir / f"{3:020d}.json").write_text("not a commit\n")
+    assert not delta_append._derive_checksum(classes, session, delta_log, snapshot, 3)
+    (log_dir / f"{2:020d}.crc").unlink()
+    (log_dir / f"{3:020d}.json").write_text((log_dir / f"{2:020d}.json").read_text())
+    assert not delta_append._derive_checksum(classes, session, delta_log, snapshot, 3)
+    session.conf().set(keep, "true")  # a session whose checksums list the files
+    assert not delta_append._derive_checksum(classes, session, delta_log, snapshot, 3)
+    assert not (log_dir / f"{3:020d}.crc").exists()
+
+
+@pytest.mark.spark
 def test_a_commit_whose_version_another_writer_took_starts_again_without_a_state_rebuild(
     spark, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
