@@ -58,23 +58,28 @@ class DeltaLogTail:
 
         Raises ``PeerError`` when a version below the newest is gone unread."""
         with self._lock:
-            for path in sorted((self.table / "_delta_log").glob("*.json")):
-                version = int(path.stem)
-                if version in self._commits:
-                    continue
-                try:
-                    self._commits[version] = parse_commit(version, path.read_text())
-                except FileNotFoundError:
-                    continue  # removed since the listing: the gap below says so
-            versions = sorted(self._commits)
-            missing = next((want for want, v in enumerate(versions) if v != want), None)
-            if missing is not None:
-                raise PeerError(
-                    f"{self.table}: commit {missing} of the Delta log "
-                    "was removed before the harness read it: its rows cannot be counted or "
-                    "timed (follow the table from its start, or keep the log longer)"
-                )
-            return [self._commits[version] for version in versions]
+            known = set(self._commits)
+        read: dict[int, Commit] = {}
+        for path in sorted((self.table / "_delta_log").glob("*.json")):
+            version = int(path.stem)
+            if version in known:
+                continue
+            try:
+                read[version] = parse_commit(version, path.read_text())
+            except FileNotFoundError:
+                continue  # removed since the listing: the gap below says so
+        with self._lock:
+            for version, commit in read.items():
+                self._commits.setdefault(version, commit)
+            commits = [self._commits[version] for version in sorted(self._commits)]
+        missing = next((want for want, c in enumerate(commits) if c.version != want), None)
+        if missing is not None:
+            raise PeerError(
+                f"{self.table}: commit {missing} of the Delta log was removed before the "
+                "harness read it: its rows cannot be counted or timed (follow the table from "
+                "its start, or keep the log longer)"
+            )
+        return commits
 
     def rows(self) -> int:
         """The rows the commits added (OPTIMIZE's rewrites are not data changes)."""
