@@ -31,7 +31,7 @@ from rmq_spark.broker.cluster.fault import (
     RoutedQueue,
 )
 from rmq_spark.broker.cluster.publish_routes import ROUTE_REFRESH_S, PublishRoutes
-from rmq_spark.broker.grpc.grpc_client import client_metadata, messaging_channel
+from rmq_spark.broker.grpc.grpc_client import client_metadata, failure_code, messaging_channel
 from rmq_spark.broker.message_id import MessageIdGenerator
 from rmq_spark.broker.producer_tx import (
     TX_GROUP_PROPERTY,
@@ -265,7 +265,8 @@ class Producer:
                     request, timeout=self._timeout_s, metadata=self._sign(self._unsigned_metadata)
                 )
             except grpc.RpcError as err:
-                code = err.code() if hasattr(err, "code") else None
+                elapsed_s = (self._clock.monotonic_ms() - started_ms) / 1000
+                code = failure_code(err, self._timeout_s, elapsed_s)
                 last_problem = f"gRPC {code.name if code else 'error'} from {broker}: {err}"
                 self._note(broker, started_ms, failed=True)
                 last_broker = broker

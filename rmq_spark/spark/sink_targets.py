@@ -230,20 +230,21 @@ class GrpcTarget:
     def _send_request(self, request: Any, chunk: list[SinkMessage], partition: int) -> SentCounts:
         import grpc
 
+        from rmq_spark.broker.grpc.grpc_client import failure_code
         from rmq_spark.broker.proto import definition_pb2 as pb
 
         retried_codes = {pb.INTERNAL_ERROR, pb.INTERNAL_SERVER_ERROR,
                          pb.MASTER_PERSISTENCE_TIMEOUT, pb.PROXY_TIMEOUT}  # fmt: skip
         problem = ""
+        timeout_s = self._options.request_timeout_ms / 1000
         for _attempt in range(self._options.max_attempts):
+            started_s = time.monotonic()
             try:
                 response = self._stub.SendMessage(
-                    request,
-                    timeout=self._options.request_timeout_ms / 1000,
-                    metadata=self._sign(self._metadata),
+                    request, timeout=timeout_s, metadata=self._sign(self._metadata)
                 )
             except grpc.RpcError as err:
-                code = err.code() if hasattr(err, "code") else None
+                code = failure_code(err, timeout_s, time.monotonic() - started_s)
                 problem = f"gRPC {code.name if code else 'error'}: {err}"
                 if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                     continue  # the same ids again: what was stored is stored once
