@@ -217,53 +217,39 @@ def _derive_checksum(
     if session.conf().get(ALL_FILES_IN_CRC, "true") != "false":
         return False
     try:
-        derived = _derived_checksum(classes, session, delta_log, snapshot, version)
+        previous = delta_log.readChecksum(version - 1, classes.none)
+        if not previous.isDefined():
+            return False
+        changes = delta_log.getChanges(version, version, classes.none, True)
+        if not changes.hasNext():
+            return False
+        actions = changes.next()._2()
+        info = actions.head() if actions.nonEmpty() else None
+        if info is None or info.getClass().getSimpleName() != "CommitInfo":
+            return False
+        txn = delta_log.startTransaction(classes.none, classes.some(snapshot))
+        derived = txn.incrementallyDeriveChecksum(
+            session,
+            delta_log,
+            version,
+            actions,
+            classes.none,
+            classes.none,
+            info.operation(),
+            info.txnId(),
+            classes.right(previous.get()),
+            False,
+            False,
+        )
     except Py4JJavaError as err:  # a log Delta cannot read this way: the writer's own will do
         log.info("delta: no checksum derived for version %d: %s", version, err.java_exception)
         return False
-    if derived is None:
-        return False
-    derived[0].writeChecksumFile(version, derived[1])  # lost to the writer's own: fine
-    return True
-
-
-def _derived_checksum(
-    classes: _DeltaClasses, session: Any, delta_log: Any, snapshot: Any, version: int
-) -> tuple[Any, Any] | None:
-    """A transaction to write it with and the checksum of ``version`` Delta derives from the
-    version before's and ``version``'s actions, or ``None`` (``_derive_checksum``)."""
-    previous = delta_log.readChecksum(version - 1, classes.none)
-    if not previous.isDefined():
-        return None
-    changes = delta_log.getChanges(version, version, classes.none, True)
-    if not changes.hasNext():
-        return None
-    actions = changes.next()._2()
-    info = actions.head() if actions.nonEmpty() else None
-    if info is None or info.getClass().getSimpleName() != "CommitInfo":
-        return None
-    txn = delta_log.startTransaction(classes.none, classes.some(snapshot))
-    derived = txn.incrementallyDeriveChecksum(
-        session,
-        delta_log,
-        version,
-        actions,
-        classes.none,
-        classes.none,
-        info.operation(),
-        info.txnId(),
-        classes.right(previous.get()),
-        False,
-        False,
-    )
     if derived.isLeft():
-        log.debug(
-            "delta: no checksum derived for version %d: %s",
-            version,
-            derived.swap().toOption().get(),
-        )
-        return None
-    return txn, derived.toOption().get()
+        why = derived.swap().toOption().get()
+        log.debug("delta: no checksum derived for version %d: %s", version, why)
+        return False
+    txn.writeChecksumFile(version, derived.toOption().get())  # lost to the writer's own: fine
+    return True
 
 
 def _txn_version(txn: Any, app_id: str) -> int:

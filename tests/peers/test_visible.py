@@ -5,21 +5,22 @@ its put -> visible time)."""
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 
 import pytest
 
 
-def _delta_table(table: Path, commits: list[tuple[int, list[tuple[str, int]]]]) -> None:
+def _delta_table(
+    table: Path, commits: list[tuple[int, list[tuple[str, int]]]], first_version: int = 0
+) -> None:
     """A Delta table as the harness reads it: per commit (commit time in ms, rows of
-    (topic, store time in ms)), one Parquet file and one log entry."""
+    (topic, store time in ms)), one Parquet file and one log entry, from ``first_version``."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    (table / "_delta_log").mkdir(parents=True)
-    for version, (stamp_ms, rows) in enumerate(commits):
+    (table / "_delta_log").mkdir(parents=True, exist_ok=True)
+    for version, (stamp_ms, rows) in enumerate(commits, start=first_version):
         name = f"part-{version}.parquet"
         topics, stamps = zip(*rows, strict=True)
         pq.write_table(
@@ -57,17 +58,6 @@ def test_the_warm_up_stored_in_the_paced_phase_millisecond_is_not_timed(tmp_path
     assert latencies == sorted([400 - i for i in range(40)] + [1_300 - i for i in range(40, 100)])
 
 
-def _commit(table: Path, version: int, stamp_ms: int, rows: list[tuple[str, int]]) -> None:
-    """One more commit of a table made by ``_delta_table``."""
-    other = table.parent / "other"
-    _delta_table(other, [(stamp_ms, rows)])
-    (other / "part-0.parquet").rename(table / f"part-{version}.parquet")
-    text = (other / "_delta_log" / f"{0:020d}.json").read_text()
-    text = text.replace("part-0.parquet", f"part-{version}.parquet")
-    (table / "_delta_log" / f"{version:020d}.json").write_text(text)
-    shutil.rmtree(other)
-
-
 def test_rows_of_commits_the_log_cleanup_removed_are_counted_and_timed(tmp_path: Path) -> None:
     """The reput removes old commit files after a checkpoint (``reput.log_retention_minutes``)
     while the run goes on: a tail that read them keeps their rows and commit times; one that
@@ -83,7 +73,7 @@ def test_rows_of_commits_the_log_cleanup_removed_are_counted_and_timed(tmp_path:
         time.sleep(0.3)  # the thread reads versions 0 and 1
     for version in (0, 1):  # the cleanup
         (table / "_delta_log" / f"{version:020d}.json").unlink()
-    _commit(table, 2, 3_000, [(visible.TOPIC, 2_990), (visible.TOPIC, 2_700)])
+    _delta_table(table, [(3_000, [(visible.TOPIC, 2_990), (visible.TOPIC, 2_700)])], 2)
     assert tail.rows() == 4
     assert visible.paced_latencies_ms(tail) == [10, 100, 300, 500]
     assert [commit.version for commit in tail.commits()] == [0, 1, 2]

@@ -38,6 +38,11 @@ def client_metadata(client_id: str, namespace: str = "") -> tuple[tuple[str, str
     )
 
 
+# The server's deadline is the client's less the request's time in flight: a reset at most this
+# share of the timeout early is still the deadline's.
+_DEADLINE_SLACK = 0.98
+
+
 def failure_code(err: Any, timeout_s: float, elapsed_s: float) -> Any:
     """The ``grpc.StatusCode`` a caller should act on for the failed call ``err`` made with
     ``timeout_s``, ``elapsed_s`` after it began (``None``: not a status error).
@@ -53,8 +58,3 @@ def failure_code(err: Any, timeout_s: float, elapsed_s: float) -> Any:
     if code == grpc.StatusCode.CANCELLED and elapsed_s >= timeout_s * _DEADLINE_SLACK:
         return grpc.StatusCode.DEADLINE_EXCEEDED
     return code
-
-
-# The server's deadline is the client's less the request's time in flight: a reset at most this
-# share of the timeout early is still the deadline's.
-_DEADLINE_SLACK = 0.98
