@@ -34,6 +34,7 @@ from rmq_spark.spark.catalog import (
     derby_log_option,
     metastore_in_use,
 )
+from rmq_spark.spark.class_archive import driver_java_options
 from rmq_spark.spark.config import SparkConfig
 
 if TYPE_CHECKING:
@@ -123,7 +124,8 @@ def session_conf(config: SparkConfig, *, tables_dir: str | Path | None = None) -
         conf["spark.jars"] = ",".join(str(jar) for jar in jars)
     log4j = _log4j_file()
     logging_option = f"-Dlog4j2.configurationFile=file:{log4j}" if log4j is not None else ""
-    conf["spark.driver.extraJavaOptions"] = f"{DRIVER_THREAD_STACK} {logging_option}".strip()
+    driver_options = (DRIVER_THREAD_STACK, logging_option, driver_java_options(spark_home()))
+    conf["spark.driver.extraJavaOptions"] = " ".join(option for option in driver_options if option)
     if logging_option:
         conf["spark.executor.extraJavaOptions"] = logging_option
     if config.warehouse_dir is not None:
