@@ -1,13 +1,15 @@
-"""Benchmark of a fresh Spark session's start and first reput catch-up, with and without the
-driver JVM's class-data archive (``rmq_spark/spark/class_archive.py``), alternated in one run.
+"""Benchmark of a fresh Spark session's start and first reput catch-up, without and with the
+driver JVM's class-data archive (``rmq_spark/spark/class_archive.py``), and with it on C1 only
+(``driver_jit = "quick"``, the reput job's default), alternated in one run.
 
 Each sample is a process of its own, as a job or notebook is: it builds the project's session
 (``build_session``, ``local[2]``), then catches up a store of ``--messages`` x
 ``--body-bytes`` (the catch-up workload of ``bench/peers/run.py``) into fresh tables with an
-``availableNow`` reput. "Without" starts the same session with the archive's option taken out
-of the driver's Java options. Reported: the session's start (wall, and the driver JVM's CPU,
-all threads, from ``/proc``), the catch-up's wall time and the JVM's CPU during it, as
-medians over ``--rounds`` and as with / without.
+``availableNow`` reput. "without" starts the session with the archive's option taken out of
+the driver's Java options, "with" is the default session (Java's full JIT), "quick" the reput
+job's (C1 only). Reported: the session's start (wall, and the driver JVM's CPU, all threads,
+from ``/proc``), the catch-up's wall time and the JVM's CPU during it, as medians over
+``--rounds`` and as ratios.
 
 Usage::
 
@@ -38,7 +40,7 @@ from rmq_spark.spark.config import SparkConfig  # noqa: E402
 from rmq_spark.spark.session import spark_home  # noqa: E402
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
-MODES = ("without", "with")
+MODES = ("without", "with", "quick")
 
 
 def _process_cpu_s(pid: int) -> float:
@@ -50,8 +52,8 @@ def _session_config(mode: str) -> SparkConfig:
     from rmq_spark.spark.session import session_conf
 
     config = SparkConfig(master="local[2]", shuffle_partitions=2, log_level="ERROR")
-    if mode == "with":
-        return config
+    if mode != "without":
+        return replace(config, driver_jit="quick" if mode == "quick" else "full")
     options = [
         option
         for option in session_conf(config)["spark.driver.extraJavaOptions"].split()
@@ -132,17 +134,20 @@ def main() -> None:
 
 
 def _report(samples: dict[str, list[dict[str, float]]]) -> None:
-    print("\n| median | without the archive | with it | with / without |")
-    print("|---|---|---|---|")
+    print("\n| median | without the archive | with it | with / without | with it, C1 only "
+          "(quick) | quick / with |")  # fmt: skip
+    print("|---|---|---|---|---|---|")
     for key, label in (
         ("session_s", "session start, s"),
         ("session_jvm_cpu_s", "session start, driver JVM CPU s"),
         ("catch_up_s", "first catch-up, s"),
         ("catch_up_jvm_cpu_s", "first catch-up, driver JVM CPU s"),
     ):
-        before = statistics.median(s[key] for s in samples["without"])
-        after = statistics.median(s[key] for s in samples["with"])
-        print(f"| {label} | {before:.2f} | {after:.2f} | {after / before:.2f}x |")
+        before, after, quick = (
+            statistics.median(sample[key] for sample in samples[mode]) for mode in MODES
+        )
+        print(f"| {label} | {before:.2f} | {after:.2f} | {after / before:.2f}x | {quick:.2f} "
+              f"| {quick / after:.2f}x |")  # fmt: skip
 
 
 if __name__ == "__main__":

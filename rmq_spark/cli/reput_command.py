@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         # Naming the tables puts rmq.* in the metastore beside them (docs/TABLES.md, Catalog).
         spark = build_session(
-            config.spark,
+            job_spark_config(config.spark, reput),
             tables_dir=reput.tables_dir,
             database=reput.database,
             tables_layout=_layout(stores),
@@ -239,6 +239,11 @@ def run(args: argparse.Namespace) -> int:
         if metrics is not None:
             metrics.stop()
     return 0
+
+
+def job_spark_config(spark: Any, reput: Any) -> Any:
+    """The job's own session's ``[spark]`` settings: its driver JIT is ``reput.driver_jit``."""
+    return dataclasses.replace(spark, driver_jit=reput.driver_jit)
 
 
 def _layout(stores: list[Path]) -> Any:

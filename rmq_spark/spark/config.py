@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["SparkConfig"]
+__all__ = ["DRIVER_JITS", "SparkConfig"]
 
 _CATALOGS = ("in-memory", "hive")
+DRIVER_JITS = ("full", "quick")
 _LOG_LEVELS = ("ALL", "DEBUG", "INFO", "WARN", "ERROR", "FATAL", "OFF")
 
 
@@ -20,6 +21,7 @@ class SparkConfig:
     shuffle_partitions: int = 4  # spark.sql.shuffle.partitions (small: a log, not a warehouse)
     ui_enabled: bool = False  # start the Spark web UI
     driver_memory: str = "2g"  # spark.driver.memory (only honoured when Spark starts the JVM)
+    driver_jit: str = "full"  # driver JVM's compilers: full (Java's C1 then C2); quick: C1 only
     warehouse_dir: Path | None = None  # spark.sql.warehouse.dir; None: beside metastore_db
     catalog: str = "hive"  # hive: rmq.* persist (in-memory while another JVM has it); in-memory
     metastore_dir: Path | None = None  # Derby's folder; None: <tables_dir>/_catalog/metastore_db
@@ -30,6 +32,8 @@ class SparkConfig:
             raise ValueError("master: must not be empty")
         if self.log_level.upper() not in _LOG_LEVELS:
             raise ValueError(f"log_level: {self.log_level!r} is not one of {list(_LOG_LEVELS)}")
+        if self.driver_jit not in DRIVER_JITS:
+            raise ValueError(f"driver_jit: {self.driver_jit!r} is not one of {list(DRIVER_JITS)}")
         if self.catalog not in _CATALOGS:
             raise ValueError(f"catalog: {self.catalog!r} is not one of {list(_CATALOGS)}")
         if self.shuffle_partitions < 1:

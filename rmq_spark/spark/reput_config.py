@@ -12,6 +12,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from rmq_spark.broker.config import parse_listen
+from rmq_spark.spark.config import DRIVER_JITS
 
 __all__ = ["ReputConfig", "check_metrics_settings"]
 
@@ -30,6 +31,7 @@ class ReputConfig:
     max_bytes_per_trigger: int = 512 * _MIB  # log bytes per micro-batch at most; 0: unlimited
     optimize_interval_batches: int = 1200  # OPTIMIZE (compact + cluster) every N batches; 0: never
     optimize_niceness: int = 19  # OPTIMIZE's process niceness, 0-19 (19: also the idle class)
+    driver_jit: str = "quick"  # spark.driver_jit of the job's own session: quick (C1 only) or full
     checkpoint_interval_batches: int = 200  # Delta checkpoint of the tables every N batches
     log_retention_minutes: int = 10  # Delta log entries kept this long; 0: every version
     small_batch_bytes: int = 4 * _MIB  # a batch with fewer log bytes is written by the driver
@@ -63,6 +65,8 @@ class ReputConfig:
                 raise ValueError(f"{name}: must be >= 0, got {value}")
         if not self.txn_app_id.strip():
             raise ValueError("txn_app_id: must not be empty")
+        if self.driver_jit not in DRIVER_JITS:
+            raise ValueError(f"driver_jit: {self.driver_jit!r} is not one of {list(DRIVER_JITS)}")
         check_metrics_settings(self.metrics_listen, self.metrics_push_url)
 
     @property

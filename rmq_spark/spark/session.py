@@ -70,6 +70,11 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 # throw StackOverflowError there, and the stream thread dies without a recorded cause. 64 MB
 # covers about 500,000; a thread's stack is only reserved, not used, until it grows.
 DRIVER_THREAD_STACK = "-Xss64m"
+# C1 only: a driver whose heavy work runs in Python workers (the reput job: the log decoded
+# into Arrow by the source's tasks) spent more CPU in C2's compiler threads than C2's code saved
+# it, on two cores (BENCHMARKS.md, "The reput job's JVM on C1"). Spark's SQL over large tables
+# is the opposite case, hence only where it is chosen (spark.driver_jit, reput.driver_jit).
+QUICK_JIT = "-XX:TieredStopAtLevel=1"
 CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
@@ -124,7 +129,12 @@ def session_conf(config: SparkConfig, *, tables_dir: str | Path | None = None) -
         conf["spark.jars"] = ",".join(str(jar) for jar in jars)
     log4j = _log4j_file()
     logging_option = f"-Dlog4j2.configurationFile=file:{log4j}" if log4j is not None else ""
-    driver_options = (DRIVER_THREAD_STACK, logging_option, driver_java_options(spark_home()))
+    driver_options = (
+        DRIVER_THREAD_STACK,
+        QUICK_JIT if config.driver_jit == "quick" else "",
+        logging_option,
+        driver_java_options(spark_home()),
+    )
     conf["spark.driver.extraJavaOptions"] = " ".join(option for option in driver_options if option)
     if logging_option:
         conf["spark.executor.extraJavaOptions"] = logging_option
