@@ -33,6 +33,7 @@ _log = logging.getLogger("rmq_spark.class_archive")
 
 RUN_TIMEOUT_S = 900
 STORE_MESSAGES = 20_000
+STORE_SEGMENT_BYTES = 64 << 20  # not RocketMQ's preallocated 1 GiB for 3 MB of messages
 
 
 def build_archive(*, force: bool = False) -> Path | None:
@@ -92,7 +93,9 @@ def _write_store(store: Path) -> None:
     from rmq_spark.store.message_store import MessageStore
     from rmq_spark.store.put import PutRequest
 
-    config = StoreConfig(root_dir=store, flush_policy=FlushPolicy.ASYNC)
+    config = StoreConfig(
+        root_dir=store, flush_policy=FlushPolicy.ASYNC, segment_size_bytes=STORE_SEGMENT_BYTES
+    )
     with MessageStore.open(config) as message_store:
         message_store.put_batch(
             [

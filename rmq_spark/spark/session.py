@@ -71,9 +71,9 @@ DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
 # covers about 500,000; a thread's stack is only reserved, not used, until it grows.
 DRIVER_THREAD_STACK = "-Xss64m"
 # C1 only: a driver whose heavy work runs in Python workers (the reput job: the log decoded
-# into Arrow by the source's tasks) spent more CPU in C2's compiler threads than C2's code saved
-# it, on two cores (BENCHMARKS.md, "The reput job's JVM on C1"). Spark's SQL over large tables
-# is the opposite case, hence only where it is chosen (spark.driver_jit, reput.driver_jit).
+# into Arrow by the source's tasks) spent more CPU in C2's compiler threads than C2's code
+# saved it, on two cores (BENCHMARKS.md, "... the reput job on C1"). Spark's SQL over large
+# tables is the opposite case, hence only where chosen (spark.driver_jit, reput.driver_jit).
 QUICK_JIT = "-XX:TieredStopAtLevel=1"
 CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
