@@ -37,7 +37,7 @@ os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
 from rmq_spark.spark.class_archive import QUIET_OPTION, archive_path  # noqa: E402
 from rmq_spark.spark.config import SparkConfig  # noqa: E402
-from rmq_spark.spark.session import spark_home  # noqa: E402
+from rmq_spark.spark.driver_jvm import spark_home  # noqa: E402
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 MODES = ("without", "with", "quick")

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     """Run (or print) spark-sql on the tables' catalog; its exit code is ours."""
     from rmq_spark.cli.common import config_from_args, require_tables
     from rmq_spark.spark.catalog import derby_log_option
-    from rmq_spark.spark.session import spark_home
+    from rmq_spark.spark.driver_jvm import spark_home
 
     config = config_from_args(args)
     tables = Path(args.tables or config.reput.tables_dir).absolute()

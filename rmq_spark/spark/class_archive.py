@@ -25,7 +25,7 @@ import os
 import shutil
 from pathlib import Path
 
-__all__ = ["archive_path", "driver_java_options", "java_executable"]
+__all__ = ["archive_option", "archive_path", "java_executable"]
 
 _log = logging.getLogger(__name__)
 
@@ -76,7 +76,7 @@ def archive_path(spark_home: Path, java: Path | None = None) -> Path | None:
     return spark_home / ARCHIVE_FOLDER / f"{_fingerprint(java, spark_home)}.jsa"
 
 
-def driver_java_options(spark_home: Path) -> str:
+def archive_option(spark_home: Path) -> str:
     """The driver JVM's option naming the archive, or ``""`` when there is none for this JDK
     and classpath (``make setup`` writes it)."""
     path = archive_path(spark_home)

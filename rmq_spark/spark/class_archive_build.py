@@ -25,7 +25,8 @@ from pathlib import Path
 
 from rmq_spark.spark.class_archive import ARCHIVE_FOLDER, QUIET_OPTION, archive_path
 from rmq_spark.spark.config import SparkConfig
-from rmq_spark.spark.session import build_session, session_conf, spark_home
+from rmq_spark.spark.driver_jvm import spark_home
+from rmq_spark.spark.session import build_session, session_conf
 
 __all__ = ["build_archive", "main"]
 

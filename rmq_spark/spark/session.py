@@ -34,15 +34,15 @@ from rmq_spark.spark.catalog import (
     derby_log_option,
     metastore_in_use,
 )
-from rmq_spark.spark.class_archive import driver_java_options
 from rmq_spark.spark.config import SparkConfig
+from rmq_spark.spark.driver_jvm import driver_java_options, logging_option, spark_home
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from rmq_spark.spark.tables import StoreLayout
 
-__all__ = ["build_session", "jvm_gone", "merged_conf", "session_conf", "spark_home", "stop_session"]
+__all__ = ["build_session", "jvm_gone", "merged_conf", "session_conf", "stop_session"]
 
 _log = logging.getLogger(__name__)
 _LISTS = {"spark.sql.extensions": ",", "spark.jars": ","}  # merged, not replaced
@@ -64,17 +64,6 @@ LAUNCHER_SETTINGS = (
 
 DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
 DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-# On stop(), Spark matches a foreachBatch function's py4j error text (often a whole Java stack
-# trace) against a regex whose loop Java's engine runs by recursing once per character
-# (StreamExecution.PROXY_ERROR): on the JVM's default 1 MB thread stack about 8,000 characters
-# throw StackOverflowError there, and the stream thread dies without a recorded cause. 64 MB
-# covers about 500,000; a thread's stack is only reserved, not used, until it grows.
-DRIVER_THREAD_STACK = "-Xss64m"
-# C1 only: a driver whose heavy work runs in Python workers (the reput job: the log decoded
-# into Arrow by the source's tasks) spent more CPU in C2's compiler threads than C2's code
-# saved it, on two cores (BENCHMARKS.md, "... the reput job on C1"). Spark's SQL over large
-# tables is the opposite case, hence only where chosen (spark.driver_jit, reput.driver_jit).
-QUICK_JIT = "-XX:TieredStopAtLevel=1"
 CHECKPOINT_FILE_MANAGER = (
     "org.apache.spark.sql.execution.streaming.checkpointing.FileSystemBasedCheckpointFileManager"
 )
@@ -127,17 +116,9 @@ def session_conf(config: SparkConfig, *, tables_dir: str | Path | None = None) -
         # `make setup` links the jars into pyspark/jars (needed by spark-submit); when they
         # are not there, the session started from Python still gets them this way.
         conf["spark.jars"] = ",".join(str(jar) for jar in jars)
-    log4j = _log4j_file()
-    logging_option = f"-Dlog4j2.configurationFile=file:{log4j}" if log4j is not None else ""
-    driver_options = (
-        DRIVER_THREAD_STACK,
-        QUICK_JIT if config.driver_jit == "quick" else "",
-        logging_option,
-        driver_java_options(spark_home()),
-    )
-    conf["spark.driver.extraJavaOptions"] = " ".join(option for option in driver_options if option)
-    if logging_option:
-        conf["spark.executor.extraJavaOptions"] = logging_option
+    conf["spark.driver.extraJavaOptions"] = driver_java_options(config)
+    if logging_option():
+        conf["spark.executor.extraJavaOptions"] = logging_option()
     if config.warehouse_dir is not None:
         conf["spark.sql.warehouse.dir"] = str(config.warehouse_dir)
     conf.update(catalog_conf(config, tables_dir))
@@ -473,14 +454,6 @@ def _delta_jars(jars_dir: Path | None) -> list[Path]:
         raise
 
 
-def spark_home() -> Path:
-    """The Spark installation this driver runs (``SPARK_HOME`` under spark-submit, where
-    ``pyspark`` may be imported from ``python/lib/pyspark.zip``)."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    return Path(_find_spark_home())
-
-
 def _forkless_fs_jar() -> Path | None:
     """The forkless local file system's jar: pyspark's (linked there by ``make setup``) or
     the checkout's build; ``None`` (Hadoop's own file system) when neither has it."""
@@ -501,8 +474,3 @@ def _jars_in_pyspark(jars: list[Path]) -> bool:
 
     pyspark_jars = Path(pyspark.__file__).parent / "jars"
     return all((pyspark_jars / jar.name).exists() for jar in jars)
-
-
-def _log4j_file() -> Path | None:
-    candidate = repo_root() / "conf" / "log4j2.properties"
-    return candidate if candidate.is_file() else None

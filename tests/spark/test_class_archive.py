@@ -14,11 +14,11 @@ import pytest
 
 from rmq_spark.spark.class_archive import (
     QUIET_OPTION,
+    archive_option,
     archive_path,
-    driver_java_options,
     java_executable,
 )
-from rmq_spark.spark.session import spark_home
+from rmq_spark.spark.driver_jvm import spark_home
 
 
 def _fake_spark(folder: Path) -> Path:
@@ -49,11 +49,11 @@ def test_the_archive_is_named_by_the_jdk_and_each_jar(tmp_path: Path) -> None:
 
 def test_a_session_names_the_archive_only_when_it_is_there(tmp_path: Path) -> None:
     home = _fake_spark(tmp_path / "spark")
-    assert driver_java_options(home) == ""
+    assert archive_option(home) == ""
     path = archive_path(home)
     path.parent.mkdir()
     path.write_bytes(b"archive")
-    assert driver_java_options(home) == f"-XX:SharedArchiveFile={path} {QUIET_OPTION}"
+    assert archive_option(home) == f"-XX:SharedArchiveFile={path} {QUIET_OPTION}"
 
 
 def test_a_jvm_that_declines_the_archive_says_nothing_and_runs() -> None:

@@ -8,7 +8,7 @@ against ``py4j.protocol.Py4JJavaError: An error occurred while calling((.|\\r\\n
 loop, so on the JVM's default 1 MB thread stack a text of about 8,000 characters (the trace of
 a Spark job the stop cancelled is often longer) throws ``StackOverflowError`` inside Spark's
 catch block: the stream thread dies without a recorded cause or a "Stopped" status. The
-project's session gives the driver's threads a deeper stack (``session.DRIVER_THREAD_STACK``)."""
+project's session gives the driver's threads a deeper stack (``driver_jvm.DRIVER_THREAD_STACK``)."""
 
 from __future__ import annotations
 

@@ -65,7 +65,7 @@ def test_the_projects_own_launcher_settings_reach_the_jvm_it_starts(spark) -> No
     """The thread stack a stopped foreachBatch stream needs, the log4j config and no console
     progress bar (which the pyspark launcher turns on) are given when the JVM starts: set
     afterwards, they had no effect."""
-    from rmq_spark.spark.session import DRIVER_THREAD_STACK
+    from rmq_spark.spark.driver_jvm import DRIVER_THREAD_STACK
 
     runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
     arguments = list(runtime.getInputArguments())

@@ -7,8 +7,9 @@ import pytest
 
 from rmq_spark.cli.reput_command import job_spark_config
 from rmq_spark.spark.config import SparkConfig
+from rmq_spark.spark.driver_jvm import QUICK_JIT
 from rmq_spark.spark.reput_config import ReputConfig
-from rmq_spark.spark.session import QUICK_JIT, session_conf
+from rmq_spark.spark.session import session_conf
 
 
 def _driver_options(config: SparkConfig) -> list[str]:
