@@ -2,11 +2,8 @@
 
 Two workloads (``--workloads``, both by default), each printing one table with ratios.
 
-**reput**: in one run (``local[2]``, the same Delta), the catch-up of a backlog of the same N
-messages into SQL-visible Delta tables, each side in the session its users run it in: ours in a
-process of its own whose session is the one the reput job builds (``job_spark_config``: the
-driver on C1 only), Kafka's in a session with Spark's defaults (``--rmq-session shared``: ours
-in that session too, as before):
+**reput**: in one run and one SparkSession (``local[2]``, the same Delta), the catch-up of a
+backlog of the same N messages into SQL-visible Delta tables:
 
 * **rmq-spark**: the messages are put into a fresh store with the embedded store
   (``MessageStore.put_batch``, batches of 256, ASYNC flush; not timed), then the reput job runs
@@ -50,13 +47,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import logging
 import os
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -182,45 +177,6 @@ def time_reput(spark, store_dir: Path, tables: Path, batch_bytes: int) -> Timing
     return Timing(writer.messages_written, seconds, writer.batches_written)
 
 
-def _our_runs_as_the_job(store_dir: Path, work: Path, batch_mib: int) -> tuple[Timing, Timing, int]:
-    """Our first and second catch-up in a process of its own whose session is the one the
-    reput job builds (``job_spark_config``), warmed like the shared one; and the rows of the
-    first run's ``messages`` table."""
-    done = subprocess.run(
-        [sys.executable, __file__, "--our-catch-ups", str(store_dir), str(work), str(batch_mib)],
-        capture_output=True, text=True, timeout=3600, check=False,
-    )  # fmt: skip
-    lines = [line for line in done.stdout.splitlines() if line.startswith("CATCH-UPS ")]
-    if done.returncode != 0 or not lines:
-        tail = " | ".join((done.stderr or done.stdout).strip().splitlines()[-3:])
-        raise PeerError(f"rmq-spark: the job's session failed (exit {done.returncode}): {tail}")
-    first, second, rows = json.loads(lines[-1][len("CATCH-UPS ") :])
-    return Timing(*first), Timing(*second), rows
-
-
-def _our_catch_ups(store_dir: Path, work: Path, batch_mib: int) -> None:
-    """The child of ``_our_runs_as_the_job``: prints its two timings and the row count."""
-    from rmq_spark.cli.reput_command import job_spark_config
-    from rmq_spark.spark.config import SparkConfig
-    from rmq_spark.spark.reput_config import ReputConfig
-    from rmq_spark.spark.session import build_session
-    from rmq_spark.spark.tables import MESSAGES, table_path
-
-    config = SparkConfig(master="local[2]", shuffle_partitions=2, log_level="ERROR")
-    spark = build_session(job_spark_config(config, ReputConfig()))
-    try:
-        warm_up(spark, work / "job-warm-up")
-        first = time_reput(spark, store_dir, work / "tables", batch_mib << 20)
-        second = time_reput(spark, store_dir, work / "tables-2", batch_mib << 20)
-        messages = table_path(work / "tables", MESSAGES)
-        rows = spark.read.format("delta").load(str(messages)).count()
-    finally:
-        spark.stop()
-    print(
-        "CATCH-UPS " + json.dumps([dataclasses.astuple(first), dataclasses.astuple(second), rows])
-    )
-
-
 def produce_to_kafka(spark, store_dir: Path, servers: str) -> None:  # noqa: ANN001
     """Write the store's messages to the Kafka topic with Spark's Kafka sink (not timed)."""
     (
@@ -289,14 +245,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--kafka-partitions", type=int, default=2, help="partitions of the Kafka topic (2)"
     )
-    parser.add_argument(
-        "--rmq-session",
-        choices=("job", "shared"),
-        default="job",
-        help="job (default): our catch-ups in a session of their own, the one the reput job "
-        "builds (its driver on C1 only); shared: in the Kafka side's session, Spark's defaults",
-    )
-    parser.add_argument("--our-catch-ups", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--keep", action="store_true", help="keep the work dir (store, tables)")
     parser.add_argument(
         "--workloads", default=",".join(WORKLOADS), help="comma-separated: reput, produce (both)"
@@ -325,10 +273,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    if args.our_catch_ups:
-        store_dir, work, batch_mib = args.our_catch_ups
-        _our_catch_ups(Path(store_dir), Path(work), int(batch_mib))
-        return 0
     signal.signal(signal.SIGTERM, interrupt_on_sigterm)
     load_start = _load()
     work = Path(tempfile.mkdtemp(prefix="bench-peers-"))
@@ -377,10 +321,7 @@ def _run(args: argparse.Namespace, work: Path, load_start: str) -> int:
             _progress(f"kafka: produced {n:,} messages in {time.perf_counter() - started:.1f} s")
             warm_up(spark, work / "warm-up")
             _progress("rmq-spark: reput --available-now into 3 Delta tables ...")
-            if args.rmq_session == "job":
-                rmq, rmq_warm, rmq_rows = _our_runs_as_the_job(store_dir, work, args.batch_mib)
-            else:
-                rmq = time_reput(spark, store_dir, work / "tables", args.batch_mib << 20)
+            rmq = time_reput(spark, store_dir, work / "tables", args.batch_mib << 20)
             _progress(f"rmq-spark: {rmq.messages:,} in {rmq.seconds:.1f} s, {rmq.batches} batches")
             peers = {}
             # Kafka's default (the whole backlog in one batch), then as many messages per
@@ -400,12 +341,11 @@ def _run(args: argparse.Namespace, work: Path, load_start: str) -> int:
                 peers[name] = (peer, max_offsets)
             # Each side again, warm: Kafka's second run above found its source's code paths
             # warm, so the reput gets a second run too (fresh tables, the same backlog).
-            if args.rmq_session == "shared":
-                rmq_warm = time_reput(spark, store_dir, work / "tables-2", args.batch_mib << 20)
-                messages = table_path(work / "tables", MESSAGES)
-                rmq_rows = spark.read.format("delta").load(str(messages)).count()
+            rmq_warm = time_reput(spark, store_dir, work / "tables-2", args.batch_mib << 20)
             _progress(f"rmq-spark, second run: {rmq_warm.seconds:.1f} s")
             references = _reference_rows(spark, store_dir, broker.bootstrap_servers, work, n)
+            messages = table_path(work / "tables", MESSAGES)
+            rmq_rows = spark.read.format("delta").load(str(messages)).count()
     finally:
         spark.stop()
     if rmq_rows != n or rmq.messages != n:
