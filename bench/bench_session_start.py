@@ -35,9 +35,9 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench" / "peers"))
 os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-from rmq_spark.spark.class_archive import QUIET_OPTION, archive_path  # noqa: E402
+from rmq_spark.spark.class_archive import archive_path  # noqa: E402
 from rmq_spark.spark.config import SparkConfig  # noqa: E402
-from rmq_spark.spark.driver_jvm import spark_home  # noqa: E402
+from rmq_spark.spark.driver_jvm import driver_java_options, spark_home  # noqa: E402
 
 _TICKS_PER_S = os.sysconf("SC_CLK_TCK")
 MODES = ("without", "with", "quick")
@@ -49,17 +49,11 @@ def _process_cpu_s(pid: int) -> float:
 
 
 def _session_config(mode: str) -> SparkConfig:
-    from rmq_spark.spark.session import session_conf
-
     config = SparkConfig(master="local[2]", shuffle_partitions=2, log_level="ERROR")
     if mode != "without":
         return replace(config, driver_jit="quick" if mode == "quick" else "full")
-    options = [
-        option
-        for option in session_conf(config)["spark.driver.extraJavaOptions"].split()
-        if not option.startswith("-XX:SharedArchiveFile=") and option != QUIET_OPTION
-    ]
-    return replace(config, extra_conf=(f"spark.driver.extraJavaOptions={' '.join(options)}",))
+    options = driver_java_options(config, class_archive=False)
+    return replace(config, extra_conf=(f"spark.driver.extraJavaOptions={options}",))
 
 
 def _sample(mode: str, store: Path, tables: Path) -> dict[str, float]:

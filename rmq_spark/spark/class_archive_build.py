@@ -7,7 +7,7 @@ of the ``rocketmq`` source and SQL over the tables. That run happens in a proces
 whose driver JVM writes the archive when it exits (``-XX:ArchiveClassesAtExit``), into a
 temporary name renamed into place once the JVM has ended, so a session never maps half a
 file. An archive already there for this JDK and classpath is kept; older ones are removed
-(about 200 MB each). Without it sessions still work, they only start slower: ``make setup``
+(about 235 MB each). Without it sessions still work, they only start slower: ``make setup``
 warns and goes on.
 """
 
@@ -23,10 +23,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from rmq_spark.spark.class_archive import ARCHIVE_FOLDER, QUIET_OPTION, archive_path
+from rmq_spark.spark.class_archive import ARCHIVE_FOLDER, archive_path
 from rmq_spark.spark.config import SparkConfig
-from rmq_spark.spark.driver_jvm import spark_home
-from rmq_spark.spark.session import build_session, session_conf
+from rmq_spark.spark.driver_jvm import driver_java_options, spark_home
+from rmq_spark.spark.session import build_session
 
 __all__ = ["build_archive", "main"]
 
@@ -77,13 +77,8 @@ def _dump_into(path: Path) -> None:
         store, tables = Path(scratch) / "store", Path(scratch) / "tables"
         _write_store(store)
         config = SparkConfig(master="local[2]", shuffle_partitions=2, log_level="ERROR")
-        options = [
-            option
-            for option in session_conf(config)["spark.driver.extraJavaOptions"].split()
-            if not option.startswith("-XX:SharedArchiveFile=") and option != QUIET_OPTION
-        ]
-        options.append(f"-XX:ArchiveClassesAtExit={path}")
-        extra = f"spark.driver.extraJavaOptions={' '.join(options)}"
+        options = driver_java_options(config, class_archive=False)
+        extra = f"spark.driver.extraJavaOptions={options} -XX:ArchiveClassesAtExit={path}"
         spark = build_session(replace(config, extra_conf=(extra,)), tables_dir=tables)
         _run_workload(spark, store, tables)
         _stop_and_wait(spark)

@@ -44,12 +44,13 @@ def logging_option() -> str:
     return f"-Dlog4j2.configurationFile=file:{log4j}" if log4j.is_file() else ""
 
 
-def driver_java_options(config: SparkConfig) -> str:
-    """``spark.driver.extraJavaOptions`` of the project's sessions."""
+def driver_java_options(config: SparkConfig, *, class_archive: bool = True) -> str:
+    """``spark.driver.extraJavaOptions`` of the project's sessions; ``class_archive=False``:
+    without the archive (the run that writes it, a benchmark's baseline)."""
     options = (
         DRIVER_THREAD_STACK,
         QUICK_JIT if config.driver_jit == "quick" else "",
         logging_option(),
-        archive_option(spark_home()),
+        archive_option(spark_home()) if class_archive else "",
     )
     return " ".join(option for option in options if option)
