@@ -21,6 +21,7 @@ __all__ = [
     "check_java",
     "find_delta_jars",
     "find_rocketmq_jars",
+    "java_candidates",
     "repo_root",
 ]
 
@@ -41,8 +42,9 @@ def repo_root() -> Path:
     return Path(__file__).resolve().parent.parent
 
 
-def check_java() -> JavaInfo:
-    """Find a Java >= 17 the way Spark does (``JAVA_HOME``, then ``PATH``)."""
+def java_candidates() -> list[str]:
+    """The ``java`` executables Spark would run, in its order (``JAVA_HOME``, then ``PATH``),
+    those that exist."""
     java_home = os.environ.get("JAVA_HOME")
     candidates = []
     if java_home:
@@ -50,9 +52,12 @@ def check_java() -> JavaInfo:
     on_path = shutil.which("java")
     if on_path:
         candidates.append(on_path)
-    for executable in candidates:
-        if not Path(executable).exists():
-            continue
+    return [candidate for candidate in candidates if Path(candidate).exists()]
+
+
+def check_java() -> JavaInfo:
+    """Find a Java >= 17 the way Spark does (``JAVA_HOME``, then ``PATH``)."""
+    for executable in java_candidates():
         try:
             done = subprocess.run(
                 [executable, "-version"], capture_output=True, text=True, timeout=30, check=False

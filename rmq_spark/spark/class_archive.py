@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
-import shutil
 from pathlib import Path
+
+from rmq_spark.envcheck import java_candidates
 
 __all__ = ["archive_option", "archive_path", "java_executable"]
 
@@ -34,17 +34,10 @@ QUIET_OPTION = "-Xlog:cds*=off"
 
 
 def java_executable() -> Path | None:
-    """The ``java`` spark-submit runs (``JAVA_HOME``, then ``PATH``), resolved; ``None`` if
-    there is none (``check_java`` says so to the user)."""
-    java_home = os.environ.get("JAVA_HOME")
-    candidates = [Path(java_home) / "bin" / "java"] if java_home else []
-    on_path = shutil.which("java")
-    if on_path:
-        candidates.append(Path(on_path))
-    for candidate in candidates:
-        if candidate.exists():
-            return candidate.resolve()
-    return None
+    """The ``java`` spark-submit runs (``envcheck.java_candidates``' first), resolved;
+    ``None`` if there is none (``check_java`` says so to the user)."""
+    candidates = java_candidates()
+    return Path(candidates[0]).resolve() if candidates else None
 
 
 def _fingerprint(java: Path, spark_home: Path) -> str:
