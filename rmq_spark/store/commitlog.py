@@ -272,9 +272,10 @@ class CommitLog:
         if not self._segments:
             return 0
         flushed = from_offset
-        for segment, _ in self.commit_since(from_offset):
-            position = segment.flush()
-            flushed = segment.base_offset + position
+        # Each fsync covers what ``commit_since`` wrote, not appends staged since: writing those
+        # too would put bytes in the file that ``on_committed`` never announced.
+        for segment, position in self.commit_since(from_offset):
+            flushed = segment.base_offset + segment.sync(position)
         return flushed
 
     def commit_since(self, from_offset: int) -> list[tuple[Segment, int]]:

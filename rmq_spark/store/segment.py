@@ -186,8 +186,12 @@ class Segment:
         return self.file.read(position, base - position) + stage[base : position + size]
 
     def flush(self) -> int:
-        """fsync the file; returns (and records) the write position the fsync covered."""
-        position = self.commit()
+        """Commit, then fsync the file; returns (and records) the write position covered."""
+        return self.sync(self.commit())
+
+    def sync(self, position: int) -> int:
+        """fsync the file, which holds everything below ``position`` (committed before the
+        call); returns ``position`` and records it as flushed."""
         if position > self.flushed_position:
             self.file.fsync()
             self.flushed_position = max(self.flushed_position, position)

@@ -4,6 +4,8 @@ them to the file before its fsync."""
 from __future__ import annotations
 
 import errno
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -107,4 +109,31 @@ def test_acknowledged_sync_puts_survive_a_crash_of_a_staged_store(tmp_path: Path
     assert not store.recovery_report.clean_shutdown
     for result in results:
         assert store.read(result.physical_offset).physical_offset == result.physical_offset
+    store.close()
+
+
+def test_an_fsync_writes_no_append_staged_after_its_commit_was_announced(tmp_path: Path) -> None:
+    """A SYNC master's slave is woken by ``on_committed`` for every byte written to the file:
+    a record appended between a flush's commit and its fsync waits for the next commit."""
+    store = open_store(tmp_path, flush_policy=FlushPolicy.SYNC, stage_writes=True)
+    announced: list[int] = []
+    late: list[threading.Thread] = []
+
+    def on_committed() -> None:
+        announced.append(store.commitlog.committed_offset)
+        if not late:  # the first flush, between its commit and its fsync: one more put
+            put = threading.Thread(target=put_many, args=(store, 1), kwargs={"start": 1})
+            late.append(put)
+            put.start()
+            deadline = time.monotonic() + 10
+            while store.max_offset == announced[0] and time.monotonic() < deadline:
+                time.sleep(0.001)
+            assert store.max_offset > announced[0], "the late put never appended"
+
+    store.commitlog.on_committed = on_committed
+    put_many(store, 1)
+    late[0].join(10)
+    assert not late[0].is_alive()
+    assert len(announced) == 2 and announced[-1] == store.commitlog.committed_offset
+    assert store.flushed_offset == store.max_offset
     store.close()
