@@ -1,14 +1,15 @@
 """The broker's own cost per send behind the native front, with no client and no HTTP/2.
 
-``rmq-spark broker`` runs with ``broker.grpc_front=native`` (SYNC flush, a fresh store), but its
-front is this script (``--front``, started by the broker through ``RMQ_SPARK_NATIVE_FRONT``):
-it speaks the relay (``broker/grpc/relay_wire.py``) and keeps ``--inflight`` SendMessage calls
-open at once (one 100 B message each, what the official Java client sends: a tag, a CRC32
-digest, its metadata), opening a new one as each answer comes. What it reports is the
-broker process's own CPU (``/proc/<pid>/stat``, all its threads, not this front's) per send
-and the sends a second: the Python work per send that the native front leaves, measured
-without a JVM or Go competing for the cores. The relay frames of a wave of calls arrive in
-one read, as the Go front sends them.
+``rmq-spark broker`` runs with ``broker.grpc_front=native`` (SYNC flush, a fresh store), but
+its front is this script (``--front``, started by the broker through
+``RMQ_SPARK_NATIVE_FRONT``): it speaks the relay (``broker/grpc/relay_wire.py``: one ``CALL``
+frame a call, as the Go front sends them, or ``OPEN``, ``MSG`` and ``HALF_CLOSE`` to a tree
+from before that frame) and keeps ``--inflight`` SendMessage calls open at once (one 100 B
+message each, what the official Java client sends: a tag, a CRC32 digest, its metadata),
+opening a new one as each answer comes. What it reports is the broker process's own CPU
+(``/proc/<pid>/stat``, all its threads, not this front's) per send and the sends a second: the
+Python work per send that the native front leaves, measured without a JVM or Go competing for
+the cores. The relay frames of a wave of calls arrive in one read, as the Go front sends them.
 
 Usage::
 
@@ -105,8 +106,13 @@ class _Front:
         frames = []
         for _ in range(count):
             call_id, self.next_id = self.next_id, self.next_id + 1
+            request = _request("BenchTopic", self.body, call_id)
+            if self.plan["call_frames"]:
+                size = struct.pack(">I", len(request))
+                frames.append(wire.frame(wire.CALL, call_id, size + request + self.opened))
+                continue
             frames.append(wire.frame(wire.OPEN, call_id, self.opened))
-            frames.append(wire.frame(wire.MSG, call_id, _request("BenchTopic", self.body, call_id)))
+            frames.append(wire.frame(wire.MSG, call_id, request))
             frames.append(wire.frame(wire.HALF_CLOSE, call_id))
         return b"".join(frames)
 
@@ -212,6 +218,13 @@ def front_main(argv: list[str]) -> int:
     return 0
 
 
+def _speaks_call_frames(checkout: Path) -> bool:
+    """Whether ``checkout``'s broker takes a call in one ``CALL`` frame (as the Go front sends
+    every call with one request); an older one takes ``OPEN``, ``MSG`` and ``HALF_CLOSE``."""
+    source = (checkout / "rmq_spark" / "broker" / "grpc" / "relay_wire.py").read_text()
+    return "def parse_call(" in source
+
+
 @contextmanager
 def _front_named(launcher: Path) -> Iterator[None]:
     """The brokers started meanwhile run ``launcher`` as their front (their environment is
@@ -234,7 +247,8 @@ def measure(
     result = work / "result.json"
     result.unlink(missing_ok=True)
     launcher = work / "front.sh"
-    plan = {"inflight": args.inflight, "seconds": args.seconds, "warm_up_s": args.warm_up}
+    plan = {"inflight": args.inflight, "seconds": args.seconds, "warm_up_s": args.warm_up,
+            "call_frames": _speaks_call_frames(checkout)}  # fmt: skip
     variables = {_RESULT_ENV: str(result), _PLAN_ENV: json.dumps(plan)}
     assignments = " ".join(f"{key}={shlex.quote(value)}" for key, value in variables.items())
     command = f"{sys.executable} {Path(__file__).resolve()} --front"

@@ -54,10 +54,25 @@ func (f *front) handle(_ any, stream grpc.ServerStream) error {
 	if !f.budget.await(stream, remote, 0) { // refused: the broker never sees the call
 		return status.Error(codes.ResourceExhausted, overBudget)
 	}
-	id, queue := f.relay.open()
-	defer f.relay.forget(id)
-	f.relay.send(openFrame(id, method, stream))
-	go f.forwardRequests(id, stream, queue, remote)
+	var id uint32
+	var queue *callQueue
+	if streamsRequests(method) {
+		id, queue = f.relay.open()
+		defer f.relay.forget(id)
+		f.relay.send(openFrame(kindOpen, id, method, stream, nil))
+		go f.forwardRequests(id, stream, queue, remote)
+	} else {
+		var request []byte
+		if err := stream.RecvMsg(&request); err != nil {
+			if err == io.EOF {
+				return status.Error(codes.Internal, "a unary call ended without its request")
+			}
+			return err // the call ended before its request came: the broker never saw it
+		}
+		id, queue = f.relay.open()
+		defer f.relay.forget(id)
+		f.relay.send(openFrame(kindCall, id, method, stream, request))
+	}
 	for {
 		select {
 		case <-queue.notify:
@@ -98,6 +113,13 @@ func (f *front) answer(id uint32, stream grpc.ServerStream, e event) (bool, erro
 	return false, nil
 }
 
+// streamsRequests: whether a method's client may send more than one request
+// (MessagingService's Telemetry). Any other call is relayed in one CALL frame once its one
+// request came; a second request on it is not read (as grpc-go's own unary handlers do).
+func streamsRequests(method string) bool { return method == telemetryMethod }
+
+const telemetryMethod = "/apache.rocketmq.v2.MessagingService/Telemetry"
+
 // forwardRequests relays the client's messages, each once the budget has booked it (the
 // first one before the call was opened); a refused one ends the call RESOURCE_EXHAUSTED.
 func (f *front) forwardRequests(id uint32, stream grpc.ServerStream, queue *callQueue, remote string) {
@@ -122,8 +144,9 @@ func (f *front) forwardRequests(id uint32, stream grpc.ServerStream, queue *call
 }
 
 // openFrame: u16 method, u16 peer, i64 deadline in us (-1: none), u16 count, then per
-// metadata value u16 key, u32 value.
-func openFrame(id uint32, method string, stream grpc.ServerStream) []byte {
+// metadata value u16 key, u32 value. A CALL frame (kind kindCall) has u32 request size and
+// the request before that.
+func openFrame(kind byte, id uint32, method string, stream grpc.ServerStream, request []byte) []byte {
 	ctx := stream.Context()
 	md, _ := metadata.FromIncomingContext(ctx)
 	peerText := ""
@@ -142,7 +165,14 @@ func openFrame(id uint32, method string, stream grpc.ServerStream) []byte {
 			count++
 		}
 	}
-	buf := frame(kindOpen, id, size)
+	if kind == kindCall {
+		size += 4 + len(request)
+	}
+	buf := frame(kind, id, size)
+	if kind == kindCall {
+		buf = binary.BigEndian.AppendUint32(buf, uint32(len(request)))
+		buf = append(buf, request...)
+	}
 	buf = appendString16(buf, method)
 	buf = appendString16(buf, peerText)
 	buf = binary.BigEndian.AppendUint64(buf, uint64(deadlineUs))

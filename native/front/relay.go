@@ -3,8 +3,9 @@ package main
 // The relay: gRPC calls multiplexed over one stream socket to the Python broker.
 //
 // Frame: u32 length (of what follows), u8 kind, u32 call id, payload (big-endian).
-// Front -> broker: OPEN, MSG, HALF_CLOSE, CANCEL. Broker -> front: MSG, CLOSE, REPLY (MSG then
-// CLOSE OK in one frame, the answer of a unary call).
+// Front -> broker: CALL (OPEN, the one request and HALF_CLOSE in one frame: every call whose
+// client does not stream requests), OPEN, MSG, HALF_CLOSE, CANCEL. Broker -> front: MSG,
+// CLOSE, REPLY (MSG then CLOSE OK in one frame, the answer of a unary call).
 
 import (
 	"bufio"
@@ -22,6 +23,7 @@ const (
 	kindCancel    = 4
 	kindClose     = 5
 	kindReply     = 6
+	kindCall      = 7
 	headerBytes   = 9
 	maxFrameBytes = 1 << 30
 )

@@ -10,7 +10,7 @@ import struct
 
 import grpc
 import pytest
-from relay_frames import open_payload
+from relay_frames import answers, open_payload
 
 from rmq_spark.broker.grpc import relay_wire as wire
 from rmq_spark.broker.grpc.native_calls import STREAM_UNREAD_MAX, RelayCalls
@@ -165,3 +165,42 @@ def test_a_stream_flooding_requests_its_handler_has_not_read_is_ended_alone() ->
                                  "too many requests unread on a stream")  # fmt: skip
     unimplemented = wire.close_frame(6, 12, "Method not found!")
     assert answer == exhausted + unimplemented and not closed_by_broker
+
+
+def test_a_call_frame_carries_an_open_and_its_one_request() -> None:
+    opened = open_payload("/t.S/M", "ipv4:1.2.3.4:5", -1, [("k", b"v")])
+    payload = struct.pack(">I", 3) + b"abc" + opened
+    call, request = wire.parse_call(payload)
+    assert (call.method, call.peer, call.metadata, request) == ("/t.S/M", "ipv4:1.2.3.4:5",
+                                                                (("k", "v"),), b"abc")  # fmt: skip
+    for bad in (payload[:3], struct.pack(">I", 99) + b"abc" + opened[:80]):
+        with pytest.raises(wire.RelayError):
+            wire.parse_call(bad)
+
+
+def test_a_call_frame_runs_a_unary_handler_and_feeds_a_stream_its_one_request() -> None:
+    async def echo(request: bytes, context: object) -> bytes:
+        return b"unary:" + request
+
+    async def collect(requests: object, context: object) -> bytes:
+        return b"stream:" + b"+".join([r async for r in requests])  # type: ignore[attr-defined]
+
+    generic = grpc.method_handlers_generic_handler("t.S", {
+        "U": grpc.unary_unary_rpc_method_handler(echo, bytes, bytes),
+        "S": grpc.stream_unary_rpc_method_handler(collect, bytes, bytes),
+    })  # fmt: skip
+    frames = b"".join(
+        wire.frame(wire.CALL, n, struct.pack(">I", 3) + b"req" + open_payload(method))
+        for n, method in ((1, "/t.S/U"), (2, "/t.S/S"), (3, "/x/Y"))
+    )
+    calls, answer, closed_by_broker = asyncio.run(_relay(frames, (generic,)))
+    found = answers(answer)
+    assert found[1] == (wire.REPLY, b"unary:req") and found[2] == (wire.REPLY, b"stream:req")
+    assert found[3] == (wire.CLOSE, wire.close_frame(3, 12, "Method not found!")[9:])
+    assert calls.calls == 0 and not closed_by_broker
+
+
+def test_a_call_frame_whose_request_runs_past_it_closes_the_relay() -> None:
+    bad = wire.frame(wire.CALL, 1, struct.pack(">I", 50) + b"short")
+    _, _, closed_by_broker = asyncio.run(_relay(bad))
+    assert closed_by_broker

@@ -204,6 +204,9 @@ class RelayCalls(asyncio.Protocol):
     # --- calls --------------------------------------------------------------------------
 
     def _on_frame(self, kind: int, call_id: int, payload: bytes) -> None:
+        if kind == wire.CALL:
+            self._one_request_call(call_id, *wire.parse_call(payload))
+            return
         if kind == wire.OPEN:
             self._open(call_id, wire.parse_open(payload))
             return
@@ -219,6 +222,16 @@ class RelayCalls(asyncio.Protocol):
             call.cancel()
         else:
             raise wire.RelayError(f"frame kind {kind} from the front")
+
+    def _one_request_call(self, call_id: int, opened: wire.Open, request: bytes) -> None:
+        """``CALL``: open, request and half-close at once (a handler that reads a request
+        stream gets the one request, then its end)."""
+        self._open(call_id, opened)
+        call = self._calls.get(call_id)
+        if call is not None:
+            self._request(call_id, call, request)
+            if call.context.requests is not None:
+                self._half_close(call_id, call)
 
     def _open(self, call_id: int, opened: wire.Open) -> None:
         wave = self._waves.get(opened.method)

@@ -3,9 +3,10 @@
 One owner of the format ``native/front/relay.go`` speaks on the other side. A frame is a
 big-endian u32 length (of what follows), a u8 kind, a u32 call id, then the payload:
 
-* front -> broker: ``OPEN`` (method, peer, deadline, metadata), ``MSG`` (a request's bytes),
-  ``HALF_CLOSE`` (the client sent its last request), ``CANCEL`` (the client went away, or
-  its deadline passed);
+* front -> broker: ``CALL`` (a call with one request: its ``OPEN``, its request and its
+  ``HALF_CLOSE`` in one frame, what every call but a request stream is), ``OPEN`` (method,
+  peer, deadline, metadata), ``MSG`` (a request's bytes), ``HALF_CLOSE`` (the client sent its
+  last request), ``CANCEL`` (the client went away, or its deadline passed);
 * broker -> front: ``MSG`` (a response's bytes), ``CLOSE`` (status code, details, trailing
   metadata), ``REPLY`` (a unary call's answer: its one response, then status OK).
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import struct
 
 __all__ = [
+    "CALL",
     "CANCEL",
     "CLOSE",
     "HALF_CLOSE",
@@ -27,10 +29,11 @@ __all__ = [
     "RelayError",
     "close_frame",
     "frame",
+    "parse_call",
     "parse_open",
 ]
 
-OPEN, MSG, HALF_CLOSE, CANCEL, CLOSE, REPLY = 1, 2, 3, 4, 5, 6
+OPEN, MSG, HALF_CLOSE, CANCEL, CLOSE, REPLY, CALL = 1, 2, 3, 4, 5, 6, 7
 HEADER = struct.Struct(">IBI")
 MAX_FRAME_BYTES = 1 << 30
 _U16 = struct.Struct(">H")
@@ -96,6 +99,17 @@ def parse_open(payload: bytes) -> Open:
         raise RelayError(f"OPEN: too short: {err}") from err
     deadline_s = None if deadline_us < 0 else deadline_us / 1e6
     return Open(method, peer, deadline_s, payload, at + 8)
+
+
+def parse_call(payload: bytes) -> tuple[Open, bytes]:
+    """``CALL``: u32 request size, the request, then an ``OPEN``'s payload."""
+    try:
+        (size,) = _U32.unpack_from(payload, 0)
+    except struct.error as err:
+        raise RelayError(f"CALL: too short: {err}") from err
+    if 4 + size > len(payload):
+        raise RelayError("CALL: the request runs past the frame")
+    return parse_open(payload[4 + size :]), payload[4 : 4 + size]
 
 
 def _named_call(payload: bytes) -> tuple[str, str, int]:
