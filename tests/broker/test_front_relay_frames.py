@@ -139,3 +139,20 @@ def test_a_unary_call_cancelled_before_its_request_never_reaches_the_broker(
     assert kind == wire.CALL and wire.parse_call(payload)[1] == b"next"
     relay.sock.sendall(wire.frame(wire.REPLY, call_id, b"done"))
     assert answer.result(10) == b"done"
+
+
+def test_a_second_request_on_a_unary_method_is_never_relayed(
+    front: tuple[_Relay, grpc.Channel],
+) -> None:
+    relay, channel = front
+    call = _raw(channel, "stream_unary", SEND).future(iter([b"first", b"second"]), timeout=20)
+    kind, call_id, payload = relay.frame()
+    assert kind == wire.CALL and wire.parse_call(payload)[1] == b"first"
+    relay.sock.sendall(wire.frame(wire.REPLY, call_id, b"answered"))
+    assert call.result(10) == b"answered"
+    # The next frame on the relay is the next call's: nothing of the second request.
+    answer = _raw(channel, "unary_unary", SEND).future(b"next", timeout=20)
+    kind, call_id, payload = relay.frame()
+    assert kind == wire.CALL and wire.parse_call(payload)[1] == b"next"
+    relay.sock.sendall(wire.frame(wire.REPLY, call_id, b"done"))
+    assert answer.result(10) == b"done"
