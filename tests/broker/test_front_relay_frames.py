@@ -62,6 +62,22 @@ def front() -> Iterator[tuple[_Relay, grpc.Channel]]:
         listener.close()
 
 
+def _gated(before: list[bytes], gate: threading.Event, after: list[bytes]) -> Iterator[bytes]:
+    """A client's requests: ``before``, then ``after`` once ``gate`` is set."""
+    yield from before
+    gate.wait(10)
+    yield from after
+
+
+def _next_call_is_the_next_frame(relay: _Relay, channel: grpc.Channel) -> None:
+    """A new unary call's ``CALL`` is the next frame on the relay, and its reply answers it."""
+    answer = _raw(channel, "unary_unary", SEND).future(b"next", timeout=20)
+    kind, call_id, payload = relay.frame()
+    assert kind == wire.CALL and wire.parse_call(payload)[1] == b"next"
+    relay.sock.sendall(wire.frame(wire.REPLY, call_id, b"done"))
+    assert answer.result(10) == b"done"
+
+
 def _raw(channel: grpc.Channel, kind: str, method: str) -> grpc.UnaryUnaryMultiCallable:
     return getattr(channel, kind)(method, request_serializer=None, response_deserializer=None)
 
@@ -99,14 +115,9 @@ def test_a_request_stream_is_opened_at_once_and_each_request_relayed(
     front: tuple[_Relay, grpc.Channel],
 ) -> None:
     relay, channel = front
-    sent = threading.Event()
-
-    def requests() -> Iterator[bytes]:
-        yield b"settings"
-        sent.wait(10)  # the second request only once the first was seen on the relay
-        yield b"heartbeat"
-
-    stream = _raw(channel, "stream_stream", TELEMETRY)(requests(), timeout=20)
+    sent = threading.Event()  # the second request only once the first was seen on the relay
+    requests = _gated([b"settings"], sent, [b"heartbeat"])
+    stream = _raw(channel, "stream_stream", TELEMETRY)(requests, timeout=20)
     frames = [relay.frame()]
     frames.append(relay.frame())
     sent.set()
@@ -125,20 +136,10 @@ def test_a_unary_call_cancelled_before_its_request_never_reaches_the_broker(
 ) -> None:
     relay, channel = front
     unblock = threading.Event()
-
-    def one_slow_request() -> Iterator[bytes]:
-        unblock.wait(10)
-        yield b"late"
-
-    call = _raw(channel, "stream_unary", SEND).future(one_slow_request(), timeout=20)
+    call = _raw(channel, "stream_unary", SEND).future(_gated([], unblock, [b"late"]), timeout=20)
     call.cancel()
     unblock.set()
-    # The next call's frame is the first the relay carries.
-    answer = _raw(channel, "unary_unary", SEND).future(b"next", timeout=20)
-    kind, call_id, payload = relay.frame()
-    assert kind == wire.CALL and wire.parse_call(payload)[1] == b"next"
-    relay.sock.sendall(wire.frame(wire.REPLY, call_id, b"done"))
-    assert answer.result(10) == b"done"
+    _next_call_is_the_next_frame(relay, channel)
 
 
 def test_a_second_request_on_a_unary_method_is_never_relayed(
@@ -150,9 +151,4 @@ def test_a_second_request_on_a_unary_method_is_never_relayed(
     assert kind == wire.CALL and wire.parse_call(payload)[1] == b"first"
     relay.sock.sendall(wire.frame(wire.REPLY, call_id, b"answered"))
     assert call.result(10) == b"answered"
-    # The next frame on the relay is the next call's: nothing of the second request.
-    answer = _raw(channel, "unary_unary", SEND).future(b"next", timeout=20)
-    kind, call_id, payload = relay.frame()
-    assert kind == wire.CALL and wire.parse_call(payload)[1] == b"next"
-    relay.sock.sendall(wire.frame(wire.REPLY, call_id, b"done"))
-    assert answer.result(10) == b"done"
+    _next_call_is_the_next_frame(relay, channel)  # nothing of the second request came
