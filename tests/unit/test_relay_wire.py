@@ -5,8 +5,10 @@ errors that close the relay, never a crash or a hang."""
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import struct
+from pathlib import Path
 
 import grpc
 import pytest
@@ -14,6 +16,7 @@ from relay_frames import answers, open_payload
 
 from rmq_spark.broker.grpc import relay_wire as wire
 from rmq_spark.broker.grpc.native_calls import STREAM_UNREAD_MAX, RelayCalls
+from rmq_spark.broker.proto import service_pb2
 from rmq_spark.broker.security.limits import InflightBytes
 
 
@@ -204,3 +207,12 @@ def test_a_call_frame_whose_request_runs_past_it_closes_the_relay() -> None:
     bad = wire.frame(wire.CALL, 1, struct.pack(">I", 50) + b"short")
     _, _, closed_by_broker = asyncio.run(_relay(bad))
     assert closed_by_broker
+
+
+def test_the_front_streams_the_requests_of_exactly_the_client_streaming_methods() -> None:
+    """The Go front relays any other call as one ``CALL`` frame and reads no second request:
+    a method that streams requests and is missing there would lose all but its first."""
+    service = service_pb2.DESCRIPTOR.services_by_name["MessagingService"]
+    streaming = {f"/{service.full_name}/{m.name}" for m in service.methods if m.client_streaming}
+    source = (Path(__file__).parents[2] / "native" / "front" / "calls.go").read_text()
+    assert streaming == set(re.findall(r'telemetryMethod = "([^"]+)"', source)) != set()
