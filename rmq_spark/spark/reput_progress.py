@@ -1,6 +1,6 @@
 """How far the reput tables are behind the durable log (bytes, messages, seconds).
 
-``reput_lag`` walks record headers from a log position to the durable end; ``tables_lag``
+``reput_lag`` counts the records from a log position to the readable end; ``tables_lag``
 finds the position the three tables are complete up to from their newest reput commits.
 Split from ``reput.py`` (which re-exports these names); writes nothing.
 """
@@ -8,11 +8,13 @@ Split from ``reput.py`` (which re-exports these names); writes nothing.
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rmq_spark.clock import Clock, SystemClock
+from rmq_spark.errors import CorruptRecordError
 from rmq_spark.spark.tables import (
     MESSAGES,
     TABLE_NAMES,
@@ -20,19 +22,15 @@ from rmq_spark.spark.tables import (
     table_path,
     tables_layout,
 )
-from rmq_spark.store.codec import (
-    BlankPadding,
-    DecodedRecord,
-    NeedMoreData,
-    decode_record,
-    peek_header,
-)
-from rmq_spark.store.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODES
+from rmq_spark.store.readable import TailCache
+from rmq_spark.store.view import StoreView
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["ReputLag", "reput_lag", "tables_lag"]
+
+log = logging.getLogger("rmq_spark.reput")
 
 _HISTORY_DEPTH = 20  # commits looked at for the newest reput commit of a table
 
@@ -63,53 +61,35 @@ class ReputLag:
 
 
 def reput_lag(
-    store_dir: str | Path, reput_offset: int, *, clock: Clock, scan_messages_max: int = 100_000
+    store_dir: str | Path,
+    reput_offset: int,
+    *,
+    clock: Clock,
+    scan_messages_max: int = 100_000,
+    cache: TailCache | None = None,
 ) -> ReputLag:
     """Lag of tables that hold every message below ``reput_offset``, read from the log itself.
 
-    Walks record headers from ``reput_offset`` to the end of the readable log
-    (``store.readable.readable_end``, as the source) without locks.
+    The end is the source's (``planner.readable_end``, the one judge; ``cache`` keeps its
+    answer while the files it read do not change), the messages up to it are counted by the
+    source's header walk (``planner.count_records``, at most ``scan_messages_max``), without
+    locks. Damage met on the way is logged with its file and position and leaves the count a
+    lower bound: the lag is a report, the source fails on that range when it reads it.
     """
-    from rmq_spark.spark.planner import readable_end
-    from rmq_spark.store.view import MappedSegment, StoreView
+    from rmq_spark.spark.planner import count_records, first_store_time, readable_end
 
     view = StoreView.open(store_dir)
-    durable = readable_end(view)  # store.scan's end of the log (the one judge)
+    durable = readable_end(view, cache)
     position = max(reput_offset, view.min_offset)
-    count = 0
-    first_store_ms: int | None = None
-    exact = True
-    while position < durable:
-        if count >= scan_messages_max:
-            exact = False
-            break
-        span = view.span_at(position)
-        if span is None:
-            break
+    count, exact, first_store_ms = 0, True, -1
+    if position < durable:
         try:
-            segment = MappedSegment(view.segment_path(span.base_offset))
-        except FileNotFoundError:  # deleted by retention meanwhile
-            break
-        with segment:
-            local = position - span.base_offset
-            limit = min(durable, span.end_offset) - span.base_offset
-            buf = segment.buffer
-            while local < limit and count < scan_messages_max:
-                header = peek_header(buf, local)
-                if isinstance(header, NeedMoreData):
-                    break
-                total, magic = header
-                if magic == BLANK_MAGIC_CODE or magic not in MESSAGE_MAGIC_CODES or total <= 0:
-                    break
-                if first_store_ms is None:
-                    first_store_ms = _store_timestamp_ms(buf, local, segment.path)
-                count += 1
-                local += total
-            else:  # the range or the count limit ended the walk
-                position = span.base_offset + local
-                continue
-            position = span.end_offset  # BLANK, end of file, or an unwritten tail
-    behind_ms = 0 if first_store_ms is None else max(0, clock.now_ms() - first_store_ms)
+            count, exact = count_records(view, position, durable, scan_messages_max)
+            first_store_ms = first_store_time(view, position, durable)
+        except CorruptRecordError as err:
+            log.warning("reput lag: counting the unread messages stopped: %s", err)
+            count, exact = 0, False
+    behind_ms = 0 if first_store_ms < 0 else max(0, clock.now_ms() - first_store_ms)
     return ReputLag(
         durable_offset=durable,
         reput_offset=reput_offset,
@@ -118,14 +98,6 @@ def reput_lag(
         messages_exact=exact,
         behind_ms=behind_ms,
     )
-
-
-def _store_timestamp_ms(buf: object, position: int, path: Path) -> int | None:
-    outcome = decode_record(buf, position, path=path.name, check_crc=False, with_body=False)  # type: ignore[arg-type]
-    if isinstance(outcome, DecodedRecord):
-        return outcome.record.store_timestamp_ms
-    assert not isinstance(outcome, BlankPadding)
-    return None
 
 
 def _committed_end(spark: SparkSession, path: Path, layout: StoreLayout) -> int | None:

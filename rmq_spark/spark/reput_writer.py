@@ -42,6 +42,7 @@ from rmq_spark.spark.tables import (
     ensure_tables,
     table_path,
 )
+from rmq_spark.store.readable import TailCache
 from rmq_spark.store.reader_progress import publish_reader_progress
 
 if TYPE_CHECKING:
@@ -141,6 +142,7 @@ class ReputBatchWriter:
         self._drives_maintenance = maintenance is None
         self.maintenance = maintenance or TableMaintenance.for_job(spark, config, self.clock)
         self._timeline: dict[str, Any] = {}  # the batch being written (reput_timeline.py)
+        self._tail = TailCache()  # the log's end as each report last judged it
         self.publish_progress(min(self.floors.values()))
 
     def publish_progress(self, physical_offset: int) -> None:
@@ -284,6 +286,7 @@ class ReputBatchWriter:
             version,
             clock=self.clock,
             scan_messages_max=self.config.lag_scan_messages_max,
+            cache=self._tail,
         )
         report = BatchReport(
             batch_id=batch_id,

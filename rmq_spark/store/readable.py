@@ -88,7 +88,8 @@ def prefix_error(view: StoreView, missing: tuple[int, int]) -> DataMissingError:
 
 @dataclass
 class TailCache:
-    """What ``readable_end`` found, kept while the files it read do not change (driver state)."""
+    """What ``readable_end`` found last, kept while the files it read do not change (driver
+    state; one answer, so a log that grows does not grow the cache)."""
 
     ends: dict[tuple[object, ...], LogEnd] = field(default_factory=dict)
 
@@ -162,7 +163,7 @@ def readable_end(
             view, segments[start:], first, durable, walk, check_crc, max_record_bytes
         )
         if cache is not None and not view.broker_open:
-            cache.ends[key] = found
+            cache.ends = {key: found}
         return found
     finally:
         for segment in segments:
