@@ -23,13 +23,13 @@ PYTEST_ARGS ?=
 # TEST_WORKERS=0 runs in this process.
 TEST_WORKERS ?= 2
 
-.PHONY: setup class-archive run cluster test test-fast lint format bench bench-peers package clean help
+.PHONY: setup bytecode class-archive run cluster test test-fast lint format bench bench-peers package clean help
 
 help:
 	@sed -n '1,9p' Makefile
 
 setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP) $(ROCKETMQ_JARS_STAMP) $(ROCKETMQ4_JARS_STAMP) \
-	$(NATIVE_FRONT) $(HADOOP_FS_JAR) $(ZIP_BYTECODE_STAMP) class-archive
+	$(NATIVE_FRONT) $(HADOOP_FS_JAR) $(ZIP_BYTECODE_STAMP) bytecode class-archive
 
 $(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
 	@scripts/bootstrap_venv.sh
@@ -68,6 +68,14 @@ $(HADOOP_FS_JAR): $(DEPS_STAMP) scripts/build_hadoop_fs.sh $(wildcard jvm/hadoop
 $(ZIP_BYTECODE_STAMP): $(DEPS_STAMP) rmq_spark/spark/zip_bytecode.py
 	@$(BIN)/python -m rmq_spark.spark.zip_bytecode
 	@touch $@
+
+# Bytecode of our own package, beside its sources (__pycache__, not in git): a process whose
+# environment sets PYTHONDONTWRITEBYTECODE, as many containers do, never writes it and so
+# compiles every module it imports, each time (~0.5 s of each CLI command, ~0.2 s of each
+# Python process Spark starts). Run each time: only what changed is compiled again, and a
+# stale .pyc is never used (Python checks it against its source).
+bytecode: $(DEPS_STAMP)
+	@$(BIN)/python -m compileall -q rmq_spark pyspark_rocketmq
 
 # The Spark driver's class-data archive (rmq_spark/spark/class_archive.py): a short Spark run
 # writes it once per JDK and Spark jars (~45 s; every later session starts ~2 s sooner). Run
