@@ -10,14 +10,17 @@ import sys
 from pathlib import Path
 
 _REPO = Path(__file__).resolve().parents[2]
+_PACKAGES = ("rmq_spark", "pyspark_rocketmq")
 
 # Counts the modules of ours that the import system compiles from source in this process.
 _COMPILED_AT_IMPORT = """
 import importlib.machinery as machinery
+import sys
+ours = tuple(sys.argv[1:])
 compiled = []
 original = machinery.SourceFileLoader.source_to_code
 def spy(self, data, path, *args, **kwargs):
-    if "rmq_spark" in str(path) or "pyspark_rocketmq" in str(path):
+    if str(path).startswith(ours):
         compiled.append(str(path))
     return original(self, data, path, *args, **kwargs)
 machinery.SourceFileLoader.source_to_code = spy
@@ -28,7 +31,7 @@ print(len(compiled), compiled[:3])
 
 def _compiled_at_import() -> str:
     result = subprocess.run(
-        [sys.executable, "-c", _COMPILED_AT_IMPORT],
+        [sys.executable, "-c", _COMPILED_AT_IMPORT, *(f"{_REPO / name}/" for name in _PACKAGES)],
         cwd=_REPO,
         env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"},
         capture_output=True,
