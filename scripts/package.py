@@ -4,6 +4,11 @@ The executors of a real cluster need ``rmq_spark`` (the source's readers and the
 writers run there); its dependencies (numpy, pyarrow, grpcio, deltalake ...) come from the
 workers' Python, as for any PySpark job. Usage: ``python scripts/package.py [OUT_DIR]``;
 prints the zip's path.
+
+The zip carries a checked-hash ``.pyc`` beside each module (``zip_bytecode.add_bytecode``):
+``zipimport`` never writes bytecode, so without it every Python process an executor starts
+would compile each module of ours it imports. An executor whose Python is another version
+than the one that built the zip falls back to the sources, as before.
 """
 
 from __future__ import annotations
@@ -14,6 +19,10 @@ import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run as a script: the checkout's package, not an installed one
+
+from rmq_spark.spark.zip_bytecode import add_bytecode  # noqa: E402
+
 # pyspark_rocketmq: what Spark's look-up of Python data sources finds (format("rocketmq")).
 PACKAGES = ("rmq_spark", "pyspark_rocketmq")
 
@@ -28,6 +37,7 @@ def main(argv: list[str]) -> int:
             for path in sorted((ROOT / package).rglob("*")):
                 if path.is_file() and "__pycache__" not in path.parts:
                     archive.write(path, path.relative_to(ROOT))
+    add_bytecode(target)
     print(target)
     return 0
 
