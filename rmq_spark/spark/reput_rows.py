@@ -52,8 +52,13 @@ MESSAGE_INDEX_SCHEMA = pa.schema(
     ]
 )
 _INT_MIN = -(1 << 31)
-# What Spark's try_cast(string AS int/bigint) accepts: an optional sign and ASCII digits,
-# surrounding whitespace and control characters ignored (no fraction, no exponent).
+# The source columns each table's rows are made of (``_special_codes`` reads properties).
+_CQ_SOURCE_COLUMNS = (
+    *(name for name in CONSUME_QUEUE_SCHEMA.names if name != "tags_code"),
+    "tags",
+    "properties",
+)
+_INDEX_SOURCE_COLUMNS = ("topic", "uniq_key", "keys", "physical_offset", "store_timestamp")
 
 
 def _string_parts(strings: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -127,6 +132,14 @@ def _transaction_bits(rows: pa.Table) -> np.ndarray:
     return np.asarray(rows.column("sys_flag")) & TRANSACTION_MASK
 
 
+def _rows_where(rows: pa.Table, keep: np.ndarray, columns: Sequence[str]) -> pa.Table:
+    """``columns`` of the rows where ``keep``: only the columns a table's rows need are
+    filtered (never the bodies), and nothing is copied when every row is kept (the usual
+    case: messages that are not transactional)."""
+    picked = rows.select(columns)
+    return picked if bool(keep.all()) else picked.filter(pa.array(keep))
+
+
 def _special_codes(
     rows: pa.Table, codes: np.ndarray, store_ms: np.ndarray, delay_levels_ms: Sequence[int]
 ) -> None:
@@ -152,8 +165,9 @@ def consume_queue_rows(rows: pa.Table, delay_levels_ms: Sequence[int]) -> pa.Tab
     the Java hash of TAGS (0 when absent), or for ``SCHEDULE_TOPIC_XXXX`` and
     ``rmq_sys_wheel_timer`` what ``special_tags_code`` says (docs/TABLES.md).
     """
-    tx = _transaction_bits(rows)
-    dispatched = rows.filter(pa.array(np.isin(tx, DISPATCHED_TRANSACTION_TYPES)))
+    dispatched = _rows_where(
+        rows, np.isin(_transaction_bits(rows), DISPATCHED_TRANSACTION_TYPES), _CQ_SOURCE_COLUMNS
+    )
     tags = dispatched.column("tags").combine_chunks()
     codes = java_hash_codes(tags).astype(np.int64)
     stamps = dispatched.column("store_timestamp")
@@ -170,7 +184,9 @@ def message_index_rows(rows: pa.Table) -> pa.Table:
     """IndexFile rows (``MESSAGE_INDEX_SCHEMA``): one per UNIQ_KEY and per KEYS token of each
     message that is not a ROLLBACK. ``key_hash`` is ``abs(hashCode(topic + "#" + key))``, 0
     when the hash is Integer.MIN_VALUE (RocketMQ ``IndexService``)."""
-    eligible = rows.filter(pa.array(_transaction_bits(rows) != TRANSACTION_ROLLBACK_TYPE))
+    eligible = _rows_where(
+        rows, _transaction_bits(rows) != TRANSACTION_ROLLBACK_TYPE, _INDEX_SOURCE_COLUMNS
+    )
     uniq_rows = np.flatnonzero(np.asarray(eligible.column("uniq_key").is_valid()))
     keys = eligible.column("keys").combine_chunks()
     key_rows = np.asarray(pc.list_parent_indices(keys), dtype=np.int64)
