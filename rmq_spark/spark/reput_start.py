@@ -189,14 +189,22 @@ def store_list(store_dir: StoreDirs) -> tuple[str, ...]:
 
 
 def _import_writer_modules(_: object) -> None:
+    import numpy as np
+    import pyarrow as pa
+
     import rmq_spark.spark.reput_files  # noqa: F401  (the import is the point)
+
+    # pyarrow's first array made from numpy imports pandas where it is installed (as it is
+    # with PySpark): half a second per worker that the first batch's decoding would pay.
+    pa.array(np.zeros(1, dtype=np.int64))
 
 
 def warm_python_workers(spark: SparkSession) -> threading.Thread:
     """Start every core's Python worker and import the file writer there, in the background.
 
     Spark reuses Python workers, so the first batch's tasks then skip a second or so of
-    process start and imports (pyarrow, numpy), while the stream itself is starting. A failure
+    process start and imports (pyarrow, numpy, pandas), while the stream itself is starting:
+    after it, writing a batch's files imports nothing (a test checks that). A failure
     here is only logged: the batch would start the workers anyway.
     """
 
