@@ -10,7 +10,6 @@ in its real topic. ``read_uncommitted`` reads every record, half messages too.
 from __future__ import annotations
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmq_spark.spark.option_values import bad_value
 from rmq_spark.store.layout import (
@@ -47,6 +46,8 @@ def isolation_value(value: str) -> str:
 def committed_only(batch: pa.RecordBatch) -> pa.RecordBatch:
     """``batch`` without the rows ``read_committed`` leaves out (see the module docstring);
     a batch without the ``topic`` or ``sys_flag`` column is kept by what it has."""
+    import pyarrow.compute as pc  # here, not at the top: an executor's work, not planning's
+
     names = batch.schema.names
     hidden = None
     if "topic" in names:

@@ -17,11 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmq_spark.errors import CorruptRecordError, SourceError
 from rmq_spark.spark.arrow_views import gather_rows
-from rmq_spark.spark.columnar import hop, is_record_start, sync_forward
+from rmq_spark.spark.record_starts import hop, is_record_start, sync_forward
 from rmq_spark.store import readable
 from rmq_spark.store.layout import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
 from rmq_spark.store.readable import TailCache
@@ -266,6 +265,8 @@ def _subscribed(
     buf: object, base: int, starts: np.ndarray, topics: tuple[str, ...], pattern: str
 ) -> tuple[np.ndarray, np.ndarray]:
     """(1 where the record's topic is subscribed else 0, TOTALSIZE) for each of ``starts``."""
+    import pyarrow.compute as pc  # here, not at the top: the planning processes start sooner
+
     positions = starts - base
     data = np.frombuffer(buf, dtype=np.uint8)  # type: ignore[call-overload]
     sizes = gather_rows(data, positions, 4).view(">i4").reshape(-1).astype(np.int64)

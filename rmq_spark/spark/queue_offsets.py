@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from rmq_spark.errors import DataLossError, SourceError
 from rmq_spark.spark import planner
@@ -243,6 +242,8 @@ def apply_filter(
     batch: pa.RecordBatch, entries: tuple[tuple[str, int, int, int], ...]
 ) -> pa.RecordBatch:
     """``batch`` without the rows of a named queue outside its ``[low, high)``."""
+    import pyarrow.compute as pc  # here, not at the top: an executor's work, not planning's
+
     if not entries or batch.num_rows == 0:
         return batch
     topic, queue_id = batch.column("topic"), batch.column("queue_id")

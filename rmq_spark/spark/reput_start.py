@@ -192,7 +192,9 @@ def _import_writer_modules(_: object) -> None:
     import numpy as np
     import pyarrow as pa
 
-    import rmq_spark.spark.reput_files  # noqa: F401  (the import is the point)
+    # The imports are the point: the file writer, and the decoder it loads on first use.
+    import rmq_spark.spark.columnar  # noqa: F401
+    import rmq_spark.spark.reput_files  # noqa: F401
 
     # pyarrow's first array made from numpy imports pandas where it is installed (as it is
     # with PySpark): half a second per worker that the first batch's decoding would pay.

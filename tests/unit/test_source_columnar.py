@@ -11,14 +11,9 @@ from source_support import LogWriter, make_record, reference_rows
 from strategies import bodies, host_addresses, properties_strings, topics
 
 from rmq_spark.errors import CorruptRecordError
-from rmq_spark.spark.columnar import (
-    DecodeSettings,
-    hop,
-    is_record_start,
-    read_slice,
-    sync_forward,
-)
+from rmq_spark.spark.columnar import DecodeSettings, read_slice
 from rmq_spark.spark.offsets import SegmentSlice
+from rmq_spark.spark.record_starts import hop, is_record_start, sync_forward
 from rmq_spark.spark.schema import ARROW_SCHEMA
 from rmq_spark.store.codec import encode_record
 from rmq_spark.store.message import HostAddress
