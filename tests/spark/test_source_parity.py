@@ -97,13 +97,14 @@ def test_min_messages_per_trigger_holds_small_batches_back(spark, log, tmp_path)
     try:
         query.processAllAvailable()
         assert [len(b) for b in sink.batches] == [60]  # the first trigger does not wait
-        log.extend(make_record(i) for i in range(60, 80))
-        log.set_confirm()
-        query.processAllAvailable()
-        assert [len(b) for b in sink.batches] == [60]  # 20 < 30: held back
-        log.extend(make_record(i) for i in range(80, 95))
-        log.set_confirm()
-        query.processAllAvailable()
+        with log.broker_running():  # writes while the stream reads: as a broker, with the lock
+            log.extend(make_record(i) for i in range(60, 80))
+            log.set_confirm()
+            query.processAllAvailable()
+            assert [len(b) for b in sink.batches] == [60]  # 20 < 30: held back
+            log.extend(make_record(i) for i in range(80, 95))
+            log.set_confirm()
+            query.processAllAvailable()
     finally:
         query.stop()
     assert [len(b) for b in sink.batches] == [60, 35]
