@@ -15,6 +15,7 @@ ROCKETMQ_JARS_STAMP := jars/rocketmq/manifest.txt
 ROCKETMQ4_JARS_STAMP := jars/rocketmq4/manifest.txt
 LINK_STAMP := $(VENV)/.delta-jars-linked
 NATIVE_FRONT := build/native-front/rmq-front
+NATIVE_CRC := build/native-crc/libcrc_slices.so
 HADOOP_FS_JAR := build/rmq-spark-hadoop-fs.jar
 ZIP_BYTECODE_STAMP := $(VENV)/.pyspark-zip-bytecode
 PYTEST_ARGS ?=
@@ -29,7 +30,7 @@ help:
 	@sed -n '1,9p' Makefile
 
 setup: $(DEPS_STAMP) $(JARS_STAMP) $(LINK_STAMP) $(ROCKETMQ_JARS_STAMP) $(ROCKETMQ4_JARS_STAMP) \
-	$(NATIVE_FRONT) $(HADOOP_FS_JAR) $(ZIP_BYTECODE_STAMP) bytecode class-archive
+	$(NATIVE_FRONT) $(NATIVE_CRC) $(HADOOP_FS_JAR) $(ZIP_BYTECODE_STAMP) bytecode class-archive
 
 $(DEPS_STAMP): pyproject.toml requirements.lock scripts/bootstrap_venv.sh
 	@scripts/bootstrap_venv.sh
@@ -53,6 +54,14 @@ $(ROCKETMQ4_JARS_STAMP): scripts/rocketmq4-jars.pom.xml scripts/fetch_rocketmq4_
 $(NATIVE_FRONT): $(DEPS_STAMP) $(wildcard native/front/*.go native/front/go.mod native/front/go.sum)
 	@$(BIN)/python -m rmq_spark.broker.grpc.native_front || \
 		echo "warning: no native gRPC front (without Go the broker serves gRPC with grpc.aio)"
+
+# The readers' and a slave's CRC of many records in one call (rmq_spark/store/crc.py): C with
+# no dependency (zlib-ng's function is handed in at run time); without a compiler the same
+# checks run one Python call a record, so a machine without cc only warns.
+$(NATIVE_CRC): native/crc/crc_slices.c
+	@mkdir -p $(@D)
+	@$(CC) -O2 -fPIC -shared -o $@ $< || \
+		echo "warning: no native CRC loop (without a C compiler the readers check each record's CRC in Python)"
 
 $(LINK_STAMP): $(DEPS_STAMP) $(JARS_STAMP) scripts/link_jars.sh
 	@scripts/link_jars.sh

@@ -23,7 +23,7 @@ from rmq_spark.spark.arrow_views import hex_strings
 from rmq_spark.spark.columnar_properties import PROPERTY_COLUMNS, parse_properties_column
 from rmq_spark.spark.schema import TRANSACTION_TYPE_NAMES
 from rmq_spark.store.compression import COMPRESSED_FLAG, BodyCompressionError, inflate_body
-from rmq_spark.store.crc import crc32
+from rmq_spark.store.crc import crc32_slices
 from rmq_spark.store.record_crc import RECORD_CRC_BYTES, RECORD_CRC_PLACEHOLDER
 from rmq_spark.store.record_layout import HEADER_FIELDS, PHYSICAL_OFFSET_POSITION
 
@@ -189,9 +189,7 @@ def _check_each(
     stored: np.ndarray,
     fail: Fail,
 ) -> None:
-    view = memoryview(buf)  # type: ignore[arg-type]
-    bodies = map(view.__getitem__, map(slice, body_at.tolist(), (body_at + body_size).tolist()))
-    computed = np.fromiter(map(crc32, bodies), dtype=np.int64, count=len(body_at))
+    computed = crc32_slices(buf, body_at, body_at + body_size)
     computed &= 0x7FFFFFFF
     bad = computed != stored.astype(np.int64)
     if bad.any():
@@ -239,9 +237,7 @@ def record_crc_rows(
     bad[rows] = key_off + digit_off == 1
     found = rows[sealed]
     if len(found):
-        view = memoryview(buf)  # type: ignore[arg-type]
-        covered = map(view.__getitem__, map(slice, starts[found].tolist(), tail_at[found].tolist()))
-        computed = np.fromiter(map(crc32, covered), dtype=np.int64, count=len(found))
+        computed = crc32_slices(buf, starts[found], tail_at[found])
         stored = (digits[sealed] * _CRC_POWERS).sum(axis=1)
         bad[found] |= (computed & 0x7FFFFFFF) != stored
     return has, bad

@@ -195,6 +195,9 @@ def _import_writer_modules(_: object) -> None:
     # The imports are the point: the file writer, and the decoder it loads on first use.
     import rmq_spark.spark.columnar  # noqa: F401
     import rmq_spark.spark.reput_files  # noqa: F401
+    from rmq_spark.store.crc import native_slices
+
+    native_slices()  # the records' CRC loop: its library loaded and checked once
 
     # pyarrow's first array made from numpy imports pandas where it is installed (as it is
     # with PySpark): half a second per worker that the first batch's decoding would pay.

@@ -4,7 +4,7 @@ dispatch needs (a slave's fast path, ``replica_log.py``).
 Owns ``check_run``: from a buffer position, hop over TOTALSIZE while a message record of
 IPv4 hosts starts there, check those records together in numpy (the length formula,
 PHYSICALOFFSET naming the record's place, ports, BODYCRC or the record CRC property) with one
-``crc32`` call per record, and read the fields a ConsumeQueue/IndexFile dispatch and the
+``crc32_slices`` call per run, and read the fields a ConsumeQueue/IndexFile dispatch and the
 queue-offset table need as columns, with no decoded object per record.
 
 The rules are ``record_decode.decode_record``'s; this module only proves that a record passes
@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from array import array
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import and_
 
 import numpy as np
 
-from rmq_spark.store.crc import crc32
+from rmq_spark.store.crc import crc32_slices
 from rmq_spark.store.layout import MESSAGE_MAGIC_CODE_V1, MESSAGE_MAGIC_CODE_V2
 from rmq_spark.store.record_crc import RECORD_CRC_BYTES, RECORD_CRC_KEY
 from rmq_spark.store.record_layout import (
@@ -192,11 +190,8 @@ def _crc_checks(
 
 
 def _crcs(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Masked CRC-32 of each ``buf[start:end]``: one C call per record, no copy."""
-    view = memoryview(buf)
-    spans = map(view.__getitem__, map(slice, starts.tolist(), ends.tolist()))
-    crcs = map(and_, map(crc32, spans), repeat(_MASK))
-    return np.fromiter(crcs, dtype=np.int64, count=len(starts))
+    """Masked CRC-32 of each ``buf[start:end]``, no copy."""
+    return crc32_slices(buf, starts, ends) & _MASK
 
 
 def _add(
