@@ -1,6 +1,6 @@
 /* The CRC-32 of many slices of one buffer in one call: rmq_spark/store/crc.py's
  * crc32_slices. A Python call per slice costs ~0.4 us of interpreter work against the
- * 0.01-0.05 us of the checksum of a record, and a reader checks two a record.
+ * 0.01-0.05 us of the checksum of a record, and a reader checks one or two a record.
  *
  * The checksum itself is zlib-ng's (the function Python's zlib_ng module exports, passed in
  * by address), so this file holds no CRC code of its own and answers exactly what
