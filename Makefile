@@ -119,7 +119,7 @@ bench: setup
 bench-peers: setup
 	flock /tmp/bench.lock $(BIN)/python bench/peers/run.py $(BENCH_ARGS)
 
-package: $(DEPS_STAMP)
+package: $(DEPS_STAMP) $(NATIVE_CRC)
 	$(BIN)/python scripts/package.py
 
 clean:

@@ -8,8 +8,10 @@ put and the reader two per record, so this is on both hot paths.
 ``crc32_slices`` checksums many slices of one buffer (a reader's records, a slave's received
 run) in one call into ``native/crc`` (built by ``make setup``), which loops over zlib-ng's own
 function: a Python call per slice costs ~0.4 us against the 0.01-0.05 us of a record's
-checksum. Where the library was not built (no C compiler; an executor importing this package
-from a zip) it loops in Python, with the same answers.
+checksum. The executors' zip (``make package``) carries the library as
+``rmq_spark/store/libcrc_slices.so``; a process importing the package from the zip loads a
+private copy of it. Where there is none (no C compiler; another machine kind) it loops in
+Python, with the same answers.
 """
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from zlib_ng.zlib_ng import crc32
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["crc32", "crc32_slices", "native_slices"]
+__all__ = ["PACKAGED_LIBRARY", "crc32", "crc32_slices", "native_slices"]
 
 log = logging.getLogger("rmq_spark.store")
 
 _LIBRARY_ENV = "RMQ_SPARK_NATIVE_CRC"
 _LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native-crc" / "libcrc_slices.so"
+PACKAGED_LIBRARY = "libcrc_slices.so"  # beside this module in the executors' zip
 _CHECK = b"123456789"  # CRC-32's check value: 0xCBF43926
 
 _Slices = Callable[[object, "np.ndarray", "np.ndarray"], "np.ndarray"]
@@ -61,9 +64,10 @@ def native_slices() -> _Slices | None:
     import numpy as np
     from zlib_ng import zlib_ng
 
-    path = Path(os.environ.get(_LIBRARY_ENV) or _LIBRARY)
+    path = os.environ.get(_LIBRARY_ENV) or (str(_LIBRARY) if _LIBRARY.exists() else None)
+    where = path or f"the package's {PACKAGED_LIBRARY}"
     try:
-        library = ctypes.CDLL(str(path))
+        library = ctypes.CDLL(path) if path else _packaged_library()
         crc_z = ctypes.cast(ctypes.CDLL(zlib_ng.__file__).zng_crc32_z, ctypes.c_void_p).value
     except (OSError, AttributeError) as err:
         log.debug("crc32_slices: no native loop (%s); one Python call per slice", err)
@@ -85,10 +89,29 @@ def native_slices() -> _Slices | None:
     check = np.frombuffer(_CHECK, dtype=np.uint8)
     answer = slices(check, np.zeros(1, np.int64), np.full(1, len(_CHECK), np.int64))
     if int(answer[0]) != crc32(_CHECK):
-        log.warning("crc32_slices: %s answers wrongly; one Python call per slice", path)
+        log.warning("crc32_slices: %s answers wrongly; one Python call per slice", where)
         return None
-    log.debug("crc32_slices: native loop %s", path)
+    log.debug("crc32_slices: native loop %s", where)
     return slices
+
+
+def _packaged_library() -> object:
+    """The library the executors' zip carries beside this module, loaded from a private copy
+    (a shared library cannot be mapped from inside a zip); ``OSError`` when there is none."""
+    import ctypes
+    import importlib.resources
+    import tempfile
+
+    packaged = importlib.resources.files(__package__).joinpath(PACKAGED_LIBRARY)
+    if not packaged.is_file():
+        raise OSError(f"no {PACKAGED_LIBRARY} beside {__name__}")
+    handle, copy = tempfile.mkstemp(prefix="rmq-spark-crc-", suffix=".so")
+    try:
+        with os.fdopen(handle, "wb") as out:
+            out.write(packaged.read_bytes())
+        return ctypes.CDLL(copy)
+    finally:
+        os.unlink(copy)  # mapped once loaded; nothing left behind
 
 
 def _python_slices(buf: object, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

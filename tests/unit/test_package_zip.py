@@ -51,3 +51,24 @@ def test_a_process_importing_from_the_package_zip_compiles_nothing(tmp_path):
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     assert done.stdout.strip() == "True 0 []", done.stdout + done.stderr[-2000:]
+
+
+# In a process whose package comes from the zip: is the readers' CRC loop the native one?
+_CRC_LOOP_FROM_ZIP = """
+import sys
+from rmq_spark.store import crc
+print(crc.__file__.startswith(sys.argv[1]), crc.native_slices() is not None)
+"""
+
+
+def test_a_process_importing_from_the_package_zip_has_the_native_crc_loop(tmp_path):
+    package = _package(tmp_path / "dist")
+    with zipfile.ZipFile(package) as archive:
+        assert "rmq_spark/store/libcrc_slices.so" in archive.namelist()
+    env = {**os.environ, "PYTHONPATH": str(package), "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", _CRC_LOOP_FROM_ZIP, str(package)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    assert done.stdout.strip() == "True True", done.stdout + done.stderr[-2000:]
+    assert list(tmp_path.glob("rmq-spark-crc-*")) == []  # the private copy is gone
