@@ -24,11 +24,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a script: the checkout's package, not an installed one
 
 from rmq_spark.spark.zip_bytecode import add_bytecode  # noqa: E402
-from rmq_spark.store.crc import PACKAGED_LIBRARY  # noqa: E402
+from rmq_spark.store.crc import BUILT_LIBRARY, PACKAGED_LIBRARY  # noqa: E402
 
 # pyspark_rocketmq: what Spark's look-up of Python data sources finds (format("rocketmq")).
 PACKAGES = ("rmq_spark", "pyspark_rocketmq")
-_CRC_LIBRARY = ROOT / "build" / "native-crc" / PACKAGED_LIBRARY
 
 
 def main(argv: list[str]) -> int:
@@ -41,8 +40,8 @@ def main(argv: list[str]) -> int:
             for path in sorted((ROOT / package).rglob("*")):
                 if path.is_file() and "__pycache__" not in path.parts:
                     archive.write(path, path.relative_to(ROOT))
-        if _CRC_LIBRARY.exists():  # the readers' CRC loop (rmq_spark/store/crc.py)
-            archive.write(_CRC_LIBRARY, f"rmq_spark/store/{PACKAGED_LIBRARY}")
+        if BUILT_LIBRARY.exists():  # the readers' CRC loop (rmq_spark/store/crc.py)
+            archive.write(BUILT_LIBRARY, f"rmq_spark/store/{PACKAGED_LIBRARY}")
     add_bytecode(target)
     print(target)
     return 0

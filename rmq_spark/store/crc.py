@@ -28,13 +28,14 @@ from zlib_ng.zlib_ng import crc32
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["PACKAGED_LIBRARY", "crc32", "crc32_slices", "native_slices"]
+__all__ = ["BUILT_LIBRARY", "PACKAGED_LIBRARY", "crc32", "crc32_slices", "native_slices"]
 
 log = logging.getLogger("rmq_spark.store")
 
 _LIBRARY_ENV = "RMQ_SPARK_NATIVE_CRC"
-_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native-crc" / "libcrc_slices.so"
 PACKAGED_LIBRARY = "libcrc_slices.so"  # beside this module in the executors' zip
+# Where ``make setup`` builds it in a checkout (``make package`` copies it from there).
+BUILT_LIBRARY = Path(__file__).resolve().parents[2] / "build" / "native-crc" / PACKAGED_LIBRARY
 _CHECK = b"123456789"  # CRC-32's check value: 0xCBF43926
 
 _Slices = Callable[[object, "np.ndarray", "np.ndarray"], "np.ndarray"]
@@ -64,7 +65,7 @@ def native_slices() -> _Slices | None:
     import numpy as np
     from zlib_ng import zlib_ng
 
-    path = os.environ.get(_LIBRARY_ENV) or (str(_LIBRARY) if _LIBRARY.exists() else None)
+    path = os.environ.get(_LIBRARY_ENV) or (str(BUILT_LIBRARY) if BUILT_LIBRARY.exists() else None)
     where = path or f"the package's {PACKAGED_LIBRARY}"
     try:
         library = ctypes.CDLL(path) if path else _packaged_library()
