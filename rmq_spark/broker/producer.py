@@ -260,13 +260,14 @@ class Producer:
         for _attempt in range(self._max_attempts):
             broker, stub = self._pick(queues, last_broker)
             started_ms = self._clock.monotonic_ms()
+            # The call's deadline runs on real time whatever clock the fault table keeps.
+            started_s = time.monotonic()
             try:
                 response = stub.SendMessage(
                     request, timeout=self._timeout_s, metadata=self._sign(self._unsigned_metadata)
                 )
             except grpc.RpcError as err:
-                elapsed_s = (self._clock.monotonic_ms() - started_ms) / 1000
-                code = failure_code(err, self._timeout_s, elapsed_s)
+                code = failure_code(err, self._timeout_s, time.monotonic() - started_s)
                 last_problem = f"gRPC {code.name if code else 'error'} from {broker}: {err}"
                 self._note(broker, started_ms, failed=True)
                 last_broker = broker
