@@ -6,10 +6,12 @@ no row is converted to a JVM row and back. This module owns one file: its name, 
 settings (Snappy, as Spark writes them) and its Delta ``add`` action, whose ``stats`` are those
 Spark's Delta writer collects (``numRecords``; ``minValues``/``maxValues`` of numbers,
 timestamps and strings; ``nullCount`` of every column), so data skipping works on them as on
-any Delta file. Rules that keep skipping correct: timestamps are written in milliseconds
-(the log's resolution), and a string column whose smallest or largest value is longer than
-Delta's 32-character stats prefix gets no min/max (Delta then reads the file for any filter on
-it). Does not own commits (``delta_append.py``) or what the rows are (``reput_rows.py``).
+any Delta file. The bounds are read from the statistics Parquet's writer computes for the
+file's footer anyway, not computed a second time. Rules that keep skipping correct:
+timestamps are written in milliseconds (the log's resolution), and a string column whose
+smallest or largest value is longer than Delta's 32-character stats prefix gets no min/max
+(Delta then reads the file for any filter on it). Does not own commits (``delta_append.py``)
+or what the rows are (``reput_rows.py``).
 """
 
 from __future__ import annotations
@@ -21,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from rmq_spark.errors import TableError
@@ -32,52 +33,66 @@ STATS_STRING_PREFIX_CHARS = 32
 """Delta's ``dataSkippingStringPrefixLength`` default: longer strings get no min/max here."""
 
 
-def _stat_value(value: pa.Scalar) -> Any:
-    if pa.types.is_timestamp(value.type):
-        micros = value.cast(pa.int64()).as_py()
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(micros // 1_000_000))
-        return f"{stamp}.{micros // 1000 % 1000:03d}Z"
-    return value.as_py()
+_MICROS_PER_UNIT = {"milliseconds": 1000, "microseconds": 1}
+_NANOS = "nanoseconds"
 
 
 def _has_min_max(dtype: pa.DataType) -> bool:
+    # Delta has no unsigned types; Parquet would keep an unsigned 64-bit value's bits signed.
     return (
-        pa.types.is_integer(dtype)
+        pa.types.is_signed_integer(dtype)
         or pa.types.is_timestamp(dtype)
         or pa.types.is_string(dtype)
         or pa.types.is_large_string(dtype)
     )
 
 
-class _ColumnStats:
-    """Running min, max and null count of one column over the batches written."""
+def _timestamp_text(raw: int, unit: str) -> str:
+    micros = raw // 1000 if unit == _NANOS else raw * _MICROS_PER_UNIT[unit]
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(micros // 1_000_000))
+    return f"{stamp}.{micros // 1000 % 1000:03d}Z"
 
-    def __init__(self, dtype: pa.DataType) -> None:
-        self.dtype = dtype
-        self.nulls = 0
-        self.low: pa.Scalar | None = None
-        self.high: pa.Scalar | None = None
 
-    def add(self, column: pa.ChunkedArray | pa.Array) -> None:
-        self.nulls += column.null_count
-        if not _has_min_max(self.dtype) or column.null_count == len(column):
-            return
-        bounds = pc.min_max(column)
-        low, high = bounds["min"], bounds["max"]
-        if self.low is None or pc.less(low, self.low).as_py():
-            self.low = low
-        if self.high is None or pc.greater(high, self.high).as_py():
-            self.high = high
-
-    def bounds(self) -> tuple[Any, Any] | None:
-        if self.low is None or self.high is None:
-            return None
-        low, high = _stat_value(self.low), _stat_value(self.high)
-        if isinstance(high, str) and (
-            len(high) > STATS_STRING_PREFIX_CHARS or len(low) > STATS_STRING_PREFIX_CHARS
-        ):
+def _stat_bounds(raw_low: Any, raw_high: Any, column: pq.ColumnSchema) -> tuple[Any, Any] | None:
+    """Delta's JSON min/max of one column from Parquet's raw statistics (None: none kept)."""
+    logical = json.loads(column.logical_type.to_json())
+    if logical.get("Type") == "Timestamp":
+        unit = logical["timeUnit"]
+        return _timestamp_text(raw_low, unit), _timestamp_text(raw_high, unit)
+    if isinstance(raw_low, bytes):
+        low, high = raw_low.decode("utf-8"), raw_high.decode("utf-8")
+        if max(len(low), len(high)) > STATS_STRING_PREFIX_CHARS:
             return None
         return low, high
+    return raw_low, raw_high
+
+
+def _file_bounds(metadata: pq.FileMetaData, names: list[str]) -> dict[str, tuple[Any, Any]]:
+    """The min/max of the columns ``names`` over a written file's row groups.
+
+    Parquet's writer already computed them per row group (exact, or none when a value is over
+    its statistics size limit); a column any non-empty row group has none for gets none.
+    Strings compare as Parquet, Delta and Spark compare them: by their UTF-8 bytes.
+    """
+    leaf = {metadata.schema.column(i).path: i for i in range(metadata.num_columns)}
+    bounds: dict[str, tuple[Any, Any]] = {}
+    for name in names:
+        index = leaf[name]
+        low = high = None
+        for group in range(metadata.num_row_groups):
+            chunk = metadata.row_group(group).column(index)
+            stats = chunk.statistics
+            if stats is not None and stats.has_min_max:
+                low = stats.min_raw if low is None else min(low, stats.min_raw)
+                high = stats.max_raw if high is None else max(high, stats.max_raw)
+            elif stats is None or stats.null_count != chunk.num_values:
+                low = None  # values without statistics: no bounds for the file
+                break
+        if low is not None:
+            kept = _stat_bounds(low, high, metadata.schema.column(index))
+            if kept is not None:
+                bounds[name] = kept
+    return bounds
 
 
 class DataFileWriter:
@@ -111,7 +126,8 @@ class DataFileWriter:
         self.name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
         self.path = self.table_dir / self.name
         self.rows = 0
-        self._stats = {field.name: _ColumnStats(field.type) for field in schema}
+        self._nulls = dict.fromkeys(schema.names, 0)
+        self._metadata: list[pq.FileMetaData] = []  # the file's footer, once closed
         self._writer: pq.ParquetWriter | None = None
 
     def write(self, rows: pa.Table) -> None:
@@ -121,7 +137,7 @@ class DataFileWriter:
             column = rows.column(field.name)
             if not field.nullable and column.null_count:
                 raise TableError(f"{self.path}: column {field.name} is NOT NULL but has nulls")
-            self._stats[field.name].add(column)
+            self._nulls[field.name] += column.null_count
         try:
             if self._writer is None:
                 self._writer = pq.ParquetWriter(
@@ -129,6 +145,7 @@ class DataFileWriter:
                     self.schema,
                     compression="snappy",
                     use_dictionary=self._dictionary,
+                    metadata_collector=self._metadata,
                 )
             self._writer.write_table(rows.select(self.schema.names))
         except (OSError, pa.ArrowException) as err:
@@ -144,12 +161,11 @@ class DataFileWriter:
             info = self.path.stat()
         except (OSError, pa.ArrowException) as err:
             raise TableError(f"{self.path}: cannot finish the data file: {err}") from err
+        bounded = [field.name for field in self.schema if _has_min_max(field.type)]
         stats: dict[str, Any] = {"numRecords": self.rows, "minValues": {}, "maxValues": {}}
-        for name, column in self._stats.items():
-            bounds = column.bounds()
-            if bounds is not None:
-                stats["minValues"][name], stats["maxValues"][name] = bounds
-        stats["nullCount"] = {name: column.nulls for name, column in self._stats.items()}
+        for name, (low, high) in _file_bounds(self._metadata[0], bounded).items():
+            stats["minValues"][name], stats["maxValues"][name] = low, high
+        stats["nullCount"] = dict(self._nulls)
         return {
             "path": self.name,
             "partitionValues": {},

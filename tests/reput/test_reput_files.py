@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import random
 import threading
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from rmq_spark.errors import SchemaMismatchError, TableError
@@ -76,6 +78,77 @@ def test_a_file_carries_delta_stats_and_long_strings_get_no_bounds(tmp_path: Pat
     stats = json.loads(_file(tmp_path, index, MESSAGE_INDEX)["stats"])
     assert "key" not in stats["minValues"] and "key" not in stats["maxValues"]
     assert stats["minValues"]["topic"] == "T"
+
+
+_MIXED = pa.schema(
+    [
+        pa.field("tiny", pa.int8()),
+        pa.field("small", pa.int16()),
+        pa.field("id", pa.int32()),
+        pa.field("offset", pa.int64(), False),
+        pa.field("tags", pa.list_(pa.int64())),  # nested, before the columns it must not shadow
+        pa.field("name", pa.string()),
+        pa.field("body", pa.binary()),
+        pa.field("at_ms", pa.timestamp("ms", tz="UTC")),
+        pa.field("at_us", pa.timestamp("us", tz="UTC")),
+    ]
+)
+_TEXTS = ["", "a", "B", "\u00e9", "\uffff", "\U00010000", "z" * 32, "y" * 33, "T\u00e9st"]
+
+
+def _mixed_rows(seed: int, count: int, all_null: bool) -> pa.Table:
+    rng = random.Random(seed)
+
+    def value(make):  # noqa: ANN001, ANN202
+        return None if all_null or rng.random() < 0.2 else make()
+
+    columns = {
+        "tiny": [value(lambda: rng.randint(-128, 127)) for _ in range(count)],
+        "small": [value(lambda: rng.randint(-(2**15), 2**15 - 1)) for _ in range(count)],
+        "id": [value(lambda: rng.randint(-(2**31), 2**31 - 1)) for _ in range(count)],
+        "offset": [rng.randint(-(2**63), 2**63 - 1) for _ in range(count)],
+        "tags": [value(lambda: [rng.randint(0, 9)]) for _ in range(count)],
+        "name": [value(lambda: rng.choice(_TEXTS)) for _ in range(count)],
+        "body": [value(lambda: rng.randbytes(3)) for _ in range(count)],
+        "at_ms": [value(lambda: rng.randint(0, 2**41)) for _ in range(count)],
+        "at_us": [value(lambda: rng.randint(0, 2**41) * 1000) for _ in range(count)],
+    }
+    return pa.table(
+        {name: pa.array(values, _MIXED.field(name).type) for name, values in columns.items()},
+        schema=_MIXED,
+    )
+
+
+def _oracle_stats(table: pa.Table) -> dict:
+    """Delta's stats of ``table`` computed the slow, obvious way from its Python values."""
+    low: dict = {}
+    high: dict = {}
+    for name in ("tiny", "small", "id", "offset", "name", "at_ms", "at_us"):
+        values = [v for v in table.column(name).to_pylist() if v is not None]
+        if not values:
+            continue
+        if name.startswith("at_"):
+            values = [
+                v.strftime("%Y-%m-%dT%H:%M:%S.") + f"{v.microsecond // 1000:03d}Z" for v in values
+            ]
+        if name == "name" and max(len(min(values)), len(max(values))) > 32:
+            continue
+        low[name], high[name] = min(values), max(values)
+    nulls = {name: table.column(name).null_count for name in table.column_names}
+    return {"numRecords": table.num_rows, "minValues": low, "maxValues": high, "nullCount": nulls}
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_file_stats_over_row_groups_are_the_rows_bounds(tmp_path: Path, seed: int) -> None:
+    """Several row groups (one all null), nulls, non-ASCII and long strings, nested columns:
+    the file's stats are the bounds of the rows read back from it."""
+    writer = DataFileWriter(tmp_path, _MIXED)
+    for group, count in enumerate((7, 1, 30, 5)):
+        writer.write(_mixed_rows(seed * 10 + group, count, all_null=group == 1))
+    add = writer.close()
+    assert add is not None
+    written = pq.read_table(tmp_path / add["path"])
+    assert json.loads(add["stats"]) == _oracle_stats(written)
 
 
 def test_an_empty_writer_leaves_no_file_and_abandon_removes_one(tmp_path: Path) -> None:
