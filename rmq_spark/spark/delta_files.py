@@ -123,6 +123,9 @@ class DataFileWriter:
         self._dictionary: bool | list[str] = (
             True if dictionary_columns is None else list(dictionary_columns)
         )
+        # Delta's bounds come from the footer's statistics; bodies and nested columns get none
+        # (Delta keeps no min/max of them), so the writer does not compare every body.
+        self._bounded = [field.name for field in schema if _has_min_max(field.type)]
         self.name = f"part-{uuid.uuid4()}-c000.snappy.parquet"
         self.path = self.table_dir / self.name
         self.rows = 0
@@ -145,6 +148,7 @@ class DataFileWriter:
                     self.schema,
                     compression="snappy",
                     use_dictionary=self._dictionary,
+                    write_statistics=self._bounded,
                     metadata_collector=self._metadata,
                 )
             self._writer.write_table(rows.select(self.schema.names))
@@ -161,9 +165,8 @@ class DataFileWriter:
             info = self.path.stat()
         except (OSError, pa.ArrowException) as err:
             raise TableError(f"{self.path}: cannot finish the data file: {err}") from err
-        bounded = [field.name for field in self.schema if _has_min_max(field.type)]
         stats: dict[str, Any] = {"numRecords": self.rows, "minValues": {}, "maxValues": {}}
-        for name, (low, high) in _file_bounds(self._metadata[0], bounded).items():
+        for name, (low, high) in _file_bounds(self._metadata[0], self._bounded).items():
             stats["minValues"][name], stats["maxValues"][name] = low, high
         stats["nullCount"] = dict(self._nulls)
         return {
