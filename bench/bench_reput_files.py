@@ -11,7 +11,7 @@ key each), kept in ``--store`` between runs.
 Usage::
 
     flock /tmp/bench.lock .venv/bin/python bench/bench_reput_files.py [--messages 1000000]
-        [--body-bytes 100] [--rounds 3] [--checkout DIR] [--store DIR]
+        [--body-bytes 100] [--rounds 3] [--checkout DIR] [--store DIR] [--part writers]
 """
 
 from __future__ import annotations
@@ -48,15 +48,41 @@ for name in floors:
     shutil.rmtree(tables / name, ignore_errors=True)
     (tables / name).mkdir(parents=True)
 task = ReputFileTask(options, str(tables), floors, (1000,))
+if sys.argv[3] == "all":
+    started = time.process_time()
+    rows = sum(write_partition_files(task, partition).messages for partition in partitions)
+    print(rows, time.process_time() - started)
+    sys.exit(0)
+# "writers": each partition's rows decoded and derived first, untimed; then its data files.
+import pyarrow as pa
+from rmq_spark.spark.delta_files import DataFileWriter
+from rmq_spark.spark.partitions import read_partition
+from rmq_spark.spark.reput_files import DICTIONARY_COLUMNS, _rows_for, file_schema
+from rmq_spark.spark.tables import table_path
+derived, rows = [], 0
+for partition in partitions:
+    tables_rows = {name: [] for name in floors}
+    for batch in read_partition(partition, options):
+        rows += batch.num_rows
+        for name, kept in tables_rows.items():
+            kept.append(_rows_for(name, pa.Table.from_batches([batch]), task))
+    derived.append(tables_rows)
 started = time.process_time()
-rows = sum(write_partition_files(task, partition).messages for partition in partitions)
+for tables_rows in derived:
+    for name, kept in tables_rows.items():
+        writer = DataFileWriter(
+            table_path(str(tables), name), file_schema(name, task.layout), DICTIONARY_COLUMNS[name]
+        )
+        for table in kept:
+            writer.write(table)
+        writer.close()
 print(rows, time.process_time() - started)
 """
 
 
-def files_cpu_s(tree: Path, store: Path, tables: Path) -> tuple[int, float]:
+def files_cpu_s(tree: Path, store: Path, tables: Path, part: str) -> tuple[int, float]:
     done = subprocess.run(
-        [sys.executable, "-c", _FILES, str(store), str(tables)],
+        [sys.executable, "-c", _FILES, str(store), str(tables), part],
         cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)},
         capture_output=True, text=True, check=False,
     )  # fmt: skip
@@ -87,6 +113,13 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--checkout", type=Path, help="a baseline source tree (git archive)")
     parser.add_argument("--store", type=Path, help="where the store is kept between runs")
+    parser.add_argument(
+        "--part",
+        choices=("all", "writers"),
+        default="all",
+        help="all: decode, derive and write (timed together); writers: the Parquet data files "
+        "alone, their rows decoded and derived first, untimed",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-reput-files-"))
     try:
@@ -102,7 +135,7 @@ def _rounds(args: argparse.Namespace, work: Path) -> int:
     seconds: dict[str, list[float]] = {name: [] for name in trees}
     for round_no in range(1, args.rounds + 1):
         for name, tree in trees.items():
-            rows, cpu_s = files_cpu_s(tree.resolve(), store, work / "tables")
+            rows, cpu_s = files_cpu_s(tree.resolve(), store, work / "tables", args.part)
             seconds[name].append(cpu_s)
             print(f"round {round_no} {name}: {rows:,} records, {cpu_s:.2f} CPU s", flush=True)
     print(f"load average: {os.getloadavg()}")
